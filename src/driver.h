@@ -1,0 +1,110 @@
+/* The CUDA driver, loaded at run time.
+ *
+ * cgc links against nothing of CUDA: libcuda.so.1 is dlopen'ed once (thread-safe, lazy) and every
+ * entry point is resolved through cuGetProcAddress with an explicit CUDA version, so that the
+ * signature we call is the one named below whatever driver is installed (a newer driver may
+ * change a function's default ABI; asking for a version pins it). Stream functions are resolved
+ * with legacy default-stream semantics: a NULL stream is the legacy stream.
+ *
+ * CGC_CUDA_DRIVER=<path> loads another driver library (tests use a path that does not exist to
+ * exercise the no-driver path everywhere).
+ */
+#ifndef CGC_DRIVER_H_
+#define CGC_DRIVER_H_
+
+#include <cuda.h>
+#include <cudaTypedefs.h>
+
+#include "capi/cgc.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* X(name, PFN type, CUDA version to resolve at). The baseline is CUDA 12.0 (driver >= 525);
+ * OPT entries may be missing from an older driver and are then NULL. */
+#define CGC_DRIVER_ENTRIES(X, OPT)                                                           \
+  X(cuGetErrorName, PFN_cuGetErrorName_v6000, 6000)                                          \
+  X(cuGetErrorString, PFN_cuGetErrorString_v6000, 6000)                                      \
+  X(cuInit, PFN_cuInit_v2000, 2000)                                                          \
+  X(cuDriverGetVersion, PFN_cuDriverGetVersion_v2020, 2020)                                  \
+  X(cuDeviceGet, PFN_cuDeviceGet_v2000, 2000)                                                \
+  X(cuDeviceGetCount, PFN_cuDeviceGetCount_v2000, 2000)                                      \
+  X(cuDeviceGetName, PFN_cuDeviceGetName_v2000, 2000)                                        \
+  X(cuDeviceGetAttribute, PFN_cuDeviceGetAttribute_v2000, 2000)                              \
+  X(cuDevicePrimaryCtxRetain, PFN_cuDevicePrimaryCtxRetain_v7000, 7000)                      \
+  X(cuDevicePrimaryCtxRelease, PFN_cuDevicePrimaryCtxRelease_v11000, 11000)                  \
+  X(cuCtxGetCurrent, PFN_cuCtxGetCurrent_v4000, 4000)                                        \
+  X(cuCtxPushCurrent, PFN_cuCtxPushCurrent_v4000, 4000)                                      \
+  X(cuCtxPopCurrent, PFN_cuCtxPopCurrent_v4000, 4000)                                        \
+  X(cuCtxSynchronize, PFN_cuCtxSynchronize_v2000, 2000)                                      \
+  X(cuCtxGetStreamPriorityRange, PFN_cuCtxGetStreamPriorityRange_v5050, 5050)                \
+  X(cuStreamCreateWithPriority, PFN_cuStreamCreateWithPriority_v5050, 5050)                  \
+  X(cuStreamDestroy, PFN_cuStreamDestroy_v4000, 4000)                                        \
+  X(cuStreamSynchronize, PFN_cuStreamSynchronize_v2000, 2000)                                \
+  X(cuStreamQuery, PFN_cuStreamQuery_v2000, 2000)                                            \
+  X(cuStreamWaitEvent, PFN_cuStreamWaitEvent_v3020, 3020)                                    \
+  X(cuStreamGetCtx, PFN_cuStreamGetCtx_v9020, 9020)                                          \
+  X(cuEventCreate, PFN_cuEventCreate_v2000, 2000)                                            \
+  X(cuEventDestroy, PFN_cuEventDestroy_v4000, 4000)                                          \
+  X(cuEventRecord, PFN_cuEventRecord_v2000, 2000)                                            \
+  X(cuEventSynchronize, PFN_cuEventSynchronize_v2000, 2000)                                  \
+  X(cuEventQuery, PFN_cuEventQuery_v2000, 2000)                                              \
+  X(cuEventElapsedTime, PFN_cuEventElapsedTime_v2000, 2000)                                  \
+  X(cuThreadExchangeStreamCaptureMode, PFN_cuThreadExchangeStreamCaptureMode_v10010, 10010)  \
+  X(cuStreamBeginCapture, PFN_cuStreamBeginCapture_v10010, 10010)                            \
+  X(cuStreamEndCapture, PFN_cuStreamEndCapture_v10000, 10000)                                \
+  X(cuStreamGetCaptureInfo, PFN_cuStreamGetCaptureInfo_v11030, 11030)                        \
+  X(cuGraphGetNodes, PFN_cuGraphGetNodes_v10000, 10000)                                      \
+  X(cuGraphDestroy, PFN_cuGraphDestroy_v10000, 10000)                                        \
+  X(cuGraphInstantiateWithFlags, PFN_cuGraphInstantiateWithFlags_v11040, 11040)              \
+  X(cuGraphExecDestroy, PFN_cuGraphExecDestroy_v10000, 10000)                                \
+  X(cuGraphLaunch, PFN_cuGraphLaunch_v10000, 10000)                                          \
+  X(cuGraphUpload, PFN_cuGraphUpload_v11010, 11010)                                          \
+  X(cuGraphDebugDotPrint, PFN_cuGraphDebugDotPrint_v11030, 11030)                            \
+  X(cuMemAlloc, PFN_cuMemAlloc_v3020, 3020)                                                  \
+  X(cuMemFree, PFN_cuMemFree_v3020, 3020)                                                    \
+  X(cuMemGetInfo, PFN_cuMemGetInfo_v3020, 3020)                                              \
+  X(cuMemcpyHtoDAsync, PFN_cuMemcpyHtoDAsync_v3020, 3020)                                    \
+  X(cuMemcpyDtoDAsync, PFN_cuMemcpyDtoDAsync_v3020, 3020)                                    \
+  X(cuMemcpyDtoH, PFN_cuMemcpyDtoH_v3020, 3020)                                              \
+  X(cuMemcpyDtoHAsync, PFN_cuMemcpyDtoHAsync_v3020, 3020)                                    \
+  X(cuMemsetD32Async, PFN_cuMemsetD32Async_v3020, 3020)                                      \
+  X(cuModuleLoadData, PFN_cuModuleLoadData_v2000, 2000)                                      \
+  X(cuModuleUnload, PFN_cuModuleUnload_v2000, 2000)                                          \
+  X(cuModuleGetFunction, PFN_cuModuleGetFunction_v2000, 2000)                                \
+  X(cuLaunchKernel, PFN_cuLaunchKernel_v4000, 4000)                                          \
+  OPT(cuMemAllocAsync, PFN_cuMemAllocAsync_v11020, 11020)                                    \
+  OPT(cuMemFreeAsync, PFN_cuMemFreeAsync_v11020, 11020)
+
+#define CGC_DRIVER_FIELD(name, type, version) type name;
+typedef struct cgc__driver {
+  CGC_DRIVER_ENTRIES(CGC_DRIVER_FIELD, CGC_DRIVER_FIELD)
+  int version; /* cuDriverGetVersion, e.g. 13000 */
+} cgc__driver_t;
+#undef CGC_DRIVER_FIELD
+
+/* The table; its entries are valid once cgc__driver_load() returned CGC_SUCCESS. */
+extern cgc__driver_t cgc__drv;
+
+/* Loads and initialises the driver once. CGC_ERROR_NO_DRIVER without libcuda, CGC_ERROR_NO_DEVICE
+ * when cuInit finds no GPU, CGC_ERROR_NOT_SUPPORTED for a driver older than the baseline.
+ * Sets the thread's last error, prefixed with `func`, on failure. Cheap after the first call. */
+cgc_status_t cgc__driver_load(const char* func);
+
+/* Maps a CUresult to a cgc status. */
+cgc_status_t cgc__status_from_cu(CUresult r);
+
+/* Records a failed driver call: "func: call failed: CUDA_ERROR_X (description)" and returns the
+ * mapped status; CGC_SUCCESS (message untouched) when r is CUDA_SUCCESS. */
+cgc_status_t cgc__cu_fail(CUresult r, const char* func, const char* call);
+
+/* CGC_CU(cuFoo(a, b)) calls cgc__drv.cuFoo(a, b) and turns its result into a status whose
+ * message names the calling function and the call's text. */
+#define CGC_CU(call) cgc__cu_fail(cgc__drv.call, __func__, #call)
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* CGC_DRIVER_H_ */

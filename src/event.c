@@ -1,0 +1,69 @@
+/* Events. Records and waits also feed the capture's fork/join bookkeeping (capture.c). */
+#include <stdlib.h>
+
+#include "src/internal.h"
+
+cgc_status_t cgc_event_create(cgc_context_t ctx, unsigned flags, cgc_event_t* out) {
+  CGC_CHECK_ARG(out != NULL, "out is NULL");
+  *out = NULL;
+  CGC_CHECK_HANDLE(ctx, CGC_MAGIC_CONTEXT);
+  CGC_CHECK_ARG((flags & ~CGC_EVENT_TIMING) == 0, "unknown flag bits 0x%x", flags & ~CGC_EVENT_TIMING);
+  cgc_event_t ev = calloc(1, sizeof *ev);
+  if (ev == NULL) return cgc__fail(CGC_ERROR_OUT_OF_MEMORY, __func__, "out of host memory");
+  cgc__ctx_scope_t scope;
+  cgc_status_t st = cgc__ctx_enter(ctx->dev, &scope, __func__);
+  if (st == CGC_SUCCESS) {
+    st = CGC_CU(cuEventCreate(&ev->cu, (flags & CGC_EVENT_TIMING) ? CU_EVENT_DEFAULT : CU_EVENT_DISABLE_TIMING));
+    cgc__ctx_leave(&scope);
+  }
+  if (st != CGC_SUCCESS) {
+    free(ev);
+    return st;
+  }
+  ev->magic = CGC_MAGIC_EVENT;
+  ev->dev = ctx->dev;
+  *out = ev;
+  return CGC_SUCCESS;
+}
+
+cgc_status_t cgc_event_destroy(cgc_event_t event) {
+  CGC_CHECK_HANDLE(event, CGC_MAGIC_EVENT);
+  cgc_status_t st = CGC_CU(cuEventDestroy(event->cu));
+  cgc__retire(event);
+  return st;
+}
+
+cgc_status_t cgc_event_record(cgc_event_t event, cgc_stream_t stream) {
+  CGC_CHECK_HANDLE(event, CGC_MAGIC_EVENT);
+  CGC_CHECK_HANDLE(stream, CGC_MAGIC_STREAM);
+  cgc__ctx_scope_t scope = {false};
+  cgc_status_t st = stream->legacy ? cgc__ctx_enter(stream->dev, &scope, __func__) : CGC_SUCCESS;
+  if (st != CGC_SUCCESS) return st;
+  st = CGC_CU(cuEventRecord(event->cu, stream->cu));
+  cgc__ctx_leave(&scope);
+  if (st == CGC_SUCCESS) cgc__capture_note_record(event, stream);
+  return st;
+}
+
+cgc_status_t cgc_event_synchronize(cgc_event_t event) {
+  CGC_CHECK_HANDLE(event, CGC_MAGIC_EVENT);
+  return CGC_CU(cuEventSynchronize(event->cu));
+}
+
+cgc_status_t cgc_event_query(cgc_event_t event, int* complete) {
+  CGC_CHECK_ARG(complete != NULL, "complete is NULL");
+  *complete = 0;
+  CGC_CHECK_HANDLE(event, CGC_MAGIC_EVENT);
+  CUresult r = cgc__drv.cuEventQuery(event->cu);
+  if (r == CUDA_ERROR_NOT_READY) return CGC_SUCCESS;
+  if (r == CUDA_SUCCESS) *complete = 1;
+  return cgc__cu_fail(r, __func__, "cuEventQuery");
+}
+
+cgc_status_t cgc_event_elapsed_ms(cgc_event_t start, cgc_event_t end, float* ms) {
+  CGC_CHECK_ARG(ms != NULL, "ms is NULL");
+  *ms = 0.0f;
+  CGC_CHECK_HANDLE(start, CGC_MAGIC_EVENT);
+  CGC_CHECK_HANDLE(end, CGC_MAGIC_EVENT);
+  return CGC_CU(cuEventElapsedTime(ms, start->cu, end->cu));
+}

@@ -1,0 +1,170 @@
+/* Graphs: instantiate, launch (replay), upload, info, dump, reset, destroy.
+ *
+ * cgc_graph_launch is the path users time against cuGraphLaunch: it validates two handles with
+ * plain loads, calls the driver, and bumps a relaxed atomic counter; no lock, no allocation, no
+ * other driver call (the legacy default stream needs its context current: that case alone
+ * pays for a context check). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "src/internal.h"
+
+cgc_status_t cgc__graph_create(struct cgc__device* dev, CUgraph graph, size_t node_count, cgc_pool_t pool,
+                               unsigned flags, CUstream upload_stream, const char* func, cgc_graph_t* out) {
+  *out = NULL;
+  cgc_graph_t g = calloc(1, sizeof *g);
+  cgc__ctx_scope_t scope;
+  cgc_status_t st = g ? cgc__ctx_enter(dev, &scope, func) : cgc__fail(CGC_ERROR_OUT_OF_MEMORY, func, "out of host memory");
+  if (st != CGC_SUCCESS) {
+    free(g);
+    cgc__drv.cuGraphDestroy(graph);
+    (void)pool; /* pool references are released here once pools exist */
+    return st;
+  }
+  /* AutoFreeOnLaunch, as PyTorch instantiates (SEMANTICS 7); node priorities exist since CUDA
+   * 11.7 and an older driver rejects the flag, so retry without it. */
+  CUgraphExec exec = NULL;
+  CUresult r = cgc__drv.cuGraphInstantiateWithFlags(
+      &exec, graph, CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH | CUDA_GRAPH_INSTANTIATE_FLAG_USE_NODE_PRIORITY);
+  if (r == CUDA_ERROR_INVALID_VALUE)
+    r = cgc__drv.cuGraphInstantiateWithFlags(&exec, graph, CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH);
+  st = cgc__cu_fail(r, func, "cuGraphInstantiateWithFlags");
+  if (st == CGC_SUCCESS && (flags & CGC_CAPTURE_UPLOAD)) {
+    st = cgc__cu_fail(cgc__drv.cuGraphUpload(exec, upload_stream), func, "cuGraphUpload");
+    if (st == CGC_SUCCESS) atomic_store(&g->uploaded, 1);
+  }
+  if (st != CGC_SUCCESS) {
+    if (exec != NULL) cgc__drv.cuGraphExecDestroy(exec);
+    cgc__drv.cuGraphDestroy(graph);
+    cgc__ctx_leave(&scope);
+    free(g);
+    return st;
+  }
+  cgc__ctx_leave(&scope);
+  g->magic = CGC_MAGIC_GRAPH;
+  g->dev = dev;
+  g->graph = graph;
+  g->exec = exec;
+  g->pool = pool;
+  g->node_count = node_count;
+  *out = g;
+  return CGC_SUCCESS;
+}
+
+/* Out of line so that the launch path stays small: explains why a launch was refused. */
+static __attribute__((noinline, cold)) cgc_status_t launch_refused(cgc_graph_t graph, cgc_stream_t stream,
+                                                                  const char* func) {
+  cgc_status_t st = cgc__check_handle(graph, CGC_MAGIC_GRAPH, func, "graph");
+  if (st == CGC_SUCCESS) st = cgc__check_handle(stream, CGC_MAGIC_STREAM, func, "stream");
+  if (st != CGC_SUCCESS) return st;
+  if (graph->exec == NULL)
+    return cgc__fail(CGC_ERROR_INVALID_STATE, func, "graph %p was reset: capture a new graph", (void*)graph);
+  return cgc__fail(CGC_ERROR_INVALID_ARGUMENT, func, "stream %p is on device %d, graph %p on device %d",
+                   (void*)stream->cu, stream->dev->ordinal, (void*)graph, graph->dev->ordinal);
+}
+
+static __attribute__((noinline)) CUresult launch_on_legacy(cgc_graph_t graph) {
+  cgc__ctx_scope_t scope;
+  if (cgc__ctx_enter(graph->dev, &scope, "cgc_graph_launch") != CGC_SUCCESS) return CUDA_ERROR_INVALID_CONTEXT;
+  CUresult r = cgc__drv.cuGraphLaunch(graph->exec, NULL);
+  cgc__ctx_leave(&scope);
+  return r;
+}
+
+cgc_status_t cgc_graph_launch(cgc_graph_t graph, cgc_stream_t stream) {
+  if (__builtin_expect(!cgc__is_live(graph, CGC_MAGIC_GRAPH) || !cgc__is_live(stream, CGC_MAGIC_STREAM) ||
+                           graph->exec == NULL || stream->dev != graph->dev,
+                       0))
+    return launch_refused(graph, stream, __func__);
+  CUresult r = __builtin_expect(stream->legacy, 0) ? launch_on_legacy(graph)
+                                                   : cgc__drv.cuGraphLaunch(graph->exec, stream->cu);
+  if (__builtin_expect(r != CUDA_SUCCESS, 0)) return cgc__cu_fail(r, __func__, "cuGraphLaunch");
+  atomic_fetch_add_explicit(&graph->replays, 1, memory_order_relaxed);
+  return CGC_SUCCESS;
+}
+
+cgc_status_t cgc_graph_upload(cgc_graph_t graph, cgc_stream_t stream) {
+  CGC_CHECK_HANDLE(graph, CGC_MAGIC_GRAPH);
+  CGC_CHECK_HANDLE(stream, CGC_MAGIC_STREAM);
+  if (graph->exec == NULL || stream->dev != graph->dev) return launch_refused(graph, stream, __func__);
+  cgc__ctx_scope_t scope = {false};
+  cgc_status_t st = stream->legacy ? cgc__ctx_enter(graph->dev, &scope, __func__) : CGC_SUCCESS;
+  if (st != CGC_SUCCESS) return st;
+  st = CGC_CU(cuGraphUpload(graph->exec, stream->cu));
+  cgc__ctx_leave(&scope);
+  if (st == CGC_SUCCESS) atomic_store(&graph->uploaded, 1);
+  return st;
+}
+
+cgc_status_t cgc_graph_info(cgc_graph_t graph, cgc_graph_info_t* info) {
+  CGC_CHECK_ARG(info != NULL, "info is NULL");
+  CGC_CHECK_HANDLE(graph, CGC_MAGIC_GRAPH);
+  CGC_CHECK_ARG(info->struct_size >= sizeof(size_t),
+                "info->struct_size is %zu: set it to sizeof(cgc_graph_info_t)", info->struct_size);
+  /* Fill only what the caller's (possibly older, shorter) struct has room for. */
+  cgc_graph_info_t full = {0};
+  full.struct_size = info->struct_size < sizeof full ? info->struct_size : sizeof full;
+  full.node_count = graph->exec ? graph->node_count : 0;
+  full.replay_count = atomic_load_explicit(&graph->replays, memory_order_relaxed);
+  full.uploaded = atomic_load(&graph->uploaded);
+  full.pool_bytes_reserved = 0;
+  memcpy(info, &full, full.struct_size);
+  return CGC_SUCCESS;
+}
+
+cgc_status_t cgc_graph_pool(cgc_graph_t graph, cgc_pool_t* pool) {
+  CGC_CHECK_ARG(pool != NULL, "pool is NULL");
+  *pool = NULL;
+  CGC_CHECK_HANDLE(graph, CGC_MAGIC_GRAPH);
+  if (graph->exec == NULL)
+    return cgc__fail(CGC_ERROR_INVALID_STATE, __func__, "graph %p was reset: it has no pool", (void*)graph);
+  *pool = graph->pool;
+  return CGC_SUCCESS;
+}
+
+cgc_status_t cgc_graph_debug_dump(cgc_graph_t graph, const char* dot_path) {
+  CGC_CHECK_HANDLE(graph, CGC_MAGIC_GRAPH);
+  CGC_CHECK_ARG(dot_path != NULL && dot_path[0] != '\0', "dot_path is NULL or empty");
+  if (graph->graph == NULL)
+    return cgc__fail(CGC_ERROR_INVALID_STATE, __func__, "graph %p was reset: nothing to dump", (void*)graph);
+  cgc_status_t st = CGC_CU(cuGraphDebugDotPrint(graph->graph, dot_path, CU_GRAPH_DEBUG_DOT_FLAGS_VERBOSE));
+  if (st != CGC_SUCCESS) cgc__append(" (writing '%s')", dot_path);
+  return st;
+}
+
+cgc_status_t cgc_graph_reset(cgc_graph_t graph) {
+  CGC_CHECK_HANDLE(graph, CGC_MAGIC_GRAPH);
+  if (graph->exec == NULL && graph->graph == NULL) return CGC_SUCCESS;
+  /* Destroying is not an unsafe call today, but a capture may be under way on another thread:
+   * do it in Relaxed mode, as PyTorch's reset() does, so it can never invalidate that capture. */
+  CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
+  cgc__drv.cuThreadExchangeStreamCaptureMode(&mode);
+  cgc__ctx_scope_t scope;
+  cgc_status_t st = cgc__ctx_enter(graph->dev, &scope, __func__);
+  if (st == CGC_SUCCESS) {
+    if (graph->exec != NULL) st = CGC_CU(cuGraphExecDestroy(graph->exec));
+    cgc_status_t st2 = graph->graph != NULL ? CGC_CU(cuGraphDestroy(graph->graph)) : CGC_SUCCESS;
+    if (st == CGC_SUCCESS) st = st2;
+    graph->exec = NULL;
+    graph->graph = NULL;
+    graph->pool = NULL;
+    cgc__ctx_leave(&scope);
+  }
+  cgc__drv.cuThreadExchangeStreamCaptureMode(&mode);
+  return st;
+}
+
+cgc_status_t cgc_graph_destroy(cgc_graph_t graph) {
+  CGC_CHECK_HANDLE(graph, CGC_MAGIC_GRAPH);
+  cgc_status_t st = cgc_graph_reset(graph);
+  cgc__retire(graph);
+  return st;
+}
+
+void* cgc_graph_native(cgc_graph_t graph) {
+  return cgc__is_live(graph, CGC_MAGIC_GRAPH) ? (void*)graph->graph : NULL;
+}
+
+void* cgc_graph_native_exec(cgc_graph_t graph) {
+  return cgc__is_live(graph, CGC_MAGIC_GRAPH) ? (void*)graph->exec : NULL;
+}

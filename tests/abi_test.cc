@@ -1,0 +1,115 @@
+// The shared object's ABI: soname, dependencies, and the exported symbol set, read from the
+// ELF file itself; every function capi/cgc.h declares is exported and nothing else is.
+#include <dlfcn.h>
+#include <elf.h>
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <fstream>
+#include <regex>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "tests/test_data.h"
+
+namespace {
+
+struct ElfInfo {
+  std::string soname;
+  std::vector<std::string> needed;
+  std::set<std::string> exported;  // defined global/weak dynamic symbols
+};
+
+bool ReadElf(const std::string& path, ElfInfo* out, std::string* err) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) {
+    *err = "cannot open " + path;
+    return false;
+  }
+  std::vector<char> bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  if (bytes.size() < sizeof(Elf64_Ehdr) || std::memcmp(bytes.data(), ELFMAG, SELFMAG) != 0 ||
+      bytes[EI_CLASS] != ELFCLASS64) {
+    *err = path + " is not a 64-bit ELF file";
+    return false;
+  }
+  const auto* eh = reinterpret_cast<const Elf64_Ehdr*>(bytes.data());
+  const auto* sh = reinterpret_cast<const Elf64_Shdr*>(bytes.data() + eh->e_shoff);
+  for (int i = 0; i < eh->e_shnum; i++) {
+    const Elf64_Shdr& s = sh[i];
+    const char* strtab = bytes.data() + sh[s.sh_link].sh_offset;
+    if (s.sh_type == SHT_DYNSYM) {
+      const auto* sym = reinterpret_cast<const Elf64_Sym*>(bytes.data() + s.sh_offset);
+      for (size_t k = 0; k < s.sh_size / sizeof(Elf64_Sym); k++) {
+        int bind = ELF64_ST_BIND(sym[k].st_info);
+        if (sym[k].st_shndx == SHN_UNDEF || (bind != STB_GLOBAL && bind != STB_WEAK)) continue;
+        out->exported.insert(strtab + sym[k].st_name);
+      }
+    } else if (s.sh_type == SHT_DYNAMIC) {
+      const auto* dyn = reinterpret_cast<const Elf64_Dyn*>(bytes.data() + s.sh_offset);
+      for (size_t k = 0; k < s.sh_size / sizeof(Elf64_Dyn) && dyn[k].d_tag != DT_NULL; k++) {
+        if (dyn[k].d_tag == DT_NEEDED) out->needed.push_back(strtab + dyn[k].d_un.d_val);
+        if (dyn[k].d_tag == DT_SONAME) out->soname = strtab + dyn[k].d_un.d_val;
+      }
+    }
+  }
+  return true;
+}
+
+std::set<std::string> DeclaredFunctions() {
+  std::ifstream f(cgc_test::DataPath("capi/cgc.h"));
+  std::stringstream text;
+  text << f.rdbuf();
+  std::set<std::string> names;
+  std::string s = text.str();
+  std::regex decl(R"(CGC_API[^;(]*?\b(cgc_[a-z0-9_]+)\s*\()");
+  for (std::sregex_iterator it(s.begin(), s.end(), decl), end; it != end; ++it) names.insert((*it)[1]);
+  return names;
+}
+
+class Abi : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string err;
+    ASSERT_TRUE(ReadElf(cgc_test::DataPath("libcgc.so"), &elf_, &err)) << err;
+  }
+  ElfInfo elf_;
+};
+
+TEST(AbiHeader, DeclaresFunctions) {
+  std::set<std::string> declared = DeclaredFunctions();
+  EXPECT_GE(declared.size(), 30u);
+  EXPECT_TRUE(declared.count("cgc_graph_launch"));
+}
+
+TEST_F(Abi, SonameIsLibcgcSo1) { EXPECT_EQ(elf_.soname, "libcgc.so.1"); }
+
+TEST_F(Abi, NeedsNoCudaNcclOrCxxRuntime) {
+  for (const std::string& lib : elf_.needed) {
+    EXPECT_EQ(lib.find("libcuda"), std::string::npos) << lib;
+    EXPECT_EQ(lib.find("libcudart"), std::string::npos) << lib;
+    EXPECT_EQ(lib.find("libnccl"), std::string::npos) << lib;
+    EXPECT_EQ(lib.find("libstdc++"), std::string::npos) << lib;
+  }
+}
+
+TEST_F(Abi, ExportsExactlyTheDeclaredFunctions) {
+  std::set<std::string> declared = DeclaredFunctions();
+  for (const std::string& name : declared) EXPECT_TRUE(elf_.exported.count(name)) << name << " is not exported";
+  for (const std::string& name : elf_.exported)
+    EXPECT_TRUE(declared.count(name)) << name << " is exported but not declared in capi/cgc.h";
+}
+
+TEST_F(Abi, LoadsWithDlopenOnAnyMachine) {
+  void* h = dlopen(cgc_test::DataPath("libcgc.so").c_str(), RTLD_NOW | RTLD_LOCAL);
+  ASSERT_NE(h, nullptr) << dlerror();
+  auto version = reinterpret_cast<uint32_t (*)()>(dlsym(h, "cgc_version"));
+  ASSERT_NE(version, nullptr);
+  EXPECT_EQ(version() >> 16, 1u);
+  EXPECT_EQ(dlsym(h, "cgc__driver_load"), nullptr) << "internal symbols must stay hidden";
+  EXPECT_EQ(dlsym(h, "cgc__drv"), nullptr);
+  dlclose(h);
+}
+
+}  // namespace

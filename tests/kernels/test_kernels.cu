@@ -1,0 +1,34 @@
+// Kernels the tests capture and replay. Compiled by nvcc into a fatbin (tests/BUILD), embedded
+// in the test binaries and loaded through the driver API: the tests need no CUDA runtime.
+#include <stdint.h>
+
+// out[i] = in[i] + v
+extern "C" __global__ void cgc_test_add(float* out, const float* in, float v, unsigned n) {
+  unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) out[i] = in[i] + v;
+}
+
+// p[i] = p[i] * a + b
+extern "C" __global__ void cgc_test_axpb(float* p, float a, float b, unsigned n) {
+  unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) p[i] = p[i] * a + b;
+}
+
+// p[i] = v
+extern "C" __global__ void cgc_test_fill(float* p, float v, unsigned n) {
+  unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) p[i] = v;
+}
+
+// p[i] = seed-derived pattern for block-integrity checks: p[i] = seed * 2654435761u + i
+extern "C" __global__ void cgc_test_stamp(uint32_t* p, uint32_t seed, unsigned n) {
+  unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) p[i] = seed * 2654435761u + i;
+}
+
+// Spins for about `cycles` clock cycles: makes work that is still running when the host looks.
+extern "C" __global__ void cgc_test_spin(long long cycles) {
+  long long start = clock64();
+  while (clock64() - start < cycles) {
+  }
+}
