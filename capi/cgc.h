@@ -215,6 +215,58 @@ CGC_API cgc_status_t cgc_graph_destroy(cgc_graph_t graph);
 CGC_API void* cgc_graph_native(cgc_graph_t graph);
 CGC_API void* cgc_graph_native_exec(cgc_graph_t graph);
 
+/* ---- pools and the graph-aware caching allocator ------------------------------------------
+ *
+ * cgc_malloc is a stream-ordered caching allocator per device, like PyTorch's: a block freed on
+ * a stream is at once reusable on that stream; one used on other streams (cgc_record_stream)
+ * waits for their work. During a capture, allocations on any stream of that capture (side
+ * streams forked in included) come from the capture's private pool. A pool shared by several
+ * captures (cgc_capture_options_t.pool) lets later graphs reuse what earlier ones freed, so
+ * graphs captured one after another use about the memory of the largest; such graphs must be
+ * replayed in capture order and never concurrently. Blocks allocated in a capture and never
+ * freed are the graph's outputs: they stay valid after the graph is destroyed. */
+
+typedef struct cgc_memory_stats {
+  size_t struct_size;
+  size_t bytes_reserved;       /* obtained from the driver */
+  size_t bytes_allocated;      /* handed out and not yet freed (block sizes, 512-byte rounded) */
+  size_t peak_bytes_allocated;
+  size_t peak_bytes_reserved;
+  uint64_t num_driver_allocs; /* cuMemAlloc calls so far */
+  uint64_t num_driver_frees;
+} cgc_memory_stats_t;
+
+/* A new pool (like torch.cuda.graph_pool_handle()) holding one reference of the caller's. */
+CGC_API cgc_status_t cgc_pool_create(cgc_context_t ctx, cgc_pool_t* out);
+/* Takes one more reference of the caller's (e.g. on a pool lent by cgc_graph_pool). */
+CGC_API cgc_status_t cgc_pool_retain(cgc_pool_t pool);
+/* Drops one of the caller's references; CGC_ERROR_INVALID_STATE if the caller holds none. The
+ * pool lives on while graphs captured into it or blocks allocated from it exist; then its
+ * memory returns to the device's cache. */
+CGC_API cgc_status_t cgc_pool_release(cgc_pool_t pool);
+/* Allocates `size` bytes, ordered on `stream` (512-byte aligned). During a capture on `stream`
+ * the block comes from the capture's pool. size 0 gives NULL and success. Errors:
+ * CGC_ERROR_OUT_OF_MEMORY after freeing cached memory and retrying (never during a capture),
+ * with the sizes in the message. */
+CGC_API cgc_status_t cgc_malloc(cgc_context_t ctx, size_t size, cgc_stream_t stream, void** out);
+/* Frees a block of cgc_malloc, ordered on its allocation stream. NULL is a no-op; a pointer cgc
+ * did not hand out, or one already freed, is CGC_ERROR_INVALID_ARGUMENT and changes nothing. */
+CGC_API cgc_status_t cgc_free(void* ptr);
+/* Like Tensor.record_stream: `ptr` is used by work on `stream` too, so after cgc_free it is not
+ * reused before that work is done (outside captures: events; inside: joins or capture end). */
+CGC_API cgc_status_t cgc_record_stream(void* ptr, cgc_stream_t stream);
+/* Gives the device cache's unused segments back to the driver. Pools still referenced keep
+ * theirs. CGC_ERROR_INVALID_STATE while a capture is under way. */
+CGC_API cgc_status_t cgc_empty_cache(cgc_context_t ctx);
+/* Stats of the whole device (pool NULL) or of one pool. */
+CGC_API cgc_status_t cgc_memory_stats(cgc_context_t ctx, cgc_pool_t pool /* NULL: whole context */,
+                                      cgc_memory_stats_t* stats);
+/* PyTorch CUDAPluggableAllocator entry points:
+ * torch.cuda.memory.CUDAPluggableAllocator(path, "cgc_torch_malloc", "cgc_torch_free").
+ * They use the device's state directly; malloc returns NULL on failure (cgc_last_error says why). */
+CGC_API void* cgc_torch_malloc(ssize_t size, int device, void* stream);
+CGC_API void cgc_torch_free(void* ptr, ssize_t size, int device, void* stream);
+
 #ifdef __cplusplus
 } /* extern "C" */
 #endif

@@ -137,6 +137,30 @@ void cgc__capture_note_wait(cgc_stream_t stream, cgc_event_t ev) {
   pthread_mutex_unlock(&registry_lock);
 }
 
+cgc_pool_t cgc__capture_pool_by_id(uint64_t id, struct cgc__device* dev) {
+  pthread_mutex_lock(&registry_lock);
+  struct cgc__capture* c = find_by_id(id);
+  cgc_pool_t pool = (c != NULL && c->dev == dev) ? c->pool : NULL;
+  pthread_mutex_unlock(&registry_lock);
+  return pool;
+}
+
+bool cgc__capture_side_joined(uint64_t id, const void* stream, uint64_t since) {
+  pthread_mutex_lock(&registry_lock);
+  struct cgc__capture* c = find_by_id(id);
+  struct cgc__side* s = c ? find_side(c, (CUstream)stream) : NULL;
+  bool joined = s != NULL && s->joined_seq > since && s->joined_seq > s->fork_seq;
+  pthread_mutex_unlock(&registry_lock);
+  return joined;
+}
+
+uint64_t cgc__capture_seq(void) {
+  pthread_mutex_lock(&registry_lock);
+  uint64_t seq = ++bookkeeping_seq;
+  pthread_mutex_unlock(&registry_lock);
+  return seq;
+}
+
 bool cgc__capture_has_origin(CUstream stream) {
   pthread_mutex_lock(&registry_lock);
   bool found = find_by_origin(stream) != NULL;
@@ -166,8 +190,6 @@ static cgc_status_t read_options(const cgc_capture_options_t* in, cgc_capture_op
   unsigned known = CGC_CAPTURE_UPLOAD | CGC_CAPTURE_AUTO_FREE_ON_LAUNCH;
   if (out->flags & ~known)
     return cgc__fail(CGC_ERROR_INVALID_ARGUMENT, func, "options->flags has unknown bits 0x%x", out->flags & ~known);
-  if (out->pool != NULL)
-    return cgc__fail(CGC_ERROR_NOT_SUPPORTED, func, "options->pool: private pools are not available in this build");
   return CGC_SUCCESS;
 }
 
@@ -198,12 +220,18 @@ cgc_status_t cgc_capture_begin(cgc_stream_t stream, const cgc_capture_options_t*
   c->origin = stream->cu;
   c->mode = opts.mode;
   c->flags = opts.flags;
+  st = cgc__pool_begin_capture(stream->dev, opts.pool, stream->cu, &c->pool, __func__);
+  if (st != CGC_SUCCESS) {
+    free_capture(c);
+    return st;
+  }
 
   /* Register before the driver begins, so that nothing routed by this capture can slip in
    * between (SEMANTICS 3); the id is filled in once the driver has one. */
   pthread_mutex_lock(&registry_lock);
   if (find_by_origin(stream->cu) != NULL) {
     pthread_mutex_unlock(&registry_lock);
+    cgc__pool_end_capture(c->pool, false, NULL, 0);
     free_capture(c);
     return cgc__fail(CGC_ERROR_INVALID_STATE, __func__, "stream %p is already capturing", (void*)stream->cu);
   }
@@ -223,7 +251,12 @@ cgc_status_t cgc_capture_begin(cgc_stream_t stream, const cgc_capture_options_t*
     atomic_fetch_sub_explicit(&cgc__captures_underway, 1, memory_order_acq_rel);
   }
   pthread_mutex_unlock(&registry_lock);
-  if (st != CGC_SUCCESS) free_capture(c);
+  if (st != CGC_SUCCESS) {
+    cgc__pool_end_capture(c->pool, false, NULL, 0);
+    free_capture(c);
+    return st;
+  }
+  cgc__pool_capture_started(c->pool, id);
   cgc__log("capture %llu begun on stream %p (mode %d)", (unsigned long long)id, (void*)stream->cu, (int)opts.mode);
   return st;
 }
@@ -300,6 +333,15 @@ cgc_status_t cgc_capture_end(cgc_stream_t stream, cgc_graph_t* out) {
   cgc_status_t st = cgc__cu_fail(r, __func__, "cuStreamEndCapture");
   if (st == CGC_SUCCESS && graph == NULL)
     st = cgc__fail(CGC_ERROR_CAPTURE_INVALIDATED, __func__, "the driver returned no graph");
+  /* Routing to the pool stops only now, after the driver's end (SEMANTICS 3). */
+  CUstream* members = malloc((c->n_sides + 1) * sizeof *members);
+  size_t n_members = 0;
+  if (members != NULL) {
+    members[n_members++] = c->origin;
+    for (size_t i = 0; i < c->n_sides; i++) members[n_members++] = c->sides[i].cu;
+  }
+  cgc__pool_end_capture(c->pool, st == CGC_SUCCESS, members, n_members);
+  free(members);
   if (st != CGC_SUCCESS) {
     if (r == CUDA_ERROR_STREAM_CAPTURE_UNJOINED) name_unjoined(c);
     check_left_capturing(c);
@@ -311,9 +353,10 @@ cgc_status_t cgc_capture_end(cgc_stream_t stream, cgc_graph_t* out) {
   size_t nodes = 0;
   st = CGC_CU(cuGraphGetNodes(graph, NULL, &nodes));
   if (st == CGC_SUCCESS) {
-    st = cgc__graph_create(stream->dev, graph, nodes, NULL, c->flags, stream->cu, __func__, out);
+    st = cgc__graph_create(stream->dev, graph, nodes, c->pool, c->flags, stream->cu, __func__, out);
   } else {
     cgc__drv.cuGraphDestroy(graph);
+    cgc__pool_unref(c->pool);
   }
   if (st == CGC_SUCCESS && nodes == 0)
     cgc__warn(__func__, "the graph is empty: captured on the wrong stream or device?");

@@ -18,16 +18,22 @@ cgc_status_t cgc__graph_create(struct cgc__device* dev, CUgraph graph, size_t no
   if (st != CGC_SUCCESS) {
     free(g);
     cgc__drv.cuGraphDestroy(graph);
-    (void)pool; /* pool references are released here once pools exist */
+    cgc__pool_unref(pool);
     return st;
   }
   /* AutoFreeOnLaunch, as PyTorch instantiates (SEMANTICS 7); node priorities exist since CUDA
    * 11.7 and an older driver rejects the flag, so retry without it. */
   CUgraphExec exec = NULL;
+  /* Instantiation allocates device memory, an unsafe call while any Global capture is under
+   * way (another graph may be capturing on this or another thread): run it in Relaxed mode,
+   * like segment allocation (SEMANTICS 5). */
+  CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
+  cgc__drv.cuThreadExchangeStreamCaptureMode(&mode);
   CUresult r = cgc__drv.cuGraphInstantiateWithFlags(
       &exec, graph, CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH | CUDA_GRAPH_INSTANTIATE_FLAG_USE_NODE_PRIORITY);
   if (r == CUDA_ERROR_INVALID_VALUE)
     r = cgc__drv.cuGraphInstantiateWithFlags(&exec, graph, CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH);
+  cgc__drv.cuThreadExchangeStreamCaptureMode(&mode);
   st = cgc__cu_fail(r, func, "cuGraphInstantiateWithFlags");
   if (st == CGC_SUCCESS && (flags & CGC_CAPTURE_UPLOAD)) {
     st = cgc__cu_fail(cgc__drv.cuGraphUpload(exec, upload_stream), func, "cuGraphUpload");
@@ -38,6 +44,7 @@ cgc_status_t cgc__graph_create(struct cgc__device* dev, CUgraph graph, size_t no
     cgc__drv.cuGraphDestroy(graph);
     cgc__ctx_leave(&scope);
     free(g);
+    cgc__pool_unref(pool);
     return st;
   }
   cgc__ctx_leave(&scope);
@@ -107,7 +114,7 @@ cgc_status_t cgc_graph_info(cgc_graph_t graph, cgc_graph_info_t* info) {
   full.node_count = graph->exec ? graph->node_count : 0;
   full.replay_count = atomic_load_explicit(&graph->replays, memory_order_relaxed);
   full.uploaded = atomic_load(&graph->uploaded);
-  full.pool_bytes_reserved = 0;
+  full.pool_bytes_reserved = cgc__pool_reserved(graph->pool);
   memcpy(info, &full, full.struct_size);
   return CGC_SUCCESS;
 }
@@ -147,9 +154,10 @@ cgc_status_t cgc_graph_reset(cgc_graph_t graph) {
     if (st == CGC_SUCCESS) st = st2;
     graph->exec = NULL;
     graph->graph = NULL;
-    graph->pool = NULL;
     cgc__ctx_leave(&scope);
   }
+  cgc__pool_unref(graph->pool); /* the pool outlives the graph while its blocks or users do */
+  graph->pool = NULL;
   cgc__drv.cuThreadExchangeStreamCaptureMode(&mode);
   return st;
 }

@@ -152,6 +152,31 @@ void cgc__capture_note_wait(cgc_stream_t stream, cgc_event_t ev);
 /* True if a capture begun through cgc is under way with `stream` as its origin. */
 bool cgc__capture_has_origin(CUstream stream);
 
+/* The pool of the cgc capture with driver id `id` on `dev` (borrowed: the capture holds a
+ * reference until it ends), or NULL. */
+cgc_pool_t cgc__capture_pool_by_id(uint64_t id, struct cgc__device* dev);
+/* True if side stream `stream` of capture `id` was joined to the origin by a record made after
+ * bookkeeping sequence `since`. */
+bool cgc__capture_side_joined(uint64_t id, const void* stream, uint64_t since);
+/* The current bookkeeping sequence number. */
+uint64_t cgc__capture_seq(void);
+
+/* ---- pools and the allocator (pool.c, alloc.c) ---- */
+
+/* Takes the pool a capture records into (`requested`, or a new one), marks it recording and
+ * holds a reference for the capture. */
+cgc_status_t cgc__pool_begin_capture(struct cgc__device* dev, cgc_pool_t requested, CUstream origin,
+                                     cgc_pool_t* out, const char* func);
+void cgc__pool_capture_started(cgc_pool_t pool, uint64_t capture_id);
+/* The capture is over: blocks it deferred are settled (`members`: the capture's streams) and its
+ * reference passes to the new graph, or is dropped. */
+void cgc__pool_end_capture(cgc_pool_t pool, bool graph_keeps_ref, const CUstream* members, size_t n_members);
+/* Drops an internal (graph) reference. NULL is fine. */
+void cgc__pool_unref(cgc_pool_t pool);
+size_t cgc__pool_reserved(cgc_pool_t pool);
+cgc_status_t cgc__malloc(struct cgc__device* dev, size_t size, CUstream stream, bool legacy, void** out,
+                         const char* func);
+
 /* ---- graphs (graph.c) ---- */
 
 struct cgc_graph_s {

@@ -68,6 +68,13 @@ TEST(Args, NullHandlesAreInvalidArguments) {
       {"cgc_graph_debug_dump", [] { return cgc_graph_debug_dump(nullptr, "/tmp/x.dot"); }, A},
       {"cgc_graph_reset", [] { return cgc_graph_reset(nullptr); }, A},
       {"cgc_graph_destroy", [] { return cgc_graph_destroy(nullptr); }, A},
+      {"cgc_pool_create", [&] { return cgc_pool_create(nullptr, &p); }, A},
+      {"cgc_pool_retain", [] { return cgc_pool_retain(nullptr); }, A},
+      {"cgc_pool_release", [] { return cgc_pool_release(nullptr); }, A},
+      {"cgc_malloc", [&] { void* m; return cgc_malloc(nullptr, 16, nullptr, &m); }, A},
+      {"cgc_record_stream", [] { return cgc_record_stream(nullptr, nullptr); }, A},
+      {"cgc_empty_cache", [] { return cgc_empty_cache(nullptr); }, A},
+      {"cgc_memory_stats", [&] { cgc_memory_stats_t ms = {sizeof ms, 0, 0, 0, 0, 0, 0}; return cgc_memory_stats(nullptr, nullptr, &ms); }, A},
   });
   EXPECT_EQ(cgc_stream_native(nullptr), nullptr);
   EXPECT_EQ(cgc_graph_native(nullptr), nullptr);
@@ -91,6 +98,9 @@ TEST(Args, NullOutputsAreInvalidArgumentsAndOutputsAreCleared) {
       {"cgc_capture_mode_exchange", [] { return cgc_capture_mode_exchange(nullptr); }, A},
       {"cgc_graph_info", [] { return cgc_graph_info(nullptr, nullptr); }, A},
       {"cgc_graph_pool", [] { return cgc_graph_pool(nullptr, nullptr); }, A},
+      {"cgc_pool_create", [] { return cgc_pool_create(nullptr, nullptr); }, A},
+      {"cgc_malloc", [] { return cgc_malloc(nullptr, 16, nullptr, nullptr); }, A},
+      {"cgc_memory_stats", [] { return cgc_memory_stats(nullptr, nullptr, nullptr); }, A},
   });
   cgc_context_t c = Fake<cgc_context_t>();
   EXPECT_EQ(cgc_stream_create(nullptr, 0, 0, reinterpret_cast<cgc_stream_t*>(&c)), A);
@@ -133,10 +143,25 @@ TEST(Args, ForeignPointersAreInvalidHandles) {
       {"cgc_graph_debug_dump", [] { return cgc_graph_debug_dump(Fake<cgc_graph_t>(), "/tmp/x.dot"); }, H},
       {"cgc_graph_reset", [] { return cgc_graph_reset(Fake<cgc_graph_t>()); }, H},
       {"cgc_graph_destroy", [] { return cgc_graph_destroy(Fake<cgc_graph_t>()); }, H},
+      {"cgc_pool_create", [] { cgc_pool_t p; return cgc_pool_create(Fake<cgc_context_t>(), &p); }, H},
+      {"cgc_pool_retain", [] { return cgc_pool_retain(Fake<cgc_pool_t>()); }, H},
+      {"cgc_pool_release", [] { return cgc_pool_release(Fake<cgc_pool_t>()); }, H},
+      {"cgc_malloc", [] { void* m; return cgc_malloc(Fake<cgc_context_t>(), 16, Fake<cgc_stream_t>(), &m); }, H},
+      {"cgc_record_stream", [] { return cgc_record_stream(not_an_object, Fake<cgc_stream_t>()); }, H},
+      {"cgc_empty_cache", [] { return cgc_empty_cache(Fake<cgc_context_t>()); }, H},
+      {"cgc_memory_stats", [] { cgc_memory_stats_t ms = {sizeof ms, 0, 0, 0, 0, 0, 0}; return cgc_memory_stats(Fake<cgc_context_t>(), nullptr, &ms); }, H},
   });
   EXPECT_EQ(cgc_stream_native(Fake<cgc_stream_t>()), nullptr);
   EXPECT_EQ(cgc_graph_native(Fake<cgc_graph_t>()), nullptr);
   EXPECT_EQ(cgc_graph_native_exec(Fake<cgc_graph_t>()), nullptr);
+}
+
+TEST(Args, FreeingWhatCgcDidNotAllocateIsRefused) {
+  EXPECT_EQ(cgc_free(not_an_object), CGC_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(cgc_last_error()).find("cgc_free"), std::string::npos);
+  EXPECT_NE(std::string(cgc_last_error()).find("not allocated by cgc_malloc"), std::string::npos);
+  EXPECT_EQ(cgc_free(nullptr), CGC_SUCCESS);
+  cgc_torch_free(not_an_object, 16, 0, nullptr);  // no status to return: must simply not crash
 }
 
 TEST(Args, OutOfRangeValuesAreInvalidArguments) {

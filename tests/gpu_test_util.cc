@@ -45,6 +45,14 @@ void GpuTest::SetUp() {
 
 void GpuTest::TearDown() {
   if (skipped_) return;
+  // A test that failed mid-capture must not leave the stream capturing for the next one.
+  cgc_capture_status_t cs = CGC_CAPTURE_NONE;
+  if (stream && cgc_stream_capture_status(stream, &cs, nullptr) == CGC_SUCCESS && cs != CGC_CAPTURE_NONE) {
+    cgc_graph_t g = nullptr;
+    cgc_capture_end(stream, &g);
+    if (g) cgc_graph_destroy(g);
+    ADD_FAILURE() << "the test left its stream capturing";
+  }
   cgc__drv.cuCtxSynchronize();
   for (CUdeviceptr p : allocations_) cgc__drv.cuMemFree(p);
   if (stream) {

@@ -37,6 +37,14 @@ TEST(NoDriver, DriverEntryPointsReturnNoDriver) {
   EXPECT_EQ(m, CGC_CAPTURE_MODE_RELAXED);
 }
 
+TEST(NoDriver, TorchAllocatorEntryPointsFailWithoutCrashing) {
+  EXPECT_EQ(cgc_torch_malloc(1024, 0, nullptr), nullptr);
+  std::string msg = cgc_last_error();
+  EXPECT_NE(msg.find("cgc_torch_malloc"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("CGC_CUDA_DRIVER"), std::string::npos) << msg;
+  cgc_torch_free(nullptr, 0, 0, nullptr);
+}
+
 TEST(NoDriver, RepeatedCallsKeepFailingTheSameWay) {
   int count = 0;
   for (int i = 0; i < 3; i++) ExpectNoDriver(cgc_device_count(&count), "cgc_device_count");
@@ -53,6 +61,13 @@ TEST(NoDriver, HandleTakingEntryPointsRefuseNullHandles) {
   EXPECT_EQ(cgc_capture_end(nullptr, &g), CGC_ERROR_INVALID_ARGUMENT);
   EXPECT_EQ(cgc_graph_launch(nullptr, nullptr), CGC_ERROR_INVALID_ARGUMENT);
   EXPECT_EQ(cgc_context_synchronize(nullptr), CGC_ERROR_INVALID_ARGUMENT);
+  cgc_pool_t p = nullptr;
+  void* m = nullptr;
+  EXPECT_EQ(cgc_pool_create(nullptr, &p), CGC_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(cgc_malloc(nullptr, 16, nullptr, &m), CGC_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(cgc_empty_cache(nullptr), CGC_ERROR_INVALID_ARGUMENT);
+  int x = 0;
+  EXPECT_EQ(cgc_free(&x), CGC_ERROR_INVALID_ARGUMENT);
 }
 
 }  // namespace

@@ -1,0 +1,211 @@
+/* Block bookkeeping: sizes, sorted free sets, split/merge, the pointer map. No driver calls. */
+#include "src/blocks.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+size_t cgc__round_size(size_t n) {
+  if (n < CGC_BLOCK_ALIGN) return CGC_BLOCK_ALIGN;
+  return (n + CGC_BLOCK_ALIGN - 1) / CGC_BLOCK_ALIGN * CGC_BLOCK_ALIGN;
+}
+
+bool cgc__is_small(size_t rounded) { return rounded <= CGC_SMALL_LIMIT; }
+
+size_t cgc__segment_size(size_t rounded) {
+  if (cgc__is_small(rounded)) return CGC_SMALL_SEGMENT;
+  if (rounded < CGC_LARGE_DIRECT) return CGC_LARGE_SEGMENT;
+  return (rounded + CGC_LARGE_ROUND - 1) / CGC_LARGE_ROUND * CGC_LARGE_ROUND;
+}
+
+bool cgc__should_split(bool small, size_t block_size, size_t rounded) {
+  size_t remaining = block_size - rounded;
+  return small ? remaining >= CGC_BLOCK_ALIGN : remaining > CGC_SMALL_LIMIT;
+}
+
+/* (stream, size, ptr) order. */
+static int compare(const cgc__block_t* a, const void* stream, size_t size, uint64_t ptr) {
+  if ((uintptr_t)a->stream != (uintptr_t)stream) return (uintptr_t)a->stream < (uintptr_t)stream ? -1 : 1;
+  if (a->size != size) return a->size < size ? -1 : 1;
+  if (a->ptr != ptr) return a->ptr < ptr ? -1 : 1;
+  return 0;
+}
+
+/* First index whose item is not less than (stream, size, ptr). */
+static size_t lower_bound(const cgc__block_set_t* set, const void* stream, size_t size, uint64_t ptr) {
+  size_t lo = 0, hi = set->n;
+  while (lo < hi) {
+    size_t mid = lo + (hi - lo) / 2;
+    if (compare(set->items[mid], stream, size, ptr) < 0)
+      lo = mid + 1;
+    else
+      hi = mid;
+  }
+  return lo;
+}
+
+bool cgc__set_insert(cgc__block_set_t* set, cgc__block_t* b) {
+  if (set->n == set->cap) {
+    size_t cap = set->cap ? set->cap * 2 : 16;
+    cgc__block_t** items = realloc(set->items, cap * sizeof *items);
+    if (items == NULL) return false;
+    set->items = items;
+    set->cap = cap;
+  }
+  size_t i = lower_bound(set, b->stream, b->size, b->ptr);
+  memmove(&set->items[i + 1], &set->items[i], (set->n - i) * sizeof *set->items);
+  set->items[i] = b;
+  set->n++;
+  return true;
+}
+
+void cgc__set_erase(cgc__block_set_t* set, cgc__block_t* b) {
+  size_t i = lower_bound(set, b->stream, b->size, b->ptr);
+  if (i < set->n && set->items[i] == b) {
+    memmove(&set->items[i], &set->items[i + 1], (set->n - i - 1) * sizeof *set->items);
+    set->n--;
+  }
+}
+
+cgc__block_t* cgc__set_best_fit(const cgc__block_set_t* set, const void* stream, size_t size) {
+  size_t i = lower_bound(set, stream, size, 0);
+  if (i < set->n && set->items[i]->stream == stream) return set->items[i];
+  return NULL;
+}
+
+void cgc__set_free(cgc__block_set_t* set) {
+  free(set->items);
+  memset(set, 0, sizeof *set);
+}
+
+cgc__block_set_t* cgc__state_set(cgc__pool_state_t* state, bool small) {
+  return small ? &state->small : &state->large;
+}
+
+bool cgc__block_split(cgc__block_t* b, size_t rounded, cgc__block_t* spare) {
+  memset(spare, 0, sizeof *spare);
+  spare->ptr = b->ptr + rounded;
+  spare->size = b->size - rounded;
+  spare->stream = b->stream;
+  spare->owner = b->owner;
+  spare->small = b->small;
+  spare->state = CGC_BLOCK_FREE;
+  if (!cgc__set_insert(cgc__state_set(b->owner, b->small), spare)) return false;
+  spare->prev = b;
+  spare->next = b->next;
+  if (b->next != NULL) b->next->prev = spare;
+  b->next = spare;
+  b->size = rounded;
+  return true;
+}
+
+cgc__block_t* cgc__block_release(cgc__block_t* b, void (*recycle)(cgc__block_t*, void*), void* arg) {
+  cgc__block_set_t* set = cgc__state_set(b->owner, b->small);
+  b->state = CGC_BLOCK_FREE;
+  b->requested = 0;
+  b->n_uses = 0;
+  cgc__block_t* prev = b->prev;
+  if (prev != NULL && prev->state == CGC_BLOCK_FREE) {
+    cgc__set_erase(set, prev);
+    prev->size += b->size;
+    prev->next = b->next;
+    if (b->next != NULL) b->next->prev = prev;
+    recycle(b, arg);
+    b = prev;
+  }
+  cgc__block_t* next = b->next;
+  if (next != NULL && next->state == CGC_BLOCK_FREE) {
+    cgc__set_erase(set, next);
+    b->size += next->size;
+    b->next = next->next;
+    if (next->next != NULL) next->next->prev = b;
+    recycle(next, arg);
+  }
+  return cgc__set_insert(set, b) ? b : NULL;
+}
+
+/* ---- pointer map ---- */
+
+static size_t slot_of(uint64_t ptr, size_t cap) {
+  uint64_t h = ptr >> 9; /* blocks are 512-byte aligned */
+  h *= 0x9E3779B97F4A7C15ull;
+  return (size_t)(h >> 20) & (cap - 1);
+}
+
+static bool grow(cgc__ptr_map_t* map) {
+  size_t cap = map->cap ? map->cap * 2 : 1024;
+  cgc__block_t** slots = calloc(cap, sizeof *slots);
+  if (slots == NULL) return false;
+  for (size_t i = 0; i < map->cap; i++) {
+    cgc__block_t* b = map->slots[i];
+    if (b == NULL) continue;
+    size_t j = slot_of(b->ptr, cap);
+    while (slots[j] != NULL) j = (j + 1) & (cap - 1);
+    slots[j] = b;
+  }
+  free(map->slots);
+  map->slots = slots;
+  map->cap = cap;
+  return true;
+}
+
+bool cgc__map_put(cgc__ptr_map_t* map, cgc__block_t* b) {
+  if ((map->n + 1) * 2 > map->cap && !grow(map)) return false;
+  size_t j = slot_of(b->ptr, map->cap);
+  while (map->slots[j] != NULL) j = (j + 1) & (map->cap - 1);
+  map->slots[j] = b;
+  map->n++;
+  return true;
+}
+
+static size_t find(const cgc__ptr_map_t* map, uint64_t ptr) {
+  if (map->cap == 0) return SIZE_MAX;
+  size_t j = slot_of(ptr, map->cap);
+  while (map->slots[j] != NULL) {
+    if (map->slots[j]->ptr == ptr) return j;
+    j = (j + 1) & (map->cap - 1);
+  }
+  return SIZE_MAX;
+}
+
+cgc__block_t* cgc__map_get(const cgc__ptr_map_t* map, uint64_t ptr) {
+  size_t j = find(map, ptr);
+  return j == SIZE_MAX ? NULL : map->slots[j];
+}
+
+cgc__block_t* cgc__map_take(cgc__ptr_map_t* map, uint64_t ptr) {
+  size_t j = find(map, ptr);
+  if (j == SIZE_MAX) return NULL;
+  cgc__block_t* b = map->slots[j];
+  map->slots[j] = NULL;
+  map->n--;
+  /* Backward-shift: move later members of the probe run into the hole when their home slot
+   * does not lie cyclically in (hole, k]. */
+  size_t hole = j, k = j;
+  for (;;) {
+    k = (k + 1) & (map->cap - 1);
+    cgc__block_t* m = map->slots[k];
+    if (m == NULL) break;
+    size_t home = slot_of(m->ptr, map->cap);
+    bool home_in_range = hole <= k ? (hole < home && home <= k) : (hole < home || home <= k);
+    if (home_in_range) continue;
+    map->slots[hole] = m;
+    map->slots[k] = NULL;
+    hole = k;
+  }
+  return b;
+}
+
+void cgc__map_free(cgc__ptr_map_t* map) {
+  free(map->slots);
+  memset(map, 0, sizeof *map);
+}
+
+void cgc__stats_add_reserved(cgc__stats_t* s, long long delta) {
+  s->reserved = (size_t)((long long)s->reserved + delta);
+  if (s->reserved > s->peak_reserved) s->peak_reserved = s->reserved;
+}
+
+void cgc__stats_add_allocated(cgc__stats_t* s, long long delta) {
+  s->allocated = (size_t)((long long)s->allocated + delta);
+  if (s->allocated > s->peak_allocated) s->peak_allocated = s->allocated;
+}

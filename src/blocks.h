@@ -1,0 +1,124 @@
+/* Block bookkeeping of the caching allocator, free of any driver call so that it can be tested
+ * on machines without a GPU (tests/blocks_test.cc).
+ *
+ * A segment is one cuMemAlloc; it is cut into blocks kept in address order through prev/next.
+ * Every block of a segment has the segment's stream and owner (the device cache or a private
+ * pool). Free blocks sit in the owner's sorted sets, small and large, ordered by (stream, size,
+ * address), so a best fit for one stream is one binary search. Sizes follow PyTorch's caching
+ * allocator: 512-byte granularity; requests up to 1 MiB are "small" and come from 2 MiB
+ * segments; larger ones come from 20 MiB segments below 10 MiB and from segments rounded up to
+ * 2 MiB above. */
+#ifndef CGC_BLOCKS_H_
+#define CGC_BLOCKS_H_
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+enum {
+  CGC_BLOCK_ALIGN = 512,
+  CGC_SMALL_LIMIT = 1 << 20,     /* requests up to this are small */
+  CGC_SMALL_SEGMENT = 2 << 20,   /* segment size for small requests */
+  CGC_LARGE_SEGMENT = 20 << 20,  /* segment size for large requests below CGC_LARGE_DIRECT */
+  CGC_LARGE_DIRECT = 10 << 20,   /* from here on a segment is the request rounded to 2 MiB */
+  CGC_LARGE_ROUND = 2 << 20,
+};
+
+typedef enum cgc__block_state {
+  CGC_BLOCK_FREE = 0,      /* in its owner's free set */
+  CGC_BLOCK_ALLOCATED = 1, /* handed out */
+  CGC_BLOCK_WAITING = 2,   /* freed by the user, not yet reusable (recorded uses outstanding) */
+} cgc__block_state_t;
+
+struct cgc__pool_state;
+
+typedef struct cgc__block {
+  uint64_t ptr;
+  size_t size;      /* bytes this block spans (a multiple of CGC_BLOCK_ALIGN) */
+  size_t requested; /* what the user asked for */
+  const void* stream; /* the stream it was allocated on; the key for reuse */
+  struct cgc__pool_state* owner;
+  struct cgc__block* prev; /* neighbours within the segment, address order */
+  struct cgc__block* next;
+  cgc__block_state_t state;
+  bool small; /* from a small segment: lives in the small set whatever its size */
+  /* Streams other than `stream` that used the block (cgc_record_stream). */
+  const void** uses;
+  size_t n_uses, cap_uses;
+  /* While WAITING: outstanding events, or the capture bookkeeping sequence at the free. */
+  void** events;
+  size_t n_events;
+  uint64_t free_seq;
+  struct cgc__block* next_waiting; /* link in a waiting list */
+} cgc__block_t;
+
+/* A sorted set of free blocks. */
+typedef struct cgc__block_set {
+  cgc__block_t** items;
+  size_t n, cap;
+} cgc__block_set_t;
+
+typedef struct cgc__stats {
+  size_t reserved, allocated, peak_reserved, peak_allocated;
+  uint64_t driver_allocs, driver_frees;
+} cgc__stats_t;
+
+/* What an owner (device cache or private pool) keeps. */
+typedef struct cgc__pool_state {
+  void* pool;      /* the private pool this state belongs to; NULL for the device cache */
+  void* allocator; /* the device allocator it is part of */
+  cgc__block_set_t small, large;
+  cgc__stats_t stats;
+  size_t outstanding; /* blocks allocated or waiting: the owner cannot be dissolved while > 0 */
+} cgc__pool_state_t;
+
+/* Sizes. */
+size_t cgc__round_size(size_t n);
+bool cgc__is_small(size_t rounded);
+size_t cgc__segment_size(size_t rounded);
+/* Whether a free block of `block_size` (small or large class) serving `rounded` bytes leaves a
+ * remainder worth keeping. */
+bool cgc__should_split(bool small, size_t block_size, size_t rounded);
+
+/* Sets. Insert fails only when out of host memory. */
+bool cgc__set_insert(cgc__block_set_t* set, cgc__block_t* b);
+void cgc__set_erase(cgc__block_set_t* set, cgc__block_t* b);
+/* The smallest free block of `stream` with size >= `size`, or NULL. */
+cgc__block_t* cgc__set_best_fit(const cgc__block_set_t* set, const void* stream, size_t size);
+void cgc__set_free(cgc__block_set_t* set);
+cgc__block_set_t* cgc__state_set(cgc__pool_state_t* state, bool small);
+
+/* Cuts `b` (taken out of its set, about to be handed out) to `rounded` bytes; `spare` becomes
+ * the remainder, placed after b in the segment, FREE, and inserted into the owner's set.
+ * Returns false (b unchanged) when the set cannot grow. */
+bool cgc__block_split(cgc__block_t* b, size_t rounded, cgc__block_t* spare);
+/* Makes `b` FREE: merges it with free neighbours (each absorbed neighbour struct is handed to
+ * `recycle`) and inserts the result into its owner's set. Returns the merged block, or NULL if
+ * the set could not grow (then b is left FREE outside the set: callers treat it as leaked). */
+cgc__block_t* cgc__block_release(cgc__block_t* b, void (*recycle)(cgc__block_t*, void*), void* arg);
+/* True when b alone spans its whole segment. */
+static inline bool cgc__block_is_segment(const cgc__block_t* b) { return b->prev == NULL && b->next == NULL; }
+
+/* Pointer -> allocated block map (open addressing, linear probing, backward-shift delete). */
+typedef struct cgc__ptr_map {
+  cgc__block_t** slots;
+  size_t cap, n;
+} cgc__ptr_map_t;
+bool cgc__map_put(cgc__ptr_map_t* map, cgc__block_t* b);
+cgc__block_t* cgc__map_get(const cgc__ptr_map_t* map, uint64_t ptr);
+cgc__block_t* cgc__map_take(cgc__ptr_map_t* map, uint64_t ptr);
+void cgc__map_free(cgc__ptr_map_t* map);
+
+/* Stats helpers (peaks follow the current values up). */
+void cgc__stats_add_reserved(cgc__stats_t* s, long long delta);
+void cgc__stats_add_allocated(cgc__stats_t* s, long long delta);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* CGC_BLOCKS_H_ */

@@ -1,0 +1,170 @@
+// The allocator's block bookkeeping without a GPU: size classes, best fit per stream, split and
+// merge, the pointer map. Addresses here are made up; nothing touches a device.
+#include <gtest/gtest.h>
+
+#include <map>
+#include <random>
+#include <vector>
+
+#include "src/blocks.h"
+
+namespace {
+
+const void* kStreamA = reinterpret_cast<const void*>(0x1000);
+const void* kStreamB = reinterpret_cast<const void*>(0x2000);
+
+void Recycle(cgc__block_t* b, void* arg) { static_cast<std::vector<cgc__block_t*>*>(arg)->push_back(b); }
+
+class Blocks : public ::testing::Test {
+ protected:
+  void TearDown() override {
+    cgc__set_free(&state_.small);
+    cgc__set_free(&state_.large);
+    for (cgc__block_t* b : owned_) delete b;
+  }
+  cgc__block_t* NewBlock() {
+    owned_.push_back(new cgc__block_t{});
+    return owned_.back();
+  }
+  // A fresh segment as the allocator makes one: FREE, not yet in a set.
+  cgc__block_t* Segment(uint64_t ptr, size_t size, const void* stream, bool small) {
+    cgc__block_t* b = NewBlock();
+    b->ptr = ptr;
+    b->size = size;
+    b->stream = stream;
+    b->owner = &state_;
+    b->small = small;
+    return b;
+  }
+  cgc__pool_state_t state_{};
+  std::vector<cgc__block_t*> owned_;
+  std::vector<cgc__block_t*> recycled_;
+};
+
+TEST(BlockSizes, RoundTo512AndPickSegmentsLikePyTorch) {
+  EXPECT_EQ(cgc__round_size(0), 512u);
+  EXPECT_EQ(cgc__round_size(1), 512u);
+  EXPECT_EQ(cgc__round_size(512), 512u);
+  EXPECT_EQ(cgc__round_size(513), 1024u);
+  EXPECT_TRUE(cgc__is_small(1 << 20));
+  EXPECT_FALSE(cgc__is_small((1 << 20) + 512));
+  EXPECT_EQ(cgc__segment_size(512), size_t(2) << 20);
+  EXPECT_EQ(cgc__segment_size(1 << 20), size_t(2) << 20);
+  EXPECT_EQ(cgc__segment_size((1 << 20) + 512), size_t(20) << 20);
+  EXPECT_EQ(cgc__segment_size((10 << 20) - 512), size_t(20) << 20);
+  EXPECT_EQ(cgc__segment_size(10 << 20), size_t(10) << 20);
+  EXPECT_EQ(cgc__segment_size((10 << 20) + 512), size_t(12) << 20);
+}
+
+TEST(BlockSizes, SplitKeepsUsefulRemaindersOnly) {
+  EXPECT_TRUE(cgc__should_split(true, 2 << 20, 512));           // small: any 512 B remainder
+  EXPECT_FALSE(cgc__should_split(true, 1024, 1024));
+  EXPECT_TRUE(cgc__should_split(true, 1024, 512));
+  EXPECT_FALSE(cgc__should_split(false, 20 << 20, 19 << 20));   // large: 1 MiB is not enough
+  EXPECT_TRUE(cgc__should_split(false, 20 << 20, (19 << 20) - 512));
+}
+
+TEST_F(Blocks, BestFitIsPerStreamAndSmallestFirst) {
+  cgc__block_t* a1 = Segment(0x100000, 4096, kStreamA, true);
+  cgc__block_t* a2 = Segment(0x200000, 1024, kStreamA, true);
+  cgc__block_t* b1 = Segment(0x300000, 2048, kStreamB, true);
+  for (cgc__block_t* b : {a1, a2, b1}) ASSERT_TRUE(cgc__set_insert(&state_.small, b));
+  EXPECT_EQ(cgc__set_best_fit(&state_.small, kStreamA, 512), a2);
+  EXPECT_EQ(cgc__set_best_fit(&state_.small, kStreamA, 1536), a1);
+  EXPECT_EQ(cgc__set_best_fit(&state_.small, kStreamA, 8192), nullptr);
+  EXPECT_EQ(cgc__set_best_fit(&state_.small, kStreamB, 1024), b1);
+  EXPECT_EQ(cgc__set_best_fit(&state_.small, kStreamB, 4096), nullptr) << "never another stream's block";
+  cgc__set_erase(&state_.small, a2);
+  EXPECT_EQ(cgc__set_best_fit(&state_.small, kStreamA, 512), a1);
+  EXPECT_EQ(state_.small.n, 2u);
+}
+
+TEST_F(Blocks, SplitThenReleaseMergesBackIntoOneSegment) {
+  cgc__block_t* seg = Segment(0x7f0000000000, 2 << 20, kStreamA, true);
+  // Hand out three blocks cut from the segment, as malloc does.
+  cgc__block_t* parts[3];
+  cgc__block_t* rest = seg;
+  for (int i = 0; i < 3; i++) {
+    if (i > 0) {
+      cgc__set_erase(&state_.small, rest);
+    }
+    ASSERT_TRUE(cgc__block_split(rest, 4096, NewBlock()));
+    rest->state = CGC_BLOCK_ALLOCATED;
+    parts[i] = rest;
+    rest = rest->next;
+  }
+  EXPECT_EQ(parts[0]->ptr + 4096, parts[1]->ptr);
+  EXPECT_EQ(parts[1]->ptr + 4096, parts[2]->ptr);
+  EXPECT_EQ(rest->size, (2u << 20) - 3 * 4096);
+  EXPECT_EQ(state_.small.n, 1u);  // only the remainder is free
+  // Free the middle one: no free neighbour, stays separate.
+  cgc__block_t* m = cgc__block_release(parts[1], Recycle, &recycled_);
+  EXPECT_EQ(m, parts[1]);
+  EXPECT_EQ(state_.small.n, 2u);
+  // Free the last: merges with the middle and the remainder.
+  m = cgc__block_release(parts[2], Recycle, &recycled_);
+  EXPECT_EQ(m, parts[1]);
+  EXPECT_EQ(m->size, (2u << 20) - 4096);
+  EXPECT_EQ(state_.small.n, 1u);
+  // Free the first: the whole segment again.
+  m = cgc__block_release(parts[0], Recycle, &recycled_);
+  EXPECT_EQ(m, seg);
+  EXPECT_TRUE(cgc__block_is_segment(m));
+  EXPECT_EQ(m->size, 2u << 20);
+  EXPECT_EQ(state_.small.n, 1u);
+  EXPECT_EQ(recycled_.size(), 3u);
+}
+
+TEST_F(Blocks, BlocksOfASmallSegmentStayInTheSmallSet) {
+  cgc__block_t* seg = Segment(0x10000000, 2 << 20, kStreamA, true);
+  ASSERT_TRUE(cgc__block_split(seg, 512, NewBlock()));
+  seg->state = CGC_BLOCK_ALLOCATED;
+  cgc__block_release(seg, Recycle, &recycled_);
+  EXPECT_EQ(state_.small.n, 1u);
+  EXPECT_EQ(state_.large.n, 0u);
+  EXPECT_EQ(state_.small.items[0]->size, 2u << 20);  // 2 MiB > the small limit, still small
+}
+
+TEST(PtrMap, PutGetTakeSurviveCollisionsAndDeletes) {
+  cgc__ptr_map_t map{};
+  std::vector<cgc__block_t> blocks(5000);
+  std::mt19937_64 rng(7);
+  std::map<uint64_t, cgc__block_t*> truth;
+  for (size_t i = 0; i < blocks.size(); i++) {
+    blocks[i].ptr = 0x7f0000000000ull + (rng() % (1ull << 30)) * 512;
+    if (truth.count(blocks[i].ptr)) continue;
+    ASSERT_TRUE(cgc__map_put(&map, &blocks[i]));
+    truth[blocks[i].ptr] = &blocks[i];
+  }
+  EXPECT_EQ(map.n, truth.size());
+  // Delete every other one, then check all lookups.
+  bool take = true;
+  for (auto it = truth.begin(); it != truth.end();) {
+    if (take) {
+      EXPECT_EQ(cgc__map_take(&map, it->first), it->second);
+      it = truth.erase(it);
+    } else {
+      ++it;
+    }
+    take = !take;
+  }
+  for (auto& kv : truth) EXPECT_EQ(cgc__map_get(&map, kv.first), kv.second);
+  EXPECT_EQ(cgc__map_get(&map, 0x1234), nullptr);
+  EXPECT_EQ(cgc__map_take(&map, 0x1234), nullptr);
+  EXPECT_EQ(map.n, truth.size());
+  cgc__map_free(&map);
+}
+
+TEST(Stats, PeaksFollowTheCurrentValueUp) {
+  cgc__stats_t s{};
+  cgc__stats_add_reserved(&s, 100);
+  cgc__stats_add_reserved(&s, -40);
+  cgc__stats_add_allocated(&s, 30);
+  cgc__stats_add_allocated(&s, -30);
+  EXPECT_EQ(s.reserved, 60u);
+  EXPECT_EQ(s.peak_reserved, 100u);
+  EXPECT_EQ(s.allocated, 0u);
+  EXPECT_EQ(s.peak_allocated, 30u);
+}
+
+}  // namespace

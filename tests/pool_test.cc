@@ -1,0 +1,426 @@
+// Private pools on a real GPU, the scenarios PyTorch's own test suite checks, ported to the C
+// API with the tests' own kernels.
+#include <cstdio>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "tests/gpu_test_util.h"
+
+namespace {
+
+using cgc_test::GpuTest;
+using cgc_test::RandomFloats;
+
+CUdeviceptr D(void* p) { return static_cast<CUdeviceptr>(reinterpret_cast<uintptr_t>(p)); }
+
+class Pool : public GpuTest {
+ protected:
+  void SetUp() override {
+    GpuTest::SetUp();
+    if (IsSkipped() || HasFatalFailure()) return;
+    CGC_ASSERT_OK(cgc_empty_cache(ctx));
+    baseline_ = Stats();
+  }
+  void* Malloc(size_t n, cgc_stream_t s) {
+    void* p = nullptr;
+    cgc_status_t st = cgc_malloc(ctx, n, s, &p);
+    EXPECT_EQ(st, CGC_SUCCESS) << cgc_last_error();
+    return p;
+  }
+  cgc_memory_stats_t Stats(cgc_pool_t pool = nullptr) {
+    cgc_memory_stats_t s = {sizeof s, 0, 0, 0, 0, 0, 0};
+    EXPECT_EQ(cgc_memory_stats(ctx, pool, &s), CGC_SUCCESS) << cgc_last_error();
+    return s;
+  }
+  cgc_capture_options_t Opts(cgc_pool_t pool) {
+    cgc_capture_options_t o = {sizeof o, CGC_CAPTURE_MODE_GLOBAL, pool, 0};
+    return o;
+  }
+  cgc_pool_t PoolOf(cgc_graph_t g) {
+    cgc_pool_t p = nullptr;
+    EXPECT_EQ(cgc_graph_pool(g, &p), CGC_SUCCESS) << cgc_last_error();
+    return p;
+  }
+  cgc_memory_stats_t baseline_{};
+};
+
+TEST_F(Pool, GlobalCaptureAllocationsSucceedAndLandInThePool) {
+  constexpr unsigned n = 1 << 16;
+  CUdeviceptr in = Alloc(n * 4);
+  std::vector<float> x = RandomFloats(n, 21);
+  Upload(in, x);
+  CGC_ASSERT_OK(cgc_capture_begin(stream, nullptr));  // Global mode, new pool
+  void* t = Malloc(n * 4, stream);
+  void* out = Malloc(n * 4, stream);
+  Add(stream, D(t), in, 1.0f, n);
+  Add(stream, D(out), D(t), 2.0f, n);
+  CGC_ASSERT_OK(cgc_free(t));
+  cgc_graph_t g = nullptr;
+  CGC_ASSERT_OK(cgc_capture_end(stream, &g));  // valid: the allocations did not break it
+  cgc_pool_t pool = PoolOf(g);
+  ASSERT_NE(pool, nullptr);
+  cgc_memory_stats_t ps = Stats(pool);
+  EXPECT_EQ(ps.bytes_allocated, size_t(n) * 4) << "out is live in the pool";
+  EXPECT_EQ(ps.bytes_reserved, size_t(2) << 20);
+  EXPECT_EQ(ps.num_driver_allocs, 1u);
+  cgc_graph_info_t info = {sizeof info, 0, 0, 0, 0};
+  CGC_ASSERT_OK(cgc_graph_info(g, &info));
+  EXPECT_EQ(info.pool_bytes_reserved, size_t(2) << 20);
+  CGC_ASSERT_OK(cgc_graph_launch(g, stream));
+  std::vector<float> y = Download(D(out), n);
+  for (unsigned i = 0; i < n; i += 131) ASSERT_FLOAT_EQ(y[i], x[i] + 3.0f);
+  // A pool block never serves allocations outside captures into that pool.
+  void* eager = Malloc(n * 4, stream);
+  EXPECT_NE(eager, t);
+  CGC_ASSERT_OK(cgc_free(eager));
+  CGC_ASSERT_OK(cgc_free(out));
+  CGC_ASSERT_OK(cgc_graph_destroy(g));
+}
+
+TEST_F(Pool, SideStreamAllocationsLandInThePool) {
+  cgc_stream_t side = nullptr;
+  cgc_event_t fork = nullptr, join = nullptr;
+  CGC_ASSERT_OK(cgc_stream_create(ctx, CGC_STREAM_NON_BLOCKING, 0, &side));
+  CGC_ASSERT_OK(cgc_event_create(ctx, 0, &fork));
+  CGC_ASSERT_OK(cgc_event_create(ctx, 0, &join));
+  CGC_ASSERT_OK(cgc_capture_begin(stream, nullptr));
+  void* a = Malloc(4096, stream);
+  CGC_ASSERT_OK(cgc_event_record(fork, stream));
+  CGC_ASSERT_OK(cgc_stream_wait_event(side, fork));
+  void* b = Malloc(3 << 20, side);  // a large block, on the side stream
+  Fill(side, D(b), 1.0f, 1024);
+  CGC_ASSERT_OK(cgc_event_record(join, side));
+  CGC_ASSERT_OK(cgc_stream_wait_event(stream, join));
+  cgc_graph_t g = nullptr;
+  CGC_ASSERT_OK(cgc_capture_end(stream, &g));
+  cgc_memory_stats_t ps = Stats(PoolOf(g));
+  EXPECT_EQ(ps.num_driver_allocs, 2u) << "one small and one large segment, both in the pool";
+  EXPECT_EQ(ps.bytes_allocated, 4096u + (3u << 20));
+  EXPECT_EQ(Stats().bytes_allocated - baseline_.bytes_allocated, 4096u + (3u << 20));
+  CGC_ASSERT_OK(cgc_free(a));
+  CGC_ASSERT_OK(cgc_free(b));
+  CGC_ASSERT_OK(cgc_graph_destroy(g));
+  CGC_ASSERT_OK(cgc_stream_destroy(side));
+  CGC_ASSERT_OK(cgc_event_destroy(fork));
+  CGC_ASSERT_OK(cgc_event_destroy(join));
+}
+
+TEST_F(Pool, BlockFreedInACaptureServesLaterAllocationsOfThatCapture) {
+  CGC_ASSERT_OK(cgc_capture_begin(stream, nullptr));
+  void* a = Malloc(64 << 10, stream);
+  Fill(stream, D(a), 1.0f, 16 << 10);
+  CGC_ASSERT_OK(cgc_free(a));
+  void* b = Malloc(64 << 10, stream);
+  EXPECT_EQ(a, b);
+  cgc_graph_t g = nullptr;
+  CGC_ASSERT_OK(cgc_capture_end(stream, &g));
+  EXPECT_EQ(Stats(PoolOf(g)).peak_bytes_allocated, size_t(64) << 10);
+  CGC_ASSERT_OK(cgc_free(b));
+  CGC_ASSERT_OK(cgc_graph_destroy(g));
+}
+
+TEST_F(Pool, SharedPoolReusesWhatAnEarlierCaptureFreedAndASeparatePoolDoesNot) {
+  constexpr size_t kBytes = 256 << 10;
+  // g0 allocates and frees a temporary inside its capture.
+  CGC_ASSERT_OK(cgc_capture_begin(stream, nullptr));
+  void* tmp = Malloc(kBytes, stream);
+  Fill(stream, D(tmp), 1.0f, kBytes / 4);
+  CGC_ASSERT_OK(cgc_free(tmp));
+  cgc_graph_t g0 = nullptr;
+  CGC_ASSERT_OK(cgc_capture_end(stream, &g0));
+  cgc_pool_t shared = PoolOf(g0);
+  cgc_memory_stats_t after_g0 = Stats(shared);
+  // g1 shares g0's pool: gets the same address, no new segment.
+  cgc_capture_options_t o = Opts(shared);
+  CGC_ASSERT_OK(cgc_capture_begin(stream, &o));
+  void* reuse = Malloc(kBytes, stream);
+  Fill(stream, D(reuse), 2.0f, kBytes / 4);
+  cgc_graph_t g1 = nullptr;
+  CGC_ASSERT_OK(cgc_capture_end(stream, &g1));
+  EXPECT_EQ(reuse, tmp);
+  EXPECT_EQ(PoolOf(g1), shared);
+  cgc_memory_stats_t after_g1 = Stats(shared);
+  EXPECT_EQ(after_g1.bytes_reserved, after_g0.bytes_reserved);
+  EXPECT_EQ(after_g1.num_driver_allocs, after_g0.num_driver_allocs);
+  // g2 with its own pool: a new segment and another address.
+  CGC_ASSERT_OK(cgc_capture_begin(stream, nullptr));
+  void* fresh = Malloc(kBytes, stream);
+  cgc_graph_t g2 = nullptr;
+  CGC_ASSERT_OK(cgc_capture_end(stream, &g2));
+  EXPECT_NE(fresh, tmp);
+  EXPECT_NE(PoolOf(g2), shared);
+  EXPECT_EQ(Stats(PoolOf(g2)).num_driver_allocs, 1u);
+  for (void* p : {reuse, fresh}) CGC_ASSERT_OK(cgc_free(p));
+  for (cgc_graph_t g : {g0, g1, g2}) CGC_ASSERT_OK(cgc_graph_destroy(g));
+}
+
+// test_graph_three_successive: g0: b=a+0, c=b+1, d=b+2; g1: e=c+3; free c; g2: f=d+4.
+// Replay g0,g1,g2: e=5, f=7. Replay g0,g2,g1: with a shared pool f took c's memory, so e=10;
+// with separate pools e=5.
+class ThreeSuccessive : public Pool {
+ protected:
+  void Run(bool share, bool out_of_order, float* e_val, float* f_val) {
+    constexpr unsigned n = 1000;
+    CUdeviceptr a = Alloc(n * 4);
+    Fill(stream, a, 1.0f, n);
+    cgc_pool_t pool = nullptr;
+    if (share) CGC_ASSERT_OK(cgc_pool_create(ctx, &pool));
+    cgc_capture_options_t o = Opts(pool);
+    cgc_graph_t g0, g1, g2;
+    CGC_ASSERT_OK(cgc_capture_begin(stream, &o));
+    void* b = Malloc(n * 4, stream);
+    void* c = Malloc(n * 4, stream);
+    void* d = Malloc(n * 4, stream);
+    Add(stream, D(b), a, 0.0f, n);
+    Add(stream, D(c), D(b), 1.0f, n);
+    Add(stream, D(d), D(b), 2.0f, n);
+    CGC_ASSERT_OK(cgc_capture_end(stream, &g0));
+    CGC_ASSERT_OK(cgc_capture_begin(stream, &o));
+    void* e = Malloc(n * 4, stream);
+    Add(stream, D(e), D(c), 3.0f, n);
+    CGC_ASSERT_OK(cgc_capture_end(stream, &g1));
+    CGC_ASSERT_OK(cgc_free(c));
+    CGC_ASSERT_OK(cgc_capture_begin(stream, &o));
+    void* f = Malloc(n * 4, stream);
+    Add(stream, D(f), D(d), 4.0f, n);
+    CGC_ASSERT_OK(cgc_capture_end(stream, &g2));
+    EXPECT_EQ(f == c, share) << "f reuses c's block exactly when the pool is shared";
+    CGC_ASSERT_OK(cgc_graph_launch(g0, stream));
+    CGC_ASSERT_OK(cgc_graph_launch(out_of_order ? g2 : g1, stream));
+    CGC_ASSERT_OK(cgc_graph_launch(out_of_order ? g1 : g2, stream));
+    std::vector<float> ev = Download(D(e), n), fv = Download(D(f), n);
+    float esum = 0, fsum = 0;
+    for (unsigned i = 0; i < n; i++) esum += ev[i], fsum += fv[i];
+    *e_val = esum / n;
+    *f_val = fsum / n;
+    for (void* p : {b, d, e, f}) CGC_ASSERT_OK(cgc_free(p));
+    for (cgc_graph_t g : {g0, g1, g2}) CGC_ASSERT_OK(cgc_graph_destroy(g));
+    if (pool) CGC_ASSERT_OK(cgc_pool_release(pool));
+  }
+};
+
+TEST_F(ThreeSuccessive, InCaptureOrderEveryPoolModeGivesFiveAndSeven) {
+  for (bool share : {false, true}) {
+    float e = 0, f = 0;
+    Run(share, false, &e, &f);
+    EXPECT_EQ(e, 5.0f) << "share=" << share;
+    EXPECT_EQ(f, 7.0f) << "share=" << share;
+  }
+}
+
+TEST_F(ThreeSuccessive, OutOfOrderReplayCorruptsOnlyASharedPool) {
+  float e = 0, f = 0;
+  Run(true, true, &e, &f);
+  EXPECT_EQ(e, 10.0f) << "g2 overwrote c's memory before g1 read it (PyTorch documents this)";
+  EXPECT_EQ(f, 7.0f);
+  Run(false, true, &e, &f);
+  EXPECT_EQ(e, 5.0f);
+  EXPECT_EQ(f, 7.0f);
+}
+
+TEST_F(Pool, OutputsStayReadableAfterTheGraphIsDestroyedAndMemoryReturnsToBaseline) {
+  for (size_t numel : {size_t(128), size_t(262144), size_t(2621568)}) {
+    CUdeviceptr a = Alloc(numel * 4);
+    Fill(stream, a, 1.0f, unsigned(numel));
+    CGC_ASSERT_OK(cgc_capture_begin(stream, nullptr));
+    void* b = Malloc(numel * 4, stream);
+    Add(stream, D(b), a, 0.0f, unsigned(numel));
+    for (int i = 0; i < 5; i++) {
+      void* next = Malloc(numel * 4, stream);
+      Add(stream, D(next), D(b), 1.0f, unsigned(numel));
+      CGC_ASSERT_OK(cgc_free(b));
+      b = next;
+    }
+    cgc_graph_t g = nullptr;
+    CGC_ASSERT_OK(cgc_capture_end(stream, &g));
+    CGC_ASSERT_OK(cgc_graph_launch(g, stream));
+    CGC_ASSERT_OK(cgc_graph_destroy(g));
+    std::vector<float> out = Download(D(b), numel);
+    EXPECT_EQ(out[0], 6.0f) << numel;
+    EXPECT_EQ(out[numel - 1], 6.0f) << numel;
+    CGC_ASSERT_OK(cgc_empty_cache(ctx));
+    EXPECT_GT(Stats().bytes_reserved, baseline_.bytes_reserved) << "the output's segment is still held";
+    CGC_ASSERT_OK(cgc_free(b));
+    CGC_ASSERT_OK(cgc_empty_cache(ctx));
+    cgc_memory_stats_t s = Stats();
+    EXPECT_EQ(s.bytes_reserved, baseline_.bytes_reserved) << numel;
+    EXPECT_EQ(s.bytes_allocated, baseline_.bytes_allocated) << numel;
+  }
+}
+
+TEST_F(Pool, RecordStreamInsideACaptureWaitsForTheJoin) {
+  cgc_stream_t side = nullptr;
+  cgc_event_t fork = nullptr, join = nullptr;
+  CGC_ASSERT_OK(cgc_stream_create(ctx, CGC_STREAM_NON_BLOCKING, 0, &side));
+  CGC_ASSERT_OK(cgc_event_create(ctx, 0, &fork));
+  CGC_ASSERT_OK(cgc_event_create(ctx, 0, &join));
+  constexpr size_t kBytes = 32 << 10;
+  CGC_ASSERT_OK(cgc_capture_begin(stream, nullptr));
+  void* data = Malloc(kBytes, stream);
+  Fill(stream, D(data), 1.0f, kBytes / 4);
+  CGC_ASSERT_OK(cgc_event_record(fork, stream));
+  CGC_ASSERT_OK(cgc_stream_wait_event(side, fork));
+  Axpb(side, D(data), 2.0f, 0.0f, kBytes / 4);  // read/written on the side stream
+  CGC_ASSERT_OK(cgc_record_stream(data, side));
+  CGC_ASSERT_OK(cgc_free(data));
+  void* before_join = Malloc(kBytes, stream);
+  EXPECT_NE(before_join, data) << "reused before the side stream joined";
+  CGC_ASSERT_OK(cgc_event_record(join, side));
+  CGC_ASSERT_OK(cgc_stream_wait_event(stream, join));
+  void* after_join = Malloc(kBytes, stream);
+  EXPECT_EQ(after_join, data) << "reusable once the side stream joined the origin";
+  cgc_graph_t g = nullptr;
+  CGC_ASSERT_OK(cgc_capture_end(stream, &g));
+  for (void* p : {before_join, after_join}) CGC_ASSERT_OK(cgc_free(p));
+  CGC_ASSERT_OK(cgc_graph_destroy(g));
+  CGC_ASSERT_OK(cgc_stream_destroy(side));
+  CGC_ASSERT_OK(cgc_event_destroy(fork));
+  CGC_ASSERT_OK(cgc_event_destroy(join));
+}
+
+TEST_F(Pool, PendingEventsFromBeforeTheCaptureAreNotQueriedDuringIt) {
+  // test_graph_record_stream: a block freed with an outstanding use before the capture; the
+  // capture allocates, which must not query that event (it would break a Global capture).
+  cgc_stream_t busy = nullptr;
+  CGC_ASSERT_OK(cgc_stream_create(ctx, CGC_STREAM_NON_BLOCKING, 0, &busy));
+  void* old = Malloc(4096, stream);
+  Spin(busy, 100LL * 1000 * 1000);
+  CGC_ASSERT_OK(cgc_record_stream(old, busy));
+  CGC_ASSERT_OK(cgc_free(old));
+  CGC_ASSERT_OK(cgc_capture_begin(stream, nullptr));
+  void* in_capture = Malloc(4096, stream);
+  Fill(stream, D(in_capture), 1.0f, 1024);
+  cgc_graph_t g = nullptr;
+  CGC_ASSERT_OK(cgc_capture_end(stream, &g));
+  CGC_ASSERT_OK(cgc_stream_synchronize(busy));
+  void* later = Malloc(4096, stream);  // processes the deferred event now
+  EXPECT_EQ(later, old);
+  for (void* p : {in_capture, later}) CGC_ASSERT_OK(cgc_free(p));
+  CGC_ASSERT_OK(cgc_graph_destroy(g));
+  CGC_ASSERT_OK(cgc_stream_destroy(busy));
+}
+
+TEST_F(Pool, OutOfMemoryInsideACaptureFailsCleanlyAndTheCaptureEnds) {
+  CUdeviceptr a = Alloc(4096);
+  CGC_ASSERT_OK(cgc_capture_begin(stream, nullptr));
+  Fill(stream, a, 3.0f, 1024);
+  void* huge = reinterpret_cast<void*>(0x1);
+  EXPECT_EQ(cgc_malloc(ctx, size_t(1) << 50, stream, &huge), CGC_ERROR_OUT_OF_MEMORY);
+  EXPECT_EQ(huge, nullptr);
+  std::string msg = cgc_last_error();
+  EXPECT_NE(msg.find("tried to allocate"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("during a capture"), std::string::npos) << msg;
+  cgc_capture_status_t cs;
+  CGC_ASSERT_OK(cgc_stream_capture_status(stream, &cs, nullptr));
+  EXPECT_EQ(cs, CGC_CAPTURE_ACTIVE) << "the failed allocation did not break the capture";
+  void* small = Malloc(4096, stream);
+  EXPECT_NE(small, nullptr);
+  cgc_graph_t g = nullptr;
+  CGC_ASSERT_OK(cgc_capture_end(stream, &g));
+  CGC_ASSERT_OK(cgc_graph_launch(g, stream));
+  EXPECT_EQ(Download(a, 1024)[0], 3.0f);
+  CGC_ASSERT_OK(cgc_free(small));
+  CGC_ASSERT_OK(cgc_graph_destroy(g));
+}
+
+TEST_F(Pool, APoolRecordsOneCaptureAtATimeButTwoPoolsCanRecordAtOnce) {
+  cgc_stream_t s2 = nullptr;
+  CGC_ASSERT_OK(cgc_stream_create(ctx, CGC_STREAM_NON_BLOCKING, 0, &s2));
+  cgc_pool_t pool = nullptr;
+  CGC_ASSERT_OK(cgc_pool_create(ctx, &pool));
+  cgc_capture_options_t o = Opts(pool);
+  CGC_ASSERT_OK(cgc_capture_begin(stream, &o));
+  EXPECT_EQ(cgc_capture_begin(s2, &o), CGC_ERROR_INVALID_STATE);
+  EXPECT_NE(std::string(cgc_last_error()).find("being recorded into"), std::string::npos) << cgc_last_error();
+  cgc_capture_status_t cs;
+  CGC_ASSERT_OK(cgc_stream_capture_status(s2, &cs, nullptr));
+  EXPECT_EQ(cs, CGC_CAPTURE_NONE);
+  // A second capture into another pool at the same time, on the same thread: ending one must
+  // not break the other (instantiation runs in Relaxed mode).
+  CGC_ASSERT_OK(cgc_capture_begin(s2, nullptr));
+  void* p1 = Malloc(4096, stream);
+  void* p2 = Malloc(4096, s2);
+  cgc_graph_t g1 = nullptr, g2 = nullptr;
+  cgc_status_t end2 = cgc_capture_end(s2, &g2);
+  std::string end2_msg = cgc_last_error();
+  cgc_status_t end1 = cgc_capture_end(stream, &g1);
+  ASSERT_EQ(end2, CGC_SUCCESS) << end2_msg;
+  ASSERT_EQ(end1, CGC_SUCCESS) << cgc_last_error();
+  EXPECT_EQ(Stats(pool).bytes_allocated, 4096u);
+  EXPECT_EQ(Stats(PoolOf(g2)).bytes_allocated, 4096u);
+  for (void* p : {p1, p2}) CGC_ASSERT_OK(cgc_free(p));
+  for (cgc_graph_t g : {g1, g2}) CGC_ASSERT_OK(cgc_graph_destroy(g));
+  CGC_ASSERT_OK(cgc_pool_release(pool));
+  CGC_ASSERT_OK(cgc_stream_destroy(s2));
+}
+
+TEST_F(Pool, ReferencesKeepThePoolAndReleasingALentPoolIsRefused) {
+  CGC_ASSERT_OK(cgc_capture_begin(stream, nullptr));
+  void* out = Malloc(4096, stream);
+  cgc_graph_t g = nullptr;
+  CGC_ASSERT_OK(cgc_capture_end(stream, &g));
+  cgc_pool_t lent = PoolOf(g);
+  EXPECT_EQ(cgc_pool_release(lent), CGC_ERROR_INVALID_STATE) << "lent, not retained";
+  EXPECT_NE(std::string(cgc_last_error()).find("cgc_pool_retain"), std::string::npos);
+  CGC_ASSERT_OK(cgc_pool_retain(lent));
+  CGC_ASSERT_OK(cgc_graph_destroy(g));
+  // Still ours: a new capture can share it and reuse nothing that is live.
+  cgc_capture_options_t o = Opts(lent);
+  CGC_ASSERT_OK(cgc_capture_begin(stream, &o));
+  void* more = Malloc(4096, stream);
+  EXPECT_NE(more, out);
+  CGC_ASSERT_OK(cgc_capture_end(stream, &g));
+  CGC_ASSERT_OK(cgc_pool_release(lent));
+  CGC_ASSERT_OK(cgc_graph_destroy(g));
+  // No user, no graph: the handle is dead even though blocks are still out.
+  EXPECT_EQ(cgc_pool_retain(lent), CGC_ERROR_INVALID_HANDLE);
+  cgc_capture_options_t dead = Opts(lent);
+  EXPECT_EQ(cgc_capture_begin(stream, &dead), CGC_ERROR_INVALID_HANDLE);
+  CGC_ASSERT_OK(cgc_free(out));
+  CGC_ASSERT_OK(cgc_free(more));
+  CGC_ASSERT_OK(cgc_empty_cache(ctx));
+  EXPECT_EQ(Stats().bytes_reserved, baseline_.bytes_reserved);
+}
+
+TEST_F(Pool, GraphsCapturedLargestFirstIntoOnePoolReserveAboutTheLargestAlone) {
+  constexpr int kGraphs = 32;
+  constexpr size_t kUnit = 1 << 20;  // the largest graph's intermediates are 33 MiB each
+  CUdeviceptr in = Alloc((kGraphs + 1) * kUnit);
+  Fill(stream, in, 0.5f, unsigned((kGraphs + 1) * kUnit / 4));
+  cgc_pool_t pool = nullptr;
+  CGC_ASSERT_OK(cgc_pool_create(ctx, &pool));
+  cgc_capture_options_t o = Opts(pool);
+  std::vector<cgc_graph_t> graphs;
+  std::vector<void*> outputs;
+  size_t largest_alone = 0;
+  for (int k = 0; k < kGraphs; k++) {
+    size_t bytes = (kGraphs - k + 1) * kUnit;  // 33 MiB down to 2 MiB: all in the large class
+    unsigned n = unsigned(bytes / 4);
+    CGC_ASSERT_OK(cgc_capture_begin(stream, &o));
+    void* h1 = Malloc(bytes, stream);
+    void* h2 = Malloc(bytes, stream);
+    void* out = Malloc((kGraphs - k) * 1024, stream);
+    Add(stream, D(h1), in, 1.0f, n);
+    Add(stream, D(h2), D(h1), 1.0f, n);
+    Add(stream, D(out), D(h2), 1.0f, unsigned((kGraphs - k) * 256));
+    CGC_ASSERT_OK(cgc_free(h1));
+    CGC_ASSERT_OK(cgc_free(h2));
+    cgc_graph_t g = nullptr;
+    CGC_ASSERT_OK(cgc_capture_end(stream, &g));
+    graphs.push_back(g);
+    outputs.push_back(out);
+    if (k == 0) largest_alone = Stats(pool).bytes_reserved;
+  }
+  size_t all = Stats(pool).bytes_reserved;
+  std::printf("32 graphs largest-first in one pool: %.1f MiB reserved; the largest alone: %.1f MiB\n",
+              all / 1048576.0, largest_alone / 1048576.0);
+  EXPECT_LE(all, largest_alone);
+  for (size_t k = 0; k < graphs.size(); k++) CGC_ASSERT_OK(cgc_graph_launch(graphs[k], stream));
+  EXPECT_EQ(Download(D(outputs.back()), 256)[0], 3.5f);
+  for (void* p : outputs) CGC_ASSERT_OK(cgc_free(p));
+  for (cgc_graph_t g : graphs) CGC_ASSERT_OK(cgc_graph_destroy(g));
+  CGC_ASSERT_OK(cgc_pool_release(pool));
+}
+
+}  // namespace
