@@ -16,6 +16,10 @@
  *   set, means the defaults. Fields are only ever appended.
  * - Every function may be called from any thread; an object must not be destroyed while another
  *   thread uses it.
+ *
+ * Every function is listed once, in X-macro lists (CGC_FUNCTIONS_<SECTION>(X), entries
+ * X(return type, name, (parameters)) in ABI.md's order): the lists generate the declarations
+ * here and the function table of cgc_get_api at the end, so nothing is written twice.
  */
 #ifndef CGC_H_
 #define CGC_H_
@@ -34,16 +38,14 @@
 extern "C" {
 #endif
 
+#define CGC_DECLARE_FUNCTION_(ret, name, params) CGC_API ret name params;
+
 /* ---- versions, status ---------------------------------------------------------------------- */
 
 #define CGC_VERSION_MAJOR 1 /* also the soname: libcgc.so.1 */
 #define CGC_VERSION_MINOR 0
 #define CGC_VERSION_PATCH 0
 #define CGC_VERSION ((CGC_VERSION_MAJOR << 16) | (CGC_VERSION_MINOR << 8) | CGC_VERSION_PATCH)
-
-/* The library's version, (major << 16) | (minor << 8) | patch. Compare with CGC_VERSION to detect
- * a header/library mismatch. */
-CGC_API uint32_t cgc_version(void);
 
 /* Status codes are pinned forever: values are never renumbered or reused. */
 typedef enum cgc_status {
@@ -65,13 +67,17 @@ typedef enum cgc_status {
   CGC_ERROR_INTERNAL = 15
 } cgc_status_t;
 
-/* A static English name for `status` ("CGC_ERROR_INVALID_ARGUMENT: ..."); never NULL, also for
- * values this version does not know. */
-CGC_API const char* cgc_status_string(cgc_status_t status);
-
-/* This thread's message for the most recent failing (or warning) cgc call; "" when none.
- * Valid until the next cgc call on this thread. */
-CGC_API const char* cgc_last_error(void);
+#define CGC_FUNCTIONS_STATUS(X)                                                                                \
+  /* The library's version, (major << 16) | (minor << 8) | patch. Compare with CGC_VERSION to detect           \
+   * a header/library mismatch. */                                                                             \
+  X(uint32_t, cgc_version, (void))                                                                             \
+  /* A static English name for `status` ("CGC_ERROR_INVALID_ARGUMENT: ..."); never NULL, also for              \
+   * values this version does not know. */                                                                     \
+  X(const char*, cgc_status_string, (cgc_status_t status))                                                     \
+  /* This thread's message for the most recent failing (or warning) cgc call; "" when none.                    \
+   * Valid until the next cgc call on this thread. */                                                          \
+  X(const char*, cgc_last_error, (void))
+CGC_FUNCTIONS_STATUS(CGC_DECLARE_FUNCTION_)
 
 /* ---- handles ------------------------------------------------------------------------------- */
 
@@ -85,50 +91,50 @@ typedef struct cgc_rng_s* cgc_rng_t;     /* graph-safe Philox generator */
 
 /* ---- devices, streams, events -------------------------------------------------------------- */
 
-/* Number of CUDA devices. Errors: CGC_ERROR_NO_DRIVER without libcuda.so.1; CGC_ERROR_NO_DEVICE
- * when the driver sees no GPU (count is then 0). */
-CGC_API cgc_status_t cgc_device_count(int* count);
-
-/* A handle on `device`'s primary context (retained, so it is shared with the CUDA runtime and
- * any framework in the process). Objects created from it keep it alive: destroying the handle
- * while streams, events or graphs of it exist only drops the caller's reference. */
-CGC_API cgc_status_t cgc_context_create(int device, cgc_context_t* out);
-CGC_API cgc_status_t cgc_context_destroy(cgc_context_t ctx);
-/* Waits for all work on the device (cuCtxSynchronize). Not allowed during a Global capture. */
-CGC_API cgc_status_t cgc_context_synchronize(cgc_context_t ctx);
-
 #define CGC_STREAM_NON_BLOCKING 0x1u /* does not synchronise with the legacy default stream */
-/* A new stream on ctx's device. priority: 0 is the default; lower numbers are higher priority,
- * clamped to the device's range. Unknown flag bits are CGC_ERROR_INVALID_ARGUMENT. */
-CGC_API cgc_status_t cgc_stream_create(cgc_context_t ctx, unsigned flags, int priority, cgc_stream_t* out);
-/* Borrows an existing CUstream / cudaStream_t of ctx's device (NULL or cudaStreamLegacy = the
- * legacy default stream; cudaStreamPerThread is accepted too). cgc_stream_destroy frees only the
- * handle; the stream stays the caller's. */
-CGC_API cgc_status_t cgc_stream_wrap(cgc_context_t ctx, void* native_stream, cgc_stream_t* out);
-/* The CUstream behind the handle (NULL for the legacy default stream, or for a bad handle). */
-CGC_API void* cgc_stream_native(cgc_stream_t stream);
-/* Destroys an owned stream (pending work still completes); borrowed streams are not destroyed.
- * Refused with CGC_ERROR_INVALID_STATE while a capture begun with cgc is under way on it. */
-CGC_API cgc_status_t cgc_stream_destroy(cgc_stream_t stream);
-CGC_API cgc_status_t cgc_stream_synchronize(cgc_stream_t stream);
-/* *complete = 1 when all work on the stream has finished, 0 when some is still running. */
-CGC_API cgc_status_t cgc_stream_query(cgc_stream_t stream, int* complete);
-/* Makes future work on `stream` wait for `event`'s last record. Inside a capture this is the
- * fork (a stream outside the capture waits on an event recorded in it and joins the capture)
- * and the join (the origin stream waits on an event recorded on a side stream). cgc remembers
- * forks so that cgc_capture_end can name side streams that were never joined. */
-CGC_API cgc_status_t cgc_stream_wait_event(cgc_stream_t stream, cgc_event_t event);
+#define CGC_EVENT_TIMING 0x1u        /* without it events are created with timing disabled (faster) */
 
-#define CGC_EVENT_TIMING 0x1u /* without it events are created with timing disabled (faster) */
-CGC_API cgc_status_t cgc_event_create(cgc_context_t ctx, unsigned flags, cgc_event_t* out);
-CGC_API cgc_status_t cgc_event_destroy(cgc_event_t event);
-CGC_API cgc_status_t cgc_event_record(cgc_event_t event, cgc_stream_t stream);
-CGC_API cgc_status_t cgc_event_synchronize(cgc_event_t event);
-/* *complete = 1 when the recorded work has finished. Like cuEventQuery it is an unsafe call
- * during a Global-mode capture. */
-CGC_API cgc_status_t cgc_event_query(cgc_event_t event, int* complete);
-/* Milliseconds between two completed records of CGC_EVENT_TIMING events. */
-CGC_API cgc_status_t cgc_event_elapsed_ms(cgc_event_t start, cgc_event_t end, float* ms);
+#define CGC_FUNCTIONS_DEVICES(X)                                                                               \
+  /* Number of CUDA devices. Errors: CGC_ERROR_NO_DRIVER without libcuda.so.1; CGC_ERROR_NO_DEVICE             \
+   * when the driver sees no GPU (count is then 0). */                                                         \
+  X(cgc_status_t, cgc_device_count, (int* count))                                                              \
+  /* A handle on `device`'s primary context (retained, so it is shared with the CUDA runtime and               \
+   * any framework in the process). Objects created from it keep it alive: destroying the handle               \
+   * while streams, events or graphs of it exist only drops the caller's reference. */                         \
+  X(cgc_status_t, cgc_context_create, (int device, cgc_context_t* out))                                        \
+  X(cgc_status_t, cgc_context_destroy, (cgc_context_t ctx))                                                    \
+  /* Waits for all work on the device (cuCtxSynchronize). Not allowed during a Global capture. */              \
+  X(cgc_status_t, cgc_context_synchronize, (cgc_context_t ctx))                                                \
+  /* A new stream on ctx's device. priority: 0 is the default; lower numbers are higher priority,              \
+   * clamped to the device's range. Unknown flag bits are CGC_ERROR_INVALID_ARGUMENT. */                       \
+  X(cgc_status_t, cgc_stream_create, (cgc_context_t ctx, unsigned flags, int priority, cgc_stream_t* out))     \
+  /* Borrows an existing CUstream / cudaStream_t of ctx's device (NULL or cudaStreamLegacy = the               \
+   * legacy default stream; cudaStreamPerThread is accepted too). cgc_stream_destroy frees only the            \
+   * handle; the stream stays the caller's. */                                                                 \
+  X(cgc_status_t, cgc_stream_wrap, (cgc_context_t ctx, void* native_stream, cgc_stream_t* out))                \
+  /* The CUstream behind the handle (NULL for the legacy default stream, or for a bad handle). */              \
+  X(void*, cgc_stream_native, (cgc_stream_t stream))                                                           \
+  /* Destroys an owned stream (pending work still completes); borrowed streams are not destroyed.              \
+   * Refused with CGC_ERROR_INVALID_STATE while a capture begun with cgc is under way on it. */                \
+  X(cgc_status_t, cgc_stream_destroy, (cgc_stream_t stream))                                                   \
+  X(cgc_status_t, cgc_stream_synchronize, (cgc_stream_t stream))                                               \
+  /* *complete = 1 when all work on the stream has finished, 0 when some is still running. */                  \
+  X(cgc_status_t, cgc_stream_query, (cgc_stream_t stream, int* complete))                                      \
+  /* Makes future work on `stream` wait for `event`'s last record. Inside a capture this is the                \
+   * fork (a stream outside the capture waits on an event recorded in it and joins the capture)                \
+   * and the join (the origin stream waits on an event recorded on a side stream). cgc remembers               \
+   * forks so that cgc_capture_end can name side streams that were never joined. */                            \
+  X(cgc_status_t, cgc_stream_wait_event, (cgc_stream_t stream, cgc_event_t event))                             \
+  X(cgc_status_t, cgc_event_create, (cgc_context_t ctx, unsigned flags, cgc_event_t* out))                     \
+  X(cgc_status_t, cgc_event_destroy, (cgc_event_t event))                                                      \
+  X(cgc_status_t, cgc_event_record, (cgc_event_t event, cgc_stream_t stream))                                  \
+  X(cgc_status_t, cgc_event_synchronize, (cgc_event_t event))                                                  \
+  /* *complete = 1 when the recorded work has finished. Like cuEventQuery it is an unsafe call                 \
+   * during a Global-mode capture. */                                                                          \
+  X(cgc_status_t, cgc_event_query, (cgc_event_t event, int* complete))                                         \
+  /* Milliseconds between two completed records of CGC_EVENT_TIMING events. */                                 \
+  X(cgc_status_t, cgc_event_elapsed_ms, (cgc_event_t start, cgc_event_t end, float* ms))
+CGC_FUNCTIONS_DEVICES(CGC_DECLARE_FUNCTION_)
 
 /* ---- capture ------------------------------------------------------------------------------- */
 
@@ -154,31 +160,33 @@ typedef struct cgc_capture_options {
 #define CGC_CAPTURE_UPLOAD 0x1u              /* upload the executable at capture_end */
 #define CGC_CAPTURE_AUTO_FREE_ON_LAUNCH 0x2u /* cudaGraphInstantiateFlagAutoFreeOnLaunch (always on) */
 
-/* Starts capturing `stream` into a new graph. Errors: CGC_ERROR_CAPTURE_LEGACY_STREAM on the
- * legacy default stream (capture on a created stream; replaying on the default stream is
- * fine); CGC_ERROR_INVALID_STATE if the stream is already capturing or the pool is being
- * recorded into by another capture; CGC_ERROR_INVALID_ARGUMENT for a bad mode or flag. */
-CGC_API cgc_status_t cgc_capture_begin(cgc_stream_t stream, const cgc_capture_options_t* options);
-/* Ends the capture begun on `stream` and instantiates it (AutoFreeOnLaunch, node priorities
- * where the driver has them; uploaded with CGC_CAPTURE_UPLOAD). The driver capture ends
- * whatever happened: CGC_ERROR_CAPTURE_UNJOINED names the side streams that were forked and not
- * joined back, CGC_ERROR_CAPTURE_INVALIDATED reports an earlier illegal call; either way no
- * stream is left capturing and the stream can capture again. An empty capture succeeds and
- * says so in cgc_last_error(). */
-CGC_API cgc_status_t cgc_capture_end(cgc_stream_t stream, cgc_graph_t* out);
-
 typedef cgc_status_t (*cgc_capture_fn)(cgc_stream_t stream, void* user);
-/* begin, body(stream, user), end. If body returns an error the capture is still ended, the
- * graph discarded, and body's status returned. */
-CGC_API cgc_status_t cgc_capture(cgc_stream_t stream, const cgc_capture_options_t* options,
-                                 cgc_capture_fn body, void* user, cgc_graph_t* out);
-/* Whether `stream` is capturing now and, if so, the driver's capture id (capture_id may be
- * NULL; it is 0 when not capturing). Safe during any capture. */
-CGC_API cgc_status_t cgc_stream_capture_status(cgc_stream_t stream, cgc_capture_status_t* status,
-                                               uint64_t* capture_id);
-/* Swaps this thread's capture-interaction mode with *mode (cuThreadExchangeStreamCaptureMode):
- * call once to push a mode, again with the returned value to pop it. */
-CGC_API cgc_status_t cgc_capture_mode_exchange(cgc_capture_mode_t* mode);
+
+#define CGC_FUNCTIONS_CAPTURE(X)                                                                               \
+  /* Starts capturing `stream` into a new graph. Errors: CGC_ERROR_CAPTURE_LEGACY_STREAM on the                \
+   * legacy default stream (capture on a created stream; replaying on the default stream is                    \
+   * fine); CGC_ERROR_INVALID_STATE if the stream is already capturing or the pool is being                    \
+   * recorded into by another capture; CGC_ERROR_INVALID_ARGUMENT for a bad mode or flag. */                   \
+  X(cgc_status_t, cgc_capture_begin, (cgc_stream_t stream, const cgc_capture_options_t* options))              \
+  /* Ends the capture begun on `stream` and instantiates it (AutoFreeOnLaunch, node priorities                 \
+   * where the driver has them; uploaded with CGC_CAPTURE_UPLOAD). The driver capture ends                     \
+   * whatever happened: CGC_ERROR_CAPTURE_UNJOINED names the side streams that were forked and not             \
+   * joined back, CGC_ERROR_CAPTURE_INVALIDATED reports an earlier illegal call; either way no                 \
+   * stream is left capturing and the stream can capture again. An empty capture succeeds and                  \
+   * says so in cgc_last_error(). */                                                                           \
+  X(cgc_status_t, cgc_capture_end, (cgc_stream_t stream, cgc_graph_t* out))                                    \
+  /* begin, body(stream, user), end. If body returns an error the capture is still ended, the                  \
+   * graph discarded, and body's status returned. */                                                           \
+  X(cgc_status_t, cgc_capture,                                                                                 \
+    (cgc_stream_t stream, const cgc_capture_options_t* options, cgc_capture_fn body, void* user, cgc_graph_t* out)) \
+  /* Whether `stream` is capturing now and, if so, the driver's capture id (capture_id may be                  \
+   * NULL; it is 0 when not capturing). Safe during any capture. */                                            \
+  X(cgc_status_t, cgc_stream_capture_status,                                                                   \
+    (cgc_stream_t stream, cgc_capture_status_t* status, uint64_t* capture_id))                                 \
+  /* Swaps this thread's capture-interaction mode with *mode (cuThreadExchangeStreamCaptureMode):              \
+   * call once to push a mode, again with the returned value to pop it. */                                     \
+  X(cgc_status_t, cgc_capture_mode_exchange, (cgc_capture_mode_t* mode))
+CGC_FUNCTIONS_CAPTURE(CGC_DECLARE_FUNCTION_)
 
 /* ---- graphs -------------------------------------------------------------------------------- */
 
@@ -190,30 +198,32 @@ typedef struct cgc_graph_info {
   size_t pool_bytes_reserved; /* bytes its pool holds */
 } cgc_graph_info_t;
 
-/* Replays `graph` on `stream` (any stream of the graph's device, the legacy default stream
- * included). Does not synchronise. Graphs sharing a pool must be replayed in the order they
- * were captured and never concurrently (PyTorch's rule). Errors: CGC_ERROR_INVALID_STATE after
- * cgc_graph_reset; CGC_ERROR_INVALID_HANDLE if destroyed. */
-CGC_API cgc_status_t cgc_graph_launch(cgc_graph_t graph, cgc_stream_t stream);
-/* Uploads the executable on `stream` ahead of the first launch, so that launch is as fast as
- * the rest. */
-CGC_API cgc_status_t cgc_graph_upload(cgc_graph_t graph, cgc_stream_t stream);
-CGC_API cgc_status_t cgc_graph_info(cgc_graph_t graph, cgc_graph_info_t* info);
-/* The pool the graph allocated into (borrowed: cgc_pool_retain it to keep it beyond the graph's
- * reset or destroy). Passing it in cgc_capture_options_t.pool shares it, like
- * CUDAGraph.pool(). CGC_ERROR_INVALID_STATE after reset. */
-CGC_API cgc_status_t cgc_graph_pool(cgc_graph_t graph, cgc_pool_t* pool);
-/* Writes the graph in Graphviz DOT form (verbose) to dot_path. */
-CGC_API cgc_status_t cgc_graph_debug_dump(cgc_graph_t graph, const char* dot_path);
-/* Like CUDAGraph.reset(): frees the executable and graph now and drops the pool reference; the
- * handle stays valid (launch is then CGC_ERROR_INVALID_STATE). Resetting twice is fine. */
-CGC_API cgc_status_t cgc_graph_reset(cgc_graph_t graph);
-/* reset + free the handle. */
-CGC_API cgc_status_t cgc_graph_destroy(cgc_graph_t graph);
-/* The CUgraph / CUgraphExec behind the handle, owned by it (NULL after reset or for a bad
- * handle). Valid until reset or destroy. */
-CGC_API void* cgc_graph_native(cgc_graph_t graph);
-CGC_API void* cgc_graph_native_exec(cgc_graph_t graph);
+#define CGC_FUNCTIONS_GRAPHS(X)                                                                                \
+  /* Replays `graph` on `stream` (any stream of the graph's device, the legacy default stream                  \
+   * included). Does not synchronise. Graphs sharing a pool must be replayed in the order they                 \
+   * were captured and never concurrently (PyTorch's rule). Errors: CGC_ERROR_INVALID_STATE after              \
+   * cgc_graph_reset; CGC_ERROR_INVALID_HANDLE if destroyed. */                                                \
+  X(cgc_status_t, cgc_graph_launch, (cgc_graph_t graph, cgc_stream_t stream))                                  \
+  /* Uploads the executable on `stream` ahead of the first launch, so that launch is as fast as                \
+   * the rest. */                                                                                              \
+  X(cgc_status_t, cgc_graph_upload, (cgc_graph_t graph, cgc_stream_t stream))                                  \
+  X(cgc_status_t, cgc_graph_info, (cgc_graph_t graph, cgc_graph_info_t* info))                                 \
+  /* The pool the graph allocated into (borrowed: cgc_pool_retain it to keep it beyond the graph's             \
+   * reset or destroy). Passing it in cgc_capture_options_t.pool shares it, like                               \
+   * CUDAGraph.pool(). CGC_ERROR_INVALID_STATE after reset. */                                                 \
+  X(cgc_status_t, cgc_graph_pool, (cgc_graph_t graph, cgc_pool_t* pool))                                       \
+  /* Writes the graph in Graphviz DOT form (verbose) to dot_path. */                                           \
+  X(cgc_status_t, cgc_graph_debug_dump, (cgc_graph_t graph, const char* dot_path))                             \
+  /* Like CUDAGraph.reset(): frees the executable and graph now and drops the pool reference; the              \
+   * handle stays valid (launch is then CGC_ERROR_INVALID_STATE). Resetting twice is fine. */                  \
+  X(cgc_status_t, cgc_graph_reset, (cgc_graph_t graph))                                                        \
+  /* reset + free the handle. */                                                                               \
+  X(cgc_status_t, cgc_graph_destroy, (cgc_graph_t graph))                                                      \
+  /* The CUgraph / CUgraphExec behind the handle, owned by it (NULL after reset or for a bad                   \
+   * handle). Valid until reset or destroy. */                                                                 \
+  X(void*, cgc_graph_native, (cgc_graph_t graph))                                                              \
+  X(void*, cgc_graph_native_exec, (cgc_graph_t graph))
+CGC_FUNCTIONS_GRAPHS(CGC_DECLARE_FUNCTION_)
 
 /* ---- pools and the graph-aware caching allocator ------------------------------------------
  *
@@ -236,36 +246,141 @@ typedef struct cgc_memory_stats {
   uint64_t num_driver_frees;
 } cgc_memory_stats_t;
 
-/* A new pool (like torch.cuda.graph_pool_handle()) holding one reference of the caller's. */
-CGC_API cgc_status_t cgc_pool_create(cgc_context_t ctx, cgc_pool_t* out);
-/* Takes one more reference of the caller's (e.g. on a pool lent by cgc_graph_pool). */
-CGC_API cgc_status_t cgc_pool_retain(cgc_pool_t pool);
-/* Drops one of the caller's references; CGC_ERROR_INVALID_STATE if the caller holds none. The
- * pool lives on while graphs captured into it or blocks allocated from it exist; then its
- * memory returns to the device's cache. */
-CGC_API cgc_status_t cgc_pool_release(cgc_pool_t pool);
-/* Allocates `size` bytes, ordered on `stream` (512-byte aligned). During a capture on `stream`
- * the block comes from the capture's pool. size 0 gives NULL and success. Errors:
- * CGC_ERROR_OUT_OF_MEMORY after freeing cached memory and retrying (never during a capture),
- * with the sizes in the message. */
-CGC_API cgc_status_t cgc_malloc(cgc_context_t ctx, size_t size, cgc_stream_t stream, void** out);
-/* Frees a block of cgc_malloc, ordered on its allocation stream. NULL is a no-op; a pointer cgc
- * did not hand out, or one already freed, is CGC_ERROR_INVALID_ARGUMENT and changes nothing. */
-CGC_API cgc_status_t cgc_free(void* ptr);
-/* Like Tensor.record_stream: `ptr` is used by work on `stream` too, so after cgc_free it is not
- * reused before that work is done (outside captures: events; inside: joins or capture end). */
-CGC_API cgc_status_t cgc_record_stream(void* ptr, cgc_stream_t stream);
-/* Gives the device cache's unused segments back to the driver. Pools still referenced keep
- * theirs. CGC_ERROR_INVALID_STATE while a capture is under way. */
-CGC_API cgc_status_t cgc_empty_cache(cgc_context_t ctx);
-/* Stats of the whole device (pool NULL) or of one pool. */
-CGC_API cgc_status_t cgc_memory_stats(cgc_context_t ctx, cgc_pool_t pool /* NULL: whole context */,
-                                      cgc_memory_stats_t* stats);
-/* PyTorch CUDAPluggableAllocator entry points:
- * torch.cuda.memory.CUDAPluggableAllocator(path, "cgc_torch_malloc", "cgc_torch_free").
- * They use the device's state directly; malloc returns NULL on failure (cgc_last_error says why). */
-CGC_API void* cgc_torch_malloc(ssize_t size, int device, void* stream);
-CGC_API void cgc_torch_free(void* ptr, ssize_t size, int device, void* stream);
+#define CGC_FUNCTIONS_POOLS(X)                                                                                 \
+  /* A new pool (like torch.cuda.graph_pool_handle()) holding one reference of the caller's. */                \
+  X(cgc_status_t, cgc_pool_create, (cgc_context_t ctx, cgc_pool_t* out))                                       \
+  /* Takes one more reference of the caller's (e.g. on a pool lent by cgc_graph_pool). */                      \
+  X(cgc_status_t, cgc_pool_retain, (cgc_pool_t pool))                                                          \
+  /* Drops one of the caller's references; CGC_ERROR_INVALID_STATE if the caller holds none. The               \
+   * pool lives on while graphs captured into it or blocks allocated from it exist; then its                   \
+   * memory returns to the device's cache. */                                                                  \
+  X(cgc_status_t, cgc_pool_release, (cgc_pool_t pool))                                                         \
+  /* Allocates `size` bytes, ordered on `stream` (512-byte aligned). During a capture on `stream`              \
+   * the block comes from the capture's pool. size 0 gives NULL and success. Errors:                           \
+   * CGC_ERROR_OUT_OF_MEMORY after freeing cached memory and retrying (never during a capture),                \
+   * with the sizes in the message. */                                                                         \
+  X(cgc_status_t, cgc_malloc, (cgc_context_t ctx, size_t size, cgc_stream_t stream, void** out))               \
+  /* Frees a block of cgc_malloc, ordered on its allocation stream. NULL is a no-op; a pointer cgc             \
+   * did not hand out, or one already freed, is CGC_ERROR_INVALID_ARGUMENT and changes nothing. */             \
+  X(cgc_status_t, cgc_free, (void* ptr))                                                                       \
+  /* Like Tensor.record_stream: `ptr` is used by work on `stream` too, so after cgc_free it is not             \
+   * reused before that work is done (outside captures: events; inside: joins or capture end). */              \
+  X(cgc_status_t, cgc_record_stream, (void* ptr, cgc_stream_t stream))                                         \
+  /* Gives the device cache's unused segments back to the driver. Pools still referenced keep                  \
+   * theirs. CGC_ERROR_INVALID_STATE while a capture is under way. */                                          \
+  X(cgc_status_t, cgc_empty_cache, (cgc_context_t ctx))                                                        \
+  /* Stats of the whole device (pool NULL) or of one pool. */                                                  \
+  X(cgc_status_t, cgc_memory_stats,                                                                            \
+    (cgc_context_t ctx, cgc_pool_t pool /* NULL: whole context */, cgc_memory_stats_t* stats))                 \
+  /* PyTorch CUDAPluggableAllocator entry points:                                                              \
+   * torch.cuda.memory.CUDAPluggableAllocator(path, "cgc_torch_malloc", "cgc_torch_free").                     \
+   * They use the device's state directly; malloc returns NULL on failure (cgc_last_error says why). */        \
+  X(void*, cgc_torch_malloc, (ssize_t size, int device, void* stream))                                         \
+  X(void, cgc_torch_free, (void* ptr, ssize_t size, int device, void* stream))
+CGC_FUNCTIONS_POOLS(CGC_DECLARE_FUNCTION_)
+
+/* ---- NCCL ----------------------------------------------------------------------------------
+ *
+ * Collectives on a capturing stream are captured and run at every replay (SEMANTICS 18-20).
+ * libnccl.so.2 (>= 2.9.6) is loaded at run time (CGC_NCCL_LIBRARY=<path> names it); without it
+ * every function here returns CGC_ERROR_NCCL_UNAVAILABLE. NCCL errors are CGC_ERROR_NCCL with
+ * NCCL's own error string and last-error text in cgc_last_error(). As with NCCL itself, every
+ * rank must enqueue eager collectives and launch graphs holding collectives in the same order
+ * (docs/NCCL.md). */
+
+typedef struct cgc_comm_id {
+  char internal[128];
+} cgc_comm_id_t; /* an ncclUniqueId: make it on one rank, pass it to the others */
+typedef enum cgc_dtype { /* the values of ncclDataType_t */
+  CGC_INT8, CGC_UINT8, CGC_INT32, CGC_UINT32, CGC_INT64, CGC_UINT64,
+  CGC_FLOAT16, CGC_FLOAT32, CGC_FLOAT64, CGC_BFLOAT16
+} cgc_dtype_t;
+typedef enum cgc_reduce_op { CGC_SUM, CGC_PROD, CGC_MAX, CGC_MIN, CGC_AVG } cgc_reduce_op_t;
+
+#define CGC_FUNCTIONS_NCCL(X)                                                                                  \
+  /* NCCL's version code (e.g. 22809 for 2.28.9). */                                                           \
+  X(cgc_status_t, cgc_nccl_version, (int* version))                                                            \
+  X(cgc_status_t, cgc_comm_unique_id, (cgc_comm_id_t* id))                                                     \
+  /* Joins rank `rank` of `nranks` on ctx's device (blocks until every rank has joined), then                  \
+   * connects eagerly with a one-element all-reduce, so that the first collective inside a Global              \
+   * capture needs no setup. Refused (CGC_ERROR_CAPTURE_UNSUPPORTED) while a capture is under way. */          \
+  X(cgc_status_t, cgc_comm_create,                                                                             \
+    (cgc_context_t ctx, int nranks, const cgc_comm_id_t* id, int rank, cgc_comm_t* out))                       \
+  X(cgc_status_t, cgc_comm_destroy, (cgc_comm_t comm))                                                         \
+  /* Aborts the communicator's outstanding work (callable from another thread to unblock a hung                \
+   * collective). Afterwards only cgc_comm_destroy may be called on it. */                                     \
+  X(cgc_status_t, cgc_comm_abort, (cgc_comm_t comm))                                                           \
+  X(cgc_status_t, cgc_all_reduce,                                                                              \
+    (cgc_comm_t comm, const void* send, void* recv, size_t count,                                              \
+     cgc_dtype_t dtype, cgc_reduce_op_t op, cgc_stream_t stream))                                              \
+  X(cgc_status_t, cgc_all_gather,                                                                              \
+    (cgc_comm_t comm, const void* send, void* recv, size_t send_count,                                         \
+     cgc_dtype_t dtype, cgc_stream_t stream))                                                                  \
+  X(cgc_status_t, cgc_reduce_scatter,                                                                          \
+    (cgc_comm_t comm, const void* send, void* recv, size_t recv_count,                                         \
+     cgc_dtype_t dtype, cgc_reduce_op_t op, cgc_stream_t stream))                                              \
+  X(cgc_status_t, cgc_broadcast,                                                                               \
+    (cgc_comm_t comm, const void* send, void* recv, size_t count,                                              \
+     cgc_dtype_t dtype, int root, cgc_stream_t stream))                                                        \
+  X(cgc_status_t, cgc_send,                                                                                    \
+    (cgc_comm_t comm, const void* buf, size_t count, cgc_dtype_t dtype, int peer, cgc_stream_t stream))        \
+  X(cgc_status_t, cgc_recv,                                                                                    \
+    (cgc_comm_t comm, void* buf, size_t count, cgc_dtype_t dtype, int peer, cgc_stream_t stream))              \
+  X(cgc_status_t, cgc_group_start, (void))                                                                     \
+  X(cgc_status_t, cgc_group_end, (void))
+CGC_FUNCTIONS_NCCL(CGC_DECLARE_FUNCTION_)
+
+/* ---- graph-safe random numbers ---------------------------------------------------------------
+ *
+ * Philox4x32-10 generators with PyTorch's graph semantics (SEMANTICS 17): a draw captured into a
+ * graph produces fresh numbers on every replay, exactly those N eager runs of the captured
+ * draws would produce from the same state. Each draw of n numbers advances the generator's
+ * offset by n rounded up to a multiple of 4. Graphs drawing from one generator must not run
+ * concurrently on different streams. */
+
+#define CGC_FUNCTIONS_RNG(X)                                                                                   \
+  /* A generator on ctx's device at (seed, offset 0). */                                                       \
+  X(cgc_status_t, cgc_rng_create, (cgc_context_t ctx, uint64_t seed, cgc_rng_t* out))                          \
+  /* Graphs that draw from it keep its state alive until they are reset or destroyed. */                       \
+  X(cgc_status_t, cgc_rng_destroy, (cgc_rng_t rng))                                                            \
+  /* n floats in [0, 1) into device memory `out`, ordered on `stream` (captured if it captures). */            \
+  X(cgc_status_t, cgc_rng_uniform, (cgc_rng_t rng, float* out, size_t n, cgc_stream_t stream))                 \
+  /* n normal floats (Box-Muller) with the given mean and standard deviation. */                               \
+  X(cgc_status_t, cgc_rng_normal,                                                                              \
+    (cgc_rng_t rng, float* out, size_t n, float mean, float stddev, cgc_stream_t stream))                      \
+  /* The state the next eager draw (or replay) starts from. */                                                 \
+  X(cgc_status_t, cgc_rng_get_state, (cgc_rng_t rng, uint64_t* seed, uint64_t* offset))                        \
+  /* Sets the state (offset a multiple of 4); takes effect for the next eager draw or replay.                  \
+   * CGC_ERROR_INVALID_STATE while a capture draws from the generator, unless nothing changes. */              \
+  X(cgc_status_t, cgc_rng_set_state, (cgc_rng_t rng, uint64_t seed, uint64_t offset))
+CGC_FUNCTIONS_RNG(CGC_DECLARE_FUNCTION_)
+
+/* ---- one symbol for dlopen users -------------------------------------------------------------
+ *
+ * A dlopen user resolves cgc_get_api alone and calls everything through the table:
+ *   const cgc_api_t* api;
+ *   get_api(CGC_VERSION, &api);            (get_api = dlsym(lib, "cgc_get_api"))
+ *   api->cgc_graph_launch(graph, stream);
+ * The table is append-only: a minor version adds fields at the end, never moves or removes one.
+ * struct_size tells the caller how much of it this library has (an older library's table is a
+ * prefix of a newer header's struct). */
+
+/* Every function of the library but cgc_get_api, in ABI.md's order. */
+#define CGC_FUNCTIONS(X) \
+  CGC_FUNCTIONS_STATUS(X) CGC_FUNCTIONS_DEVICES(X) CGC_FUNCTIONS_CAPTURE(X) CGC_FUNCTIONS_GRAPHS(X) \
+  CGC_FUNCTIONS_POOLS(X) CGC_FUNCTIONS_NCCL(X) CGC_FUNCTIONS_RNG(X)
+
+#define CGC_API_FIELD_(ret, name, params) ret(*name) params;
+typedef struct cgc_api {
+  size_t struct_size; /* sizeof(cgc_api_t) of the library that filled it */
+  CGC_FUNCTIONS(CGC_API_FIELD_)
+} cgc_api_t;
+#undef CGC_API_FIELD_
+
+/* The function table for `version` (pass CGC_VERSION). CGC_ERROR_NOT_SUPPORTED for another major
+ * version or a newer minor version than this library's; an older minor version gets the table
+ * (read struct_size before using fields it may not have). The table is static: never freed. */
+CGC_API cgc_status_t cgc_get_api(uint32_t version, const cgc_api_t** out);
 
 #ifdef __cplusplus
 } /* extern "C" */

@@ -271,6 +271,14 @@ static cgc_status_t malloc_locked(struct cgc__allocator* a, cgc_pool_t pool, siz
   }
   if (pool != NULL && pool->deferred != NULL) reclaim_joined(a, pool);
   cgc__block_t* b = cgc__set_best_fit(set, stream, rounded);
+  if (b == NULL && pool != NULL && small) {
+    /* A private pool holds its memory for its graphs anyway: a small request may be cut from a
+     * free large block rather than grow the pool by a 2 MiB small segment. Graphs captured
+     * largest-first into one pool then fit in the first one's memory (PyTorch keeps the two
+     * classes apart here too; the device cache still does). The piece stays large-class. */
+    set = &owner->large;
+    b = cgc__set_best_fit(set, stream, rounded);
+  }
   if (b != NULL) {
     cgc__set_erase(set, b);
   } else {

@@ -56,6 +56,7 @@ static void unlink_capture(struct cgc__capture* c) {
 
 static void free_capture(struct cgc__capture* c) {
   if (c == NULL) return;
+  free(c->uses);
   for (size_t i = 0; i < c->n_sides; i++) free(c->sides[i].absorbed);
   free(c->sides);
   free(c);
@@ -159,6 +160,49 @@ uint64_t cgc__capture_seq(void) {
   uint64_t seq = ++bookkeeping_seq;
   pthread_mutex_unlock(&registry_lock);
   return seq;
+}
+
+cgc_status_t cgc__stream_capture_id(cgc_stream_t stream, uint64_t* id, const char* func) {
+  *id = 0;
+  if (stream->legacy) return CGC_SUCCESS; /* the legacy stream never captures */
+  CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+  cuuint64_t cid = 0;
+  CUresult r = cgc__drv.cuStreamGetCaptureInfo(stream->cu, &status, &cid, NULL, NULL, NULL);
+  if (r != CUDA_SUCCESS) return cgc__cu_fail(r, func, "cuStreamGetCaptureInfo");
+  if (status == CU_STREAM_CAPTURE_STATUS_NONE) return CGC_SUCCESS;
+  pthread_mutex_lock(&registry_lock);
+  bool ours = find_by_id(cid) != NULL;
+  pthread_mutex_unlock(&registry_lock);
+  if (!ours)
+    return cgc__fail(CGC_ERROR_INVALID_STATE, func,
+                     "stream %p is capturing (capture id %llu) but the capture was not begun with "
+                     "cgc_capture_begin: cgc cannot record this call into it",
+                     (void*)stream->cu, (unsigned long long)cid);
+  *id = cid;
+  return CGC_SUCCESS;
+}
+
+cgc_status_t cgc__capture_add_use(uint64_t id, int kind, void* object, bool* added, const char* func) {
+  *added = false;
+  cgc_status_t st = CGC_SUCCESS;
+  pthread_mutex_lock(&registry_lock);
+  struct cgc__capture* c = find_by_id(id);
+  if (c == NULL) {
+    st = cgc__fail(CGC_ERROR_INVALID_STATE, func, "capture %llu has ended", (unsigned long long)id);
+  } else {
+    bool known = false;
+    for (size_t i = 0; i < c->n_uses && !known; i++) known = c->uses[i].object == object;
+    if (!known) {
+      if (!reserve_one((void**)&c->uses, &c->cap_uses, c->n_uses, sizeof *c->uses)) {
+        st = cgc__fail(CGC_ERROR_OUT_OF_MEMORY, func, "out of host memory");
+      } else {
+        c->uses[c->n_uses++] = (struct cgc__use){kind, object};
+        *added = true;
+      }
+    }
+  }
+  pthread_mutex_unlock(&registry_lock);
+  return st;
 }
 
 bool cgc__capture_has_origin(CUstream stream) {
@@ -346,6 +390,7 @@ cgc_status_t cgc_capture_end(cgc_stream_t stream, cgc_graph_t* out) {
     if (r == CUDA_ERROR_STREAM_CAPTURE_UNJOINED) name_unjoined(c);
     check_left_capturing(c);
     if (graph != NULL) cgc__drv.cuGraphDestroy(graph);
+    cgc__release_uses(c->uses, c->n_uses);
     free_capture(c);
     return st;
   }
@@ -353,10 +398,12 @@ cgc_status_t cgc_capture_end(cgc_stream_t stream, cgc_graph_t* out) {
   size_t nodes = 0;
   st = CGC_CU(cuGraphGetNodes(graph, NULL, &nodes));
   if (st == CGC_SUCCESS) {
-    st = cgc__graph_create(stream->dev, graph, nodes, c->pool, c->flags, stream->cu, __func__, out);
+    st = cgc__graph_create(stream->dev, graph, nodes, c->pool, c->uses, c->n_uses, c->flags, stream->cu, __func__,
+                           out);
   } else {
     cgc__drv.cuGraphDestroy(graph);
     cgc__pool_unref(c->pool);
+    cgc__release_uses(c->uses, c->n_uses);
   }
   if (st == CGC_SUCCESS && nodes == 0)
     cgc__warn(__func__, "the graph is empty: captured on the wrong stream or device?");

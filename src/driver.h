@@ -75,7 +75,9 @@ extern "C" {
   X(cuModuleGetFunction, PFN_cuModuleGetFunction_v2000, 2000)                                \
   X(cuLaunchKernel, PFN_cuLaunchKernel_v4000, 4000)                                          \
   OPT(cuMemAllocAsync, PFN_cuMemAllocAsync_v11020, 11020)                                    \
-  OPT(cuMemFreeAsync, PFN_cuMemFreeAsync_v11020, 11020)
+  OPT(cuMemFreeAsync, PFN_cuMemFreeAsync_v11020, 11020)                                      \
+  OPT(cuDeviceGetDefaultMemPool, PFN_cuDeviceGetDefaultMemPool_v11020, 11020)                \
+  OPT(cuMemPoolSetAttribute, PFN_cuMemPoolSetAttribute_v11020, 11020)
 
 #define CGC_DRIVER_FIELD(name, type, version) type name;
 typedef struct cgc__driver {

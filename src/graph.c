@@ -2,20 +2,82 @@
  *
  * cgc_graph_launch is the path users time against cuGraphLaunch: it validates two handles with
  * plain loads, calls the driver, and bumps a relaxed atomic counter; no lock, no allocation, no
- * other driver call (the legacy default stream needs its context current: that case alone
- * pays for a context check). */
+ * other driver call. Two cases take an out-of-line path: the legacy default stream (its context
+ * must be current) and graphs that draw random numbers (their generators' state is written
+ * first); other graphs pay one predictable branch for them. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "src/internal.h"
 
+void cgc__release_uses(struct cgc__use* uses, size_t n_uses) {
+  for (size_t i = 0; i < n_uses; i++) {
+    if (uses[i].kind == CGC_USE_RNG) {
+      cgc__rng_capture_done(uses[i].object);
+      cgc__rng_unref(uses[i].object);
+    } else if (uses[i].kind == CGC_USE_COMM) {
+      cgc__comm_unref(uses[i].object);
+    }
+  }
+}
+
+/* Moves a capture's uses into the graph: generators with what a replay consumes, and
+ * communicators. False when out of host memory (nothing moved). */
+static bool take_uses(cgc_graph_t g, struct cgc__use* uses, size_t n_uses) {
+  size_t n_rngs = 0, n_comms = 0;
+  for (size_t i = 0; i < n_uses; i++) {
+    if (uses[i].kind == CGC_USE_RNG)
+      n_rngs++;
+    else
+      n_comms++;
+  }
+  g->rngs = n_rngs ? calloc(n_rngs, sizeof *g->rngs) : NULL;
+  g->comms = n_comms ? calloc(n_comms, sizeof *g->comms) : NULL;
+  if ((n_rngs && g->rngs == NULL) || (n_comms && g->comms == NULL)) {
+    free(g->rngs);
+    free(g->comms);
+    g->rngs = NULL;
+    g->comms = NULL;
+    return false;
+  }
+  for (size_t i = 0; i < n_uses; i++) {
+    if (uses[i].kind == CGC_USE_RNG) {
+      cgc_rng_t rng = uses[i].object;
+      g->rngs[g->n_rngs++] = (struct cgc__rng_use){rng, cgc__rng_capture_done(rng)};
+    } else {
+      g->comms[g->n_comms++] = uses[i].object;
+    }
+  }
+  return true;
+}
+
+static void drop_uses(cgc_graph_t g) {
+  for (size_t i = 0; i < g->n_rngs; i++) cgc__rng_unref(g->rngs[i].rng);
+  for (size_t i = 0; i < g->n_comms; i++) cgc__comm_unref(g->comms[i]);
+  free(g->rngs);
+  free(g->comms);
+  g->rngs = NULL;
+  g->comms = NULL;
+  g->n_rngs = g->n_comms = 0;
+}
+
 cgc_status_t cgc__graph_create(struct cgc__device* dev, CUgraph graph, size_t node_count, cgc_pool_t pool,
-                               unsigned flags, CUstream upload_stream, const char* func, cgc_graph_t* out) {
+                               struct cgc__use* uses, size_t n_uses, unsigned flags, CUstream upload_stream,
+                               const char* func, cgc_graph_t* out) {
   *out = NULL;
   cgc_graph_t g = calloc(1, sizeof *g);
+  if (g != NULL && !take_uses(g, uses, n_uses)) {
+    free(g);
+    g = NULL;
+  }
   cgc__ctx_scope_t scope;
   cgc_status_t st = g ? cgc__ctx_enter(dev, &scope, func) : cgc__fail(CGC_ERROR_OUT_OF_MEMORY, func, "out of host memory");
   if (st != CGC_SUCCESS) {
+    if (g != NULL) {
+      drop_uses(g);
+    } else {
+      cgc__release_uses(uses, n_uses);
+    }
     free(g);
     cgc__drv.cuGraphDestroy(graph);
     cgc__pool_unref(pool);
@@ -43,6 +105,7 @@ cgc_status_t cgc__graph_create(struct cgc__device* dev, CUgraph graph, size_t no
     if (exec != NULL) cgc__drv.cuGraphExecDestroy(exec);
     cgc__drv.cuGraphDestroy(graph);
     cgc__ctx_leave(&scope);
+    drop_uses(g);
     free(g);
     cgc__pool_unref(pool);
     return st;
@@ -70,10 +133,16 @@ static __attribute__((noinline, cold)) cgc_status_t launch_refused(cgc_graph_t g
                    (void*)stream->cu, stream->dev->ordinal, (void*)graph, graph->dev->ordinal);
 }
 
-static __attribute__((noinline)) CUresult launch_on_legacy(cgc_graph_t graph) {
-  cgc__ctx_scope_t scope;
-  if (cgc__ctx_enter(graph->dev, &scope, "cgc_graph_launch") != CGC_SUCCESS) return CUDA_ERROR_INVALID_CONTEXT;
-  CUresult r = cgc__drv.cuGraphLaunch(graph->exec, NULL);
+/* The slow launch: the legacy default stream (its context must be current) and graphs that draw
+ * random numbers (each generator's state is written ahead of the graph, SEMANTICS 17). */
+static __attribute__((noinline)) CUresult launch_with_prologue(cgc_graph_t graph, cgc_stream_t stream) {
+  cgc__ctx_scope_t scope = {false};
+  if (stream->legacy && cgc__ctx_enter(graph->dev, &scope, "cgc_graph_launch") != CGC_SUCCESS)
+    return CUDA_ERROR_INVALID_CONTEXT;
+  CUresult r = CUDA_SUCCESS;
+  for (size_t i = 0; i < graph->n_rngs && r == CUDA_SUCCESS; i++)
+    r = cgc__rng_replay_prologue(graph->rngs[i].rng, graph->rngs[i].offset_per_replay, stream->cu);
+  if (r == CUDA_SUCCESS) r = cgc__drv.cuGraphLaunch(graph->exec, stream->cu);
   cgc__ctx_leave(&scope);
   return r;
 }
@@ -83,8 +152,8 @@ cgc_status_t cgc_graph_launch(cgc_graph_t graph, cgc_stream_t stream) {
                            graph->exec == NULL || stream->dev != graph->dev,
                        0))
     return launch_refused(graph, stream, __func__);
-  CUresult r = __builtin_expect(stream->legacy, 0) ? launch_on_legacy(graph)
-                                                   : cgc__drv.cuGraphLaunch(graph->exec, stream->cu);
+  CUresult r = __builtin_expect(stream->legacy || graph->n_rngs != 0, 0) ? launch_with_prologue(graph, stream)
+                                                                          : cgc__drv.cuGraphLaunch(graph->exec, stream->cu);
   if (__builtin_expect(r != CUDA_SUCCESS, 0)) return cgc__cu_fail(r, __func__, "cuGraphLaunch");
   atomic_fetch_add_explicit(&graph->replays, 1, memory_order_relaxed);
   return CGC_SUCCESS;
@@ -158,6 +227,7 @@ cgc_status_t cgc_graph_reset(cgc_graph_t graph) {
   }
   cgc__pool_unref(graph->pool); /* the pool outlives the graph while its blocks or users do */
   graph->pool = NULL;
+  drop_uses(graph);
   cgc__drv.cuThreadExchangeStreamCaptureMode(&mode);
   return st;
 }

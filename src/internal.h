@@ -72,6 +72,7 @@ struct cgc__device {
   CUdevice cu_device;
   CUcontext cu;                 /* the primary context */
   struct cgc__allocator* alloc; /* alloc.c */
+  struct cgc__kernels* kernels; /* the library's own kernels, loaded on first use (rng.c) */
 };
 
 /* A context handle is the user's ticket to a device; objects made from it point at the device,
@@ -130,6 +131,13 @@ struct cgc__side {
   size_t n_absorbed, cap_absorbed;
 };
 
+/* An object a capture (then its graph) uses and holds a reference on. */
+enum cgc__use_kind { CGC_USE_RNG = 1, CGC_USE_COMM = 2 };
+struct cgc__use {
+  int kind;
+  void* object;
+};
+
 struct cgc__capture {
   uint64_t id; /* the driver's capture id; 0 until cuStreamBeginCapture returned */
   struct cgc__device* dev;
@@ -139,6 +147,8 @@ struct cgc__capture {
   cgc_pool_t pool; /* holds a reference for the capture's duration (NULL until pools exist) */
   struct cgc__side* sides;
   size_t n_sides, cap_sides;
+  struct cgc__use* uses; /* generators and communicators used; handed to the graph at the end */
+  size_t n_uses, cap_uses;
   struct cgc__capture* next;
 };
 
@@ -160,6 +170,14 @@ cgc_pool_t cgc__capture_pool_by_id(uint64_t id, struct cgc__device* dev);
 bool cgc__capture_side_joined(uint64_t id, const void* stream, uint64_t since);
 /* The current bookkeeping sequence number. */
 uint64_t cgc__capture_seq(void);
+/* The id of the capture `stream` takes part in (0 when it is not capturing), asking the driver.
+ * CGC_ERROR_INVALID_STATE, with a message, when it is capturing outside cgc (cuStreamBeginCapture
+ * called directly): work that needs cgc's bookkeeping cannot be captured there. */
+cgc_status_t cgc__stream_capture_id(cgc_stream_t stream, uint64_t* id, const char* func);
+/* Records that capture `id` uses `object`; *added is true the first time, when the caller takes
+ * a reference that the capture (then its graph) holds. CGC_ERROR_INVALID_STATE without such a
+ * capture. */
+cgc_status_t cgc__capture_add_use(uint64_t id, int kind, void* object, bool* added, const char* func);
 
 /* ---- pools and the allocator (pool.c, alloc.c) ---- */
 
@@ -177,7 +195,20 @@ size_t cgc__pool_reserved(cgc_pool_t pool);
 cgc_status_t cgc__malloc(struct cgc__device* dev, size_t size, CUstream stream, bool legacy, void** out,
                          const char* func);
 
+/* ---- NCCL (nccl.c) ---- */
+
+/* For bench/nccl_bench.c's floor: the ncclComm_t behind a communicator (NULL if dead or
+ * aborted) and an NCCL function of the library cgc loaded (NULL without NCCL). */
+void* cgc__comm_native(cgc_comm_t comm);
+void* cgc__nccl_function(const char* name);
+
 /* ---- graphs (graph.c) ---- */
+
+/* A generator a graph draws from, and how far one replay advances it. */
+struct cgc__rng_use {
+  cgc_rng_t rng;
+  uint64_t offset_per_replay; /* a multiple of 4 */
+};
 
 struct cgc_graph_s {
   uint32_t magic;
@@ -188,11 +219,29 @@ struct cgc_graph_s {
   size_t node_count;
   atomic_uint_fast64_t replays;
   atomic_int uploaded;
+  struct cgc__rng_use* rngs; /* each replay first writes these generators' state (rng.c) */
+  size_t n_rngs;
+  cgc_comm_t* comms; /* communicators its collectives use: they may not be destroyed first */
+  size_t n_comms;
 };
 
 /* Wraps an ended capture's graph: instantiates (and uploads with CGC_CAPTURE_UPLOAD). Takes
- * ownership of `graph` and of the pool reference in every case. */
+ * ownership of `graph`, of the pool reference and of the uses (their references) in every
+ * case. */
 cgc_status_t cgc__graph_create(struct cgc__device* dev, CUgraph graph, size_t node_count, cgc_pool_t pool,
-                               unsigned flags, CUstream upload_stream, const char* func, cgc_graph_t* out);
+                               struct cgc__use* uses, size_t n_uses, unsigned flags, CUstream upload_stream,
+                               const char* func, cgc_graph_t* out);
+/* Drops the references of uses that no graph will take (a failed capture). */
+void cgc__release_uses(struct cgc__use* uses, size_t n_uses);
+
+/* ---- generators and communicators, as graphs see them (rng.c, nccl.c) ---- */
+
+/* The capture that used `rng` is over: returns what one replay consumes, clears its capture state. */
+uint64_t cgc__rng_capture_done(cgc_rng_t rng);
+/* Writes the generator's seed and offset to its device slots on `stream`, then advances the
+ * offset by `amount`: what each replay does before cuGraphLaunch. */
+CUresult cgc__rng_replay_prologue(cgc_rng_t rng, uint64_t amount, CUstream stream);
+void cgc__rng_unref(cgc_rng_t rng);
+void cgc__comm_unref(cgc_comm_t comm);
 
 #endif /* CGC_INTERNAL_H_ */

@@ -5,13 +5,14 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <cstddef>
 #include <fstream>
-#include <regex>
 #include <set>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include "capi/cgc.h"
 #include "tests/test_data.h"
 
 namespace {
@@ -57,14 +58,12 @@ bool ReadElf(const std::string& path, ElfInfo* out, std::string* err) {
   return true;
 }
 
+// Every function capi/cgc.h declares, from its X-macro lists (the same lists the library's
+// function table comes from), plus the table's getter.
 std::set<std::string> DeclaredFunctions() {
-  std::ifstream f(cgc_test::DataPath("capi/cgc.h"));
-  std::stringstream text;
-  text << f.rdbuf();
-  std::set<std::string> names;
-  std::string s = text.str();
-  std::regex decl(R"(CGC_API[^;(]*?\b(cgc_[a-z0-9_]+)\s*\()");
-  for (std::sregex_iterator it(s.begin(), s.end(), decl), end; it != end; ++it) names.insert((*it)[1]);
+#define NAME_(ret, name, params) #name,
+  std::set<std::string> names = {CGC_FUNCTIONS(NAME_) "cgc_get_api"};
+#undef NAME_
   return names;
 }
 
@@ -77,10 +76,14 @@ class Abi : public ::testing::Test {
   ElfInfo elf_;
 };
 
-TEST(AbiHeader, DeclaresFunctions) {
+TEST(AbiHeader, ListsEveryContractFunctionOnce) {
   std::set<std::string> declared = DeclaredFunctions();
-  EXPECT_GE(declared.size(), 30u);
+  EXPECT_EQ(declared.size(), 64u);  // ABI.md v1: 63 functions and cgc_get_api
   EXPECT_TRUE(declared.count("cgc_graph_launch"));
+  EXPECT_EQ(sizeof(cgc_api_t), sizeof(size_t) + 63 * sizeof(void (*)()));
+  EXPECT_EQ(offsetof(cgc_api_t, struct_size), 0u);
+  EXPECT_EQ(offsetof(cgc_api_t, cgc_version), sizeof(size_t)) << "ABI.md's order: versions first";
+  EXPECT_EQ(offsetof(cgc_api_t, cgc_rng_set_state), sizeof(size_t) + 62 * sizeof(void (*)()));
 }
 
 TEST_F(Abi, SonameIsLibcgcSo1) { EXPECT_EQ(elf_.soname, "libcgc.so.1"); }
@@ -99,6 +102,30 @@ TEST_F(Abi, ExportsExactlyTheDeclaredFunctions) {
   for (const std::string& name : declared) EXPECT_TRUE(elf_.exported.count(name)) << name << " is not exported";
   for (const std::string& name : elf_.exported)
     EXPECT_TRUE(declared.count(name)) << name << " is exported but not declared in capi/cgc.h";
+}
+
+TEST_F(Abi, TheTableHoldsTheExportedFunctionsAndRefusesNewerVersions) {
+  void* h = dlopen(cgc_test::DataPath("libcgc.so").c_str(), RTLD_NOW | RTLD_LOCAL);
+  ASSERT_NE(h, nullptr) << dlerror();
+  auto get_api = reinterpret_cast<cgc_status_t (*)(uint32_t, const cgc_api_t**)>(dlsym(h, "cgc_get_api"));
+  ASSERT_NE(get_api, nullptr);
+  const cgc_api_t* api = nullptr;
+  ASSERT_EQ(get_api(CGC_VERSION, &api), CGC_SUCCESS);
+  ASSERT_NE(api, nullptr);
+  EXPECT_EQ(api->struct_size, sizeof(cgc_api_t));
+#define SAME_(ret, name, params) \
+  EXPECT_EQ(reinterpret_cast<void*>(api->name), dlsym(h, #name)) << #name;
+  CGC_FUNCTIONS(SAME_)
+#undef SAME_
+  const cgc_api_t* older = nullptr;
+  EXPECT_EQ(get_api(CGC_VERSION_MAJOR << 16, &older), CGC_SUCCESS) << "an older minor version gets the table";
+  EXPECT_EQ(older, api);
+  const cgc_api_t* newer = api;
+  EXPECT_EQ(get_api((CGC_VERSION_MAJOR << 16) | ((CGC_VERSION_MINOR + 1) << 8), &newer), CGC_ERROR_NOT_SUPPORTED);
+  EXPECT_EQ(newer, nullptr);
+  EXPECT_EQ(get_api((CGC_VERSION_MAJOR + 1) << 16, &newer), CGC_ERROR_NOT_SUPPORTED);
+  EXPECT_EQ(get_api(CGC_VERSION, nullptr), CGC_ERROR_INVALID_ARGUMENT);
+  dlclose(h);
 }
 
 TEST_F(Abi, LoadsWithDlopenOnAnyMachine) {

@@ -75,6 +75,13 @@ TEST(Args, NullHandlesAreInvalidArguments) {
       {"cgc_record_stream", [] { return cgc_record_stream(nullptr, nullptr); }, A},
       {"cgc_empty_cache", [] { return cgc_empty_cache(nullptr); }, A},
       {"cgc_memory_stats", [&] { cgc_memory_stats_t ms = {sizeof ms, 0, 0, 0, 0, 0, 0}; return cgc_memory_stats(nullptr, nullptr, &ms); }, A},
+      {"cgc_rng_create", [] { cgc_rng_t r; return cgc_rng_create(nullptr, 1, &r); }, A},
+      {"cgc_rng_destroy", [] { return cgc_rng_destroy(nullptr); }, A},
+      {"cgc_rng_uniform", [&] { float x; return cgc_rng_uniform(nullptr, &x, 1, nullptr); }, A},
+      {"cgc_rng_normal", [&] { float x; return cgc_rng_normal(nullptr, &x, 1, 0.0f, 1.0f, nullptr); }, A},
+      {"cgc_rng_get_state", [] { uint64_t a, b; return cgc_rng_get_state(nullptr, &a, &b); }, A},
+      {"cgc_rng_set_state", [] { return cgc_rng_set_state(nullptr, 1, 0); }, A},
+      {"cgc_get_api", [] { return cgc_get_api(CGC_VERSION, nullptr); }, A},
   });
   EXPECT_EQ(cgc_stream_native(nullptr), nullptr);
   EXPECT_EQ(cgc_graph_native(nullptr), nullptr);
@@ -150,6 +157,11 @@ TEST(Args, ForeignPointersAreInvalidHandles) {
       {"cgc_record_stream", [] { return cgc_record_stream(not_an_object, Fake<cgc_stream_t>()); }, H},
       {"cgc_empty_cache", [] { return cgc_empty_cache(Fake<cgc_context_t>()); }, H},
       {"cgc_memory_stats", [] { cgc_memory_stats_t ms = {sizeof ms, 0, 0, 0, 0, 0, 0}; return cgc_memory_stats(Fake<cgc_context_t>(), nullptr, &ms); }, H},
+      {"cgc_rng_create", [] { cgc_rng_t r; return cgc_rng_create(Fake<cgc_context_t>(), 1, &r); }, H},
+      {"cgc_rng_destroy", [] { return cgc_rng_destroy(Fake<cgc_rng_t>()); }, H},
+      {"cgc_rng_uniform", [] { float x; return cgc_rng_uniform(Fake<cgc_rng_t>(), &x, 1, Fake<cgc_stream_t>()); }, H},
+      {"cgc_rng_get_state", [] { uint64_t a, b; return cgc_rng_get_state(Fake<cgc_rng_t>(), &a, &b); }, H},
+      {"cgc_rng_set_state", [] { return cgc_rng_set_state(Fake<cgc_rng_t>(), 1, 0); }, H},
   });
   EXPECT_EQ(cgc_stream_native(Fake<cgc_stream_t>()), nullptr);
   EXPECT_EQ(cgc_graph_native(Fake<cgc_graph_t>()), nullptr);

@@ -4,6 +4,13 @@
 
 namespace cgc_test {
 
+namespace {
+int test_device = 0;
+}
+
+void SetTestDevice(int ordinal) { test_device = ordinal; }
+int TestDevice() { return test_device; }
+
 bool GpusAvailable(int need, std::string* why) {
   int count = 0;
   cgc_status_t st = cgc_device_count(&count);
@@ -29,9 +36,9 @@ std::vector<float> RandomFloats(size_t n, uint32_t seed) {
 void GpuTest::SetUp() {
   CGC_REQUIRE_GPU();
   skipped_ = false;
-  CGC_ASSERT_OK(cgc_context_create(0, &ctx));
+  CGC_ASSERT_OK(cgc_context_create(test_device, &ctx));
   CUdevice dev;
-  CU_ASSERT_OK(cuDeviceGet(&dev, 0));
+  CU_ASSERT_OK(cuDeviceGet(&dev, test_device));
   CU_ASSERT_OK(cuDevicePrimaryCtxRetain(&primary, dev));
   CU_ASSERT_OK(cuCtxPushCurrent(primary));
   CU_ASSERT_OK(cuModuleLoadData(&module_, cgc_test_kernels_fatbin));
@@ -65,7 +72,7 @@ void GpuTest::TearDown() {
   CUcontext popped;
   cgc__drv.cuCtxPopCurrent(&popped);
   CUdevice dev;
-  if (cgc__drv.cuDeviceGet(&dev, 0) == CUDA_SUCCESS) cgc__drv.cuDevicePrimaryCtxRelease(dev);
+  if (cgc__drv.cuDeviceGet(&dev, test_device) == CUDA_SUCCESS) cgc__drv.cuDevicePrimaryCtxRelease(dev);
 }
 
 CUdeviceptr GpuTest::Alloc(size_t bytes) {

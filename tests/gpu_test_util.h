@@ -46,6 +46,10 @@ bool GpusAvailable(int need, std::string* why);
   } while (0)
 #define CGC_REQUIRE_GPU() CGC_REQUIRE_GPUS(1)
 
+// The device GpuTest fixtures use (default 0; multi-GPU workers set their rank's).
+void SetTestDevice(int ordinal);
+int TestDevice();
+
 // Random floats in [-1, 1): tests never run on zeros.
 std::vector<float> RandomFloats(size_t n, uint32_t seed);
 

@@ -383,6 +383,33 @@ TEST_F(Pool, ReferencesKeepThePoolAndReleasingALentPoolIsRefused) {
   EXPECT_EQ(Stats().bytes_reserved, baseline_.bytes_reserved);
 }
 
+TEST_F(Pool, SmallRequestsInAPoolUseItsFreeLargeBlocksBeforeGrowingIt) {
+  cgc_pool_t pool = nullptr;
+  CGC_ASSERT_OK(cgc_pool_create(ctx, &pool));
+  cgc_capture_options_t o = Opts(pool);
+  cgc_graph_t g1 = nullptr, g2 = nullptr;
+  CGC_ASSERT_OK(cgc_capture_begin(stream, &o));
+  void* big = Malloc(12 << 20, stream);  // a 12 MiB large segment, freed inside the capture
+  Fill(stream, D(big), 1.0f, 1024);
+  CGC_ASSERT_OK(cgc_free(big));
+  CGC_ASSERT_OK(cgc_capture_end(stream, &g1));
+  cgc_memory_stats_t before = Stats(pool);
+  CGC_ASSERT_OK(cgc_capture_begin(stream, &o));
+  void* small = Malloc(64 << 10, stream);
+  Fill(stream, D(small), 2.0f, 1024);
+  CGC_ASSERT_OK(cgc_capture_end(stream, &g2));
+  cgc_memory_stats_t after = Stats(pool);
+  EXPECT_EQ(after.num_driver_allocs, before.num_driver_allocs) << "no 2 MiB small segment was added";
+  EXPECT_EQ(after.bytes_reserved, before.bytes_reserved);
+  EXPECT_EQ(small, big);
+  // Outside pools the classes stay apart, as in PyTorch: the device cache grows a small segment.
+  void* eager = Malloc(64 << 10, stream);
+  EXPECT_NE(eager, small);
+  for (void* p : {small, eager}) CGC_ASSERT_OK(cgc_free(p));
+  for (cgc_graph_t g : {g1, g2}) CGC_ASSERT_OK(cgc_graph_destroy(g));
+  CGC_ASSERT_OK(cgc_pool_release(pool));
+}
+
 TEST_F(Pool, GraphsCapturedLargestFirstIntoOnePoolReserveAboutTheLargestAlone) {
   constexpr int kGraphs = 32;
   constexpr size_t kUnit = 1 << 20;  // the largest graph's intermediates are 33 MiB each

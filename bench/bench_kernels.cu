@@ -1,0 +1,29 @@
+// The benchmark's own kernels: compiled by nvcc into a fatbin (bench/BUILD), embedded in
+// cgc_bench and loaded through the driver API, so the benchmark needs no CUDA runtime.
+#include <stdint.h>
+
+// One step of a 32-bit linear congruential generator, `steps` times per element:
+//   p[i] = p[i] * 1664525 + 1013904223 (mod 2^32), repeated.
+// With steps = 1 and one warp it is the "tiny kernel" of the launch scenarios; with many steps
+// it is the measurable GPU work of the multi-stream scenario. The host can check any number of
+// steps exactly (the affine map composes), so results are verified, not assumed.
+extern "C" __global__ void cgc_bench_lcg(uint32_t* p, unsigned n, unsigned steps) {
+  unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  uint32_t u = p[i];
+  for (unsigned k = 0; k < steps; k++) u = u * 1664525u + 1013904223u;
+  p[i] = u;
+}
+
+// One "layer" of the MLP-like chain of the memory scenario, row by row over rows x width floats:
+//   out[r][c] = scale * in[r][c] + 0.25 * in[r][(7c + 1) mod width] + bias
+// The second term mixes columns, so a wrong row or column offset changes the result.
+extern "C" __global__ void cgc_bench_layer(float* out, const float* in, unsigned rows, unsigned width,
+                                           float scale, float bias) {
+  unsigned long long i = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x;
+  unsigned long long total = (unsigned long long)rows * width;
+  if (i >= total) return;
+  unsigned r = (unsigned)(i / width), c = (unsigned)(i % width);
+  const float* row = in + (unsigned long long)r * width;
+  out[i] = scale * row[c] + 0.25f * row[(7u * c + 1u) % width] + bias;
+}

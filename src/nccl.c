@@ -1,0 +1,411 @@
+/* NCCL, loaded at run time: communicators and collectives that work eagerly and inside captures.
+ *
+ * libnccl.so.2 is dlopen'ed once on first use (CGC_NCCL_LIBRARY=<path> names another file; then
+ * the usual install locations are tried). Capturing collectives needs NCCL >= 2.9.6; older or
+ * missing NCCL makes every NCCL entry point return CGC_ERROR_NCCL_UNAVAILABLE (SEMANTICS 20).
+ *
+ * The few NCCL types used here are declared below rather than taken from nccl.h: they are part of
+ * NCCL's stable ABI (an opaque communicator pointer, a 128-byte unique id, int enums whose values
+ * cgc_dtype_t and cgc_reduce_op_t mirror), and the build then needs no NCCL headers.
+ *
+ * Graph mixing: NCCL documents that a rank may deadlock when eager collectives and graph
+ * launches containing collectives are interleaved across communicators in different orders on
+ * different ranks (each rank's NCCL kernels wait for their peers in the order they were
+ * enqueued). cgc does not reorder anything: every rank must issue eager calls and graph
+ * launches in the same order, as with plain NCCL; docs/NCCL.md says more. */
+#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "src/internal.h"
+
+typedef struct nccl_comm* ncclComm_t;
+typedef struct {
+  char internal[128];
+} ncclUniqueId;
+typedef int ncclResult_t; /* ncclSuccess = 0 */
+typedef int ncclDataType_t;
+typedef int ncclRedOp_t;
+
+_Static_assert(sizeof(cgc_comm_id_t) == sizeof(ncclUniqueId), "cgc_comm_id_t carries an ncclUniqueId");
+
+/* X(name, return type, (parameter types)) */
+#define CGC_NCCL_ENTRIES(X, OPT)                                                                           \
+  X(ncclGetVersion, ncclResult_t, (int*))                                                                  \
+  X(ncclGetUniqueId, ncclResult_t, (ncclUniqueId*))                                                        \
+  X(ncclCommInitRank, ncclResult_t, (ncclComm_t*, int, ncclUniqueId, int))                                 \
+  X(ncclCommDestroy, ncclResult_t, (ncclComm_t))                                                           \
+  X(ncclCommAbort, ncclResult_t, (ncclComm_t))                                                             \
+  X(ncclGetErrorString, const char*, (ncclResult_t))                                                       \
+  X(ncclAllReduce, ncclResult_t, (const void*, void*, size_t, ncclDataType_t, ncclRedOp_t, ncclComm_t, CUstream)) \
+  X(ncclAllGather, ncclResult_t, (const void*, void*, size_t, ncclDataType_t, ncclComm_t, CUstream))       \
+  X(ncclReduceScatter, ncclResult_t,                                                                       \
+    (const void*, void*, size_t, ncclDataType_t, ncclRedOp_t, ncclComm_t, CUstream))                       \
+  X(ncclBroadcast, ncclResult_t, (const void*, void*, size_t, ncclDataType_t, int, ncclComm_t, CUstream))  \
+  X(ncclSend, ncclResult_t, (const void*, size_t, ncclDataType_t, int, ncclComm_t, CUstream))              \
+  X(ncclRecv, ncclResult_t, (void*, size_t, ncclDataType_t, int, ncclComm_t, CUstream))                    \
+  X(ncclGroupStart, ncclResult_t, (void))                                                                  \
+  X(ncclGroupEnd, ncclResult_t, (void))                                                                    \
+  OPT(ncclGetLastError, const char*, (ncclComm_t))
+
+#define NCCL_FIELD(name, ret, params) ret(*name) params;
+static struct {
+  CGC_NCCL_ENTRIES(NCCL_FIELD, NCCL_FIELD)
+  int version;
+} nccl;
+#undef NCCL_FIELD
+
+enum {
+  kMinCaptureVersion = 20906, /* 2.9.6: first NCCL whose collectives may be graph-captured */
+  kAvgBf16Version = 21000,    /* 2.10.0: ncclAvg and ncclBfloat16 */
+};
+
+static pthread_once_t load_once = PTHREAD_ONCE_INIT;
+static void* nccl_library; /* the dlopen handle, kept for the life of the process */
+static cgc_status_t load_status = CGC_ERROR_INTERNAL;
+static char load_message[1024];
+
+static void* open_nccl(char* tried, size_t tried_size) {
+  const char* candidates[] = {
+      getenv("CGC_NCCL_LIBRARY"),
+      "libnccl.so.2",
+      "/usr/lib/x86_64-linux-gnu/libnccl.so.2",
+      "/usr/local/cuda/lib/libnccl.so.2",
+      "/usr/local/cuda/lib64/libnccl.so.2",
+      "/usr/local/nccl/lib/libnccl.so.2",
+  };
+  size_t used = 0;
+  for (size_t i = 0; i < sizeof candidates / sizeof *candidates; i++) {
+    const char* path = candidates[i];
+    if (path == NULL || path[0] == '\0') continue;
+    void* lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (lib != NULL) return lib;
+    int n = snprintf(tried + used, tried_size - used, "%s%s", used ? ", " : "", path);
+    if (n > 0 && (size_t)n < tried_size - used) used += (size_t)n;
+    /* An explicit CGC_NCCL_LIBRARY is the only candidate: a wrong path must not be papered over. */
+    if (i == 0) return NULL;
+  }
+  return NULL;
+}
+
+static void load_nccl(void) {
+  char tried[512] = "";
+  void* lib = open_nccl(tried, sizeof tried);
+  if (lib == NULL) {
+    load_status = CGC_ERROR_NCCL_UNAVAILABLE;
+    snprintf(load_message, sizeof load_message,
+             "NCCL (libnccl.so.2) could not be loaded (tried %s); install NCCL >= 2.9.6 or point "
+             "CGC_NCCL_LIBRARY at libnccl.so.2",
+             tried);
+    return;
+  }
+  nccl_library = lib;
+  const char* missing = NULL;
+#define RESOLVE(name, ret, params) \
+  if ((*(void**)&nccl.name = dlsym(lib, #name)) == NULL && missing == NULL) missing = #name;
+#define RESOLVE_OPTIONAL(name, ret, params) *(void**)&nccl.name = dlsym(lib, #name);
+  CGC_NCCL_ENTRIES(RESOLVE, RESOLVE_OPTIONAL)
+#undef RESOLVE
+#undef RESOLVE_OPTIONAL
+  if (missing != NULL) {
+    load_status = CGC_ERROR_NCCL_UNAVAILABLE;
+    snprintf(load_message, sizeof load_message, "the loaded libnccl.so.2 lacks %s: cgc needs NCCL >= 2.9.6", missing);
+    return;
+  }
+  if (nccl.ncclGetVersion(&nccl.version) != 0 || nccl.version < kMinCaptureVersion) {
+    load_status = CGC_ERROR_NCCL_UNAVAILABLE;
+    snprintf(load_message, sizeof load_message,
+             "NCCL version code %d is too old: capturing collectives needs NCCL >= 2.9.6 (code 20906)", nccl.version);
+    return;
+  }
+  load_status = CGC_SUCCESS;
+}
+
+static cgc_status_t nccl_load(const char* func) {
+  pthread_once(&load_once, load_nccl);
+  if (load_status == CGC_SUCCESS) return CGC_SUCCESS;
+  return cgc__fail(load_status, func, "%s", load_message);
+}
+
+/* "func: call failed: <NCCL's string> (<NCCL's last error>)". */
+static cgc_status_t nccl_fail(ncclResult_t r, ncclComm_t comm, const char* func, const char* call) {
+  const char* text = nccl.ncclGetErrorString ? nccl.ncclGetErrorString(r) : "unknown NCCL error";
+  const char* last = nccl.ncclGetLastError ? nccl.ncclGetLastError(comm) : NULL;
+  return cgc__fail(CGC_ERROR_NCCL, func, "%s failed: ncclResult %d: %s%s%s%s", call, r, text ? text : "?",
+                   last && last[0] ? " (" : "", last && last[0] ? last : "", last && last[0] ? ")" : "");
+}
+cgc_status_t cgc_nccl_version(int* version) {
+  cgc_status_t st = nccl_load(__func__);
+  if (st != CGC_SUCCESS) return st;
+  CGC_CHECK_ARG(version != NULL, "version is NULL");
+  *version = nccl.version;
+  return CGC_SUCCESS;
+}
+
+cgc_status_t cgc_comm_unique_id(cgc_comm_id_t* id) {
+  cgc_status_t st = nccl_load(__func__);
+  if (st != CGC_SUCCESS) return st;
+  CGC_CHECK_ARG(id != NULL, "id is NULL");
+  ncclUniqueId nid;
+  ncclResult_t r = nccl.ncclGetUniqueId(&nid);
+  if (r != 0) return nccl_fail(r, NULL, __func__, "ncclGetUniqueId");
+  memcpy(id->internal, nid.internal, sizeof nid.internal);
+  return CGC_SUCCESS;
+}
+
+struct cgc_comm_s {
+  uint32_t magic;
+  struct cgc__device* dev;
+  ncclComm_t nccl;
+  int rank, nranks;
+  atomic_bool aborted;    /* ncclCommAbort freed `nccl`: only destroy may follow */
+  atomic_int graph_refs;  /* captures and graphs holding collectives on it */
+};
+
+void cgc__comm_unref(cgc_comm_t comm) { atomic_fetch_sub(&comm->graph_refs, 1); }
+
+/* A collective enqueued into a cgc capture: the capture (then its graph) holds the communicator,
+ * so that destroying it first is refused rather than left to hang (NCCL >= 2.26 waits in
+ * ncclCommDestroy for every graph that references the communicator). */
+static cgc_status_t note_capture(cgc_comm_t comm, cgc_stream_t stream, const char* func) {
+  if (atomic_load_explicit(&cgc__captures_underway, memory_order_acquire) == 0) return CGC_SUCCESS;
+  uint64_t id = 0;
+  cgc_status_t st = cgc__stream_capture_id(stream, &id, func);
+  if (st != CGC_SUCCESS || id == 0) {
+    /* A capture cgc did not begin: NCCL captures the collective all the same; nothing to hold. */
+    return CGC_SUCCESS;
+  }
+  bool added = false;
+  st = cgc__capture_add_use(id, CGC_USE_COMM, comm, &added, func);
+  if (added) atomic_fetch_add(&comm->graph_refs, 1);
+  return st;
+}
+
+/* A one-element all-reduce, synchronised, right after init: NCCL connects its rings and trees
+ * lazily, and that setup must not happen inside a Global capture (SEMANTICS 18). */
+static cgc_status_t connect_eagerly(cgc_comm_t comm, const char* func) {
+  CUstream s = NULL;
+  CUdeviceptr buf = 0;
+  cgc_status_t st = cgc__cu_fail(cgc__drv.cuStreamCreateWithPriority(&s, CU_STREAM_NON_BLOCKING, 0), func,
+                                 "cuStreamCreateWithPriority");
+  if (st == CGC_SUCCESS) st = cgc__cu_fail(cgc__drv.cuMemAlloc(&buf, sizeof(float)), func, "cuMemAlloc");
+  if (st == CGC_SUCCESS)
+    st = cgc__cu_fail(cgc__drv.cuMemsetD32Async(buf, 0x3f800000u /* 1.0f */, 1, s), func, "cuMemsetD32Async");
+  if (st == CGC_SUCCESS) {
+    ncclResult_t r = nccl.ncclAllReduce((void*)buf, (void*)buf, 1, 7 /* float32 */, 0 /* sum */, comm->nccl, s);
+    if (r != 0) st = nccl_fail(r, comm->nccl, func, "ncclAllReduce (connection warm-up)");
+  }
+  if (st == CGC_SUCCESS) st = cgc__cu_fail(cgc__drv.cuStreamSynchronize(s), func, "cuStreamSynchronize");
+  if (buf != 0) cgc__drv.cuMemFree(buf);
+  if (s != NULL) cgc__drv.cuStreamDestroy(s);
+  return st;
+}
+
+cgc_status_t cgc_comm_create(cgc_context_t ctx, int nranks, const cgc_comm_id_t* id, int rank, cgc_comm_t* out) {
+  cgc_status_t st = nccl_load(__func__);
+  if (st != CGC_SUCCESS) return st;
+  CGC_CHECK_ARG(out != NULL, "out is NULL");
+  *out = NULL;
+  CGC_CHECK_HANDLE(ctx, CGC_MAGIC_CONTEXT);
+  CGC_CHECK_ARG(id != NULL, "id is NULL");
+  CGC_CHECK_ARG(nranks >= 1, "nranks is %d", nranks);
+  CGC_CHECK_ARG(rank >= 0 && rank < nranks, "rank %d is outside [0, %d)", rank, nranks);
+  if (atomic_load(&cgc__captures_underway) > 0)
+    return cgc__fail(CGC_ERROR_CAPTURE_UNSUPPORTED, __func__,
+                     "a capture is under way: create communicators before capturing (NCCL's setup allocates "
+                     "and synchronises, which would break the capture)");
+  cgc_comm_t comm = calloc(1, sizeof *comm);
+  if (comm == NULL) return cgc__fail(CGC_ERROR_OUT_OF_MEMORY, __func__, "out of host memory");
+  cgc__ctx_scope_t scope;
+  st = cgc__ctx_enter(ctx->dev, &scope, __func__); /* NCCL takes the device from the current context */
+  if (st != CGC_SUCCESS) {
+    free(comm);
+    return st;
+  }
+  ncclUniqueId nid;
+  memcpy(nid.internal, id->internal, sizeof nid.internal);
+  ncclResult_t r = nccl.ncclCommInitRank(&comm->nccl, nranks, nid, rank);
+  if (r != 0) {
+    st = nccl_fail(r, NULL, __func__, "ncclCommInitRank");
+  } else {
+    comm->magic = CGC_MAGIC_COMM;
+    comm->dev = ctx->dev;
+    comm->rank = rank;
+    comm->nranks = nranks;
+    st = connect_eagerly(comm, __func__);
+    if (st != CGC_SUCCESS) {
+      nccl.ncclCommAbort(comm->nccl);
+      comm->magic = 0;
+    }
+  }
+  cgc__ctx_leave(&scope);
+  if (st != CGC_SUCCESS) {
+    free(comm);
+    return st;
+  }
+  *out = comm;
+  return CGC_SUCCESS;
+}
+
+/* NCCL loaded, a live comm that was not aborted. */
+static cgc_status_t check_comm(cgc_comm_t comm, const char* func) {
+  cgc_status_t st = nccl_load(func);
+  if (st == CGC_SUCCESS) st = cgc__check_handle(comm, CGC_MAGIC_COMM, func, "comm");
+  if (st == CGC_SUCCESS && atomic_load(&comm->aborted))
+    st = cgc__fail(CGC_ERROR_INVALID_STATE, func, "communicator %p was aborted: destroy it and create another",
+                   (void*)comm);
+  return st;
+}
+
+void* cgc__comm_native(cgc_comm_t comm) {
+  return cgc__is_live(comm, CGC_MAGIC_COMM) && !atomic_load(&comm->aborted) ? (void*)comm->nccl : NULL;
+}
+
+void* cgc__nccl_function(const char* name) {
+  return nccl_load("cgc__nccl_function") == CGC_SUCCESS ? dlsym(nccl_library, name) : NULL;
+}
+
+cgc_status_t cgc_comm_destroy(cgc_comm_t comm) {
+  cgc_status_t st = nccl_load(__func__);
+  if (st != CGC_SUCCESS) return st;
+  CGC_CHECK_HANDLE(comm, CGC_MAGIC_COMM);
+  int refs = atomic_load(&comm->graph_refs);
+  if (refs > 0 && !atomic_load(&comm->aborted))
+    return cgc__fail(CGC_ERROR_INVALID_STATE, __func__,
+                     "%d graph(s) or capture(s) hold collectives on communicator %p: destroy them first "
+                     "(ncclCommDestroy would wait for them)",
+                     refs, (void*)comm);
+  if (!atomic_load(&comm->aborted)) {
+    cgc__ctx_scope_t scope;
+    st = cgc__ctx_enter(comm->dev, &scope, __func__);
+    if (st == CGC_SUCCESS) {
+      ncclResult_t r = nccl.ncclCommDestroy(comm->nccl);
+      if (r != 0) st = nccl_fail(r, NULL, __func__, "ncclCommDestroy");
+      cgc__ctx_leave(&scope);
+    }
+  }
+  cgc__retire(comm);
+  return st;
+}
+
+cgc_status_t cgc_comm_abort(cgc_comm_t comm) {
+  cgc_status_t st = nccl_load(__func__);
+  if (st != CGC_SUCCESS) return st;
+  CGC_CHECK_HANDLE(comm, CGC_MAGIC_COMM);
+  bool expected = false;
+  if (!atomic_compare_exchange_strong(&comm->aborted, &expected, true)) return CGC_SUCCESS; /* already */
+  /* No context push: abort is meant to be called from a watchdog thread while another thread
+   * is blocked on the communicator's work; NCCL sets the device itself. */
+  ncclResult_t r = nccl.ncclCommAbort(comm->nccl);
+  if (r != 0) return nccl_fail(r, NULL, __func__, "ncclCommAbort");
+  return CGC_SUCCESS;
+}
+
+static cgc_status_t check_dtype(cgc_dtype_t dtype, const char* func) {
+  if ((unsigned)dtype > CGC_BFLOAT16)
+    return cgc__fail(CGC_ERROR_INVALID_ARGUMENT, func, "dtype %d is not a cgc_dtype_t", (int)dtype);
+  if (dtype == CGC_BFLOAT16 && nccl.version < kAvgBf16Version)
+    return cgc__fail(CGC_ERROR_NOT_SUPPORTED, func, "bfloat16 needs NCCL >= 2.10 (loaded: %d)", nccl.version);
+  return CGC_SUCCESS;
+}
+
+static cgc_status_t check_op(cgc_reduce_op_t op, const char* func) {
+  if ((unsigned)op > CGC_AVG)
+    return cgc__fail(CGC_ERROR_INVALID_ARGUMENT, func, "op %d is not a cgc_reduce_op_t", (int)op);
+  if (op == CGC_AVG && nccl.version < kAvgBf16Version)
+    return cgc__fail(CGC_ERROR_NOT_SUPPORTED, func, "CGC_AVG needs NCCL >= 2.10 (loaded: %d)", nccl.version);
+  return CGC_SUCCESS;
+}
+
+/* Shared checks of every collective: NCCL, comm, stream on the comm's device, buffers. */
+static cgc_status_t check_call(cgc_comm_t comm, cgc_stream_t stream, cgc_dtype_t dtype, size_t count, const void* a,
+                               const void* b, const char* func) {
+  cgc_status_t st = check_comm(comm, func);
+  if (st == CGC_SUCCESS) st = cgc__check_handle(stream, CGC_MAGIC_STREAM, func, "stream");
+  if (st == CGC_SUCCESS) st = check_dtype(dtype, func);
+  if (st != CGC_SUCCESS) return st;
+  if (stream->dev != comm->dev)
+    return cgc__fail(CGC_ERROR_INVALID_ARGUMENT, func, "stream %p is on device %d, the communicator on device %d",
+                     (void*)stream->cu, stream->dev->ordinal, comm->dev->ordinal);
+  if (count > 0 && (a == NULL || b == NULL)) return cgc__fail(CGC_ERROR_INVALID_ARGUMENT, func, "a buffer is NULL");
+  return CGC_SUCCESS;
+}
+
+/* Runs an NCCL enqueue with the device current (the legacy stream and NCCL's own device lookups
+ * both resolve through it) and maps its result. */
+#define ENQUEUE(comm, stream, call_text, expr)                                            \
+  do {                                                                                     \
+    cgc__ctx_scope_t scope_;                                                               \
+    cgc_status_t st_ = note_capture((comm), (stream), __func__);                           \
+    if (st_ == CGC_SUCCESS) st_ = cgc__ctx_enter((comm)->dev, &scope_, __func__);          \
+    if (st_ != CGC_SUCCESS) return st_;                                                    \
+    ncclResult_t r_ = (expr);                                                              \
+    cgc__ctx_leave(&scope_);                                                               \
+    return r_ == 0 ? CGC_SUCCESS : nccl_fail(r_, (comm)->nccl, __func__, call_text);        \
+  } while (0)
+
+cgc_status_t cgc_all_reduce(cgc_comm_t comm, const void* send, void* recv, size_t count, cgc_dtype_t dtype,
+                            cgc_reduce_op_t op, cgc_stream_t stream) {
+  cgc_status_t st = check_call(comm, stream, dtype, count, send, recv, __func__);
+  if (st == CGC_SUCCESS) st = check_op(op, __func__);
+  if (st != CGC_SUCCESS) return st;
+  ENQUEUE(comm, stream, "ncclAllReduce", nccl.ncclAllReduce(send, recv, count, dtype, op, comm->nccl, stream->cu));
+}
+
+cgc_status_t cgc_all_gather(cgc_comm_t comm, const void* send, void* recv, size_t send_count, cgc_dtype_t dtype,
+                            cgc_stream_t stream) {
+  cgc_status_t st = check_call(comm, stream, dtype, send_count, send, recv, __func__);
+  if (st != CGC_SUCCESS) return st;
+  ENQUEUE(comm, stream, "ncclAllGather", nccl.ncclAllGather(send, recv, send_count, dtype, comm->nccl, stream->cu));
+}
+
+cgc_status_t cgc_reduce_scatter(cgc_comm_t comm, const void* send, void* recv, size_t recv_count, cgc_dtype_t dtype,
+                                cgc_reduce_op_t op, cgc_stream_t stream) {
+  cgc_status_t st = check_call(comm, stream, dtype, recv_count, send, recv, __func__);
+  if (st == CGC_SUCCESS) st = check_op(op, __func__);
+  if (st != CGC_SUCCESS) return st;
+  ENQUEUE(comm, stream, "ncclReduceScatter",
+          nccl.ncclReduceScatter(send, recv, recv_count, dtype, op, comm->nccl, stream->cu));
+}
+
+cgc_status_t cgc_broadcast(cgc_comm_t comm, const void* send, void* recv, size_t count, cgc_dtype_t dtype, int root,
+                           cgc_stream_t stream) {
+  cgc_status_t st = check_comm(comm, __func__);
+  if (st != CGC_SUCCESS) return st;
+  CGC_CHECK_ARG(root >= 0 && root < comm->nranks, "root %d is outside [0, %d)", root, comm->nranks);
+  /* Only the root reads `send`; other ranks may pass NULL. */
+  st = check_call(comm, stream, dtype, count, comm->rank == root ? send : recv, recv, __func__);
+  if (st != CGC_SUCCESS) return st;
+  ENQUEUE(comm, stream, "ncclBroadcast",
+          nccl.ncclBroadcast(send, recv, count, dtype, root, comm->nccl, stream->cu));
+}
+
+cgc_status_t cgc_send(cgc_comm_t comm, const void* buf, size_t count, cgc_dtype_t dtype, int peer,
+                      cgc_stream_t stream) {
+  cgc_status_t st = check_call(comm, stream, dtype, count, buf, buf, __func__);
+  if (st != CGC_SUCCESS) return st;
+  CGC_CHECK_ARG(peer >= 0 && peer < comm->nranks, "peer %d is outside [0, %d)", peer, comm->nranks);
+  ENQUEUE(comm, stream, "ncclSend", nccl.ncclSend(buf, count, dtype, peer, comm->nccl, stream->cu));
+}
+
+cgc_status_t cgc_recv(cgc_comm_t comm, void* buf, size_t count, cgc_dtype_t dtype, int peer, cgc_stream_t stream) {
+  cgc_status_t st = check_call(comm, stream, dtype, count, buf, buf, __func__);
+  if (st != CGC_SUCCESS) return st;
+  CGC_CHECK_ARG(peer >= 0 && peer < comm->nranks, "peer %d is outside [0, %d)", peer, comm->nranks);
+  ENQUEUE(comm, stream, "ncclRecv", nccl.ncclRecv(buf, count, dtype, peer, comm->nccl, stream->cu));
+}
+
+cgc_status_t cgc_group_start(void) {
+  cgc_status_t st = nccl_load(__func__);
+  if (st != CGC_SUCCESS) return st;
+  ncclResult_t r = nccl.ncclGroupStart();
+  return r == 0 ? CGC_SUCCESS : nccl_fail(r, NULL, __func__, "ncclGroupStart");
+}
+
+cgc_status_t cgc_group_end(void) {
+  cgc_status_t st = nccl_load(__func__);
+  if (st != CGC_SUCCESS) return st;
+  ncclResult_t r = nccl.ncclGroupEnd();
+  return r == 0 ? CGC_SUCCESS : nccl_fail(r, NULL, __func__, "ncclGroupEnd");
+}

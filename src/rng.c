@@ -1,0 +1,264 @@
+/* Graph-safe random numbers: Philox generators whose draws replay like eager calls.
+ *
+ * Eager draws pass the generator's seed and offset to the kernel and advance the offset by the
+ * draw's size rounded up to a multiple of 4. Inside a cgc capture the kernel reads seed and
+ * base offset from two device slots owned by the generator and gets only its position within
+ * the graph; the capture adds the generator to its uses, and the graph records how far one
+ * replay advances it. Each cgc_graph_launch of such a graph first writes the generator's
+ * current seed and offset into the slots (a one-thread kernel on the launch stream) and
+ * advances the offset, so N replays produce what N eager runs of the captured calls produce
+ * from the same state (SEMANTICS 17, PyTorch's CUDAGeneratorImpl in spirit).
+ *
+ * The slots are per generator: graphs that draw from one generator must not run concurrently
+ * on different streams (each replay's prologue rewrites them), as with PyTorch. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "src/internal.h"
+
+extern const unsigned char cgc__kernels_fatbin[];
+
+struct cgc__kernels {
+  CUmodule module;
+  CUfunction uniform, normal, set_state;
+};
+
+struct cgc_rng_s {
+  uint32_t magic;
+  struct cgc__device* dev;
+  pthread_mutex_t lock; /* guards seed, offset and the capture state */
+  uint64_t seed, offset;
+  uint64_t capture_id;     /* the capture drawing from it now (0: none) */
+  uint64_t capture_offset; /* what that capture has consumed so far */
+  CUdeviceptr slots;       /* [seed, offset] as the running replay sees them */
+  atomic_int refs;         /* the user's handle + each capture and graph that draws from it */
+};
+
+static pthread_mutex_t kernels_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* The device's kernels, loaded once (context current). Module loading is not a stream
+ * operation, but run it in Relaxed mode so that it can never break a capture elsewhere. */
+static cgc_status_t device_kernels(struct cgc__device* dev, struct cgc__kernels** out, const char* func) {
+  pthread_mutex_lock(&kernels_lock);
+  cgc_status_t st = CGC_SUCCESS;
+  if (dev->kernels == NULL) {
+    struct cgc__kernels* k = calloc(1, sizeof *k);
+    if (k == NULL) {
+      st = cgc__fail(CGC_ERROR_OUT_OF_MEMORY, func, "out of host memory");
+    } else {
+      CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
+      cgc__drv.cuThreadExchangeStreamCaptureMode(&mode);
+      st = CGC_CU(cuModuleLoadData(&k->module, cgc__kernels_fatbin));
+      if (st == CGC_SUCCESS) st = CGC_CU(cuModuleGetFunction(&k->uniform, k->module, "cgc_philox_uniform"));
+      if (st == CGC_SUCCESS) st = CGC_CU(cuModuleGetFunction(&k->normal, k->module, "cgc_philox_normal"));
+      if (st == CGC_SUCCESS) st = CGC_CU(cuModuleGetFunction(&k->set_state, k->module, "cgc_philox_set_state"));
+      cgc__drv.cuThreadExchangeStreamCaptureMode(&mode);
+      if (st == CGC_SUCCESS) {
+        dev->kernels = k;
+      } else {
+        if (k->module != NULL) cgc__drv.cuModuleUnload(k->module);
+        free(k);
+        cgc__append(" (loading cgc's embedded kernels: sm_80/sm_90 SASS and compute_90 PTX)");
+      }
+    }
+  }
+  *out = dev->kernels;
+  pthread_mutex_unlock(&kernels_lock);
+  return st;
+}
+
+/* Device memory the library owns for its lifetime, allocated and freed in Relaxed mode. */
+static CUresult relaxed_alloc(CUdeviceptr* p, size_t size) {
+  CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
+  cgc__drv.cuThreadExchangeStreamCaptureMode(&mode);
+  CUresult r = cgc__drv.cuMemAlloc(p, size);
+  cgc__drv.cuThreadExchangeStreamCaptureMode(&mode);
+  return r;
+}
+
+static void relaxed_free(CUdeviceptr p) {
+  CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
+  cgc__drv.cuThreadExchangeStreamCaptureMode(&mode);
+  cgc__drv.cuMemFree(p);
+  cgc__drv.cuThreadExchangeStreamCaptureMode(&mode);
+}
+
+cgc_status_t cgc_rng_create(cgc_context_t ctx, uint64_t seed, cgc_rng_t* out) {
+  CGC_CHECK_ARG(out != NULL, "out is NULL");
+  *out = NULL;
+  CGC_CHECK_HANDLE(ctx, CGC_MAGIC_CONTEXT);
+  cgc_rng_t rng = calloc(1, sizeof *rng);
+  if (rng == NULL) return cgc__fail(CGC_ERROR_OUT_OF_MEMORY, __func__, "out of host memory");
+  cgc__ctx_scope_t scope;
+  cgc_status_t st = cgc__ctx_enter(ctx->dev, &scope, __func__);
+  if (st != CGC_SUCCESS) {
+    free(rng);
+    return st;
+  }
+  struct cgc__kernels* k;
+  st = device_kernels(ctx->dev, &k, __func__);
+  if (st == CGC_SUCCESS) st = cgc__cu_fail(relaxed_alloc(&rng->slots, 2 * sizeof(uint64_t)), __func__, "cuMemAlloc");
+  cgc__ctx_leave(&scope);
+  if (st != CGC_SUCCESS) {
+    free(rng);
+    return st;
+  }
+  pthread_mutex_init(&rng->lock, NULL);
+  rng->magic = CGC_MAGIC_RNG;
+  rng->dev = ctx->dev;
+  rng->seed = seed;
+  atomic_store(&rng->refs, 1);
+  *out = rng;
+  return CGC_SUCCESS;
+}
+
+void cgc__rng_unref(cgc_rng_t rng) {
+  if (atomic_fetch_sub(&rng->refs, 1) != 1) return;
+  cgc__ctx_scope_t scope;
+  if (cgc__ctx_enter(rng->dev, &scope, "cgc_rng_destroy") == CGC_SUCCESS) {
+    relaxed_free(rng->slots);
+    cgc__ctx_leave(&scope);
+  }
+  pthread_mutex_destroy(&rng->lock);
+  cgc__retire(rng);
+}
+
+cgc_status_t cgc_rng_destroy(cgc_rng_t rng) {
+  CGC_CHECK_HANDLE(rng, CGC_MAGIC_RNG);
+  /* The handle dies now; graphs that draw from the generator keep its state until they go. */
+  rng->magic = CGC_MAGIC_DEAD;
+  cgc__rng_unref(rng);
+  return CGC_SUCCESS;
+}
+
+uint64_t cgc__rng_capture_done(cgc_rng_t rng) {
+  pthread_mutex_lock(&rng->lock);
+  uint64_t consumed = rng->capture_offset;
+  rng->capture_id = 0;
+  rng->capture_offset = 0;
+  pthread_mutex_unlock(&rng->lock);
+  return consumed;
+}
+
+CUresult cgc__rng_replay_prologue(cgc_rng_t rng, uint64_t amount, CUstream stream) {
+  pthread_mutex_lock(&rng->lock);
+  unsigned long long seed = rng->seed, offset = rng->offset;
+  rng->offset += amount;
+  pthread_mutex_unlock(&rng->lock);
+  cgc__ctx_scope_t scope;
+  if (cgc__ctx_enter(rng->dev, &scope, "cgc_graph_launch") != CGC_SUCCESS) return CUDA_ERROR_INVALID_CONTEXT;
+  CUdeviceptr slots = rng->slots;
+  void* args[] = {&slots, &seed, &offset};
+  CUresult r = cgc__drv.cuLaunchKernel(rng->dev->kernels->set_state, 1, 1, 1, 1, 1, 1, 0, stream, args, NULL);
+  cgc__ctx_leave(&scope);
+  return r;
+}
+
+static uint64_t round4(uint64_t n) { return (n + 3) & ~(uint64_t)3; }
+
+/* The common path of uniform and normal: where the draw's numbers come from, then the launch. */
+static cgc_status_t draw(cgc_rng_t rng, float* out, size_t n, bool normal, float mean, float stddev,
+                         cgc_stream_t stream, const char* func) {
+  cgc_status_t st = cgc__check_handle(rng, CGC_MAGIC_RNG, func, "rng");
+  if (st == CGC_SUCCESS) st = cgc__check_handle(stream, CGC_MAGIC_STREAM, func, "stream");
+  if (st != CGC_SUCCESS) return st;
+  if (n == 0) return CGC_SUCCESS;
+  CGC_CHECK_ARG(out != NULL, "out is NULL");
+  CGC_CHECK_ARG(n <= ((size_t)1 << 62), "n is %zu", n);
+  if (stream->dev != rng->dev)
+    return cgc__fail(CGC_ERROR_INVALID_ARGUMENT, func, "stream %p is on device %d, the generator on device %d",
+                     (void*)stream->cu, stream->dev->ordinal, rng->dev->ordinal);
+  uint64_t capture_id = 0;
+  st = cgc__stream_capture_id(stream, &capture_id, func);
+  if (st != CGC_SUCCESS) return st;
+
+  unsigned long long seed = 0, offset = 0;
+  CUdeviceptr slots = 0;
+  bool first_use = false;
+  pthread_mutex_lock(&rng->lock);
+  if (capture_id == 0) {
+    seed = rng->seed;
+    offset = rng->offset;
+    rng->offset += round4(n);
+  } else if (rng->capture_id != 0 && rng->capture_id != capture_id) {
+    st = cgc__fail(CGC_ERROR_INVALID_STATE, func,
+                   "the generator is drawn from by another capture (id %llu): one capture at a time per generator",
+                   (unsigned long long)rng->capture_id);
+  } else {
+    first_use = rng->capture_id == 0;
+    rng->capture_id = capture_id;
+    slots = rng->slots;
+    offset = rng->capture_offset; /* the draw's position in the graph */
+    rng->capture_offset += round4(n);
+  }
+  pthread_mutex_unlock(&rng->lock);
+  if (st != CGC_SUCCESS) return st;
+  if (first_use) {
+    bool added = false;
+    st = cgc__capture_add_use(capture_id, CGC_USE_RNG, rng, &added, func);
+    if (added) atomic_fetch_add(&rng->refs, 1);
+    if (st != CGC_SUCCESS) {
+      cgc__rng_capture_done(rng);
+      return st;
+    }
+  }
+
+  cgc__ctx_scope_t scope;
+  st = cgc__ctx_enter(rng->dev, &scope, func);
+  if (st != CGC_SUCCESS) return st;
+  struct cgc__kernels* k = rng->dev->kernels;
+  unsigned long long count = n;
+  unsigned long long groups = (count + 3) / 4;
+  unsigned blocks = (unsigned)((groups + 255) / 256);
+  if (blocks > 4096) blocks = 4096; /* grid-stride beyond: plenty to fill any current GPU */
+  const unsigned long long* slot_ptr = (const unsigned long long*)(uintptr_t)slots;
+  CUresult r;
+  if (normal) {
+    void* args[] = {&out, &count, &mean, &stddev, &slot_ptr, &seed, &offset};
+    r = cgc__drv.cuLaunchKernel(k->normal, blocks, 1, 1, 256, 1, 1, 0, stream->cu, args, NULL);
+  } else {
+    void* args[] = {&out, &count, &slot_ptr, &seed, &offset};
+    r = cgc__drv.cuLaunchKernel(k->uniform, blocks, 1, 1, 256, 1, 1, 0, stream->cu, args, NULL);
+  }
+  cgc__ctx_leave(&scope);
+  return cgc__cu_fail(r, func, "cuLaunchKernel");
+}
+
+cgc_status_t cgc_rng_uniform(cgc_rng_t rng, float* out, size_t n, cgc_stream_t stream) {
+  return draw(rng, out, n, false, 0.0f, 1.0f, stream, __func__);
+}
+
+cgc_status_t cgc_rng_normal(cgc_rng_t rng, float* out, size_t n, float mean, float stddev, cgc_stream_t stream) {
+  return draw(rng, out, n, true, mean, stddev, stream, __func__);
+}
+
+cgc_status_t cgc_rng_get_state(cgc_rng_t rng, uint64_t* seed, uint64_t* offset) {
+  CGC_CHECK_HANDLE(rng, CGC_MAGIC_RNG);
+  CGC_CHECK_ARG(seed != NULL || offset != NULL, "seed and offset are both NULL");
+  pthread_mutex_lock(&rng->lock);
+  if (seed != NULL) *seed = rng->seed;
+  if (offset != NULL) *offset = rng->offset;
+  pthread_mutex_unlock(&rng->lock);
+  return CGC_SUCCESS;
+}
+
+cgc_status_t cgc_rng_set_state(cgc_rng_t rng, uint64_t seed, uint64_t offset) {
+  CGC_CHECK_HANDLE(rng, CGC_MAGIC_RNG);
+  CGC_CHECK_ARG(offset % 4 == 0, "offset %llu is not a multiple of 4 (draws consume offsets 4 at a time)",
+                (unsigned long long)offset);
+  cgc_status_t st = CGC_SUCCESS;
+  pthread_mutex_lock(&rng->lock);
+  if (rng->capture_id != 0) {
+    /* Like manual_seed during a PyTorch capture: the same state is a no-op, a change is refused. */
+    if (seed != rng->seed || offset != rng->offset)
+      st = cgc__fail(CGC_ERROR_INVALID_STATE, __func__,
+                     "a capture (id %llu) is drawing from the generator: its state can change only after "
+                     "cgc_capture_end",
+                     (unsigned long long)rng->capture_id);
+  } else {
+    rng->seed = seed;
+    rng->offset = offset;
+  }
+  pthread_mutex_unlock(&rng->lock);
+  return st;
+}

@@ -1,0 +1,54 @@
+// NCCL entry points with the real libnccl.so.2 where it can be found (CI's CUDA toolkit ships
+// one), still without a GPU: the version gate and argument checks.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "capi/cgc.h"
+
+namespace {
+
+alignas(64) unsigned char not_an_object[256] = {0x5A};
+
+class NcclArgs : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    int v = 0;
+    if (cgc_nccl_version(&v) != CGC_SUCCESS) GTEST_SKIP() << "skipped: no NCCL here: " << cgc_last_error();
+    version_ = v;
+  }
+  int version_ = 0;
+};
+
+TEST_F(NcclArgs, VersionIsNewEnoughForCapture) { EXPECT_GE(version_, 20906); }
+
+TEST_F(NcclArgs, NullAndForeignArgumentsAreRefused) {
+  int buf = 0;
+  cgc_comm_t comm = reinterpret_cast<cgc_comm_t>(not_an_object);
+  cgc_comm_id_t id = {};
+  cgc_comm_t out = comm;
+  EXPECT_EQ(cgc_nccl_version(nullptr), CGC_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(cgc_comm_unique_id(nullptr), CGC_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(cgc_comm_create(nullptr, 2, &id, 0, &out), CGC_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(out, nullptr);
+  EXPECT_EQ(cgc_comm_create(reinterpret_cast<cgc_context_t>(not_an_object), 2, &id, 0, &out),
+            CGC_ERROR_INVALID_HANDLE);
+  EXPECT_EQ(cgc_comm_destroy(nullptr), CGC_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(cgc_comm_destroy(comm), CGC_ERROR_INVALID_HANDLE);
+  EXPECT_EQ(cgc_comm_abort(comm), CGC_ERROR_INVALID_HANDLE);
+  EXPECT_EQ(cgc_all_reduce(nullptr, &buf, &buf, 1, CGC_INT32, CGC_SUM, nullptr), CGC_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(cgc_all_reduce(comm, &buf, &buf, 1, CGC_INT32, CGC_SUM, nullptr), CGC_ERROR_INVALID_HANDLE);
+  EXPECT_NE(std::string(cgc_last_error()).find("cgc_all_reduce"), std::string::npos);
+  EXPECT_EQ(cgc_all_gather(comm, &buf, &buf, 1, CGC_INT32, nullptr), CGC_ERROR_INVALID_HANDLE);
+  EXPECT_EQ(cgc_reduce_scatter(comm, &buf, &buf, 1, CGC_INT32, CGC_SUM, nullptr), CGC_ERROR_INVALID_HANDLE);
+  EXPECT_EQ(cgc_broadcast(comm, &buf, &buf, 1, CGC_INT32, 0, nullptr), CGC_ERROR_INVALID_HANDLE);
+  EXPECT_EQ(cgc_send(comm, &buf, 1, CGC_INT32, 1, nullptr), CGC_ERROR_INVALID_HANDLE);
+  EXPECT_EQ(cgc_recv(comm, &buf, 1, CGC_INT32, 1, nullptr), CGC_ERROR_INVALID_HANDLE);
+}
+
+TEST_F(NcclArgs, GroupCallsPassThrough) {
+  EXPECT_EQ(cgc_group_start(), CGC_SUCCESS) << cgc_last_error();
+  EXPECT_EQ(cgc_group_end(), CGC_SUCCESS) << cgc_last_error();
+}
+
+}  // namespace
