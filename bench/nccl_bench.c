@@ -6,7 +6,9 @@
  * cuStreamEndCapture, so cgc's graph and the floor differ only by cgc's own code. Latency is
  * what a decode step sees: host time from the launch to the end of a stream synchronisation,
  * both ranks released together by a barrier before every iteration; median and p90 over the
- * iterations, taken on rank 0.
+ * iterations, taken on rank 0. A second latency is read on the GPU: CUDA events recorded just
+ * before the launch call and after it, so it counts the time from the stream being ready to the
+ * collective being done (the host's enqueue work included, the host's synchronisation not).
  *
  *   nccl_bench [--iters N] [--json FILE]
  * Without 2 GPUs or without NCCL it says so and exits with status 1. */
@@ -52,7 +54,8 @@ static struct {
   cgc_comm_id_t id;
   pthread_barrier_t barrier;
   nccl_all_reduce_fn raw_all_reduce;
-  figure_t eager[kSizes], cgc_graph[kSizes], raw_graph[kSizes];
+  figure_t eager[kSizes], cgc_graph[kSizes], raw_graph[kSizes];          /* host: launch + sync */
+  figure_t eager_gpu[kSizes], cgc_graph_gpu[kSizes], raw_graph_gpu[kSizes]; /* GPU: events */
   int correct[kSizes];
 } bench;
 
@@ -79,16 +82,19 @@ typedef struct {
   int rank;
   cgc_context_t ctx;
   cgc_stream_t stream;
+  cgc_event_t start, end;
   cgc_comm_t comm;
   void *send, *recv;
 } rank_t;
 
 /* One variant at one size: warm-up, then timed iterations each released by the barrier. */
-static figure_t time_variant(rank_t* r, variant_t v, size_t count, cgc_graph_t g, CUgraphExec raw_exec, double* samples) {
+static figure_t time_variant(rank_t* r, variant_t v, size_t count, cgc_graph_t g, CUgraphExec raw_exec,
+                             double* samples, double* gpu_samples, figure_t* gpu) {
   CUstream cs = (CUstream)cgc_stream_native(r->stream);
   for (int i = 0; i < bench.warmup + bench.iters; i++) {
     pthread_barrier_wait(&bench.barrier);
     double t0 = now_us();
+    CHECK(cgc_event_record(r->start, r->stream));
     if (v == EAGER) {
       CHECK(cgc_all_reduce(r->comm, r->send, r->recv, count, CGC_FLOAT32, CGC_SUM, r->stream));
     } else if (v == CGC_GRAPH) {
@@ -96,9 +102,17 @@ static figure_t time_variant(rank_t* r, variant_t v, size_t count, cgc_graph_t g
     } else {
       CHECK_CU(cuGraphLaunch(raw_exec, cs));
     }
+    CHECK(cgc_event_record(r->end, r->stream));
     CHECK(cgc_stream_synchronize(r->stream));
-    if (i >= bench.warmup) samples[i - bench.warmup] = now_us() - t0;
+    double host = now_us() - t0;
+    float ms = 0;
+    CHECK(cgc_event_elapsed_ms(r->start, r->end, &ms));
+    if (i >= bench.warmup) {
+      samples[i - bench.warmup] = host;
+      gpu_samples[i - bench.warmup] = ms * 1000.0;
+    }
   }
+  *gpu = summarize(gpu_samples, bench.iters);
   return summarize(samples, bench.iters);
 }
 
@@ -111,6 +125,8 @@ static void* run_rank(void* arg) {
   CHECK_CU(cuDevicePrimaryCtxRetain(&primary, dev));
   CHECK_CU(cuCtxPushCurrent(primary));
   CHECK(cgc_stream_create(r->ctx, CGC_STREAM_NON_BLOCKING, 0, &r->stream));
+  CHECK(cgc_event_create(r->ctx, CGC_EVENT_TIMING, &r->start));
+  CHECK(cgc_event_create(r->ctx, CGC_EVENT_TIMING, &r->end));
   CHECK(cgc_comm_create(r->ctx, kRanks, &bench.id, r->rank, &r->comm));
   CHECK(cgc_malloc(r->ctx, kMaxBytes, r->stream, &r->send));
   CHECK(cgc_malloc(r->ctx, kMaxBytes, r->stream, &r->recv));
@@ -119,11 +135,13 @@ static void* run_rank(void* arg) {
   CHECK_CU(cuMemsetD32Async((CUdeviceptr)(uintptr_t)r->send, 0x3f800000u, kMaxBytes / 4, cs));
   CHECK(cgc_stream_synchronize(r->stream));
   double* samples = malloc(sizeof(double) * (size_t)bench.iters);
-  if (samples == NULL) exit(2);
+  double* gpu_samples = malloc(sizeof(double) * (size_t)bench.iters);
+  if (samples == NULL || gpu_samples == NULL) exit(2);
+  figure_t eager_gpu, graph_gpu, floor_gpu;
   void* raw_comm = cgc__comm_native(r->comm);
   for (int s = 0; s < kSizes; s++) {
     size_t count = kSizeBytes[s] / sizeof(float);
-    figure_t eager = time_variant(r, EAGER, count, NULL, NULL, samples);
+    figure_t eager = time_variant(r, EAGER, count, NULL, NULL, samples, gpu_samples, &eager_gpu);
 
     /* ThreadLocal captures: the other rank's thread keeps making calls (synchronisations,
      * instantiation) that a Global capture would count against this one. */
@@ -133,7 +151,7 @@ static void* run_rank(void* arg) {
     CHECK(cgc_all_reduce(r->comm, r->send, r->recv, count, CGC_FLOAT32, CGC_SUM, r->stream));
     CHECK(cgc_capture_end(r->stream, &g));
     CHECK(cgc_graph_upload(g, r->stream));
-    figure_t graph = time_variant(r, CGC_GRAPH, count, g, NULL, samples);
+    figure_t graph = time_variant(r, CGC_GRAPH, count, g, NULL, samples, gpu_samples, &graph_gpu);
 
     CUgraph raw = NULL;
     CUgraphExec raw_exec = NULL;
@@ -146,7 +164,7 @@ static void* run_rank(void* arg) {
     }
     CHECK_CU(cuGraphInstantiateWithFlags(&raw_exec, raw, CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH));
     CHECK_CU(cuGraphUpload(raw_exec, cs));
-    figure_t floor = time_variant(r, RAW_GRAPH, count, NULL, raw_exec, samples);
+    figure_t floor = time_variant(r, RAW_GRAPH, count, NULL, raw_exec, samples, gpu_samples, &floor_gpu);
 
     float first = 0, last = 0;
     CHECK_CU(cuMemcpyDtoH(&first, (CUdeviceptr)(uintptr_t)r->recv, sizeof first));
@@ -155,6 +173,9 @@ static void* run_rank(void* arg) {
       bench.eager[s] = eager;
       bench.cgc_graph[s] = graph;
       bench.raw_graph[s] = floor;
+      bench.eager_gpu[s] = eager_gpu;
+      bench.cgc_graph_gpu[s] = graph_gpu;
+      bench.raw_graph_gpu[s] = floor_gpu;
       bench.correct[s] = first == 2.0f && last == 2.0f;
     }
     CHECK(cgc_graph_destroy(g));
@@ -162,7 +183,10 @@ static void* run_rank(void* arg) {
     CHECK_CU(cuGraphDestroy(raw));
   }
   free(samples);
+  free(gpu_samples);
   pthread_barrier_wait(&bench.barrier);
+  CHECK(cgc_event_destroy(r->start));
+  CHECK(cgc_event_destroy(r->end));
   CHECK(cgc_free(r->send));
   CHECK(cgc_free(r->recv));
   CHECK(cgc_comm_destroy(r->comm));
@@ -224,7 +248,7 @@ int main(int argc, char** argv) {
   printf("all_reduce (float32 sum) on %d x %s, NCCL %d, driver %d, cgc %u.%u.%u; %d iterations each\n", kRanks,
          name, version, cgc__drv.version, cgc_version() >> 16, (cgc_version() >> 8) & 0xff, cgc_version() & 0xff,
          bench.iters);
-  printf("latency = launch + stream sync on the host, us (median / p90)\n");
+  printf("\nhost latency = launch + stream sync, us (median / p90)\n");
   printf("%-8s | %17s | %17s | %17s | %8s | %12s | %s\n", "size", "eager", "cgc graph", "raw NCCL graph",
          "cgc/raw", "graph/eager", "check");
   for (int s = 0; s < kSizes; s++) {
@@ -235,6 +259,17 @@ int main(int argc, char** argv) {
            bench.cgc_graph[s].median / bench.raw_graph[s].median, bench.cgc_graph[s].median / bench.eager[s].median,
            bench.correct[s] ? "ok" : "WRONG SUM");
   }
+  printf("\nGPU latency = events around the launch call, us (median / p90)\n");
+  printf("%-8s | %17s | %17s | %17s | %8s | %12s\n", "size", "eager", "cgc graph", "raw NCCL graph", "cgc/raw",
+         "graph/eager");
+  for (int s = 0; s < kSizes; s++) {
+    char b[32];
+    printf("%-8s | %7.1f / %7.1f | %7.1f / %7.1f | %7.1f / %7.1f | %8.3f | %12.3f\n",
+           size_text(kSizeBytes[s], b, sizeof b), bench.eager_gpu[s].median, bench.eager_gpu[s].p90,
+           bench.cgc_graph_gpu[s].median, bench.cgc_graph_gpu[s].p90, bench.raw_graph_gpu[s].median,
+           bench.raw_graph_gpu[s].p90, bench.cgc_graph_gpu[s].median / bench.raw_graph_gpu[s].median,
+           bench.cgc_graph_gpu[s].median / bench.eager_gpu[s].median);
+  }
   if (json != NULL) {
     FILE* f = fopen(json, "w");
     if (f == NULL) {
@@ -243,14 +278,18 @@ int main(int argc, char** argv) {
     }
     fprintf(f, "{\"device\": \"%s\", \"ranks\": %d, \"nccl_version\": %d, \"driver_version\": %d, \"cgc_version\": %u,\n",
             name, kRanks, version, cgc__drv.version, cgc_version());
-    fprintf(f, " \"unit\": \"us, launch + stream sync\", \"iterations\": %d, \"all_reduce\": [\n", bench.iters);
+    fprintf(f, " \"unit\": \"us; host: launch + stream sync, gpu: events around the launch\", \"iterations\": %d,\n", bench.iters);
+    fprintf(f, " \"all_reduce\": [\n");
     for (int s = 0; s < kSizes; s++)
       fprintf(f,
               "  {\"bytes\": %zu, \"eager_median\": %.3f, \"eager_p90\": %.3f, \"cgc_graph_median\": %.3f, "
-              "\"cgc_graph_p90\": %.3f, \"raw_graph_median\": %.3f, \"raw_graph_p90\": %.3f, \"correct\": %s}%s\n",
+              "\"cgc_graph_p90\": %.3f, \"raw_graph_median\": %.3f, \"raw_graph_p90\": %.3f, "
+              "\"eager_gpu_median\": %.3f, \"cgc_graph_gpu_median\": %.3f, \"raw_graph_gpu_median\": %.3f, "
+              "\"correct\": %s}%s\n",
               kSizeBytes[s], bench.eager[s].median, bench.eager[s].p90, bench.cgc_graph[s].median,
-              bench.cgc_graph[s].p90, bench.raw_graph[s].median, bench.raw_graph[s].p90,
-              bench.correct[s] ? "true" : "false", s + 1 < kSizes ? "," : "");
+              bench.cgc_graph[s].p90, bench.raw_graph[s].median, bench.raw_graph[s].p90, bench.eager_gpu[s].median,
+              bench.cgc_graph_gpu[s].median, bench.raw_graph_gpu[s].median, bench.correct[s] ? "true" : "false",
+              s + 1 < kSizes ? "," : "");
     fprintf(f, "]}\n");
     fclose(f);
   }

@@ -8,12 +8,29 @@
  * driver while any capture is under way (SEMANTICS 5), and segments are obtained with the
  * calling thread switched to Relaxed capture mode so that cuMemAlloc cannot break a capture. */
 #include <inttypes.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "src/alloc.h"
 
-pthread_mutex_t cgc__alloc_lock = PTHREAD_MUTEX_INITIALIZER;
+atomic_int cgc__alloc_lock_word;
+
+void cgc__alloc_lock_slow(void) {
+  for (;;) {
+    for (int i = 0; i < 200; i++) {
+      if (atomic_load_explicit(&cgc__alloc_lock_word, memory_order_relaxed) == 0 &&
+          atomic_exchange_explicit(&cgc__alloc_lock_word, 1, memory_order_acquire) == 0)
+        return;
+#if defined(__x86_64__) || defined(__i386__)
+      __builtin_ia32_pause();
+#elif defined(__aarch64__)
+      __asm__ __volatile__("yield");
+#endif
+    }
+    sched_yield();
+  }
+}
 static cgc__ptr_map_t live;          /* allocated blocks by address, every device */
 static cgc__block_t* spare_blocks;   /* recycled block structs, linked through next_waiting */
 
@@ -64,7 +81,7 @@ void cgc__alloc_release_block(struct cgc__allocator* a, cgc__block_t* b) {
   (void)a;
   cgc__pool_state_t* owner = b->owner;
   owner->outstanding--;
-  if (cgc__block_release(b, recycle_block, NULL) == NULL) cgc__log("out of host memory: a free block is lost");
+  if (!cgc__block_release_unmerged(b)) cgc__log("out of host memory: a free block is lost");
   if (owner->pool != NULL) cgc__pool_dissolve_if_unused((cgc_pool_t)owner->pool);
 }
 
@@ -174,6 +191,7 @@ static CUresult driver_alloc(CUdeviceptr* p, size_t size) {
 /* Gives every whole free segment of the device cache back to the driver (no capture under way). */
 static size_t release_cached_segments(struct cgc__allocator* a) {
   size_t released = 0;
+  cgc__state_coalesce(&a->cache, recycle_block, NULL);
   cgc__block_set_t* sets[2] = {&a->cache.small, &a->cache.large};
   for (int s = 0; s < 2; s++) {
     cgc__block_set_t* set = sets[s];
@@ -270,18 +288,16 @@ static cgc_status_t malloc_locked(struct cgc__allocator* a, cgc_pool_t pool, siz
     }
   }
   if (pool != NULL && pool->deferred != NULL) reclaim_joined(a, pool);
-  cgc__block_t* b = cgc__set_best_fit(set, stream, rounded);
+  cgc__block_t* b = cgc__set_take_best_fit(set, stream, rounded);
+  if (b == NULL && cgc__state_coalesce(owner, recycle_block, NULL) > 0) b = cgc__set_take_best_fit(set, stream, rounded);
   if (b == NULL && pool != NULL && small) {
     /* A private pool holds its memory for its graphs anyway: a small request may be cut from a
      * free large block rather than grow the pool by a 2 MiB small segment. Graphs captured
      * largest-first into one pool then fit in the first one's memory (PyTorch keeps the two
      * classes apart here too; the device cache still does). The piece stays large-class. */
-    set = &owner->large;
-    b = cgc__set_best_fit(set, stream, rounded);
+    b = cgc__set_take_best_fit(&owner->large, stream, rounded);
   }
-  if (b != NULL) {
-    cgc__set_erase(set, b);
-  } else {
+  if (b == NULL) {
     cgc__ctx_scope_t scope;
     cgc_status_t st = cgc__ctx_enter(a->dev, &scope, func);
     if (st == CGC_SUCCESS) {
@@ -323,7 +339,7 @@ cgc_status_t cgc__malloc(struct cgc__device* dev, size_t size, CUstream stream, 
         status != CU_STREAM_CAPTURE_STATUS_NONE)
       capture_id = id;
   }
-  pthread_mutex_lock(&cgc__alloc_lock);
+  cgc__alloc_lock();
   struct cgc__allocator* a = cgc__allocator_of(dev);
   cgc_status_t st;
   if (a == NULL) {
@@ -332,7 +348,7 @@ cgc_status_t cgc__malloc(struct cgc__device* dev, size_t size, CUstream stream, 
     cgc_pool_t pool = capture_id ? cgc__capture_pool_by_id(capture_id, dev) : NULL;
     st = malloc_locked(a, pool, size, legacy ? NULL : (const void*)stream, out, func);
   }
-  pthread_mutex_unlock(&cgc__alloc_lock);
+  cgc__alloc_unlock();
   return st;
 }
 
@@ -383,9 +399,9 @@ static cgc_status_t free_locked(void* ptr, const char* func) {
 
 cgc_status_t cgc_free(void* ptr) {
   if (ptr == NULL) return CGC_SUCCESS;
-  pthread_mutex_lock(&cgc__alloc_lock);
+  cgc__alloc_lock();
   cgc_status_t st = free_locked(ptr, __func__);
-  pthread_mutex_unlock(&cgc__alloc_lock);
+  cgc__alloc_unlock();
   return st;
 }
 
@@ -393,7 +409,7 @@ cgc_status_t cgc_record_stream(void* ptr, cgc_stream_t stream) {
   CGC_CHECK_ARG(ptr != NULL, "ptr is NULL");
   CGC_CHECK_HANDLE(stream, CGC_MAGIC_STREAM);
   const void* key = stream->legacy ? NULL : (const void*)stream->cu;
-  pthread_mutex_lock(&cgc__alloc_lock);
+  cgc__alloc_lock();
   cgc_status_t st = CGC_SUCCESS;
   cgc__block_t* b = cgc__map_get(&live, (uint64_t)(uintptr_t)ptr);
   if (b == NULL) {
@@ -415,7 +431,7 @@ cgc_status_t cgc_record_stream(void* ptr, cgc_stream_t stream) {
       if (st == CGC_SUCCESS) b->uses[b->n_uses++] = key;
     }
   }
-  pthread_mutex_unlock(&cgc__alloc_lock);
+  cgc__alloc_unlock();
   return st;
 }
 
@@ -427,13 +443,13 @@ cgc_status_t cgc_empty_cache(cgc_context_t ctx) {
   cgc__ctx_scope_t scope;
   cgc_status_t st = cgc__ctx_enter(ctx->dev, &scope, __func__);
   if (st != CGC_SUCCESS) return st;
-  pthread_mutex_lock(&cgc__alloc_lock);
+  cgc__alloc_lock();
   struct cgc__allocator* a = ctx->dev->alloc;
   if (a != NULL) {
     process_waiting(a);
     release_cached_segments(a);
   }
-  pthread_mutex_unlock(&cgc__alloc_lock);
+  cgc__alloc_unlock();
   cgc__ctx_leave(&scope);
   return CGC_SUCCESS;
 }
@@ -448,13 +464,13 @@ cgc_status_t cgc_memory_stats(cgc_context_t ctx, cgc_pool_t pool, cgc_memory_sta
     return cgc__fail(CGC_ERROR_INVALID_ARGUMENT, __func__, "pool %p belongs to device %d, ctx to device %d",
                      (void*)pool, pool->dev->ordinal, ctx->dev->ordinal);
   cgc__stats_t s = {0};
-  pthread_mutex_lock(&cgc__alloc_lock);
+  cgc__alloc_lock();
   if (pool != NULL) {
     s = pool->state.stats;
   } else if (ctx->dev->alloc != NULL) {
     s = ctx->dev->alloc->total;
   }
-  pthread_mutex_unlock(&cgc__alloc_lock);
+  cgc__alloc_unlock();
   cgc_memory_stats_t full = {0};
   full.struct_size = stats->struct_size < sizeof full ? stats->struct_size : sizeof full;
   full.bytes_reserved = s.reserved;

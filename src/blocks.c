@@ -4,24 +4,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-size_t cgc__round_size(size_t n) {
-  if (n < CGC_BLOCK_ALIGN) return CGC_BLOCK_ALIGN;
-  return (n + CGC_BLOCK_ALIGN - 1) / CGC_BLOCK_ALIGN * CGC_BLOCK_ALIGN;
-}
-
-bool cgc__is_small(size_t rounded) { return rounded <= CGC_SMALL_LIMIT; }
-
-size_t cgc__segment_size(size_t rounded) {
-  if (cgc__is_small(rounded)) return CGC_SMALL_SEGMENT;
-  if (rounded < CGC_LARGE_DIRECT) return CGC_LARGE_SEGMENT;
-  return (rounded + CGC_LARGE_ROUND - 1) / CGC_LARGE_ROUND * CGC_LARGE_ROUND;
-}
-
-bool cgc__should_split(bool small, size_t block_size, size_t rounded) {
-  size_t remaining = block_size - rounded;
-  return small ? remaining >= CGC_BLOCK_ALIGN : remaining > CGC_SMALL_LIMIT;
-}
-
 /* (stream, size, ptr) order. */
 static int compare(const cgc__block_t* a, const void* stream, size_t size, uint64_t ptr) {
   if ((uintptr_t)a->stream != (uintptr_t)stream) return (uintptr_t)a->stream < (uintptr_t)stream ? -1 : 1;
@@ -72,13 +54,18 @@ cgc__block_t* cgc__set_best_fit(const cgc__block_set_t* set, const void* stream,
   return NULL;
 }
 
+cgc__block_t* cgc__set_take_best_fit(cgc__block_set_t* set, const void* stream, size_t size) {
+  size_t i = lower_bound(set, stream, size, 0);
+  if (i >= set->n || set->items[i]->stream != stream) return NULL;
+  cgc__block_t* b = set->items[i];
+  memmove(&set->items[i], &set->items[i + 1], (set->n - i - 1) * sizeof *set->items);
+  set->n--;
+  return b;
+}
+
 void cgc__set_free(cgc__block_set_t* set) {
   free(set->items);
   memset(set, 0, sizeof *set);
-}
-
-cgc__block_set_t* cgc__state_set(cgc__pool_state_t* state, bool small) {
-  return small ? &state->small : &state->large;
 }
 
 bool cgc__block_split(cgc__block_t* b, size_t rounded, cgc__block_t* spare) {
@@ -121,6 +108,56 @@ cgc__block_t* cgc__block_release(cgc__block_t* b, void (*recycle)(cgc__block_t*,
     recycle(next, arg);
   }
   return cgc__set_insert(set, b) ? b : NULL;
+}
+
+bool cgc__block_release_unmerged(cgc__block_t* b) {
+  b->state = CGC_BLOCK_FREE;
+  b->requested = 0;
+  b->n_uses = 0;
+  return cgc__set_insert(cgc__state_set(b->owner, b->small), b);
+}
+
+size_t cgc__state_coalesce(cgc__pool_state_t* state, void (*recycle)(cgc__block_t*, void*), void* arg) {
+  size_t merges = 0;
+  cgc__block_set_t* sets[2] = {&state->small, &state->large};
+  for (int s = 0; s < 2; s++) {
+    cgc__block_set_t* set = sets[s];
+    /* Heads of runs: free blocks whose previous neighbour is not free and whose next one is.
+     * Collect first, then merge, so that the set is not edited while it is walked. */
+    size_t n_heads = 0;
+    for (size_t i = 0; i < set->n; i++) {
+      cgc__block_t* b = set->items[i];
+      if ((b->prev == NULL || b->prev->state != CGC_BLOCK_FREE) && b->next != NULL &&
+          b->next->state == CGC_BLOCK_FREE)
+        n_heads++;
+    }
+    if (n_heads == 0) continue;
+    cgc__block_t** heads = malloc(n_heads * sizeof *heads);
+    if (heads == NULL) continue; /* no merging this time: nothing is lost */
+    n_heads = 0;
+    for (size_t i = 0; i < set->n; i++) {
+      cgc__block_t* b = set->items[i];
+      if ((b->prev == NULL || b->prev->state != CGC_BLOCK_FREE) && b->next != NULL &&
+          b->next->state == CGC_BLOCK_FREE)
+        heads[n_heads++] = b;
+    }
+    for (size_t h = 0; h < n_heads; h++) {
+      cgc__block_t* head = heads[h];
+      cgc__set_erase(set, head);
+      while (head->next != NULL && head->next->state == CGC_BLOCK_FREE) {
+        cgc__block_t* next = head->next;
+        cgc__set_erase(set, next);
+        head->size += next->size;
+        head->next = next->next;
+        if (next->next != NULL) next->next->prev = head;
+        recycle(next, arg);
+        merges++;
+      }
+      cgc__set_insert(set, head); /* cannot fail: the set just shrank */
+    }
+    free(heads);
+  }
+  return merges;
 }
 
 /* ---- pointer map ---- */
@@ -200,12 +237,3 @@ void cgc__map_free(cgc__ptr_map_t* map) {
   memset(map, 0, sizeof *map);
 }
 
-void cgc__stats_add_reserved(cgc__stats_t* s, long long delta) {
-  s->reserved = (size_t)((long long)s->reserved + delta);
-  if (s->reserved > s->peak_reserved) s->peak_reserved = s->reserved;
-}
-
-void cgc__stats_add_allocated(cgc__stats_t* s, long long delta) {
-  s->allocated = (size_t)((long long)s->allocated + delta);
-  if (s->allocated > s->peak_allocated) s->peak_allocated = s->allocated;
-}

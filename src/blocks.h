@@ -76,21 +76,34 @@ typedef struct cgc__pool_state {
   size_t outstanding; /* blocks allocated or waiting: the owner cannot be dissolved while > 0 */
 } cgc__pool_state_t;
 
-/* Sizes. */
-size_t cgc__round_size(size_t n);
-bool cgc__is_small(size_t rounded);
-size_t cgc__segment_size(size_t rounded);
+/* Sizes (inline: they sit on the malloc hot path). */
+static inline size_t cgc__round_size(size_t n) {
+  return n < CGC_BLOCK_ALIGN ? (size_t)CGC_BLOCK_ALIGN : (n + CGC_BLOCK_ALIGN - 1) / CGC_BLOCK_ALIGN * CGC_BLOCK_ALIGN;
+}
+static inline bool cgc__is_small(size_t rounded) { return rounded <= CGC_SMALL_LIMIT; }
+static inline size_t cgc__segment_size(size_t rounded) {
+  if (cgc__is_small(rounded)) return CGC_SMALL_SEGMENT;
+  if (rounded < CGC_LARGE_DIRECT) return CGC_LARGE_SEGMENT;
+  return (rounded + CGC_LARGE_ROUND - 1) / CGC_LARGE_ROUND * CGC_LARGE_ROUND;
+}
 /* Whether a free block of `block_size` (small or large class) serving `rounded` bytes leaves a
  * remainder worth keeping. */
-bool cgc__should_split(bool small, size_t block_size, size_t rounded);
+static inline bool cgc__should_split(bool small, size_t block_size, size_t rounded) {
+  size_t remaining = block_size - rounded;
+  return small ? remaining >= CGC_BLOCK_ALIGN : remaining > CGC_SMALL_LIMIT;
+}
 
 /* Sets. Insert fails only when out of host memory. */
 bool cgc__set_insert(cgc__block_set_t* set, cgc__block_t* b);
 void cgc__set_erase(cgc__block_set_t* set, cgc__block_t* b);
 /* The smallest free block of `stream` with size >= `size`, or NULL. */
 cgc__block_t* cgc__set_best_fit(const cgc__block_set_t* set, const void* stream, size_t size);
+/* The same block, taken out of the set (one search instead of two). */
+cgc__block_t* cgc__set_take_best_fit(cgc__block_set_t* set, const void* stream, size_t size);
 void cgc__set_free(cgc__block_set_t* set);
-cgc__block_set_t* cgc__state_set(cgc__pool_state_t* state, bool small);
+static inline cgc__block_set_t* cgc__state_set(cgc__pool_state_t* state, bool small) {
+  return small ? &state->small : &state->large;
+}
 
 /* Cuts `b` (taken out of its set, about to be handed out) to `rounded` bytes; `spare` becomes
  * the remainder, placed after b in the segment, FREE, and inserted into the owner's set.
@@ -100,6 +113,14 @@ bool cgc__block_split(cgc__block_t* b, size_t rounded, cgc__block_t* spare);
  * `recycle`) and inserts the result into its owner's set. Returns the merged block, or NULL if
  * the set could not grow (then b is left FREE outside the set: callers treat it as leaked). */
 cgc__block_t* cgc__block_release(cgc__block_t* b, void (*recycle)(cgc__block_t*, void*), void* arg);
+/* Makes `b` FREE without merging (the allocator's free path: a block freed and asked for again at
+ * the same size, the common case, then costs no split and no merge). False if the set could not
+ * grow. Neighbours are merged later by cgc__state_coalesce. */
+bool cgc__block_release_unmerged(cgc__block_t* b);
+/* Merges every run of adjacent free blocks in the owner's sets. Returns how many merges happened.
+ * Called when a request misses (before asking the driver for memory) and before segments are
+ * given back. */
+size_t cgc__state_coalesce(cgc__pool_state_t* state, void (*recycle)(cgc__block_t*, void*), void* arg);
 /* True when b alone spans its whole segment. */
 static inline bool cgc__block_is_segment(const cgc__block_t* b) { return b->prev == NULL && b->next == NULL; }
 
@@ -114,8 +135,14 @@ cgc__block_t* cgc__map_take(cgc__ptr_map_t* map, uint64_t ptr);
 void cgc__map_free(cgc__ptr_map_t* map);
 
 /* Stats helpers (peaks follow the current values up). */
-void cgc__stats_add_reserved(cgc__stats_t* s, long long delta);
-void cgc__stats_add_allocated(cgc__stats_t* s, long long delta);
+static inline void cgc__stats_add_reserved(cgc__stats_t* s, long long delta) {
+  s->reserved = (size_t)((long long)s->reserved + delta);
+  if (s->reserved > s->peak_reserved) s->peak_reserved = s->reserved;
+}
+static inline void cgc__stats_add_allocated(cgc__stats_t* s, long long delta) {
+  s->allocated = (size_t)((long long)s->allocated + delta);
+  if (s->allocated > s->peak_allocated) s->peak_allocated = s->allocated;
+}
 
 #ifdef __cplusplus
 }

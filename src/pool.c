@@ -50,25 +50,25 @@ cgc_status_t cgc_pool_create(cgc_context_t ctx, cgc_pool_t* out) {
   CGC_CHECK_ARG(out != NULL, "out is NULL");
   *out = NULL;
   CGC_CHECK_HANDLE(ctx, CGC_MAGIC_CONTEXT);
-  pthread_mutex_lock(&cgc__alloc_lock);
+  cgc__alloc_lock();
   cgc_pool_t pool = new_pool_locked(ctx->dev);
   if (pool != NULL) pool->user_refs = 1;
-  pthread_mutex_unlock(&cgc__alloc_lock);
+  cgc__alloc_unlock();
   if (pool == NULL) return cgc__fail(CGC_ERROR_OUT_OF_MEMORY, __func__, "out of host memory");
   *out = pool;
   return CGC_SUCCESS;
 }
 
 cgc_status_t cgc_pool_retain(cgc_pool_t pool) {
-  pthread_mutex_lock(&cgc__alloc_lock);
+  cgc__alloc_lock();
   cgc_status_t st = cgc__check_handle(pool, CGC_MAGIC_POOL, __func__, "pool");
   if (st == CGC_SUCCESS) pool->user_refs++;
-  pthread_mutex_unlock(&cgc__alloc_lock);
+  cgc__alloc_unlock();
   return st;
 }
 
 cgc_status_t cgc_pool_release(cgc_pool_t pool) {
-  pthread_mutex_lock(&cgc__alloc_lock);
+  cgc__alloc_lock();
   cgc_status_t st = cgc__check_handle(pool, CGC_MAGIC_POOL, __func__, "pool");
   if (st == CGC_SUCCESS && pool->user_refs == 0)
     st = cgc__fail(CGC_ERROR_INVALID_STATE, __func__,
@@ -78,14 +78,14 @@ cgc_status_t cgc_pool_release(cgc_pool_t pool) {
     pool->user_refs--;
     cgc__pool_dissolve_if_unused(pool);
   }
-  pthread_mutex_unlock(&cgc__alloc_lock);
+  cgc__alloc_unlock();
   return st;
 }
 
 cgc_status_t cgc__pool_begin_capture(struct cgc__device* dev, cgc_pool_t requested, CUstream origin, cgc_pool_t* out,
                                      const char* func) {
   *out = NULL;
-  pthread_mutex_lock(&cgc__alloc_lock);
+  cgc__alloc_lock();
   cgc_status_t st = CGC_SUCCESS;
   cgc_pool_t pool = requested;
   if (requested != NULL) {
@@ -109,14 +109,14 @@ cgc_status_t cgc__pool_begin_capture(struct cgc__device* dev, cgc_pool_t request
     pool->capture_origin = origin;
     *out = pool;
   }
-  pthread_mutex_unlock(&cgc__alloc_lock);
+  cgc__alloc_unlock();
   return st;
 }
 
 void cgc__pool_capture_started(cgc_pool_t pool, uint64_t capture_id) {
-  pthread_mutex_lock(&cgc__alloc_lock);
+  cgc__alloc_lock();
   pool->capture_id = capture_id;
-  pthread_mutex_unlock(&cgc__alloc_lock);
+  cgc__alloc_unlock();
 }
 
 static bool is_member(const void* stream, const CUstream* members, size_t n) {
@@ -126,7 +126,7 @@ static bool is_member(const void* stream, const CUstream* members, size_t n) {
 }
 
 void cgc__pool_end_capture(cgc_pool_t pool, bool graph_keeps_ref, const CUstream* members, size_t n_members) {
-  pthread_mutex_lock(&cgc__alloc_lock);
+  cgc__alloc_lock();
   struct cgc__allocator* a = pool->state.allocator;
   pool->recording = false;
   pool->capture_id = 0;
@@ -156,21 +156,21 @@ void cgc__pool_end_capture(cgc_pool_t pool, bool graph_keeps_ref, const CUstream
   if (in_ctx) cgc__ctx_leave(&scope);
   if (!graph_keeps_ref) pool->internal_refs--;
   cgc__pool_dissolve_if_unused(pool);
-  pthread_mutex_unlock(&cgc__alloc_lock);
+  cgc__alloc_unlock();
 }
 
 void cgc__pool_unref(cgc_pool_t pool) {
   if (pool == NULL) return;
-  pthread_mutex_lock(&cgc__alloc_lock);
+  cgc__alloc_lock();
   pool->internal_refs--;
   cgc__pool_dissolve_if_unused(pool);
-  pthread_mutex_unlock(&cgc__alloc_lock);
+  cgc__alloc_unlock();
 }
 
 size_t cgc__pool_reserved(cgc_pool_t pool) {
   if (pool == NULL) return 0;
-  pthread_mutex_lock(&cgc__alloc_lock);
+  cgc__alloc_lock();
   size_t r = pool->state.stats.reserved;
-  pthread_mutex_unlock(&cgc__alloc_lock);
+  cgc__alloc_unlock();
   return r;
 }

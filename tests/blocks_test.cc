@@ -115,6 +115,30 @@ TEST_F(Blocks, SplitThenReleaseMergesBackIntoOneSegment) {
   EXPECT_EQ(recycled_.size(), 3u);
 }
 
+TEST_F(Blocks, UnmergedFreesCoalesceIntoTheWholeSegmentLater) {
+  cgc__block_t* seg = Segment(0x20000000, 2 << 20, kStreamA, true);
+  cgc__block_t* parts[3];
+  cgc__block_t* rest = seg;
+  for (int i = 0; i < 3; i++) {
+    if (i > 0) cgc__set_erase(&state_.small, rest);
+    ASSERT_TRUE(cgc__block_split(rest, 8192, NewBlock()));
+    rest->state = CGC_BLOCK_ALLOCATED;
+    parts[i] = rest;
+    rest = rest->next;
+  }
+  for (cgc__block_t* p : {parts[2], parts[0], parts[1]}) ASSERT_TRUE(cgc__block_release_unmerged(p));
+  EXPECT_EQ(state_.small.n, 4u) << "freed without merging";
+  // Same-size reuse takes the exact block, no split needed.
+  EXPECT_EQ(cgc__set_take_best_fit(&state_.small, kStreamA, 8192), parts[0]);
+  ASSERT_TRUE(cgc__block_release_unmerged(parts[0]));
+  EXPECT_EQ(cgc__state_coalesce(&state_, Recycle, &recycled_), 3u);
+  ASSERT_EQ(state_.small.n, 1u);
+  EXPECT_EQ(state_.small.items[0], seg);
+  EXPECT_TRUE(cgc__block_is_segment(seg));
+  EXPECT_EQ(seg->size, 2u << 20);
+  EXPECT_EQ(cgc__state_coalesce(&state_, Recycle, &recycled_), 0u);
+}
+
 TEST_F(Blocks, BlocksOfASmallSegmentStayInTheSmallSet) {
   cgc__block_t* seg = Segment(0x10000000, 2 << 20, kStreamA, true);
   ASSERT_TRUE(cgc__block_split(seg, 512, NewBlock()));
