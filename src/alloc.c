@@ -52,7 +52,7 @@ static cgc__block_t* new_block_struct(void) {
 
 static void recycle_block(cgc__block_t* b, void* unused) {
   (void)unused;
-  free(b->events);
+  if (b->events != NULL) free(b->events);
   b->events = NULL;
   b->n_events = 0;
   b->next_waiting = spare_blocks;
@@ -81,7 +81,13 @@ void cgc__alloc_release_block(struct cgc__allocator* a, cgc__block_t* b) {
   (void)a;
   cgc__pool_state_t* owner = b->owner;
   owner->outstanding--;
-  if (!cgc__block_release_unmerged(b)) cgc__log("out of host memory: a free block is lost");
+  /* Small blocks go back as they are: freed and asked for again at the same size (the common
+   * case) they cost no split and no merge; neighbours are merged when a request misses. Large
+   * blocks are merged at once: activations that grow from graph to graph need the contiguous
+   * space, and deferring their merges let best fit pick fragments (measured: 35 graphs captured
+   * smallest-first into one pool reserved 130 MiB instead of 90). */
+  bool kept = b->small ? cgc__block_release_unmerged(b) : cgc__block_release(b, recycle_block, NULL) != NULL;
+  if (!kept) cgc__log("out of host memory: a free block is lost");
   if (owner->pool != NULL) cgc__pool_dissolve_if_unused((cgc_pool_t)owner->pool);
 }
 
@@ -345,7 +351,7 @@ cgc_status_t cgc__malloc(struct cgc__device* dev, size_t size, CUstream stream, 
   if (a == NULL) {
     st = cgc__fail(CGC_ERROR_OUT_OF_MEMORY, func, "out of host memory");
   } else {
-    cgc_pool_t pool = capture_id ? cgc__capture_pool_by_id(capture_id, dev) : NULL;
+    cgc_pool_t pool = capture_id ? cgc__pool_recording(a, capture_id) : NULL;
     st = malloc_locked(a, pool, size, legacy ? NULL : (const void*)stream, out, func);
   }
   cgc__alloc_unlock();

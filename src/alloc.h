@@ -18,6 +18,7 @@ struct cgc__allocator {
   cgc__block_t* deferred;  /* freed during a capture with uses outside it; events not yet recorded */
   CUevent* spare_events;
   size_t n_spare_events, cap_spare_events;
+  cgc_pool_t recording; /* pools a capture is recording into, linked through next_recording */
 };
 
 struct cgc_pool_s {
@@ -30,6 +31,7 @@ struct cgc_pool_s {
   CUstream capture_origin;
   cgc__pool_state_t state;
   cgc__block_t* deferred; /* freed during its capture with uses on side streams: waiting for joins */
+  cgc_pool_t next_recording;
 };
 
 /* The allocator lock: a test-and-set spinlock, because its critical sections are a few dozen
@@ -50,6 +52,8 @@ void cgc__alloc_release_block(struct cgc__allocator* a, cgc__block_t* b);
 /* Handles a block freed (by the user or at capture end) that other streams used: records events
  * on those streams, or parks the block while a capture is under way. */
 void cgc__alloc_retire_used_block(struct cgc__allocator* a, cgc__block_t* b);
+/* The pool capture `capture_id` records into on this device, or NULL (lock held). */
+cgc_pool_t cgc__pool_recording(struct cgc__allocator* a, uint64_t capture_id);
 /* Dissolves `pool` into its device's cache if nothing holds it any more. */
 void cgc__pool_dissolve_if_unused(cgc_pool_t pool);
 

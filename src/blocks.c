@@ -69,7 +69,6 @@ void cgc__set_free(cgc__block_set_t* set) {
 }
 
 bool cgc__block_split(cgc__block_t* b, size_t rounded, cgc__block_t* spare) {
-  memset(spare, 0, sizeof *spare);
   spare->ptr = b->ptr + rounded;
   spare->size = b->size - rounded;
   spare->stream = b->stream;

@@ -105,8 +105,8 @@ static inline cgc__block_set_t* cgc__state_set(cgc__pool_state_t* state, bool sm
   return small ? &state->small : &state->large;
 }
 
-/* Cuts `b` (taken out of its set, about to be handed out) to `rounded` bytes; `spare` becomes
- * the remainder, placed after b in the segment, FREE, and inserted into the owner's set.
+/* Cuts `b` (taken out of its set, about to be handed out) to `rounded` bytes; `spare` (a fresh,
+ * zeroed block struct) becomes the remainder, placed after b in the segment, FREE, and inserted into the owner's set.
  * Returns false (b unchanged) when the set cannot grow. */
 bool cgc__block_split(cgc__block_t* b, size_t rounded, cgc__block_t* spare);
 /* Makes `b` FREE: merges it with free neighbours (each absorbed neighbour struct is handed to

@@ -87,10 +87,10 @@ static void join(struct cgc__capture* c, CUstream from, uint64_t event_seq) {
   struct cgc__side* s = find_side(c, from);
   if (s == NULL || event_seq <= s->joined_seq) return;
   s->joined_seq = event_seq;
+  /* Recursion only reads and updates sides (it never adds one), so `s` stays valid. */
   for (size_t i = 0; i < s->n_absorbed; i++) {
     struct cgc__absorbed a = s->absorbed[i];
     if (a.at_seq < event_seq) join(c, a.from, a.event_seq);
-    s = find_side(c, from); /* join() may not move sides, but stay safe against reallocation */
   }
 }
 
@@ -136,14 +136,6 @@ void cgc__capture_note_wait(cgc_stream_t stream, cgc_event_t ev) {
     }
   }
   pthread_mutex_unlock(&registry_lock);
-}
-
-cgc_pool_t cgc__capture_pool_by_id(uint64_t id, struct cgc__device* dev) {
-  pthread_mutex_lock(&registry_lock);
-  struct cgc__capture* c = find_by_id(id);
-  cgc_pool_t pool = (c != NULL && c->dev == dev) ? c->pool : NULL;
-  pthread_mutex_unlock(&registry_lock);
-  return pool;
 }
 
 bool cgc__capture_side_joined(uint64_t id, const void* stream, uint64_t since) {

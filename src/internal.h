@@ -162,9 +162,6 @@ void cgc__capture_note_wait(cgc_stream_t stream, cgc_event_t ev);
 /* True if a capture begun through cgc is under way with `stream` as its origin. */
 bool cgc__capture_has_origin(CUstream stream);
 
-/* The pool of the cgc capture with driver id `id` on `dev` (borrowed: the capture holds a
- * reference until it ends), or NULL. */
-cgc_pool_t cgc__capture_pool_by_id(uint64_t id, struct cgc__device* dev);
 /* True if side stream `stream` of capture `id` was joined to the origin by a record made after
  * bookkeeping sequence `since`. */
 bool cgc__capture_side_joined(uint64_t id, const void* stream, uint64_t since);

@@ -116,7 +116,18 @@ cgc_status_t cgc__pool_begin_capture(struct cgc__device* dev, cgc_pool_t request
 void cgc__pool_capture_started(cgc_pool_t pool, uint64_t capture_id) {
   cgc__alloc_lock();
   pool->capture_id = capture_id;
+  /* From now on cgc_malloc finds the pool by capture id in this list, under the allocator lock
+   * it holds anyway: no registry lock on the in-capture allocation path. */
+  struct cgc__allocator* a = pool->state.allocator;
+  pool->next_recording = a->recording;
+  a->recording = pool;
   cgc__alloc_unlock();
+}
+
+cgc_pool_t cgc__pool_recording(struct cgc__allocator* a, uint64_t capture_id) {
+  for (cgc_pool_t p = a->recording; p != NULL; p = p->next_recording)
+    if (p->capture_id == capture_id) return p;
+  return NULL;
 }
 
 static bool is_member(const void* stream, const CUstream* members, size_t n) {
@@ -128,6 +139,13 @@ static bool is_member(const void* stream, const CUstream* members, size_t n) {
 void cgc__pool_end_capture(cgc_pool_t pool, bool graph_keeps_ref, const CUstream* members, size_t n_members) {
   cgc__alloc_lock();
   struct cgc__allocator* a = pool->state.allocator;
+  for (cgc_pool_t* p = &a->recording; *p != NULL; p = &(*p)->next_recording) {
+    if (*p == pool) {
+      *p = pool->next_recording;
+      break;
+    }
+  }
+  pool->next_recording = NULL;
   pool->recording = false;
   pool->capture_id = 0;
   /* Blocks freed during the capture after use on other streams: every stream of the capture is
