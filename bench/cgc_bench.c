@@ -379,6 +379,21 @@ static void size_label(char* buf, size_t cap, unsigned nodes) {
   snprintf(buf, cap, "%u node%s", nodes, nodes == 1 ? "" : "s");
 }
 
+/* One row of scenarios 1 and 2 (graphs of `nodes` kernels): the printed table and the JSON. */
+static void report_node_row(json_t* j, const char* scenario, unsigned nodes, int reps, const char* a_name,
+                            const char* b_name, const char* ratio_name, summary_t sa, summary_t sb, double ratio,
+                            const char* note, bool ok) {
+  char size[32];
+  size_label(size, sizeof size, nodes);
+  print_row(scenario, size, sa, sb, ratio, note);
+  jopen(j, NULL, '{');
+  jint(j, "nodes", nodes);
+  json_row(j, a_name, b_name, ratio_name, sa, sb, ratio);
+  jint(j, "reps", reps);
+  jstr(j, "check", ok ? "OK" : "FAIL");
+  jclose(j, '}');
+}
+
 /* ---- scenario 1: host cost of one replay launch ----------------------------------------- */
 
 static void scenario_launch(const rig_t* r, const opts_t* o, json_t* j, targets_t* t) {
@@ -449,19 +464,10 @@ static void scenario_launch(const rig_t* r, const opts_t* o, json_t* j, targets_
     double ratio = sa.median / sb.median;
     if (!t->have_launch || ratio > t->launch_worst_ratio) t->launch_worst_ratio = ratio;
     t->have_launch = true;
-    char size[32], note[64];
-    size_label(size, sizeof size, nodes);
+    char note[64];
     snprintf(note, sizeof note, "%s; replay result %s", ratio <= 1.05 ? "target met" : "OVER TARGET",
              ok ? "OK" : "FAIL");
-    print_row("launch (host)", size, sa, sb, ratio, note);
-
-    jopen(j, NULL, '{');
-    jint(j, "nodes", nodes);
-    json_row(j, "cgc", "raw", "ratio", sa, sb, ratio);
-    jint(j, "reps", reps);
-    jstr(j, "check", ok ? "OK" : "FAIL");
-    jclose(j, '}');
-
+    report_node_row(j, "launch (host)", nodes, reps, "cgc", "raw", "ratio", sa, sb, ratio, note, ok);
     free(a);
     free(b);
     CGC(cgc_graph_destroy(g));
@@ -524,18 +530,9 @@ static void scenario_replay(const rig_t* r, const opts_t* o, json_t* j) {
 
     summary_t sa = summarize(a, (size_t)reps), sb = summarize(b, (size_t)reps);
     double speedup = sb.median / sa.median;
-    char size[32], note[64];
-    size_label(size, sizeof size, nodes);
+    char note[64];
     snprintf(note, sizeof note, "result %s", ok ? "OK" : "FAIL");
-    print_row("replay+sync vs eager", size, sa, sb, speedup, note);
-
-    jopen(j, NULL, '{');
-    jint(j, "nodes", nodes);
-    json_row(j, "graph", "eager", "speedup", sa, sb, speedup);
-    jint(j, "reps", reps);
-    jstr(j, "check", ok ? "OK" : "FAIL");
-    jclose(j, '}');
-
+    report_node_row(j, "replay+sync vs eager", nodes, reps, "graph", "eager", "speedup", sa, sb, speedup, note, ok);
     free(a);
     free(b);
     CGC(cgc_graph_destroy(g));

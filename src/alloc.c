@@ -184,16 +184,6 @@ static void process_waiting(struct cgc__allocator* a) {
 
 /* ---- segments ---- */
 
-/* cuMemAlloc with the calling thread in Relaxed capture mode: a Global capture on any thread
- * would otherwise be invalidated by it (PyTorch's cudaMallocMaybeCapturing). */
-static CUresult driver_alloc(CUdeviceptr* p, size_t size) {
-  CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
-  cgc__drv.cuThreadExchangeStreamCaptureMode(&mode);
-  CUresult r = cgc__drv.cuMemAlloc(p, size);
-  cgc__drv.cuThreadExchangeStreamCaptureMode(&mode);
-  return r;
-}
-
 /* Gives every whole free segment of the device cache back to the driver (no capture under way). */
 static size_t release_cached_segments(struct cgc__allocator* a) {
   size_t released = 0;
@@ -225,12 +215,12 @@ static cgc_status_t new_segment(struct cgc__allocator* a, cgc__pool_state_t* own
   cgc__block_t* b = new_block_struct();
   if (b == NULL) return cgc__fail(CGC_ERROR_OUT_OF_MEMORY, func, "out of host memory");
   CUdeviceptr p = 0;
-  CUresult r = driver_alloc(&p, size);
+  CUresult r = cgc__relaxed_mem_alloc(&p, size);
   if (r == CUDA_ERROR_OUT_OF_MEMORY && atomic_load(&cgc__captures_underway) == 0) {
     /* Free what the cache holds and try once more (never during a capture: cuMemFree there
      * would break it). */
     process_waiting(a);
-    if (release_cached_segments(a) > 0) r = driver_alloc(&p, size);
+    if (release_cached_segments(a) > 0) r = cgc__relaxed_mem_alloc(&p, size);
   }
   if (r != CUDA_SUCCESS) {
     recycle_block(b, NULL);

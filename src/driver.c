@@ -127,3 +127,25 @@ cgc_status_t cgc__cu_fail(CUresult r, const char* func, const char* call) {
                      text ? text : "no description");
   return cgc__fail(cgc__status_from_cu(r), func, "%.*s failed: CUresult %d", (int)call_len, call, (int)r);
 }
+
+CUstreamCaptureMode cgc__relaxed_begin(void) {
+  CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
+  cgc__drv.cuThreadExchangeStreamCaptureMode(&mode);
+  return mode;
+}
+
+void cgc__relaxed_end(CUstreamCaptureMode previous) { cgc__drv.cuThreadExchangeStreamCaptureMode(&previous); }
+
+CUresult cgc__relaxed_mem_alloc(CUdeviceptr* p, size_t size) {
+  CUstreamCaptureMode previous = cgc__relaxed_begin();
+  CUresult r = cgc__drv.cuMemAlloc(p, size);
+  cgc__relaxed_end(previous);
+  return r;
+}
+
+CUresult cgc__relaxed_mem_free(CUdeviceptr p) {
+  CUstreamCaptureMode previous = cgc__relaxed_begin();
+  CUresult r = cgc__drv.cuMemFree(p);
+  cgc__relaxed_end(previous);
+  return r;
+}

@@ -101,6 +101,16 @@ cgc_status_t cgc__status_from_cu(CUresult r);
  * mapped status; CGC_SUCCESS (message untouched) when r is CUDA_SUCCESS. */
 cgc_status_t cgc__cu_fail(CUresult r, const char* func, const char* call);
 
+/* The library's own calls that are "unsafe" during a Global capture (allocation, instantiation,
+ * module loading, destruction) run with the calling thread switched to Relaxed capture mode, as
+ * PyTorch does with CUDAStreamCaptureModeGuard, so they can never invalidate a capture under way
+ * on any thread (SEMANTICS 5). cgc__relaxed_begin returns the mode to restore. */
+CUstreamCaptureMode cgc__relaxed_begin(void);
+void cgc__relaxed_end(CUstreamCaptureMode previous);
+/* cuMemAlloc / cuMemFree in Relaxed mode (the context must be current). */
+CUresult cgc__relaxed_mem_alloc(CUdeviceptr* p, size_t size);
+CUresult cgc__relaxed_mem_free(CUdeviceptr p);
+
 /* CGC_CU(cuFoo(a, b)) calls cgc__drv.cuFoo(a, b) and turns its result into a status whose
  * message names the calling function and the call's text. */
 #define CGC_CU(call) cgc__cu_fail(cgc__drv.call, __func__, #call)

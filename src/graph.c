@@ -89,13 +89,12 @@ cgc_status_t cgc__graph_create(struct cgc__device* dev, CUgraph graph, size_t no
   /* Instantiation allocates device memory, an unsafe call while any Global capture is under
    * way (another graph may be capturing on this or another thread): run it in Relaxed mode,
    * like segment allocation (SEMANTICS 5). */
-  CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
-  cgc__drv.cuThreadExchangeStreamCaptureMode(&mode);
+  CUstreamCaptureMode previous = cgc__relaxed_begin();
   CUresult r = cgc__drv.cuGraphInstantiateWithFlags(
       &exec, graph, CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH | CUDA_GRAPH_INSTANTIATE_FLAG_USE_NODE_PRIORITY);
   if (r == CUDA_ERROR_INVALID_VALUE)
     r = cgc__drv.cuGraphInstantiateWithFlags(&exec, graph, CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH);
-  cgc__drv.cuThreadExchangeStreamCaptureMode(&mode);
+  cgc__relaxed_end(previous);
   st = cgc__cu_fail(r, func, "cuGraphInstantiateWithFlags");
   if (st == CGC_SUCCESS && (flags & CGC_CAPTURE_UPLOAD)) {
     st = cgc__cu_fail(cgc__drv.cuGraphUpload(exec, upload_stream), func, "cuGraphUpload");
@@ -213,8 +212,7 @@ cgc_status_t cgc_graph_reset(cgc_graph_t graph) {
   if (graph->exec == NULL && graph->graph == NULL) return CGC_SUCCESS;
   /* Destroying is not an unsafe call today, but a capture may be under way on another thread:
    * do it in Relaxed mode, as PyTorch's reset() does, so it can never invalidate that capture. */
-  CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
-  cgc__drv.cuThreadExchangeStreamCaptureMode(&mode);
+  CUstreamCaptureMode previous = cgc__relaxed_begin();
   cgc__ctx_scope_t scope;
   cgc_status_t st = cgc__ctx_enter(graph->dev, &scope, __func__);
   if (st == CGC_SUCCESS) {
@@ -228,7 +226,7 @@ cgc_status_t cgc_graph_reset(cgc_graph_t graph) {
   cgc__pool_unref(graph->pool); /* the pool outlives the graph while its blocks or users do */
   graph->pool = NULL;
   drop_uses(graph);
-  cgc__drv.cuThreadExchangeStreamCaptureMode(&mode);
+  cgc__relaxed_end(previous);
   return st;
 }
 

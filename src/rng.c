@@ -46,13 +46,12 @@ static cgc_status_t device_kernels(struct cgc__device* dev, struct cgc__kernels*
     if (k == NULL) {
       st = cgc__fail(CGC_ERROR_OUT_OF_MEMORY, func, "out of host memory");
     } else {
-      CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
-      cgc__drv.cuThreadExchangeStreamCaptureMode(&mode);
+      CUstreamCaptureMode previous = cgc__relaxed_begin();
       st = CGC_CU(cuModuleLoadData(&k->module, cgc__kernels_fatbin));
       if (st == CGC_SUCCESS) st = CGC_CU(cuModuleGetFunction(&k->uniform, k->module, "cgc_philox_uniform"));
       if (st == CGC_SUCCESS) st = CGC_CU(cuModuleGetFunction(&k->normal, k->module, "cgc_philox_normal"));
       if (st == CGC_SUCCESS) st = CGC_CU(cuModuleGetFunction(&k->set_state, k->module, "cgc_philox_set_state"));
-      cgc__drv.cuThreadExchangeStreamCaptureMode(&mode);
+      cgc__relaxed_end(previous);
       if (st == CGC_SUCCESS) {
         dev->kernels = k;
       } else {
@@ -67,26 +66,38 @@ static cgc_status_t device_kernels(struct cgc__device* dev, struct cgc__kernels*
   return st;
 }
 
-/* Device memory the library owns for its lifetime, allocated and freed in Relaxed mode. */
-static CUresult relaxed_alloc(CUdeviceptr* p, size_t size) {
-  CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
-  cgc__drv.cuThreadExchangeStreamCaptureMode(&mode);
-  CUresult r = cgc__drv.cuMemAlloc(p, size);
-  cgc__drv.cuThreadExchangeStreamCaptureMode(&mode);
-  return r;
-}
+/* Slots of dead generators whose cuMemFree waits for the end of all captures: cgc never frees
+ * device memory while a capture is under way (SEMANTICS 5). Guarded by kernels_lock. */
+struct dead_slots {
+  struct cgc__device* dev;
+  CUdeviceptr slots;
+  struct dead_slots* next;
+};
+static struct dead_slots* dead;
 
-static void relaxed_free(CUdeviceptr p) {
-  CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
-  cgc__drv.cuThreadExchangeStreamCaptureMode(&mode);
-  cgc__drv.cuMemFree(p);
-  cgc__drv.cuThreadExchangeStreamCaptureMode(&mode);
+static void free_dead_slots(void) {
+  if (atomic_load(&cgc__captures_underway) > 0) return;
+  pthread_mutex_lock(&kernels_lock);
+  struct dead_slots* list = dead;
+  dead = NULL;
+  pthread_mutex_unlock(&kernels_lock);
+  while (list != NULL) {
+    struct dead_slots* d = list;
+    list = d->next;
+    cgc__ctx_scope_t scope;
+    if (cgc__ctx_enter(d->dev, &scope, "cgc_rng_destroy") == CGC_SUCCESS) {
+      cgc__relaxed_mem_free(d->slots); /* synchronises the device: no replay still reads them */
+      cgc__ctx_leave(&scope);
+    }
+    free(d);
+  }
 }
 
 cgc_status_t cgc_rng_create(cgc_context_t ctx, uint64_t seed, cgc_rng_t* out) {
   CGC_CHECK_ARG(out != NULL, "out is NULL");
   *out = NULL;
   CGC_CHECK_HANDLE(ctx, CGC_MAGIC_CONTEXT);
+  free_dead_slots();
   cgc_rng_t rng = calloc(1, sizeof *rng);
   if (rng == NULL) return cgc__fail(CGC_ERROR_OUT_OF_MEMORY, __func__, "out of host memory");
   cgc__ctx_scope_t scope;
@@ -97,7 +108,8 @@ cgc_status_t cgc_rng_create(cgc_context_t ctx, uint64_t seed, cgc_rng_t* out) {
   }
   struct cgc__kernels* k;
   st = device_kernels(ctx->dev, &k, __func__);
-  if (st == CGC_SUCCESS) st = cgc__cu_fail(relaxed_alloc(&rng->slots, 2 * sizeof(uint64_t)), __func__, "cuMemAlloc");
+  if (st == CGC_SUCCESS)
+    st = cgc__cu_fail(cgc__relaxed_mem_alloc(&rng->slots, 2 * sizeof(uint64_t)), __func__, "cuMemAlloc");
   cgc__ctx_leave(&scope);
   if (st != CGC_SUCCESS) {
     free(rng);
@@ -114,11 +126,15 @@ cgc_status_t cgc_rng_create(cgc_context_t ctx, uint64_t seed, cgc_rng_t* out) {
 
 void cgc__rng_unref(cgc_rng_t rng) {
   if (atomic_fetch_sub(&rng->refs, 1) != 1) return;
-  cgc__ctx_scope_t scope;
-  if (cgc__ctx_enter(rng->dev, &scope, "cgc_rng_destroy") == CGC_SUCCESS) {
-    relaxed_free(rng->slots);
-    cgc__ctx_leave(&scope);
+  struct dead_slots* d = malloc(sizeof *d);
+  if (d != NULL) {
+    *d = (struct dead_slots){rng->dev, rng->slots, NULL};
+    pthread_mutex_lock(&kernels_lock);
+    d->next = dead;
+    dead = d;
+    pthread_mutex_unlock(&kernels_lock);
   }
+  free_dead_slots();
   pthread_mutex_destroy(&rng->lock);
   cgc__retire(rng);
 }

@@ -83,6 +83,19 @@ CUdeviceptr GpuTest::Alloc(size_t bytes) {
   return p;
 }
 
+void* GpuTest::Malloc(size_t bytes, cgc_stream_t s) {
+  void* p = nullptr;
+  cgc_status_t st = cgc_malloc(ctx, bytes, s, &p);
+  EXPECT_EQ(st, CGC_SUCCESS) << "cgc_malloc(" << bytes << ") -> " << cgc_last_error();
+  return p;
+}
+
+cgc_memory_stats_t GpuTest::Stats(cgc_pool_t pool) {
+  cgc_memory_stats_t s = {sizeof s, 0, 0, 0, 0, 0, 0};
+  EXPECT_EQ(cgc_memory_stats(ctx, pool, &s), CGC_SUCCESS) << cgc_last_error();
+  return s;
+}
+
 void GpuTest::Upload(CUdeviceptr dst, const std::vector<float>& src) {
   EXPECT_EQ(cgc__drv.cuCtxSynchronize(), CUDA_SUCCESS);
   EXPECT_EQ(cgc__drv.cuMemcpyHtoDAsync(dst, src.data(), src.size() * sizeof(float), nullptr), CUDA_SUCCESS);

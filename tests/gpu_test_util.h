@@ -67,6 +67,11 @@ class GpuTest : public ::testing::Test {
   std::vector<float> Download(CUdeviceptr src, size_t n);
   std::vector<uint32_t> DownloadWords(CUdeviceptr src, size_t n);
 
+  // cgc_malloc on the fixture's context (checked; NULL on failure) and cgc_memory_stats of the
+  // device (pool NULL) or of a pool.
+  void* Malloc(size_t bytes, cgc_stream_t s);
+  cgc_memory_stats_t Stats(cgc_pool_t pool = nullptr);
+
   // Kernel launches on a cgc stream (checked).
   void Add(cgc_stream_t s, CUdeviceptr out, CUdeviceptr in, float v, unsigned n);
   void Axpb(cgc_stream_t s, CUdeviceptr p, float a, float b, unsigned n);

@@ -22,17 +22,6 @@ class Pool : public GpuTest {
     CGC_ASSERT_OK(cgc_empty_cache(ctx));
     baseline_ = Stats();
   }
-  void* Malloc(size_t n, cgc_stream_t s) {
-    void* p = nullptr;
-    cgc_status_t st = cgc_malloc(ctx, n, s, &p);
-    EXPECT_EQ(st, CGC_SUCCESS) << cgc_last_error();
-    return p;
-  }
-  cgc_memory_stats_t Stats(cgc_pool_t pool = nullptr) {
-    cgc_memory_stats_t s = {sizeof s, 0, 0, 0, 0, 0, 0};
-    EXPECT_EQ(cgc_memory_stats(ctx, pool, &s), CGC_SUCCESS) << cgc_last_error();
-    return s;
-  }
   cgc_capture_options_t Opts(cgc_pool_t pool) {
     cgc_capture_options_t o = {sizeof o, CGC_CAPTURE_MODE_GLOBAL, pool, 0};
     return o;

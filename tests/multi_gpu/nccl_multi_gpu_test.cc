@@ -85,11 +85,7 @@ class Nccl : public GpuTest {
     rank_ = Rank();
     n_ = NRanks();
   }
-  void* Malloc(size_t bytes) {
-    void* p = nullptr;
-    EXPECT_EQ(cgc_malloc(ctx, bytes, stream, &p), CGC_SUCCESS) << cgc_last_error();
-    return p;
-  }
+  void* Malloc(size_t bytes) { return GpuTest::Malloc(bytes, stream); }
   static CUdeviceptr D(const void* p) { return static_cast<CUdeviceptr>(reinterpret_cast<uintptr_t>(p)); }
   uint32_t Seed(int rank, int step) const { return uint32_t(rank * 1000 + step + 1); }
 
