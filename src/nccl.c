@@ -161,9 +161,19 @@ struct cgc_comm_s {
   int rank, nranks;
   atomic_bool aborted;    /* ncclCommAbort freed `nccl`: only destroy may follow */
   atomic_int graph_refs;  /* captures and graphs holding collectives on it */
+  atomic_bool destroyed;  /* the user destroyed the (aborted) handle while graphs held it */
+  atomic_bool retired;
 };
 
-void cgc__comm_unref(cgc_comm_t comm) { atomic_fetch_sub(&comm->graph_refs, 1); }
+/* Frees the handle once: after destroy, when no graph holds it any more. */
+static void retire_once(cgc_comm_t comm) {
+  bool expected = false;
+  if (atomic_compare_exchange_strong(&comm->retired, &expected, true)) cgc__retire(comm);
+}
+
+void cgc__comm_unref(cgc_comm_t comm) {
+  if (atomic_fetch_sub(&comm->graph_refs, 1) == 1 && atomic_load(&comm->destroyed)) retire_once(comm);
+}
 
 /* A collective enqueued into a cgc capture: the capture (then its graph) holds the communicator,
  * so that destroying it first is refused rather than left to hang (NCCL >= 2.26 waits in
@@ -284,9 +294,20 @@ cgc_status_t cgc_comm_destroy(cgc_comm_t comm) {
       if (r != 0) st = nccl_fail(r, NULL, __func__, "ncclCommDestroy");
       cgc__ctx_leave(&scope);
     }
+    cgc__retire(comm);
+    return st;
   }
-  cgc__retire(comm);
-  return st;
+  /* Aborted: NCCL frees it. Graphs that still hold it keep the handle's memory until they go. */
+  comm->magic = CGC_MAGIC_DEAD;
+  atomic_store(&comm->destroyed, true);
+  if (atomic_load(&comm->graph_refs) == 0) retire_once(comm);
+  return CGC_SUCCESS;
+}
+
+static void* abort_in_background(void* nccl_comm) {
+  ncclResult_t r = nccl.ncclCommAbort((ncclComm_t)nccl_comm);
+  cgc__log("ncclCommAbort of %p finished in the background: ncclResult %d", nccl_comm, r);
+  return NULL;
 }
 
 cgc_status_t cgc_comm_abort(cgc_comm_t comm) {
@@ -296,7 +317,21 @@ cgc_status_t cgc_comm_abort(cgc_comm_t comm) {
   bool expected = false;
   if (!atomic_compare_exchange_strong(&comm->aborted, &expected, true)) return CGC_SUCCESS; /* already */
   /* No context push: abort is meant to be called from a watchdog thread while another thread
-   * is blocked on the communicator's work; NCCL sets the device itself. */
+   * is blocked on the communicator's work; NCCL sets the device itself.
+   * ncclCommAbort first raises the flags that make the communicator's kernels quit, then waits
+   * until every CUDA graph holding its collectives is destroyed (NCCL >= 2.26). With graphs
+   * alive that wait would hang the caller, so the call then runs on a detached thread: the
+   * kernels still quit at once, and NCCL reclaims the rest when the graphs go. */
+  if (atomic_load(&comm->graph_refs) > 0) {
+    pthread_t thread;
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    int err = pthread_create(&thread, &attr, abort_in_background, comm->nccl);
+    pthread_attr_destroy(&attr);
+    if (err == 0) return CGC_SUCCESS;
+    cgc__log("cgc_comm_abort: no thread for a background abort (error %d): aborting here", err);
+  }
   ncclResult_t r = nccl.ncclCommAbort(comm->nccl);
   if (r != 0) return nccl_fail(r, NULL, __func__, "ncclCommAbort");
   return CGC_SUCCESS;

@@ -344,6 +344,14 @@ TEST_F(Nccl, AbortUnblocksACollectiveThatNeverCompletes) {
   ASSERT_NE(doomed, nullptr);
   constexpr unsigned c = 1024;
   void* buf = Malloc(c * 4);
+  // A live graph holding a collective on the communicator: NCCL's own abort would wait for it
+  // to be destroyed; cgc's must still unblock the hung collective at once.
+  cgc_stream_t capture_stream = nullptr;
+  CGC_ASSERT_OK(cgc_stream_create(ctx, CGC_STREAM_NON_BLOCKING, 0, &capture_stream));
+  CGC_ASSERT_OK(cgc_capture_begin(capture_stream, nullptr));
+  CGC_ASSERT_OK(cgc_all_reduce(doomed, buf, buf, c, CGC_FLOAT32, CGC_SUM, capture_stream));
+  cgc_graph_t held = nullptr;
+  CGC_ASSERT_OK(cgc_capture_end(capture_stream, &held));
   auto start = std::chrono::steady_clock::now();
   if (rank_ == 0) {
     CGC_ASSERT_OK(cgc_all_reduce(doomed, buf, buf, c, CGC_FLOAT32, CGC_SUM, stream));
@@ -363,7 +371,10 @@ TEST_F(Nccl, AbortUnblocksACollectiveThatNeverCompletes) {
   EXPECT_EQ(cgc_all_reduce(doomed, buf, buf, c, CGC_FLOAT32, CGC_SUM, stream), CGC_ERROR_INVALID_STATE);
   EXPECT_NE(std::string(cgc_last_error()).find("aborted"), std::string::npos) << cgc_last_error();
   EXPECT_EQ(cgc_comm_abort(doomed), CGC_SUCCESS) << "aborting twice is harmless";
-  CGC_ASSERT_OK(cgc_comm_destroy(doomed));
+  CGC_ASSERT_OK(cgc_comm_destroy(doomed));  // allowed once aborted, even with the graph alive
+  EXPECT_EQ(cgc_comm_destroy(doomed), CGC_ERROR_INVALID_HANDLE);
+  CGC_ASSERT_OK(cgc_graph_destroy(held));  // releases the communicator's last holder
+  CGC_ASSERT_OK(cgc_stream_destroy(capture_stream));
   cgc_free(buf);
 }
 
