@@ -31,6 +31,7 @@ void cgc__alloc_lock_slow(void) {
     sched_yield();
   }
 }
+
 static cgc__ptr_map_t live;          /* allocated blocks by address, every device */
 static cgc__block_t* spare_blocks;   /* recycled block structs, linked through next_waiting */
 
@@ -70,15 +71,13 @@ struct cgc__allocator* cgc__allocator_of(struct cgc__device* dev) {
   return dev->alloc;
 }
 
-/* The stats of a block's owner and, when the owner is a pool, nothing else: device totals are
- * updated separately so that moving a segment between owners keeps them right. */
+/* Allocated bytes count for the block's owner (the cache or a pool) and for the device total. */
 static void account_allocated(struct cgc__allocator* a, cgc__block_t* b, long long delta) {
   cgc__stats_add_allocated(&b->owner->stats, delta);
   cgc__stats_add_allocated(&a->total, delta);
 }
 
-void cgc__alloc_release_block(struct cgc__allocator* a, cgc__block_t* b) {
-  (void)a;
+void cgc__alloc_release_block(cgc__block_t* b) {
   cgc__pool_state_t* owner = b->owner;
   owner->outstanding--;
   /* Small blocks go back as they are: freed and asked for again at the same size (the common
@@ -178,7 +177,7 @@ static void process_waiting(struct cgc__allocator* a) {
     free(b->events);
     b->events = NULL;
     b->n_events = 0;
-    cgc__alloc_release_block(a, b);
+    cgc__alloc_release_block(b);
   }
 }
 
@@ -255,7 +254,7 @@ static cgc_status_t new_segment(struct cgc__allocator* a, cgc__pool_state_t* own
 /* Blocks of `pool` freed during its capture with uses on side streams become reusable once
  * every such stream has joined the origin after the free (SEMANTICS 12). Only blocks of the
  * origin stream qualify: a join orders the side stream before the origin's later work. */
-static void reclaim_joined(struct cgc__allocator* a, cgc_pool_t pool) {
+static void reclaim_joined(cgc_pool_t pool) {
   for (cgc__block_t** p = &pool->deferred; *p != NULL;) {
     cgc__block_t* b = *p;
     bool safe = b->stream == (const void*)pool->capture_origin;
@@ -266,7 +265,7 @@ static void reclaim_joined(struct cgc__allocator* a, cgc_pool_t pool) {
       continue;
     }
     *p = b->next_waiting;
-    cgc__alloc_release_block(a, b);
+    cgc__alloc_release_block(b);
   }
 }
 
@@ -283,7 +282,7 @@ static cgc_status_t malloc_locked(struct cgc__allocator* a, cgc_pool_t pool, siz
       cgc__ctx_leave(&scope);
     }
   }
-  if (pool != NULL && pool->deferred != NULL) reclaim_joined(a, pool);
+  if (pool != NULL && pool->deferred != NULL) reclaim_joined(pool);
   cgc__block_t* b = cgc__set_take_best_fit(set, stream, rounded);
   if (b == NULL && cgc__state_coalesce(owner, recycle_block, NULL) > 0) b = cgc__set_take_best_fit(set, stream, rounded);
   if (b == NULL && pool != NULL && small) {
@@ -368,7 +367,7 @@ static cgc_status_t free_locked(void* ptr, const char* func) {
   cgc_pool_t pool = b->owner->pool;
   account_allocated(a, b, -(long long)b->size);
   if (b->n_uses == 0) {
-    cgc__alloc_release_block(a, b);
+    cgc__alloc_release_block(b);
     return CGC_SUCCESS;
   }
   if (pool != NULL && pool->recording) {

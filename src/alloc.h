@@ -48,7 +48,7 @@ static inline void cgc__alloc_unlock(void) { atomic_store_explicit(&cgc__alloc_l
 /* The device's allocator, created on first use (lock held). NULL when out of host memory. */
 struct cgc__allocator* cgc__allocator_of(struct cgc__device* dev);
 /* A block back to its owner's free set; dissolves an orphaned pool whose last block it was. */
-void cgc__alloc_release_block(struct cgc__allocator* a, cgc__block_t* b);
+void cgc__alloc_release_block(cgc__block_t* b);
 /* Handles a block freed (by the user or at capture end) that other streams used: records events
  * on those streams, or parks the block while a capture is under way. */
 void cgc__alloc_retire_used_block(struct cgc__allocator* a, cgc__block_t* b);

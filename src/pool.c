@@ -163,7 +163,7 @@ void cgc__pool_end_capture(cgc_pool_t pool, bool graph_keeps_ref, const CUstream
       if (!is_member(b->uses[i], members, n_members)) b->uses[kept++] = b->uses[i];
     b->n_uses = kept;
     if (kept == 0) {
-      cgc__alloc_release_block(a, b);
+      cgc__alloc_release_block(b);
     } else if (in_ctx) {
       cgc__alloc_retire_used_block(a, b);
     } else {
