@@ -37,15 +37,12 @@ static cgc__block_t* spare_blocks;   /* recycled block structs, linked through n
 
 /* ---- small helpers (lock held) ---- */
 
+/* A block struct for cgc__block_init: a recycled one (its uses array kept for record_stream) or a
+ * new, zeroed one. */
 static cgc__block_t* new_block_struct(void) {
   cgc__block_t* b = spare_blocks;
   if (b != NULL) {
     spare_blocks = b->next_waiting;
-    const void** uses = b->uses;
-    size_t cap_uses = b->cap_uses;
-    memset(b, 0, sizeof *b);
-    b->uses = uses; /* keep the array: record_stream reuses it */
-    b->cap_uses = cap_uses;
     return b;
   }
   return calloc(1, sizeof *b);
@@ -235,12 +232,7 @@ static cgc_status_t new_segment(struct cgc__allocator* a, cgc__pool_state_t* own
     }
     return st;
   }
-  b->ptr = p;
-  b->size = size;
-  b->stream = stream;
-  b->owner = owner;
-  b->small = cgc__is_small(rounded);
-  b->state = CGC_BLOCK_FREE;
+  cgc__block_init(b, p, size, stream, owner, cgc__is_small(rounded));
   cgc__stats_add_reserved(&owner->stats, (long long)size);
   cgc__stats_add_reserved(&a->total, (long long)size);
   owner->stats.driver_allocs++;
@@ -283,14 +275,14 @@ static cgc_status_t malloc_locked(struct cgc__allocator* a, cgc_pool_t pool, siz
     }
   }
   if (pool != NULL && pool->deferred != NULL) reclaim_joined(pool);
-  cgc__block_t* b = cgc__set_take_best_fit(set, stream, rounded);
-  if (b == NULL && cgc__state_coalesce(owner, recycle_block, NULL) > 0) b = cgc__set_take_best_fit(set, stream, rounded);
+  cgc__block_t* b = cgc__set_take_best_fit(set, stream, rounded, new_block_struct);
+  if (b == NULL && cgc__state_coalesce(owner, recycle_block, NULL) > 0) b = cgc__set_take_best_fit(set, stream, rounded, new_block_struct);
   if (b == NULL && pool != NULL && small) {
     /* A private pool holds its memory for its graphs anyway: a small request may be cut from a
      * free large block rather than grow the pool by a 2 MiB small segment. Graphs captured
      * largest-first into one pool then fit in the first one's memory (PyTorch keeps the two
      * classes apart here too; the device cache still does). The piece stays large-class. */
-    b = cgc__set_take_best_fit(&owner->large, stream, rounded);
+    b = cgc__set_take_best_fit(&owner->large, stream, rounded, new_block_struct);
   }
   if (b == NULL) {
     cgc__ctx_scope_t scope;
@@ -300,10 +292,10 @@ static cgc_status_t malloc_locked(struct cgc__allocator* a, cgc_pool_t pool, siz
       cgc__ctx_leave(&scope);
     }
     if (st != CGC_SUCCESS) return st;
-  }
-  if (cgc__should_split(b->small, b->size, rounded)) {
-    cgc__block_t* spare = new_block_struct();
-    if (spare != NULL && !cgc__block_split(b, rounded, spare)) recycle_block(spare, NULL);
+    if (cgc__should_split(b->small, b->size, rounded)) {
+      cgc__block_t* spare = new_block_struct();
+      if (spare != NULL && !cgc__block_split(b, rounded, spare)) recycle_block(spare, NULL);
+    }
   }
   if (!cgc__map_put(&live, b)) {
     cgc__block_release(b, recycle_block, NULL);

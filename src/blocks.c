@@ -12,9 +12,9 @@ static int compare(const cgc__block_t* a, const void* stream, size_t size, uint6
   return 0;
 }
 
-/* First index whose item is not less than (stream, size, ptr). */
-static size_t lower_bound(const cgc__block_set_t* set, const void* stream, size_t size, uint64_t ptr) {
-  size_t lo = 0, hi = set->n;
+/* First index in [lo, hi) whose item is not less than (stream, size, ptr). */
+static inline size_t lower_bound_in(const cgc__block_set_t* set, size_t lo, size_t hi, const void* stream, size_t size,
+                             uint64_t ptr) {
   while (lo < hi) {
     size_t mid = lo + (hi - lo) / 2;
     if (compare(set->items[mid], stream, size, ptr) < 0)
@@ -23,6 +23,33 @@ static size_t lower_bound(const cgc__block_set_t* set, const void* stream, size_
       hi = mid;
   }
   return lo;
+}
+
+static inline size_t lower_bound(const cgc__block_set_t* set, const void* stream, size_t size, uint64_t ptr) {
+  return lower_bound_in(set, 0, set->n, stream, size, ptr);
+}
+
+/* Index of `b`, searched with the key it sits in the set under, or set->n. */
+static size_t index_of(const cgc__block_set_t* set, const cgc__block_t* b) {
+  size_t i = lower_bound(set, b->stream, b->size, b->ptr);
+  return (i < set->n && set->items[i] == b) ? i : set->n;
+}
+
+/* Puts `b` in slot i, whose block is being replaced, and moves it to its sorted place. When no
+ * other block sorts between the old key and b's -- the common case of a block merging with or
+ * split from its neighbour -- nothing moves: one search instead of an erase and an insert. */
+static void place_at(cgc__block_set_t* set, size_t i, cgc__block_t* b) {
+  if (i > 0 && compare(set->items[i - 1], b->stream, b->size, b->ptr) > 0) {
+    size_t j = lower_bound_in(set, 0, i, b->stream, b->size, b->ptr);
+    memmove(&set->items[j + 1], &set->items[j], (i - j) * sizeof *set->items);
+    set->items[j] = b;
+  } else if (i + 1 < set->n && compare(set->items[i + 1], b->stream, b->size, b->ptr) < 0) {
+    size_t j = lower_bound_in(set, i + 1, set->n, b->stream, b->size, b->ptr);
+    memmove(&set->items[i], &set->items[i + 1], (j - 1 - i) * sizeof *set->items);
+    set->items[j - 1] = b;
+  } else {
+    set->items[i] = b;
+  }
 }
 
 bool cgc__set_insert(cgc__block_set_t* set, cgc__block_t* b) {
@@ -54,10 +81,23 @@ cgc__block_t* cgc__set_best_fit(const cgc__block_set_t* set, const void* stream,
   return NULL;
 }
 
-cgc__block_t* cgc__set_take_best_fit(cgc__block_set_t* set, const void* stream, size_t size) {
-  size_t i = lower_bound(set, stream, size, 0);
+cgc__block_t* cgc__set_take_best_fit(cgc__block_set_t* set, const void* stream, size_t rounded,
+                                     cgc__block_t* (*new_spare)(void)) {
+  size_t i = lower_bound(set, stream, rounded, 0);
   if (i >= set->n || set->items[i]->stream != stream) return NULL;
   cgc__block_t* b = set->items[i];
+  cgc__block_t* spare =
+      (new_spare != NULL && cgc__should_split(b->small, b->size, rounded)) ? new_spare() : NULL;
+  if (spare != NULL) {
+    cgc__block_init(spare, b->ptr + rounded, b->size - rounded, b->stream, b->owner, b->small);
+    spare->prev = b;
+    spare->next = b->next;
+    if (b->next != NULL) b->next->prev = spare;
+    b->next = spare;
+    b->size = rounded;
+    place_at(set, i, spare); /* the remainder takes the block's place in the set */
+    return b;
+  }
   memmove(&set->items[i], &set->items[i + 1], (set->n - i - 1) * sizeof *set->items);
   set->n--;
   return b;
@@ -68,13 +108,26 @@ void cgc__set_free(cgc__block_set_t* set) {
   memset(set, 0, sizeof *set);
 }
 
+void cgc__block_init(cgc__block_t* b, uint64_t ptr, size_t size, const void* stream, cgc__pool_state_t* owner,
+                     bool small) {
+  b->ptr = ptr;
+  b->size = size;
+  b->requested = 0;
+  b->stream = stream;
+  b->owner = owner;
+  b->prev = NULL;
+  b->next = NULL;
+  b->state = CGC_BLOCK_FREE;
+  b->small = small;
+  b->n_uses = 0;
+  b->events = NULL;
+  b->n_events = 0;
+  b->free_seq = 0;
+  b->next_waiting = NULL;
+}
+
 bool cgc__block_split(cgc__block_t* b, size_t rounded, cgc__block_t* spare) {
-  spare->ptr = b->ptr + rounded;
-  spare->size = b->size - rounded;
-  spare->stream = b->stream;
-  spare->owner = b->owner;
-  spare->small = b->small;
-  spare->state = CGC_BLOCK_FREE;
+  cgc__block_init(spare, b->ptr + rounded, b->size - rounded, b->stream, b->owner, b->small);
   if (!cgc__set_insert(cgc__state_set(b->owner, b->small), spare)) return false;
   spare->prev = b;
   spare->next = b->next;
@@ -90,23 +143,29 @@ cgc__block_t* cgc__block_release(cgc__block_t* b, void (*recycle)(cgc__block_t*,
   b->requested = 0;
   b->n_uses = 0;
   cgc__block_t* prev = b->prev;
-  if (prev != NULL && prev->state == CGC_BLOCK_FREE) {
-    cgc__set_erase(set, prev);
+  cgc__block_t* next = b->next;
+  bool merge_prev = prev != NULL && prev->state == CGC_BLOCK_FREE;
+  bool merge_next = next != NULL && next->state == CGC_BLOCK_FREE;
+  if (!merge_prev && !merge_next) return cgc__set_insert(set, b) ? b : NULL;
+  /* The merged block takes the slot of a free neighbour already in the set. */
+  if (merge_prev && merge_next) cgc__set_erase(set, next);
+  cgc__block_t* survivor = merge_prev ? prev : b;
+  size_t slot = index_of(set, merge_prev ? prev : next); /* searched before any size changes */
+  if (merge_prev) {
     prev->size += b->size;
     prev->next = b->next;
     if (b->next != NULL) b->next->prev = prev;
     recycle(b, arg);
-    b = prev;
   }
-  cgc__block_t* next = b->next;
-  if (next != NULL && next->state == CGC_BLOCK_FREE) {
-    cgc__set_erase(set, next);
-    b->size += next->size;
-    b->next = next->next;
-    if (next->next != NULL) next->next->prev = b;
+  if (merge_next) {
+    survivor->size += next->size;
+    survivor->next = next->next;
+    if (next->next != NULL) next->next->prev = survivor;
     recycle(next, arg);
   }
-  return cgc__set_insert(set, b) ? b : NULL;
+  if (slot == set->n) return cgc__set_insert(set, survivor) ? survivor : NULL; /* not found: cannot happen */
+  place_at(set, slot, survivor);
+  return survivor;
 }
 
 bool cgc__block_release_unmerged(cgc__block_t* b) {

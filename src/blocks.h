@@ -98,15 +98,23 @@ bool cgc__set_insert(cgc__block_set_t* set, cgc__block_t* b);
 void cgc__set_erase(cgc__block_set_t* set, cgc__block_t* b);
 /* The smallest free block of `stream` with size >= `size`, or NULL. */
 cgc__block_t* cgc__set_best_fit(const cgc__block_set_t* set, const void* stream, size_t size);
-/* The same block, taken out of the set (one search instead of two). */
-cgc__block_t* cgc__set_take_best_fit(cgc__block_set_t* set, const void* stream, size_t size);
+/* The best fit for `rounded` bytes of `stream`, taken out of the set (NULL without one). When the
+ * remainder is worth keeping and `new_spare` gives a struct (new or recycled), the block is cut
+ * to `rounded` bytes and the remainder takes its place in the set in the same step: one search,
+ * and usually no element moved. */
+cgc__block_t* cgc__set_take_best_fit(cgc__block_set_t* set, const void* stream, size_t rounded,
+                                     cgc__block_t* (*new_spare)(void));
 void cgc__set_free(cgc__block_set_t* set);
 static inline cgc__block_set_t* cgc__state_set(cgc__pool_state_t* state, bool small) {
   return small ? &state->small : &state->large;
 }
 
-/* Cuts `b` (taken out of its set, about to be handed out) to `rounded` bytes; `spare` (a fresh,
- * zeroed block struct) becomes the remainder, placed after b in the segment, FREE, and inserted into the owner's set.
+/* Makes `b` a FREE block of `size` bytes at `ptr`, outside any set and segment list. Every field
+ * but the uses array (kept for reuse) is set: recycled structs need no clearing. */
+void cgc__block_init(cgc__block_t* b, uint64_t ptr, size_t size, const void* stream, cgc__pool_state_t* owner,
+                     bool small);
+/* Cuts `b` (taken out of its set, about to be handed out) to `rounded` bytes; `spare` (a new or
+ * recycled block struct) becomes the remainder, placed after b in the segment, FREE, and inserted into the owner's set.
  * Returns false (b unchanged) when the set cannot grow. */
 bool cgc__block_split(cgc__block_t* b, size_t rounded, cgc__block_t* spare);
 /* Makes `b` FREE: merges it with free neighbours (each absorbed neighbour struct is handed to

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <map>
+#include <memory>
 #include <random>
 #include <vector>
 
@@ -14,6 +15,13 @@ const void* kStreamA = reinterpret_cast<const void*>(0x1000);
 const void* kStreamB = reinterpret_cast<const void*>(0x2000);
 
 void Recycle(cgc__block_t* b, void* arg) { static_cast<std::vector<cgc__block_t*>*>(arg)->push_back(b); }
+
+// Spare block structs for splits, owned by the test (freed at exit).
+std::vector<std::unique_ptr<cgc__block_t>> spares;
+cgc__block_t* NewSpare() {
+  spares.push_back(std::make_unique<cgc__block_t>());
+  return spares.back().get();
+}
 
 class Blocks : public ::testing::Test {
  protected:
@@ -129,7 +137,7 @@ TEST_F(Blocks, UnmergedFreesCoalesceIntoTheWholeSegmentLater) {
   for (cgc__block_t* p : {parts[2], parts[0], parts[1]}) ASSERT_TRUE(cgc__block_release_unmerged(p));
   EXPECT_EQ(state_.small.n, 4u) << "freed without merging";
   // Same-size reuse takes the exact block, no split needed.
-  EXPECT_EQ(cgc__set_take_best_fit(&state_.small, kStreamA, 8192), parts[0]);
+  EXPECT_EQ(cgc__set_take_best_fit(&state_.small, kStreamA, 8192, nullptr), parts[0]);
   ASSERT_TRUE(cgc__block_release_unmerged(parts[0]));
   EXPECT_EQ(cgc__state_coalesce(&state_, Recycle, &recycled_), 3u);
   ASSERT_EQ(state_.small.n, 1u);
@@ -147,6 +155,67 @@ TEST_F(Blocks, BlocksOfASmallSegmentStayInTheSmallSet) {
   EXPECT_EQ(state_.small.n, 1u);
   EXPECT_EQ(state_.large.n, 0u);
   EXPECT_EQ(state_.small.items[0]->size, 2u << 20);  // 2 MiB > the small limit, still small
+}
+
+// Random allocations and frees against a model: the set stays sorted, the free blocks and the
+// handed-out ones tile every segment exactly, and freeing everything merges each segment whole.
+TEST_F(Blocks, RandomSplitsAndMergesKeepTheSetSortedAndTheSegmentsTiled) {
+  std::mt19937 rng(11);
+  const void* streams[2] = {kStreamA, kStreamB};
+  std::vector<cgc__block_t*> segments;
+  for (int i = 0; i < 6; i++) {
+    cgc__block_t* seg = Segment(0x100000000ull * (i + 1), 20 << 20, streams[i % 2], false);
+    ASSERT_TRUE(cgc__set_insert(&state_.large, seg));
+    segments.push_back(seg);
+  }
+  std::vector<cgc__block_t*> live;
+  auto check = [&] {
+    for (size_t i = 1; i < state_.large.n; i++) {
+      const cgc__block_t* a = state_.large.items[i - 1];
+      const cgc__block_t* b = state_.large.items[i];
+      bool ordered = (uintptr_t)a->stream < (uintptr_t)b->stream ||
+                     (a->stream == b->stream && (a->size < b->size || (a->size == b->size && a->ptr < b->ptr)));
+      ASSERT_TRUE(ordered) << "set out of order at " << i;
+    }
+    for (cgc__block_t* seg : segments) {
+      cgc__block_t* head = seg;
+      while (head->prev != nullptr) head = head->prev;
+      uint64_t expect = head->ptr;
+      size_t total = 0;
+      for (cgc__block_t* b = head; b != nullptr; b = b->next) {
+        ASSERT_EQ(b->ptr, expect);
+        if (b->next != nullptr) {
+          ASSERT_EQ(b->next->prev, b);
+        }
+        expect += b->size;
+        total += b->size;
+      }
+      ASSERT_EQ(total, size_t(20) << 20);
+    }
+  };
+  for (int step = 0; step < 4000; step++) {
+    bool alloc = live.empty() || rng() % 3 != 0;
+    if (alloc) {
+      const void* stream = streams[rng() % 2];
+      size_t want = cgc__round_size(512 + rng() % (6 << 20));
+      cgc__block_t* b = cgc__set_take_best_fit(&state_.large, stream, want, NewSpare);
+      if (b == nullptr) continue;
+      EXPECT_GE(b->size, want);
+      EXPECT_EQ(b->stream, stream);
+      b->state = CGC_BLOCK_ALLOCATED;
+      live.push_back(b);
+    } else {
+      size_t k = rng() % live.size();
+      ASSERT_NE(cgc__block_release(live[k], Recycle, &recycled_), nullptr);
+      live.erase(live.begin() + long(k));
+    }
+    check();
+    if (HasFatalFailure()) return;
+  }
+  for (cgc__block_t* b : live) ASSERT_NE(cgc__block_release(b, Recycle, &recycled_), nullptr);
+  check();
+  ASSERT_EQ(state_.large.n, segments.size()) << "every segment whole again";
+  for (size_t i = 0; i < state_.large.n; i++) EXPECT_TRUE(cgc__block_is_segment(state_.large.items[i]));
 }
 
 TEST(PtrMap, PutGetTakeSurviveCollisionsAndDeletes) {
