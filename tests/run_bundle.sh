@@ -9,11 +9,16 @@ mkdir -p "$logs"
 pattern="${1:-.}"
 total_pass=0 total_skip=0 total_fail=0 broken=0
 printf '%-28s %6s %6s %6s  %s\n' binary passed skipped failed status
-for bin in "$here"/bin/*; do
+# GoogleTest binaries, then the Python tests (PyTorch as a client; they skip without it).
+for bin in "$here"/bin/* "$here"/tests_py/*.py; do
+  [ -e "$bin" ] || continue
   name=$(basename "$bin")
   echo "$name" | grep -Eq "$pattern" || continue
   log="$logs/$name.log"
-  timeout "${CGC_TEST_TIMEOUT:-600}" "$bin" >"$log" 2>&1
+  case "$name" in
+    *.py) timeout "${CGC_TEST_TIMEOUT:-600}" python3 "$bin" >"$log" 2>&1 ;;
+    *) timeout "${CGC_TEST_TIMEOUT:-600}" "$bin" >"$log" 2>&1 ;;
+  esac
   rc=$?
   pass=$(grep -oE '^\[  PASSED  \] [0-9]+' "$log" | grep -oE '[0-9]+$' || true)
   skip=$(grep -oE '^\[  SKIPPED \] [0-9]+' "$log" | grep -oE '[0-9]+$' || true)
