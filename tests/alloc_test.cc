@@ -12,20 +12,11 @@
 
 namespace {
 
+using cgc_test::Dev;
 using cgc_test::GpuTest;
+using cgc_test::MemoryTest;
 
-CUdeviceptr D(void* p) { return static_cast<CUdeviceptr>(reinterpret_cast<uintptr_t>(p)); }
-
-class Allocator : public GpuTest {
- protected:
-  void SetUp() override {
-    GpuTest::SetUp();
-    if (IsSkipped() || HasFatalFailure()) return;
-    CGC_ASSERT_OK(cgc_empty_cache(ctx));
-    baseline_ = Stats();
-  }
-  cgc_memory_stats_t baseline_{};
-};
+using Allocator = MemoryTest;
 
 TEST_F(Allocator, FreedBlockIsReusedOnItsStreamWithoutTheDriver) {
   void* a = Malloc(1000, stream);
@@ -64,8 +55,8 @@ TEST_F(Allocator, LargeRequestsGetLargeSegmentsAndShareTheirRemainders) {
   void* c = Malloc(17 << 20, stream);  // 10 MiB and up: a segment of the request rounded to 2 MiB
   EXPECT_EQ(Stats().bytes_reserved - s.bytes_reserved, size_t(18) << 20);
   std::vector<float> in = cgc_test::RandomFloats((3 << 20) / 4, 11);
-  Upload(D(a), in);
-  EXPECT_EQ(Download(D(a), in.size()), in);
+  Upload(Dev(a), in);
+  EXPECT_EQ(Download(Dev(a), in.size()), in);
   for (void* p : {a, b, c}) CGC_ASSERT_OK(cgc_free(p));
 }
 
@@ -91,7 +82,7 @@ TEST_F(Allocator, RecordStreamDefersReuseUntilTheOtherStreamIsDone) {
   CGC_ASSERT_OK(cgc_stream_create(ctx, CGC_STREAM_NON_BLOCKING, 0, &other));
   void* a = Malloc(8192, stream);
   Spin(other, 300LL * 1000 * 1000);  // the other stream is busy "using" a for a while
-  Fill(other, D(a), 1.0f, 2048);
+  Fill(other, Dev(a), 1.0f, 2048);
   CGC_ASSERT_OK(cgc_record_stream(a, other));
   CGC_ASSERT_OK(cgc_record_stream(a, stream));  // its own stream: ignored
   CGC_ASSERT_OK(cgc_free(a));
@@ -149,8 +140,8 @@ TEST_F(Allocator, TorchEntryPointsAllocateOnTheDeviceState) {
   ASSERT_NE(p, nullptr) << cgc_last_error();
   cgc_memory_stats_t s = Stats();
   EXPECT_EQ(s.bytes_allocated - baseline_.bytes_allocated, 4096u);
-  Fill(stream, D(p), 2.5f, 1024);
-  EXPECT_EQ(Download(D(p), 1024)[1023], 2.5f);
+  Fill(stream, Dev(p), 2.5f, 1024);
+  EXPECT_EQ(Download(Dev(p), 1024)[1023], 2.5f);
   cgc_torch_free(p, 4096, 0, cgc_stream_native(stream));
   EXPECT_EQ(Stats().bytes_allocated, baseline_.bytes_allocated);
   void* q = cgc_torch_malloc(512, 0, nullptr);  // PyTorch's default (legacy) stream
@@ -184,7 +175,7 @@ TEST_F(Allocator, ConcurrentMallocFreeFromEightThreadsOnFourStreamsKeepsEveryBlo
     std::vector<uint32_t> host;
     auto check_and_free = [&](const Live& l) {
       host.assign(l.words, 0);
-      if (cgc__drv.cuMemcpyDtoHAsync(host.data(), D(l.p), l.words * 4ull, cs) != CUDA_SUCCESS ||
+      if (cgc__drv.cuMemcpyDtoHAsync(host.data(), Dev(l.p), l.words * 4ull, cs) != CUDA_SUCCESS ||
           cgc__drv.cuStreamSynchronize(cs) != CUDA_SUCCESS)
         failed_calls++;
       for (unsigned i = 0; i < l.words; i++)
@@ -205,7 +196,7 @@ TEST_F(Allocator, ConcurrentMallocFreeFromEightThreadsOnFourStreamsKeepsEveryBlo
         continue;
       }
       uint32_t seed = static_cast<uint32_t>(t * 100000 + i);
-      CUdeviceptr dp = D(p);
+      CUdeviceptr dp = Dev(p);
       void* args[] = {&dp, &seed, &words};
       if (cgc__drv.cuLaunchKernel(k_stamp, (words + 255) / 256, 1, 1, 256, 1, 1, 0, cs, args, nullptr) !=
           CUDA_SUCCESS)

@@ -83,6 +83,13 @@ CUdeviceptr GpuTest::Alloc(size_t bytes) {
   return p;
 }
 
+void MemoryTest::SetUp() {
+  GpuTest::SetUp();
+  if (IsSkipped() || HasFatalFailure()) return;
+  CGC_ASSERT_OK(cgc_empty_cache(ctx));
+  baseline_ = Stats();
+}
+
 void* GpuTest::Malloc(size_t bytes, cgc_stream_t s) {
   void* p = nullptr;
   cgc_status_t st = cgc_malloc(ctx, bytes, s, &p);

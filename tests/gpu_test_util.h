@@ -50,6 +50,9 @@ bool GpusAvailable(int need, std::string* why);
 void SetTestDevice(int ordinal);
 int TestDevice();
 
+// A cgc_malloc pointer (or any device pointer held as void*) as the driver's CUdeviceptr.
+inline CUdeviceptr Dev(const void* p) { return static_cast<CUdeviceptr>(reinterpret_cast<uintptr_t>(p)); }
+
 // Random floats in [-1, 1): tests never run on zeros.
 std::vector<float> RandomFloats(size_t n, uint32_t seed);
 
@@ -91,6 +94,14 @@ class GpuTest : public ::testing::Test {
   CUmodule module_ = nullptr;
   std::vector<CUdeviceptr> allocations_;
   bool skipped_ = true;
+};
+
+// A GpuTest that starts from an empty device cache and remembers the device's memory stats then,
+// for tests that compare reserved and allocated bytes against that baseline.
+class MemoryTest : public GpuTest {
+ protected:
+  void SetUp() override;
+  cgc_memory_stats_t baseline_{};
 };
 
 }  // namespace cgc_test

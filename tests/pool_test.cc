@@ -9,19 +9,13 @@
 
 namespace {
 
+using cgc_test::Dev;
 using cgc_test::GpuTest;
+using cgc_test::MemoryTest;
 using cgc_test::RandomFloats;
 
-CUdeviceptr D(void* p) { return static_cast<CUdeviceptr>(reinterpret_cast<uintptr_t>(p)); }
-
-class Pool : public GpuTest {
+class Pool : public MemoryTest {
  protected:
-  void SetUp() override {
-    GpuTest::SetUp();
-    if (IsSkipped() || HasFatalFailure()) return;
-    CGC_ASSERT_OK(cgc_empty_cache(ctx));
-    baseline_ = Stats();
-  }
   cgc_capture_options_t Opts(cgc_pool_t pool) {
     cgc_capture_options_t o = {sizeof o, CGC_CAPTURE_MODE_GLOBAL, pool, 0};
     return o;
@@ -31,7 +25,6 @@ class Pool : public GpuTest {
     EXPECT_EQ(cgc_graph_pool(g, &p), CGC_SUCCESS) << cgc_last_error();
     return p;
   }
-  cgc_memory_stats_t baseline_{};
 };
 
 TEST_F(Pool, GlobalCaptureAllocationsSucceedAndLandInThePool) {
@@ -42,8 +35,8 @@ TEST_F(Pool, GlobalCaptureAllocationsSucceedAndLandInThePool) {
   CGC_ASSERT_OK(cgc_capture_begin(stream, nullptr));  // Global mode, new pool
   void* t = Malloc(n * 4, stream);
   void* out = Malloc(n * 4, stream);
-  Add(stream, D(t), in, 1.0f, n);
-  Add(stream, D(out), D(t), 2.0f, n);
+  Add(stream, Dev(t), in, 1.0f, n);
+  Add(stream, Dev(out), Dev(t), 2.0f, n);
   CGC_ASSERT_OK(cgc_free(t));
   cgc_graph_t g = nullptr;
   CGC_ASSERT_OK(cgc_capture_end(stream, &g));  // valid: the allocations did not break it
@@ -57,7 +50,7 @@ TEST_F(Pool, GlobalCaptureAllocationsSucceedAndLandInThePool) {
   CGC_ASSERT_OK(cgc_graph_info(g, &info));
   EXPECT_EQ(info.pool_bytes_reserved, size_t(2) << 20);
   CGC_ASSERT_OK(cgc_graph_launch(g, stream));
-  std::vector<float> y = Download(D(out), n);
+  std::vector<float> y = Download(Dev(out), n);
   for (unsigned i = 0; i < n; i += 131) ASSERT_FLOAT_EQ(y[i], x[i] + 3.0f);
   // A pool block never serves allocations outside captures into that pool.
   void* eager = Malloc(n * 4, stream);
@@ -78,7 +71,7 @@ TEST_F(Pool, SideStreamAllocationsLandInThePool) {
   CGC_ASSERT_OK(cgc_event_record(fork, stream));
   CGC_ASSERT_OK(cgc_stream_wait_event(side, fork));
   void* b = Malloc(3 << 20, side);  // a large block, on the side stream
-  Fill(side, D(b), 1.0f, 1024);
+  Fill(side, Dev(b), 1.0f, 1024);
   CGC_ASSERT_OK(cgc_event_record(join, side));
   CGC_ASSERT_OK(cgc_stream_wait_event(stream, join));
   cgc_graph_t g = nullptr;
@@ -98,7 +91,7 @@ TEST_F(Pool, SideStreamAllocationsLandInThePool) {
 TEST_F(Pool, BlockFreedInACaptureServesLaterAllocationsOfThatCapture) {
   CGC_ASSERT_OK(cgc_capture_begin(stream, nullptr));
   void* a = Malloc(64 << 10, stream);
-  Fill(stream, D(a), 1.0f, 16 << 10);
+  Fill(stream, Dev(a), 1.0f, 16 << 10);
   CGC_ASSERT_OK(cgc_free(a));
   void* b = Malloc(64 << 10, stream);
   EXPECT_EQ(a, b);
@@ -114,7 +107,7 @@ TEST_F(Pool, SharedPoolReusesWhatAnEarlierCaptureFreedAndASeparatePoolDoesNot) {
   // g0 allocates and frees a temporary inside its capture.
   CGC_ASSERT_OK(cgc_capture_begin(stream, nullptr));
   void* tmp = Malloc(kBytes, stream);
-  Fill(stream, D(tmp), 1.0f, kBytes / 4);
+  Fill(stream, Dev(tmp), 1.0f, kBytes / 4);
   CGC_ASSERT_OK(cgc_free(tmp));
   cgc_graph_t g0 = nullptr;
   CGC_ASSERT_OK(cgc_capture_end(stream, &g0));
@@ -124,7 +117,7 @@ TEST_F(Pool, SharedPoolReusesWhatAnEarlierCaptureFreedAndASeparatePoolDoesNot) {
   cgc_capture_options_t o = Opts(shared);
   CGC_ASSERT_OK(cgc_capture_begin(stream, &o));
   void* reuse = Malloc(kBytes, stream);
-  Fill(stream, D(reuse), 2.0f, kBytes / 4);
+  Fill(stream, Dev(reuse), 2.0f, kBytes / 4);
   cgc_graph_t g1 = nullptr;
   CGC_ASSERT_OK(cgc_capture_end(stream, &g1));
   EXPECT_EQ(reuse, tmp);
@@ -161,24 +154,24 @@ class ThreeSuccessive : public Pool {
     void* b = Malloc(n * 4, stream);
     void* c = Malloc(n * 4, stream);
     void* d = Malloc(n * 4, stream);
-    Add(stream, D(b), a, 0.0f, n);
-    Add(stream, D(c), D(b), 1.0f, n);
-    Add(stream, D(d), D(b), 2.0f, n);
+    Add(stream, Dev(b), a, 0.0f, n);
+    Add(stream, Dev(c), Dev(b), 1.0f, n);
+    Add(stream, Dev(d), Dev(b), 2.0f, n);
     CGC_ASSERT_OK(cgc_capture_end(stream, &g0));
     CGC_ASSERT_OK(cgc_capture_begin(stream, &o));
     void* e = Malloc(n * 4, stream);
-    Add(stream, D(e), D(c), 3.0f, n);
+    Add(stream, Dev(e), Dev(c), 3.0f, n);
     CGC_ASSERT_OK(cgc_capture_end(stream, &g1));
     CGC_ASSERT_OK(cgc_free(c));
     CGC_ASSERT_OK(cgc_capture_begin(stream, &o));
     void* f = Malloc(n * 4, stream);
-    Add(stream, D(f), D(d), 4.0f, n);
+    Add(stream, Dev(f), Dev(d), 4.0f, n);
     CGC_ASSERT_OK(cgc_capture_end(stream, &g2));
     EXPECT_EQ(f == c, share) << "f reuses c's block exactly when the pool is shared";
     CGC_ASSERT_OK(cgc_graph_launch(g0, stream));
     CGC_ASSERT_OK(cgc_graph_launch(out_of_order ? g2 : g1, stream));
     CGC_ASSERT_OK(cgc_graph_launch(out_of_order ? g1 : g2, stream));
-    std::vector<float> ev = Download(D(e), n), fv = Download(D(f), n);
+    std::vector<float> ev = Download(Dev(e), n), fv = Download(Dev(f), n);
     float esum = 0, fsum = 0;
     for (unsigned i = 0; i < n; i++) esum += ev[i], fsum += fv[i];
     *e_val = esum / n;
@@ -214,10 +207,10 @@ TEST_F(Pool, OutputsStayReadableAfterTheGraphIsDestroyedAndMemoryReturnsToBaseli
     Fill(stream, a, 1.0f, unsigned(numel));
     CGC_ASSERT_OK(cgc_capture_begin(stream, nullptr));
     void* b = Malloc(numel * 4, stream);
-    Add(stream, D(b), a, 0.0f, unsigned(numel));
+    Add(stream, Dev(b), a, 0.0f, unsigned(numel));
     for (int i = 0; i < 5; i++) {
       void* next = Malloc(numel * 4, stream);
-      Add(stream, D(next), D(b), 1.0f, unsigned(numel));
+      Add(stream, Dev(next), Dev(b), 1.0f, unsigned(numel));
       CGC_ASSERT_OK(cgc_free(b));
       b = next;
     }
@@ -225,7 +218,7 @@ TEST_F(Pool, OutputsStayReadableAfterTheGraphIsDestroyedAndMemoryReturnsToBaseli
     CGC_ASSERT_OK(cgc_capture_end(stream, &g));
     CGC_ASSERT_OK(cgc_graph_launch(g, stream));
     CGC_ASSERT_OK(cgc_graph_destroy(g));
-    std::vector<float> out = Download(D(b), numel);
+    std::vector<float> out = Download(Dev(b), numel);
     EXPECT_EQ(out[0], 6.0f) << numel;
     EXPECT_EQ(out[numel - 1], 6.0f) << numel;
     CGC_ASSERT_OK(cgc_empty_cache(ctx));
@@ -247,10 +240,10 @@ TEST_F(Pool, RecordStreamInsideACaptureWaitsForTheJoin) {
   constexpr size_t kBytes = 32 << 10;
   CGC_ASSERT_OK(cgc_capture_begin(stream, nullptr));
   void* data = Malloc(kBytes, stream);
-  Fill(stream, D(data), 1.0f, kBytes / 4);
+  Fill(stream, Dev(data), 1.0f, kBytes / 4);
   CGC_ASSERT_OK(cgc_event_record(fork, stream));
   CGC_ASSERT_OK(cgc_stream_wait_event(side, fork));
-  Axpb(side, D(data), 2.0f, 0.0f, kBytes / 4);  // read/written on the side stream
+  Axpb(side, Dev(data), 2.0f, 0.0f, kBytes / 4);  // read/written on the side stream
   CGC_ASSERT_OK(cgc_record_stream(data, side));
   CGC_ASSERT_OK(cgc_free(data));
   void* before_join = Malloc(kBytes, stream);
@@ -279,7 +272,7 @@ TEST_F(Pool, PendingEventsFromBeforeTheCaptureAreNotQueriedDuringIt) {
   CGC_ASSERT_OK(cgc_free(old));
   CGC_ASSERT_OK(cgc_capture_begin(stream, nullptr));
   void* in_capture = Malloc(4096, stream);
-  Fill(stream, D(in_capture), 1.0f, 1024);
+  Fill(stream, Dev(in_capture), 1.0f, 1024);
   cgc_graph_t g = nullptr;
   CGC_ASSERT_OK(cgc_capture_end(stream, &g));
   CGC_ASSERT_OK(cgc_stream_synchronize(busy));
@@ -379,13 +372,13 @@ TEST_F(Pool, SmallRequestsInAPoolUseItsFreeLargeBlocksBeforeGrowingIt) {
   cgc_graph_t g1 = nullptr, g2 = nullptr;
   CGC_ASSERT_OK(cgc_capture_begin(stream, &o));
   void* big = Malloc(12 << 20, stream);  // a 12 MiB large segment, freed inside the capture
-  Fill(stream, D(big), 1.0f, 1024);
+  Fill(stream, Dev(big), 1.0f, 1024);
   CGC_ASSERT_OK(cgc_free(big));
   CGC_ASSERT_OK(cgc_capture_end(stream, &g1));
   cgc_memory_stats_t before = Stats(pool);
   CGC_ASSERT_OK(cgc_capture_begin(stream, &o));
   void* small = Malloc(64 << 10, stream);
-  Fill(stream, D(small), 2.0f, 1024);
+  Fill(stream, Dev(small), 2.0f, 1024);
   CGC_ASSERT_OK(cgc_capture_end(stream, &g2));
   cgc_memory_stats_t after = Stats(pool);
   EXPECT_EQ(after.num_driver_allocs, before.num_driver_allocs) << "no 2 MiB small segment was added";
@@ -417,9 +410,9 @@ TEST_F(Pool, GraphsCapturedLargestFirstIntoOnePoolReserveAboutTheLargestAlone) {
     void* h1 = Malloc(bytes, stream);
     void* h2 = Malloc(bytes, stream);
     void* out = Malloc((kGraphs - k) * 1024, stream);
-    Add(stream, D(h1), in, 1.0f, n);
-    Add(stream, D(h2), D(h1), 1.0f, n);
-    Add(stream, D(out), D(h2), 1.0f, unsigned((kGraphs - k) * 256));
+    Add(stream, Dev(h1), in, 1.0f, n);
+    Add(stream, Dev(h2), Dev(h1), 1.0f, n);
+    Add(stream, Dev(out), Dev(h2), 1.0f, unsigned((kGraphs - k) * 256));
     CGC_ASSERT_OK(cgc_free(h1));
     CGC_ASSERT_OK(cgc_free(h2));
     cgc_graph_t g = nullptr;
@@ -433,7 +426,7 @@ TEST_F(Pool, GraphsCapturedLargestFirstIntoOnePoolReserveAboutTheLargestAlone) {
               all / 1048576.0, largest_alone / 1048576.0);
   EXPECT_LE(all, largest_alone);
   for (size_t k = 0; k < graphs.size(); k++) CGC_ASSERT_OK(cgc_graph_launch(graphs[k], stream));
-  EXPECT_EQ(Download(D(outputs.back()), 256)[0], 3.5f);
+  EXPECT_EQ(Download(Dev(outputs.back()), 256)[0], 3.5f);
   for (void* p : outputs) CGC_ASSERT_OK(cgc_free(p));
   for (cgc_graph_t g : graphs) CGC_ASSERT_OK(cgc_graph_destroy(g));
   CGC_ASSERT_OK(cgc_pool_release(pool));

@@ -10,13 +10,13 @@
 
 namespace {
 
+using cgc_test::Dev;
 using cgc_test::GpuTest;
 
 class Rng : public GpuTest {
  protected:
   float* Buffer(size_t n) { return reinterpret_cast<float*>(static_cast<uintptr_t>(Alloc(n * 4 + 64))); }
-  static CUdeviceptr D(const float* p) { return static_cast<CUdeviceptr>(reinterpret_cast<uintptr_t>(p)); }
-  std::vector<uint32_t> Bits(const float* p, size_t n) { return DownloadWords(D(p), n); }
+  std::vector<uint32_t> Bits(const float* p, size_t n) { return DownloadWords(Dev(p), n); }
   uint64_t Offset(cgc_rng_t g) {
     uint64_t seed = 0, off = 0;
     EXPECT_EQ(cgc_rng_get_state(g, &seed, &off), CGC_SUCCESS) << cgc_last_error();
@@ -240,7 +240,7 @@ TEST_F(Rng, UniformNumbersPassMomentsAndAChiSquareTest) {
   cgc_rng_t g = nullptr;
   CGC_ASSERT_OK(cgc_rng_create(ctx, 2024, &g));
   CGC_ASSERT_OK(cgc_rng_uniform(g, out, n, stream));
-  std::vector<float> v = Download(D(out), n);
+  std::vector<float> v = Download(Dev(out), n);
   double sum = 0, sq = 0;
   std::vector<double> bins(100, 0);
   for (float x : v) {
@@ -265,7 +265,7 @@ TEST_F(Rng, NormalNumbersHaveTheRequestedMeanAndDeviation) {
   cgc_rng_t g = nullptr;
   CGC_ASSERT_OK(cgc_rng_create(ctx, 77, &g));
   CGC_ASSERT_OK(cgc_rng_normal(g, out, n, 3.0f, 0.5f, stream));
-  std::vector<float> v = Download(D(out), n);
+  std::vector<float> v = Download(Dev(out), n);
   double sum = 0, sq = 0;
   size_t within1 = 0;
   for (float x : v) {

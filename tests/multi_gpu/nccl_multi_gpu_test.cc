@@ -25,6 +25,7 @@
 
 namespace {
 
+using cgc_test::Dev;
 using cgc_test::GpuTest;
 
 int Rank() { return std::atoi(std::getenv("CGC_RANK")); }
@@ -86,7 +87,6 @@ class Nccl : public GpuTest {
     n_ = NRanks();
   }
   void* Malloc(size_t bytes) { return GpuTest::Malloc(bytes, stream); }
-  static CUdeviceptr D(const void* p) { return static_cast<CUdeviceptr>(reinterpret_cast<uintptr_t>(p)); }
   uint32_t Seed(int rank, int step) const { return uint32_t(rank * 1000 + step + 1); }
 
   static cgc_comm_t comm_;
@@ -99,9 +99,9 @@ cgc_context_t Nccl::comm_ctx_ = nullptr;
 TEST_F(Nccl, EagerAllReduceSumsEveryRank) {
   constexpr unsigned c = 4096;
   void* buf = Malloc(c * 4);
-  Stamp(stream, D(buf), Seed(rank_, 0), c);
+  Stamp(stream, Dev(buf), Seed(rank_, 0), c);
   CGC_ASSERT_OK(cgc_all_reduce(comm_, buf, buf, c, CGC_UINT32, CGC_SUM, stream));
-  std::vector<uint32_t> out = DownloadWords(D(buf), c);
+  std::vector<uint32_t> out = DownloadWords(Dev(buf), c);
   uint32_t seeds = 0;
   for (int r = 0; r < n_; r++) seeds += Seed(r, 0);
   for (unsigned j = 0; j < c; j++) ASSERT_EQ(out[j], seeds * kK + uint32_t(n_) * j) << j;
@@ -123,9 +123,9 @@ TEST_F(Nccl, CapturedAllReduceGivesTheExactSumOnEveryReplayWithFreshInputs) {
   EXPECT_EQ(ps.bytes_allocated, size_t(c) * 4);
   std::vector<uint32_t> out;
   for (int step = 0; step < 100; step++) {
-    Stamp(stream, D(send), Seed(rank_, step), c);  // inputs rewritten before each replay
+    Stamp(stream, Dev(send), Seed(rank_, step), c);  // inputs rewritten before each replay
     CGC_ASSERT_OK(cgc_graph_launch(g, stream));
-    out = DownloadWords(D(recv), c);
+    out = DownloadWords(Dev(recv), c);
     uint32_t seeds = 0;
     for (int r = 0; r < n_; r++) seeds += Seed(r, step);
     for (unsigned j = 0; j < c; j += 997) ASSERT_EQ(out[j], seeds * kK + uint32_t(n_) * j) << "step " << step;
@@ -145,9 +145,9 @@ TEST_F(Nccl, CapturedAllGatherCollectsEveryRanksBlock) {
   cgc_graph_t g = nullptr;
   CGC_ASSERT_OK(cgc_capture_end(stream, &g));
   for (int step = 0; step < 3; step++) {
-    Stamp(stream, D(send), Seed(rank_, step), c);
+    Stamp(stream, Dev(send), Seed(rank_, step), c);
     CGC_ASSERT_OK(cgc_graph_launch(g, stream));
-    std::vector<uint32_t> out = DownloadWords(D(recv), size_t(c) * n_);
+    std::vector<uint32_t> out = DownloadWords(Dev(recv), size_t(c) * n_);
     for (int r = 0; r < n_; r++)
       for (unsigned j = 0; j < c; j += 61) ASSERT_EQ(out[r * c + j], Seed(r, step) * kK + j) << r;
   }
@@ -164,9 +164,9 @@ TEST_F(Nccl, CapturedReduceScatterSumsEachRanksShare) {
   CGC_ASSERT_OK(cgc_reduce_scatter(comm_, send, recv, c, CGC_UINT32, CGC_SUM, stream));
   cgc_graph_t g = nullptr;
   CGC_ASSERT_OK(cgc_capture_end(stream, &g));
-  Stamp(stream, D(send), Seed(rank_, 7), c * n_);
+  Stamp(stream, Dev(send), Seed(rank_, 7), c * n_);
   CGC_ASSERT_OK(cgc_graph_launch(g, stream));
-  std::vector<uint32_t> out = DownloadWords(D(recv), c);
+  std::vector<uint32_t> out = DownloadWords(Dev(recv), c);
   uint32_t seeds = 0;
   for (int r = 0; r < n_; r++) seeds += Seed(r, 7);
   for (unsigned j = 0; j < c; j += 31) ASSERT_EQ(out[j], seeds * kK + uint32_t(n_) * (rank_ * c + j)) << j;
@@ -184,9 +184,9 @@ TEST_F(Nccl, CapturedBroadcastCopiesTheRootsData) {
     CGC_ASSERT_OK(cgc_broadcast(comm_, send, recv, c, CGC_UINT32, root, stream));
     cgc_graph_t g = nullptr;
     CGC_ASSERT_OK(cgc_capture_end(stream, &g));
-    Stamp(stream, D(send), Seed(rank_, 3), c);
+    Stamp(stream, Dev(send), Seed(rank_, 3), c);
     CGC_ASSERT_OK(cgc_graph_launch(g, stream));
-    std::vector<uint32_t> out = DownloadWords(D(recv), c);
+    std::vector<uint32_t> out = DownloadWords(Dev(recv), c);
     for (unsigned j = 0; j < c; j += 17) ASSERT_EQ(out[j], Seed(root, 3) * kK + j) << "root " << root;
     CGC_ASSERT_OK(cgc_graph_destroy(g));
   }
@@ -207,9 +207,9 @@ TEST_F(Nccl, CapturedSendRecvRingPassesDataToTheNextRank) {
   cgc_graph_t g = nullptr;
   CGC_ASSERT_OK(cgc_capture_end(stream, &g));
   for (int step = 0; step < 5; step++) {
-    Stamp(stream, D(send), Seed(rank_, step), c);
+    Stamp(stream, Dev(send), Seed(rank_, step), c);
     CGC_ASSERT_OK(cgc_graph_launch(g, stream));
-    std::vector<uint32_t> out = DownloadWords(D(recv), c);
+    std::vector<uint32_t> out = DownloadWords(Dev(recv), c);
     for (unsigned j = 0; j < c; j += 13) ASSERT_EQ(out[j], Seed(prev, step) * kK + j) << "step " << step;
   }
   CGC_ASSERT_OK(cgc_free(send));
@@ -226,7 +226,7 @@ TEST_F(Nccl, CaptureHoldsComputeAndACollectiveOnAJoinedSideStream) {
   CGC_ASSERT_OK(cgc_event_create(ctx, 0, &join));
   void* x = Malloc(c * 4);
   CGC_ASSERT_OK(cgc_capture_begin(stream, nullptr));
-  Fill(stream, D(x), float(rank_ + 1), c);               // compute on the origin
+  Fill(stream, Dev(x), float(rank_ + 1), c);               // compute on the origin
   CGC_ASSERT_OK(cgc_event_record(fork, stream));
   CGC_ASSERT_OK(cgc_stream_wait_event(side, fork));
   void* y = nullptr;
@@ -234,12 +234,12 @@ TEST_F(Nccl, CaptureHoldsComputeAndACollectiveOnAJoinedSideStream) {
   CGC_ASSERT_OK(cgc_all_reduce(comm_, x, y, c, CGC_FLOAT32, CGC_SUM, side));
   CGC_ASSERT_OK(cgc_event_record(join, side));
   CGC_ASSERT_OK(cgc_stream_wait_event(stream, join));
-  Axpb(stream, D(y), 2.0f, 1.0f, c);                     // compute after the join
+  Axpb(stream, Dev(y), 2.0f, 1.0f, c);                     // compute after the join
   cgc_graph_t g = nullptr;
   CGC_ASSERT_OK(cgc_capture_end(stream, &g));
   for (int i = 0; i < 3; i++) CGC_ASSERT_OK(cgc_graph_launch(g, stream));
   float sum = float(n_ * (n_ + 1) / 2);
-  std::vector<float> out = Download(D(y), c);
+  std::vector<float> out = Download(Dev(y), c);
   EXPECT_EQ(out[0], 2.0f * sum + 1.0f);
   EXPECT_EQ(out[c - 1], 2.0f * sum + 1.0f);
   CGC_ASSERT_OK(cgc_free(x));
@@ -259,9 +259,9 @@ TEST_F(Nccl, GlobalCaptureWorksOnAFreshCommunicatorWithNoEagerCollective) {
   CGC_ASSERT_OK(cgc_all_reduce(fresh, buf, buf, c, CGC_FLOAT32, CGC_MAX, stream));
   cgc_graph_t g = nullptr;
   CGC_ASSERT_OK(cgc_capture_end(stream, &g));
-  Fill(stream, D(buf), float(rank_ + 10), c);
+  Fill(stream, Dev(buf), float(rank_ + 10), c);
   CGC_ASSERT_OK(cgc_graph_launch(g, stream));
-  EXPECT_EQ(Download(D(buf), c)[c / 2], float(n_ - 1 + 10));
+  EXPECT_EQ(Download(Dev(buf), c)[c / 2], float(n_ - 1 + 10));
   CGC_ASSERT_OK(cgc_graph_destroy(g));
   CGC_ASSERT_OK(cgc_free(buf));
   CGC_ASSERT_OK(cgc_comm_destroy(fresh));
@@ -281,11 +281,11 @@ TEST_F(Nccl, GraphsOnTwoCommunicatorsReplayInSequence) {
   CGC_ASSERT_OK(cgc_all_reduce(second, a, b, c, CGC_FLOAT32, CGC_SUM, stream));
   CGC_ASSERT_OK(cgc_capture_end(stream, &gb));
   for (int i = 0; i < 10; i++) {
-    Fill(stream, D(a), 1.0f, c);
+    Fill(stream, Dev(a), 1.0f, c);
     CGC_ASSERT_OK(cgc_graph_launch(ga, stream));  // a = n
     CGC_ASSERT_OK(cgc_graph_launch(gb, stream));  // b = n * n
   }
-  EXPECT_EQ(Download(D(b), c)[5], float(n_ * n_));
+  EXPECT_EQ(Download(Dev(b), c)[5], float(n_ * n_));
   CGC_ASSERT_OK(cgc_graph_destroy(ga));
   CGC_ASSERT_OK(cgc_graph_destroy(gb));
   CGC_ASSERT_OK(cgc_free(a));
