@@ -13,16 +13,19 @@ case "$out" in
   *) out="${BUILD_WORKSPACE_DIRECTORY:-$PWD}/$out" ;;
 esac
 rm -rf "$out"
-mkdir -p "$out/bin" "$out/data/capi" "$out/tools" "$out/tests_py"
+mkdir -p "$out/bin" "$out/data/capi" "$out/tools"
 for f in "${@:1:$#-1}"; do
   case "$f" in
     *libcgc.so) cp -L "$f" "$out/data/libcgc.so" && cp -L "$f" "$out/data/libcgc.so.1" ;;
     *capi/cgc.h) cp -L "$f" "$out/data/capi/cgc.h" ;;
     *run_bundle.sh) cp -L "$f" "$out/run_tests.sh" && chmod +x "$out/run_tests.sh" ;;
     examples/* | bench/*) cp -L "$f" "$out/tools/" ;;
-    tests/*.py) cp -L "$f" "$out/tests_py/" ;;
     *) cp -L "$f" "$out/bin/" ;;
   esac
 done
 chmod -R u+w "$out"
+# The bindings' tests and examples, built with their own tools (cargo, go) from the workspace.
+if [ -n "${BUILD_WORKSPACE_DIRECTORY:-}" ]; then
+  "$BUILD_WORKSPACE_DIRECTORY/tools/bundle_bindings.sh" "$out"
+fi
 echo "bundle written to $out ($(ls "$out/bin" | wc -l) binaries); run $out/run_tests.sh on a GPU machine"

@@ -1,0 +1,1094 @@
+"""cgc for Python: CUDA-graph capture with torch.cuda.graph's semantics, through libcgc.so.1.
+
+One ctypes module, no compiled extension and no dependencies (Python >= 3.8). The library is
+loaded on first use, not at import, so that ``import cgc`` never fails: from $CGC_LIBRARY (a full
+path) if set, else "libcgc.so.1" through the dynamic loader's search path. Every function is
+called through the table of ``cgc_get_api`` (checked by struct_size and cgc_version()).
+
+    import cgc
+    ctx = cgc.Context(0)
+    stream = cgc.Stream(ctx)
+    g = cgc.Graph()
+    with cgc.graph(g, stream=stream):
+        ...                      # work issued on `stream` is captured
+    g.replay()
+
+Errors are ``cgc.Error`` (``.status`` is a ``cgc.Status`` or, for a code this module does not
+know, the raw int; ``.message`` is cgc_last_error() copied right after the failing call, on the
+same thread). Each status has its subclass, e.g. ``cgc.CaptureUnjoinedError``.
+"""
+
+import ctypes
+import enum
+import gc
+import os
+import sys
+import threading
+from collections import namedtuple
+
+__all__ = [
+    "Status", "Error", "LibraryError", "CaptureMode", "CaptureStatus", "DType", "ReduceOp",
+    "Context", "Stream", "Event", "Graph", "Pool", "Rng", "Comm", "graph", "capture",
+    "version", "device_count", "status_string", "library_path", "api",
+    "malloc", "free", "record_stream", "memory_stats", "empty_cache",
+    "capture_mode", "exchange_capture_mode", "nccl_version", "nccl_group",
+    "use_as_torch_allocator", "GraphInfo", "MemoryStats",
+]
+
+# The header's CGC_VERSION that this module was written against: cgc_get_api hands an older
+# minor version's table to a newer library, and struct_size says how much of it there is.
+VERSION_MAJOR, VERSION_MINOR, VERSION_PATCH = 1, 0, 0
+_HEADER_VERSION = (VERSION_MAJOR << 16) | (VERSION_MINOR << 8) | VERSION_PATCH
+
+STREAM_NON_BLOCKING = 0x1
+EVENT_TIMING = 0x1
+CAPTURE_UPLOAD = 0x1
+CAPTURE_AUTO_FREE_ON_LAUNCH = 0x2
+
+
+# ---- status and errors ---------------------------------------------------------------------
+
+
+class Status(enum.IntEnum):
+    """cgc_status_t. Values are pinned forever by the C ABI."""
+
+    SUCCESS = 0
+    INVALID_ARGUMENT = 1
+    INVALID_HANDLE = 2
+    INVALID_STATE = 3
+    NO_DRIVER = 4
+    NO_DEVICE = 5
+    OUT_OF_MEMORY = 6
+    CAPTURE_UNSUPPORTED = 7
+    CAPTURE_INVALIDATED = 8
+    CAPTURE_UNJOINED = 9
+    CAPTURE_LEGACY_STREAM = 10
+    NCCL_UNAVAILABLE = 11
+    NCCL = 12
+    CUDA = 13
+    NOT_SUPPORTED = 14
+    INTERNAL = 15
+
+    @classmethod
+    def of(cls, code):
+        """The Status for `code`, or the plain int for a code this module does not know (a newer
+        library may add codes; they are kept, not mapped to something wrong)."""
+        try:
+            return cls(int(code))
+        except ValueError:
+            return int(code)
+
+    @property
+    def c_name(self):
+        """The C enumerator, e.g. "CGC_ERROR_INVALID_ARGUMENT"."""
+        return "CGC_SUCCESS" if self == 0 else "CGC_ERROR_" + self.name
+
+
+class Error(Exception):
+    """A failed cgc call. ``Error(status, message)`` builds the subclass for `status`."""
+
+    status = None
+
+    def __new__(cls, status=None, message=""):
+        if cls is Error and status is not None:
+            cls = _ERROR_CLASSES.get(int(status), Error)
+        # Exception.__new__, not super(): MemoryError refuses to build a subclass instance.
+        return Exception.__new__(cls, status, message)
+
+    def __init__(self, status=None, message=""):
+        super().__init__(status, message)
+        self.status = None if status is None else Status.of(status)
+        self.message = message
+
+    def __str__(self):
+        if isinstance(self.status, Status):
+            name = "%s (%d)" % (self.status.c_name, self.status)
+        elif self.status is None:
+            name = "cgc"
+        else:
+            name = "unknown cgc status %d" % self.status
+        return "%s: %s" % (name, self.message) if self.message else name
+
+
+class LibraryError(Error):
+    """libcgc.so.1 could not be loaded or is not a usable cgc 1.x (status None)."""
+
+
+def _error_class(status, name, doc, extra_bases=()):
+    cls = type(name, (Error,) + extra_bases, {"__doc__": doc, "__module__": __name__})
+    _ERROR_CLASSES[int(status)] = cls
+    return cls
+
+
+_ERROR_CLASSES = {}
+InvalidArgumentError = _error_class(Status.INVALID_ARGUMENT, "InvalidArgumentError", "CGC_ERROR_INVALID_ARGUMENT", (ValueError,))
+InvalidHandleError = _error_class(Status.INVALID_HANDLE, "InvalidHandleError", "CGC_ERROR_INVALID_HANDLE")
+InvalidStateError = _error_class(Status.INVALID_STATE, "InvalidStateError", "CGC_ERROR_INVALID_STATE")
+NoDriverError = _error_class(Status.NO_DRIVER, "NoDriverError", "CGC_ERROR_NO_DRIVER")
+NoDeviceError = _error_class(Status.NO_DEVICE, "NoDeviceError", "CGC_ERROR_NO_DEVICE")
+OutOfMemoryError = _error_class(Status.OUT_OF_MEMORY, "OutOfMemoryError", "CGC_ERROR_OUT_OF_MEMORY", (MemoryError,))
+CaptureUnsupportedError = _error_class(Status.CAPTURE_UNSUPPORTED, "CaptureUnsupportedError", "CGC_ERROR_CAPTURE_UNSUPPORTED")
+CaptureInvalidatedError = _error_class(Status.CAPTURE_INVALIDATED, "CaptureInvalidatedError", "CGC_ERROR_CAPTURE_INVALIDATED")
+CaptureUnjoinedError = _error_class(Status.CAPTURE_UNJOINED, "CaptureUnjoinedError", "CGC_ERROR_CAPTURE_UNJOINED")
+CaptureLegacyStreamError = _error_class(Status.CAPTURE_LEGACY_STREAM, "CaptureLegacyStreamError", "CGC_ERROR_CAPTURE_LEGACY_STREAM")
+NcclUnavailableError = _error_class(Status.NCCL_UNAVAILABLE, "NcclUnavailableError", "CGC_ERROR_NCCL_UNAVAILABLE")
+NcclError = _error_class(Status.NCCL, "NcclError", "CGC_ERROR_NCCL")
+CudaError = _error_class(Status.CUDA, "CudaError", "CGC_ERROR_CUDA")
+NotSupportedError = _error_class(Status.NOT_SUPPORTED, "NotSupportedError", "CGC_ERROR_NOT_SUPPORTED")
+InternalError = _error_class(Status.INTERNAL, "InternalError", "CGC_ERROR_INTERNAL")
+__all__ += [c.__name__ for c in _ERROR_CLASSES.values()]
+
+
+class CaptureMode(enum.IntEnum):
+    GLOBAL = 0
+    THREAD_LOCAL = 1
+    RELAXED = 2
+
+
+class CaptureStatus(enum.IntEnum):
+    NONE = 0
+    ACTIVE = 1
+    BROKEN = 2
+
+
+class DType(enum.IntEnum):  # ncclDataType_t's values
+    INT8, UINT8, INT32, UINT32, INT64, UINT64, FLOAT16, FLOAT32, FLOAT64, BFLOAT16 = range(10)
+
+
+class ReduceOp(enum.IntEnum):
+    SUM, PROD, MAX, MIN, AVG = range(5)
+
+
+# ---- C structs -----------------------------------------------------------------------------
+
+
+class _Sized(ctypes.Structure):
+    """A cgc option/result struct: struct_size is filled in, so the library knows our layout."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.struct_size = ctypes.sizeof(self)
+
+
+class capture_options_t(_Sized):
+    _fields_ = [("struct_size", ctypes.c_size_t), ("mode", ctypes.c_int),
+                ("pool", ctypes.c_void_p), ("flags", ctypes.c_uint)]
+
+
+class graph_info_t(_Sized):
+    _fields_ = [("struct_size", ctypes.c_size_t), ("node_count", ctypes.c_size_t),
+                ("replay_count", ctypes.c_uint64), ("uploaded", ctypes.c_int),
+                ("pool_bytes_reserved", ctypes.c_size_t)]
+
+
+class memory_stats_t(_Sized):
+    _fields_ = [("struct_size", ctypes.c_size_t), ("bytes_reserved", ctypes.c_size_t),
+                ("bytes_allocated", ctypes.c_size_t), ("peak_bytes_allocated", ctypes.c_size_t),
+                ("peak_bytes_reserved", ctypes.c_size_t), ("num_driver_allocs", ctypes.c_uint64),
+                ("num_driver_frees", ctypes.c_uint64)]
+
+
+class comm_id_t(ctypes.Structure):
+    _fields_ = [("internal", ctypes.c_char * 128)]
+
+
+GraphInfo = namedtuple("GraphInfo", "node_count replay_count uploaded pool_bytes_reserved")
+MemoryStats = namedtuple("MemoryStats", "bytes_reserved bytes_allocated peak_bytes_allocated "
+                         "peak_bytes_reserved num_driver_allocs num_driver_frees")
+
+# ---- prototypes, in the order of cgc_api_t (the header's CGC_FUNCTIONS) --------------------
+
+_st = ctypes.c_int  # cgc_status_t and the other enums are int-sized
+_h = ctypes.c_void_p  # every handle, native stream and device pointer
+_hp = ctypes.POINTER(ctypes.c_void_p)
+_ip = ctypes.POINTER(ctypes.c_int)
+_u64p = ctypes.POINTER(ctypes.c_uint64)
+_sz = ctypes.c_size_t
+capture_fn = ctypes.CFUNCTYPE(_st, _h, _h)  # cgc_capture_fn(stream, user)
+
+_PROTOTYPES = [
+    # status
+    ("cgc_version", ctypes.c_uint32, ()),
+    ("cgc_status_string", ctypes.c_char_p, (_st,)),
+    ("cgc_last_error", ctypes.c_char_p, ()),
+    # devices, streams, events
+    ("cgc_device_count", _st, (_ip,)),
+    ("cgc_context_create", _st, (ctypes.c_int, _hp)),
+    ("cgc_context_destroy", _st, (_h,)),
+    ("cgc_context_synchronize", _st, (_h,)),
+    ("cgc_stream_create", _st, (_h, ctypes.c_uint, ctypes.c_int, _hp)),
+    ("cgc_stream_wrap", _st, (_h, _h, _hp)),
+    ("cgc_stream_native", _h, (_h,)),
+    ("cgc_stream_destroy", _st, (_h,)),
+    ("cgc_stream_synchronize", _st, (_h,)),
+    ("cgc_stream_query", _st, (_h, _ip)),
+    ("cgc_stream_wait_event", _st, (_h, _h)),
+    ("cgc_event_create", _st, (_h, ctypes.c_uint, _hp)),
+    ("cgc_event_destroy", _st, (_h,)),
+    ("cgc_event_record", _st, (_h, _h)),
+    ("cgc_event_synchronize", _st, (_h,)),
+    ("cgc_event_query", _st, (_h, _ip)),
+    ("cgc_event_elapsed_ms", _st, (_h, _h, ctypes.POINTER(ctypes.c_float))),
+    # capture
+    ("cgc_capture_begin", _st, (_h, ctypes.POINTER(capture_options_t))),
+    ("cgc_capture_end", _st, (_h, _hp)),
+    ("cgc_capture", _st, (_h, ctypes.POINTER(capture_options_t), capture_fn, _h, _hp)),
+    ("cgc_stream_capture_status", _st, (_h, _ip, _u64p)),
+    ("cgc_capture_mode_exchange", _st, (_ip,)),
+    # graphs
+    ("cgc_graph_launch", _st, (_h, _h)),
+    ("cgc_graph_upload", _st, (_h, _h)),
+    ("cgc_graph_info", _st, (_h, ctypes.POINTER(graph_info_t))),
+    ("cgc_graph_pool", _st, (_h, _hp)),
+    ("cgc_graph_debug_dump", _st, (_h, ctypes.c_char_p)),
+    ("cgc_graph_reset", _st, (_h,)),
+    ("cgc_graph_destroy", _st, (_h,)),
+    ("cgc_graph_native", _h, (_h,)),
+    ("cgc_graph_native_exec", _h, (_h,)),
+    # pools and the allocator
+    ("cgc_pool_create", _st, (_h, _hp)),
+    ("cgc_pool_retain", _st, (_h,)),
+    ("cgc_pool_release", _st, (_h,)),
+    ("cgc_malloc", _st, (_h, _sz, _h, _hp)),
+    ("cgc_free", _st, (_h,)),
+    ("cgc_record_stream", _st, (_h, _h)),
+    ("cgc_empty_cache", _st, (_h,)),
+    ("cgc_memory_stats", _st, (_h, _h, ctypes.POINTER(memory_stats_t))),
+    ("cgc_torch_malloc", _h, (ctypes.c_ssize_t, ctypes.c_int, _h)),
+    ("cgc_torch_free", None, (_h, ctypes.c_ssize_t, ctypes.c_int, _h)),
+    # NCCL
+    ("cgc_nccl_version", _st, (_ip,)),
+    ("cgc_comm_unique_id", _st, (ctypes.POINTER(comm_id_t),)),
+    ("cgc_comm_create", _st, (_h, ctypes.c_int, ctypes.POINTER(comm_id_t), ctypes.c_int, _hp)),
+    ("cgc_comm_destroy", _st, (_h,)),
+    ("cgc_comm_abort", _st, (_h,)),
+    ("cgc_all_reduce", _st, (_h, _h, _h, _sz, _st, _st, _h)),
+    ("cgc_all_gather", _st, (_h, _h, _h, _sz, _st, _h)),
+    ("cgc_reduce_scatter", _st, (_h, _h, _h, _sz, _st, _st, _h)),
+    ("cgc_broadcast", _st, (_h, _h, _h, _sz, _st, ctypes.c_int, _h)),
+    ("cgc_send", _st, (_h, _h, _sz, _st, ctypes.c_int, _h)),
+    ("cgc_recv", _st, (_h, _h, _sz, _st, ctypes.c_int, _h)),
+    ("cgc_group_start", _st, ()),
+    ("cgc_group_end", _st, ()),
+    # random numbers
+    ("cgc_rng_create", _st, (_h, ctypes.c_uint64, _hp)),
+    ("cgc_rng_destroy", _st, (_h,)),
+    ("cgc_rng_uniform", _st, (_h, _h, _sz, _h)),
+    ("cgc_rng_normal", _st, (_h, _h, _sz, ctypes.c_float, ctypes.c_float, _h)),
+    ("cgc_rng_get_state", _st, (_h, _u64p, _u64p)),
+    ("cgc_rng_set_state", _st, (_h, ctypes.c_uint64, ctypes.c_uint64)),
+]
+
+
+class api_t(ctypes.Structure):
+    """cgc_api_t: struct_size, then one function pointer per entry of _PROTOTYPES."""
+
+    _fields_ = [("struct_size", ctypes.c_size_t)] + [
+        (name, ctypes.CFUNCTYPE(restype, *argtypes)) for name, restype, argtypes in _PROTOTYPES]
+
+
+# ---- loading -------------------------------------------------------------------------------
+
+
+class _Api(object):
+    """The loaded library: one attribute per C function (prototyped), plus `dll` and `path`."""
+
+
+_load_lock = threading.Lock()
+_loaded = None
+
+
+def library_path():
+    """What this module loads (or loaded): $CGC_LIBRARY, else "libcgc.so.1"."""
+    if _loaded is not None:
+        return _loaded.path
+    return os.environ.get("CGC_LIBRARY") or "libcgc.so.1"
+
+
+def api():
+    """The loaded library's functions, loading it on first use (raises LibraryError)."""
+    global _loaded
+    if _loaded is not None:
+        return _loaded
+    with _load_lock:
+        if _loaded is None:
+            _loaded = _load(library_path())
+    return _loaded
+
+
+def _load(path):
+    how = ("$CGC_LIBRARY" if os.environ.get("CGC_LIBRARY") else
+           "the dynamic loader's search path; set CGC_LIBRARY to the full path of libcgc.so.1")
+    try:
+        dll = ctypes.CDLL(path)
+    except OSError as e:
+        raise LibraryError(None, "could not load the cgc library %r (from %s): %s" % (path, how, e)) from None
+    try:
+        get_api = dll.cgc_get_api
+    except AttributeError:
+        raise LibraryError(None, "%r has no cgc_get_api: not a cgc library (set CGC_LIBRARY)" % path) from None
+    get_api.restype = ctypes.c_int
+    get_api.argtypes = [ctypes.c_uint32, ctypes.POINTER(ctypes.POINTER(api_t))]
+    table = ctypes.POINTER(api_t)()
+    st = get_api(_HEADER_VERSION, ctypes.byref(table))
+    if st != 0 or not table:
+        raise LibraryError(None, "%r: cgc_get_api(%#x) failed with status %d: a cgc library of "
+                           "another major version?" % (path, _HEADER_VERSION, st))
+    if table.contents.struct_size < ctypes.sizeof(api_t):
+        raise LibraryError(None, "%r: its function table has %d bytes, this module needs %d"
+                           % (path, table.contents.struct_size, ctypes.sizeof(api_t)))
+    out = _Api()
+    out.dll, out.path, out.table = dll, path, table
+    for name, _, _ in _PROTOTYPES:
+        setattr(out, name, getattr(table.contents, name))
+    major = out.cgc_version() >> 16
+    if major != VERSION_MAJOR:
+        raise LibraryError(None, "%r is cgc %d.x; this module needs %d.x" % (path, major, VERSION_MAJOR))
+    return out
+
+
+def _raise(st, what=""):
+    """Raises the Error for status `st`, with cgc_last_error() read at once on this thread."""
+    lib = api()
+    msg = (lib.cgc_last_error() or b"").decode("utf-8", "replace")
+    if not msg:
+        msg = what or lib.cgc_status_string(st).decode("utf-8", "replace")
+    raise Error(st, msg)
+
+
+def _check(st):
+    if st != 0:
+        _raise(st)
+
+
+def _ptr(x):
+    """A device address from an int, None, a ctypes pointer or anything with data_ptr() (a tensor)."""
+    if x is None:
+        return None
+    if hasattr(x, "data_ptr"):
+        return x.data_ptr()
+    if isinstance(x, ctypes.c_void_p):
+        return x.value
+    return int(x)
+
+
+def _closed(what):
+    return InvalidHandleError(Status.INVALID_HANDLE, "%s is closed" % what)
+
+
+# ---- module functions ----------------------------------------------------------------------
+
+
+def version():
+    """The library's version as (major, minor, patch)."""
+    v = api().cgc_version()
+    return (v >> 16, (v >> 8) & 0xFF, v & 0xFF)
+
+
+def status_string(status):
+    """The library's static name and description of `status` ("CGC_ERROR_...: ...")."""
+    return api().cgc_status_string(int(status)).decode("utf-8", "replace")
+
+
+def device_count():
+    n = ctypes.c_int(0)
+    _check(api().cgc_device_count(ctypes.byref(n)))
+    return n.value
+
+
+def malloc(ctx, size, stream):
+    """Device memory from cgc's caching allocator, ordered on `stream`; an int address (0 for size
+    0). During a capture on `stream` it comes from the capture's pool."""
+    out = ctypes.c_void_p()
+    _check(api().cgc_malloc(ctx.handle, size, stream.handle, ctypes.byref(out)))
+    return out.value or 0
+
+
+def free(ptr):
+    """Frees a block of cgc.malloc (ordered on its allocation stream); 0/None is a no-op."""
+    _check(api().cgc_free(_ptr(ptr)))
+
+
+def record_stream(ptr, stream):
+    _check(api().cgc_record_stream(_ptr(ptr), stream.handle))
+
+
+def memory_stats(ctx, pool=None):
+    """MemoryStats of the whole device (pool None) or of one Pool."""
+    s = memory_stats_t()
+    _check(api().cgc_memory_stats(ctx.handle, None if pool is None else pool.handle, ctypes.byref(s)))
+    return MemoryStats(s.bytes_reserved, s.bytes_allocated, s.peak_bytes_allocated,
+                       s.peak_bytes_reserved, s.num_driver_allocs, s.num_driver_frees)
+
+
+def empty_cache(ctx):
+    _check(api().cgc_empty_cache(ctx.handle))
+
+
+def _mode(mode):
+    if isinstance(mode, str):
+        try:
+            return CaptureMode[mode.upper()]
+        except KeyError:
+            raise InvalidArgumentError(Status.INVALID_ARGUMENT, "capture mode %r: use 'global', "
+                                       "'thread_local' or 'relaxed'" % mode) from None
+    return CaptureMode(mode)
+
+
+def exchange_capture_mode(mode):
+    """cgc_capture_mode_exchange: sets this thread's capture mode, returns the previous one."""
+    m = ctypes.c_int(_mode(mode))
+    _check(api().cgc_capture_mode_exchange(ctypes.byref(m)))
+    return CaptureMode(m.value)
+
+
+class capture_mode(object):
+    """``with cgc.capture_mode("relaxed"):`` this thread's capture mode, restored on exit."""
+
+    def __init__(self, mode):
+        self._mode = _mode(mode)
+
+    def __enter__(self):
+        self._previous = exchange_capture_mode(self._mode)
+        return self
+
+    def __exit__(self, *exc):
+        exchange_capture_mode(self._previous)
+        return False
+
+
+# ---- objects -------------------------------------------------------------------------------
+
+
+class _Handle(object):
+    """An owned cgc handle: close() destroys it; `with` closes it; __del__ is only a safety net
+    for handles nobody closed (errors there are swallowed: there is no one to report them to)."""
+
+    _destroy = None  # name of the C function that destroys the handle
+    _h = None
+
+    @property
+    def handle(self):
+        """The C handle (an int); raises InvalidHandleError once closed."""
+        if self._h is None:
+            raise _closed(type(self).__name__)
+        return self._h
+
+    @property
+    def closed(self):
+        return self._h is None
+
+    def close(self):
+        h, self._h = self._h, None
+        if h is not None:
+            st = getattr(api(), self._destroy)(h)
+            if st != 0:
+                self._h = h  # still ours: e.g. a stream refused while it captures
+                _raise(st)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+    def __del__(self):
+        if self._h is not None and not sys.is_finalizing():
+            try:
+                self.close()
+            except Exception:
+                pass
+
+    def __repr__(self):
+        return "<cgc.%s %s>" % (type(self).__name__, "closed" if self._h is None else hex(self._h))
+
+
+class Context(_Handle):
+    """One device's primary context (shared with the CUDA runtime and frameworks)."""
+
+    _destroy = "cgc_context_destroy"
+
+    def __init__(self, device=0):
+        out = ctypes.c_void_p()
+        _check(api().cgc_context_create(int(device), ctypes.byref(out)))
+        self._h, self.device = out.value, int(device)
+
+    def synchronize(self):
+        _check(api().cgc_context_synchronize(self.handle))
+
+    def memory_stats(self, pool=None):
+        return memory_stats(self, pool)
+
+    def empty_cache(self):
+        empty_cache(self)
+
+    def malloc(self, size, stream):
+        return malloc(self, size, stream)
+
+
+_contexts = {}  # device -> Context, for streams that come from PyTorch
+
+
+def _context_for(device):
+    with _load_lock:
+        ctx = _contexts.get(device)
+    if ctx is None:
+        ctx = Context(device)
+        with _load_lock:
+            ctx = _contexts.setdefault(device, ctx)
+    return ctx
+
+
+class Stream(_Handle):
+    """A stream: Stream(ctx) creates an owned one (non-blocking by default); Stream.wrap and
+    Stream.from_torch borrow an existing CUstream (close() frees only the handle)."""
+
+    _destroy = "cgc_stream_destroy"
+
+    def __init__(self, ctx, non_blocking=True, priority=0):
+        out = ctypes.c_void_p()
+        flags = STREAM_NON_BLOCKING if non_blocking else 0
+        _check(api().cgc_stream_create(ctx.handle, flags, int(priority), ctypes.byref(out)))
+        self._h, self.context, self.owned = out.value, ctx, True
+
+    @classmethod
+    def wrap(cls, ctx, native):
+        """Borrows CUstream `native` (an int; 0 is the legacy default stream) of ctx's device."""
+        out = ctypes.c_void_p()
+        _check(api().cgc_stream_wrap(ctx.handle, _ptr(native) or None, ctypes.byref(out)))
+        self = cls.__new__(cls)
+        self._h, self.context, self.owned = out.value, ctx, False
+        return self
+
+    @classmethod
+    def from_torch(cls, torch_stream, ctx=None):
+        """Borrows a torch.cuda.Stream (or ExternalStream); ctx defaults to its device's."""
+        if ctx is None:
+            index = torch_stream.device.index
+            ctx = _context_for(0 if index is None else index)
+        stream = cls.wrap(ctx, torch_stream.cuda_stream)
+        stream.torch_stream = torch_stream
+        return stream
+
+    @property
+    def native(self):
+        """The CUstream as an int (0 for the legacy default stream)."""
+        return api().cgc_stream_native(self.handle) or 0
+
+    def synchronize(self):
+        _check(api().cgc_stream_synchronize(self.handle))
+
+    def query(self):
+        """True when all work on the stream has finished."""
+        done = ctypes.c_int(0)
+        _check(api().cgc_stream_query(self.handle, ctypes.byref(done)))
+        return bool(done.value)
+
+    def wait_event(self, event):
+        """Future work here waits for `event`'s last record (a fork or join inside a capture)."""
+        _check(api().cgc_stream_wait_event(self.handle, event.handle))
+
+    def record_event(self, event=None):
+        """Records `event` (a new one if None) on this stream and returns it."""
+        if event is None:
+            event = Event(self.context)
+        event.record(self)
+        return event
+
+    def wait_stream(self, other):
+        """Like torch's Stream.wait_stream: future work here waits for the work queued on `other`
+        so far. Uses one event kept by `other`, so it costs no event creation per call."""
+        ev = getattr(other, "_join_event", None)
+        if ev is None or ev.closed:
+            ev = other._join_event = Event(other.context)
+        ev.record(other)
+        self.wait_event(ev)
+
+    def capture_status(self):
+        """(CaptureStatus, capture id); the id is 0 when not capturing."""
+        st, cid = ctypes.c_int(0), ctypes.c_uint64(0)
+        _check(api().cgc_stream_capture_status(self.handle, ctypes.byref(st), ctypes.byref(cid)))
+        return CaptureStatus(st.value), cid.value
+
+    def is_capturing(self):
+        return self.capture_status()[0] != CaptureStatus.NONE
+
+    def close(self):
+        ev = getattr(self, "_join_event", None)
+        if ev is not None:
+            ev.close()
+        super().close()
+
+
+class Event(_Handle):
+    _destroy = "cgc_event_destroy"
+
+    def __init__(self, ctx, timing=False):
+        out = ctypes.c_void_p()
+        _check(api().cgc_event_create(ctx.handle, EVENT_TIMING if timing else 0, ctypes.byref(out)))
+        self._h, self.context = out.value, ctx
+
+    def record(self, stream):
+        _check(api().cgc_event_record(self.handle, stream.handle))
+
+    def synchronize(self):
+        _check(api().cgc_event_synchronize(self.handle))
+
+    def query(self):
+        done = ctypes.c_int(0)
+        _check(api().cgc_event_query(self.handle, ctypes.byref(done)))
+        return bool(done.value)
+
+    def elapsed_ms(self, end):
+        """Milliseconds from this event's record to `end`'s (both created with timing=True)."""
+        ms = ctypes.c_float(0)
+        _check(api().cgc_event_elapsed_ms(self.handle, end.handle, ctypes.byref(ms)))
+        return ms.value
+
+
+class Pool(_Handle):
+    """A private memory pool, like torch.cuda.graph_pool_handle(). Pass it as ``pool=`` to share
+    it between captures. The object holds its references: close() releases them; retain() and
+    release() take and drop more explicitly."""
+
+    _destroy = "cgc_pool_release"
+
+    def __init__(self, ctx):
+        out = ctypes.c_void_p()
+        _check(api().cgc_pool_create(ctx.handle, ctypes.byref(out)))
+        self._h, self.context, self._refs = out.value, ctx, 1
+
+    @classmethod
+    def _retained(cls, handle, ctx):
+        _check(api().cgc_pool_retain(handle))
+        self = cls.__new__(cls)
+        self._h, self.context, self._refs = handle, ctx, 1
+        return self
+
+    def retain(self):
+        _check(api().cgc_pool_retain(self.handle))
+        self._refs += 1
+
+    def release(self):
+        """Drops one reference; the last one closes this object."""
+        if self._refs <= 1:
+            return self.close()
+        _check(api().cgc_pool_release(self.handle))
+        self._refs -= 1
+
+    def close(self):
+        while self._h is not None and self._refs > 1:
+            _check(api().cgc_pool_release(self._h))
+            self._refs -= 1
+        super().close()
+
+    def memory_stats(self, ctx=None):
+        ctx = ctx or self.context
+        if ctx is None:
+            raise InvalidArgumentError(Status.INVALID_ARGUMENT, "Pool.memory_stats needs a Context")
+        return memory_stats(ctx, self)
+
+    def __eq__(self, other):
+        return isinstance(other, Pool) and other._h is not None and other._h == self._h
+
+    def __ne__(self, other):
+        return not self == other
+
+    def __hash__(self):
+        return hash(self._h)
+
+
+class Graph(_Handle):
+    """A captured graph, like torch.cuda.CUDAGraph: empty until captured (cgc.graph(...) or
+    capture_begin/capture_end), then replay()/launch(stream). reset() frees it and leaves the
+    object empty; close() destroys it for good."""
+
+    _destroy = "cgc_graph_destroy"
+
+    def __init__(self):
+        self._h = None
+        self._is_closed = False
+        self._capturing = None  # the Stream of a capture under way
+        self._stream = None  # the Stream it was captured on
+        self._from_torch = False  # captured on a torch stream: replay() follows torch's current
+        self._replay_streams = {}
+        self._owned = []  # Stream wrappers made for it, closed with it
+
+    @property
+    def handle(self):
+        if self._is_closed:
+            raise _closed("Graph")
+        if self._h is None:
+            raise InvalidStateError(Status.INVALID_STATE, "the Graph is empty: capture into it first "
+                                    "(with cgc.graph(g, ...)), or it was reset")
+        return self._h
+
+    @property
+    def context(self):
+        return None if self._stream is None else self._stream.context
+
+    def capture_begin(self, stream, pool=None, mode="global", upload=False):
+        """Starts capturing `stream` (a cgc.Stream) into this graph. pool: None for a new private
+        pool, or a Pool (e.g. another graph's pool()) to share."""
+        if self._is_closed:
+            raise _closed("Graph")
+        if self._h is not None or self._capturing is not None:
+            raise InvalidStateError(Status.INVALID_STATE, "this Graph already holds a graph or a capture: "
+                                    "reset() it or use a new Graph")
+        opts = capture_options_t(mode=_mode(mode), pool=None if pool is None else pool.handle,
+                                 flags=CAPTURE_UPLOAD if upload else 0)
+        _check(api().cgc_capture_begin(stream.handle, ctypes.byref(opts)))
+        self._capturing = stream
+
+    def capture_end(self):
+        """Ends the capture and instantiates the graph; on error no stream is left capturing and
+        the graph stays empty."""
+        stream, self._capturing = self._capturing, None
+        if stream is None:
+            raise InvalidStateError(Status.INVALID_STATE, "Graph.capture_end without capture_begin")
+        out = ctypes.c_void_p()
+        _check(api().cgc_capture_end(stream.handle, ctypes.byref(out)))
+        self._h, self._stream = out.value, stream
+
+    def _abort_capture(self):
+        """Ends a capture whose body failed: the driver capture ends, the graph is discarded."""
+        stream, self._capturing = self._capturing, None
+        if stream is None or stream.closed:
+            return
+        out = ctypes.c_void_p()
+        if api().cgc_capture_end(stream.handle, ctypes.byref(out)) == 0 and out.value:
+            api().cgc_graph_destroy(out.value)
+
+    def _default_stream(self):
+        if self._from_torch:
+            # Like CUDAGraph.replay(): torch's current stream of the graph's device.
+            torch = sys.modules["torch"]
+            ts = torch.cuda.current_stream(self._stream.context.device)
+            s = self._replay_streams.get(ts.cuda_stream)
+            if s is None:
+                s = self._replay_streams[ts.cuda_stream] = Stream.from_torch(ts, self._stream.context)
+            return s
+        if self._stream is None:
+            raise InvalidStateError(Status.INVALID_STATE, "the Graph is empty: capture into it first")
+        return self._stream
+
+    def launch(self, stream):
+        """Replays the graph on `stream` (any stream of its device). Does not synchronise."""
+        _check(api().cgc_graph_launch(self.handle, stream.handle))
+
+    def replay(self):
+        """Replays on the capture stream (or, for a graph captured on a torch stream, on torch's
+        current stream, like CUDAGraph.replay())."""
+        _check(api().cgc_graph_launch(self.handle, self._default_stream().handle))
+
+    def upload(self, stream=None):
+        _check(api().cgc_graph_upload(self.handle, (stream or self._default_stream()).handle))
+
+    def info(self):
+        i = graph_info_t()
+        _check(api().cgc_graph_info(self.handle, ctypes.byref(i)))
+        return GraphInfo(i.node_count, i.replay_count, bool(i.uploaded), i.pool_bytes_reserved)
+
+    def pool(self):
+        """The graph's pool, as a Pool holding its own reference (like CUDAGraph.pool())."""
+        out = ctypes.c_void_p()
+        _check(api().cgc_graph_pool(self.handle, ctypes.byref(out)))
+        return Pool._retained(out.value, self.context)
+
+    def debug_dump(self, path):
+        _check(api().cgc_graph_debug_dump(self.handle, os.fsencode(path)))
+
+    @property
+    def native(self):
+        """The CUgraph (int), or 0 when empty."""
+        return (api().cgc_graph_native(self._h) or 0) if self._h else 0
+
+    @property
+    def native_exec(self):
+        return (api().cgc_graph_native_exec(self._h) or 0) if self._h else 0
+
+    def reset(self):
+        """Like CUDAGraph.reset(): frees the graph now; the object is empty and can capture again."""
+        h, self._h = self._h, None
+        if h is not None:
+            st = api().cgc_graph_destroy(h)
+            if st != 0:
+                self._h = h
+                _raise(st)
+
+    def close(self):
+        if self._capturing is not None:
+            self._abort_capture()
+        try:
+            self.reset()
+        finally:
+            self._is_closed = True
+            for s in list(self._replay_streams.values()) + self._owned:
+                s.close()
+            self._replay_streams, self._owned = {}, []
+
+    @property
+    def closed(self):
+        return self._is_closed
+
+    def __del__(self):
+        if (self._h is not None or self._owned) and not sys.is_finalizing():
+            try:
+                self.close()
+            except Exception:
+                pass
+
+    def __repr__(self):
+        state = "closed" if self._is_closed else ("empty" if self._h is None else hex(self._h))
+        return "<cgc.Graph %s>" % state
+
+
+class Rng(_Handle):
+    """A graph-safe Philox generator: draws captured in a graph give fresh numbers each replay."""
+
+    _destroy = "cgc_rng_destroy"
+
+    def __init__(self, ctx, seed=0):
+        out = ctypes.c_void_p()
+        _check(api().cgc_rng_create(ctx.handle, int(seed), ctypes.byref(out)))
+        self._h, self.context = out.value, ctx
+
+    @staticmethod
+    def _count(out, n):
+        return out.numel() if n is None else int(n)
+
+    def uniform(self, out, n, stream):
+        """n float32 in [0, 1) into device memory `out` (an address, or a tensor with n None),
+        ordered on `stream` (captured if it captures)."""
+        _check(api().cgc_rng_uniform(self.handle, _ptr(out), self._count(out, n), stream.handle))
+
+    def normal(self, out, n, stream, mean=0.0, std=1.0):
+        """n normal float32 (mean, std) into `out`, ordered on `stream`."""
+        _check(api().cgc_rng_normal(self.handle, _ptr(out), self._count(out, n), float(mean),
+                                    float(std), stream.handle))
+
+    def get_state(self):
+        """(seed, offset) the next eager draw or replay starts from."""
+        seed, offset = ctypes.c_uint64(0), ctypes.c_uint64(0)
+        _check(api().cgc_rng_get_state(self.handle, ctypes.byref(seed), ctypes.byref(offset)))
+        return seed.value, offset.value
+
+    def set_state(self, seed, offset=0):
+        _check(api().cgc_rng_set_state(self.handle, int(seed), int(offset)))
+
+
+def nccl_version():
+    v = ctypes.c_int(0)
+    _check(api().cgc_nccl_version(ctypes.byref(v)))
+    return v.value
+
+
+class nccl_group(object):
+    """``with cgc.nccl_group():`` brackets collectives with cgc_group_start/cgc_group_end."""
+
+    def __enter__(self):
+        _check(api().cgc_group_start())
+        return self
+
+    def __exit__(self, *exc):
+        _check(api().cgc_group_end())
+        return False
+
+
+class Comm(_Handle):
+    """An NCCL communicator: rank `rank` of `nranks`, joined with the id of Comm.unique_id()."""
+
+    _destroy = "cgc_comm_destroy"
+
+    @staticmethod
+    def unique_id():
+        """A new ncclUniqueId as 128 bytes, to send to the other ranks."""
+        cid = comm_id_t()
+        _check(api().cgc_comm_unique_id(ctypes.byref(cid)))
+        return ctypes.string_at(ctypes.addressof(cid), ctypes.sizeof(cid))
+
+    def __init__(self, ctx, nranks, unique_id, rank):
+        cid = comm_id_t()
+        ctypes.memmove(ctypes.addressof(cid), bytes(unique_id), min(len(unique_id), 128))
+        out = ctypes.c_void_p()
+        _check(api().cgc_comm_create(ctx.handle, int(nranks), ctypes.byref(cid), int(rank), ctypes.byref(out)))
+        self._h, self.context = out.value, ctx
+
+    def abort(self):
+        _check(api().cgc_comm_abort(self.handle))
+
+    def all_reduce(self, send, recv, count, dtype, op, stream):
+        _check(api().cgc_all_reduce(self.handle, _ptr(send), _ptr(recv), count, dtype, op, stream.handle))
+
+    def all_gather(self, send, recv, send_count, dtype, stream):
+        _check(api().cgc_all_gather(self.handle, _ptr(send), _ptr(recv), send_count, dtype, stream.handle))
+
+    def reduce_scatter(self, send, recv, recv_count, dtype, op, stream):
+        _check(api().cgc_reduce_scatter(self.handle, _ptr(send), _ptr(recv), recv_count, dtype, op, stream.handle))
+
+    def broadcast(self, send, recv, count, dtype, root, stream):
+        _check(api().cgc_broadcast(self.handle, _ptr(send), _ptr(recv), count, dtype, root, stream.handle))
+
+    def send(self, buf, count, dtype, peer, stream):
+        _check(api().cgc_send(self.handle, _ptr(buf), count, dtype, peer, stream.handle))
+
+    def recv(self, buf, count, dtype, peer, stream):
+        _check(api().cgc_recv(self.handle, _ptr(buf), count, dtype, peer, stream.handle))
+
+
+# ---- capture helpers -----------------------------------------------------------------------
+
+
+def _torch():
+    """torch if the program imported it (this module never imports it by itself)."""
+    return sys.modules.get("torch")
+
+
+_side_streams = {}  # device -> torch.cuda.Stream used when torch's current stream is the default
+
+
+class graph(object):
+    """Captures the body into `cuda_graph` (a cgc.Graph), like torch.cuda.graph:
+
+        with cgc.graph(g, stream=None, pool=None, mode="global"):
+            ...
+
+    stream: a cgc.Stream, a torch.cuda.Stream, or None for torch's current stream (torch must be
+    imported then). A torch stream is made torch's current stream for the body, so torch work
+    in it is captured; if torch's current stream is the legacy default stream (which cannot
+    capture) a side stream is used instead, ordered after it, as torch.cuda.graph does.
+    pool: None (a new private pool), a Pool, or another graph's pool() to share it.
+    mode: "global", "thread_local" or "relaxed". upload: upload the executable at the end.
+
+    The capture always ends: if the body raises, its exception propagates and the graph is
+    discarded (the Graph stays empty); if ending fails (e.g. an unjoined fork), that Error is
+    raised and no stream is left capturing."""
+
+    def __init__(self, cuda_graph, stream=None, pool=None, mode="global", upload=False):
+        self.cuda_graph = cuda_graph
+        self.stream = stream
+        self.pool = pool
+        self.mode = _mode(mode)
+        self.upload = upload
+        self._torch_ctx = None
+        self._join = None
+
+    def _resolve_stream(self):
+        stream = self.stream
+        if isinstance(stream, Stream):
+            return stream, None
+        torch = _torch()
+        if stream is None:
+            if torch is None:
+                raise InvalidArgumentError(Status.INVALID_ARGUMENT, "cgc.graph: pass stream= (a cgc.Stream); "
+                                           "the default, torch's current stream, needs torch imported")
+            current = torch.cuda.current_stream()
+            if current.cuda_stream != 0:
+                return None, current
+            # The legacy default stream cannot capture: like torch.cuda.graph, capture on a side
+            # stream that first waits for the default stream, and join it back at the end.
+            index = current.device.index or 0
+            side = _side_streams.get(index)
+            if side is None:
+                side = _side_streams[index] = torch.cuda.Stream(device=current.device)
+            side.wait_stream(current)
+            self._join = (current, side)
+            return None, side
+        if hasattr(stream, "cuda_stream"):
+            return None, stream
+        raise InvalidArgumentError(Status.INVALID_ARGUMENT, "cgc.graph: stream must be a cgc.Stream or a "
+                                   "torch.cuda.Stream, not %r" % (stream,))
+
+    def __enter__(self):
+        g = self.cuda_graph
+        stream, torch_stream = self._resolve_stream()
+        if torch_stream is not None:
+            stream = Stream.from_torch(torch_stream)
+            g._owned.append(stream)
+            g._from_torch = True
+            torch = _torch()
+            # Tensors freed during the capture should be the body's own, not garbage of earlier
+            # work collected at a random moment (torch.cuda.graph collects for the same reason).
+            gc.collect()
+            self._torch_ctx = torch.cuda.stream(torch_stream)
+            self._torch_ctx.__enter__()
+        try:
+            g.capture_begin(stream, pool=self.pool, mode=self.mode, upload=self.upload)
+        except BaseException:
+            self._leave_torch()
+            raise
+        return g
+
+    def _leave_torch(self):
+        if self._torch_ctx is not None:
+            ctx, self._torch_ctx = self._torch_ctx, None
+            ctx.__exit__(None, None, None)
+        if self._join is not None:
+            (current, side), self._join = self._join, None
+            current.wait_stream(side)
+
+    def __exit__(self, exc_type, exc, tb):
+        try:
+            if exc_type is None:
+                self.cuda_graph.capture_end()
+            else:
+                self.cuda_graph._abort_capture()
+        finally:
+            self._leave_torch()
+        return False
+
+
+def capture(stream, body, pool=None, mode="global", upload=False):
+    """cgc_capture: begin, body(stream), end, in one C call; returns the new Graph. If body
+    raises, the capture is still ended, the graph discarded and the exception re-raised."""
+    failure = []
+
+    def trampoline(_stream, _user):
+        try:
+            body(stream)
+            return 0
+        except BaseException as e:  # must not cross the C frame
+            failure.append(e)
+            return int(Status.INTERNAL)
+
+    fn = capture_fn(trampoline)
+    opts = capture_options_t(mode=_mode(mode), pool=None if pool is None else pool.handle,
+                             flags=CAPTURE_UPLOAD if upload else 0)
+    out = ctypes.c_void_p()
+    st = api().cgc_capture(stream.handle, ctypes.byref(opts), fn, None, ctypes.byref(out))
+    if failure:
+        raise failure[0]
+    _check(st)
+    g = Graph()
+    g._h, g._stream = out.value, stream
+    return g
+
+
+# ---- PyTorch's allocator -------------------------------------------------------------------
+
+_torch_allocator = None
+
+
+def use_as_torch_allocator():
+    """Makes cgc PyTorch's CUDA allocator (CUDAPluggableAllocator over cgc_torch_malloc/free),
+    so that torch tensors made during a cgc capture come from the capture's pool. Must run
+    before PyTorch initialises CUDA (its first CUDA tensor, stream or device query); raises
+    InvalidStateError otherwise. Calling it again is a no-op. Returns the torch allocator."""
+    global _torch_allocator
+    if _torch_allocator is not None:
+        return _torch_allocator
+    import torch  # the caller asked for torch; this is the one place cgc imports it
+    lib = api()  # a clear LibraryError before torch tries the path itself
+    if torch.cuda.is_initialized():
+        raise InvalidStateError(Status.INVALID_STATE, "cgc.use_as_torch_allocator: PyTorch has already "
+                                "initialised CUDA with its own allocator, which cannot be swapped now; "
+                                "call it at program start, before any torch CUDA work")
+    allocator = torch.cuda.memory.CUDAPluggableAllocator(lib.path, "cgc_torch_malloc", "cgc_torch_free")
+    try:
+        torch.cuda.memory.change_current_allocator(allocator)
+    except RuntimeError as e:
+        raise InvalidStateError(Status.INVALID_STATE, "cgc.use_as_torch_allocator: PyTorch refused the "
+                                "allocator swap (%s); call it before any torch CUDA work" % e) from e
+    _torch_allocator = allocator
+    return allocator
