@@ -1,0 +1,3 @@
+module example.com/cgc
+
+go 1.19

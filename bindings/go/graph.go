@@ -1,0 +1,189 @@
+package cgc
+
+/*
+#include "shim.h"
+*/
+import "C"
+
+import (
+	"runtime"
+	"unsafe"
+)
+
+// Graph is a captured graph and its executable (cgc_graph_t), like torch.cuda.CUDAGraph.
+type Graph struct {
+	h      C.cgc_graph_t
+	closed bool
+}
+
+func newGraph(h C.cgc_graph_t) *Graph {
+	g := &Graph{h: h}
+	runtime.SetFinalizer(g, (*Graph).Destroy) // safety net only; see the package documentation
+	return g
+}
+
+func (g *Graph) handle(op string) (C.cgc_graph_t, error) {
+	if err := Load(); err != nil {
+		return nil, err
+	}
+	if g == nil {
+		return nil, nil
+	}
+	if g.closed {
+		return nil, closedError("graph", op)
+	}
+	return g.h, nil
+}
+
+// GraphInfo describes a graph (cgc_graph_info_t).
+type GraphInfo struct {
+	NodeCount         int
+	ReplayCount       uint64 // successful launches
+	Uploaded          bool   // after Upload or CaptureOptions.Upload
+	PoolBytesReserved uint64 // bytes the graph's pool holds
+}
+
+// Launch replays the graph on s (any stream of the graph's device). It does not synchronise.
+// Graphs sharing a pool must be replayed in capture order and never concurrently. Errors:
+// ErrInvalidState after Reset.
+func (g *Graph) Launch(s *Stream) error {
+	h, err := g.handle("Graph.Launch")
+	if err != nil {
+		return err
+	}
+	sh, err := s.handle("Graph.Launch")
+	if err != nil {
+		return err
+	}
+	var msg *C.char
+	err = check(C.cgcgo_graph_launch(h, sh, &msg), msg)
+	runtime.KeepAlive(g)
+	runtime.KeepAlive(s)
+	return err
+}
+
+// Upload uploads the executable on s ahead of the first launch.
+func (g *Graph) Upload(s *Stream) error {
+	h, err := g.handle("Graph.Upload")
+	if err != nil {
+		return err
+	}
+	sh, err := s.handle("Graph.Upload")
+	if err != nil {
+		return err
+	}
+	var msg *C.char
+	err = check(C.cgcgo_graph_upload(h, sh, &msg), msg)
+	runtime.KeepAlive(g)
+	runtime.KeepAlive(s)
+	return err
+}
+
+// Info returns the graph's node count, replay count, upload state and pool size.
+func (g *Graph) Info() (GraphInfo, error) {
+	h, err := g.handle("Graph.Info")
+	if err != nil {
+		return GraphInfo{}, err
+	}
+	var info C.cgc_graph_info_t
+	var msg *C.char
+	err = check(C.cgcgo_graph_info(h, &info, &msg), msg)
+	runtime.KeepAlive(g)
+	if err != nil {
+		return GraphInfo{}, err
+	}
+	return GraphInfo{
+		NodeCount:         int(info.node_count),
+		ReplayCount:       uint64(info.replay_count),
+		Uploaded:          info.uploaded != 0,
+		PoolBytesReserved: uint64(info.pool_bytes_reserved),
+	}, nil
+}
+
+// Pool returns the pool the graph allocated into, holding a reference of its own: Close the
+// returned Pool when done with it; it stays valid after the graph is reset or destroyed. Pass
+// it in CaptureOptions.Pool to share it with a later capture (like CUDAGraph.pool()).
+// ErrInvalidState after Reset.
+func (g *Graph) Pool() (*Pool, error) {
+	h, err := g.handle("Graph.Pool")
+	if err != nil {
+		return nil, err
+	}
+	var ph C.cgc_pool_t
+	var msg *C.char
+	err = check(C.cgcgo_graph_pool_retained(h, &ph, &msg), msg)
+	runtime.KeepAlive(g)
+	if err != nil {
+		return nil, err
+	}
+	return newPool(ph), nil
+}
+
+// DebugDump writes the graph in Graphviz DOT form (verbose) to path.
+func (g *Graph) DebugDump(path string) error {
+	h, err := g.handle("Graph.DebugDump")
+	if err != nil {
+		return err
+	}
+	cpath := C.CString(path)
+	defer C.free(unsafe.Pointer(cpath))
+	var msg *C.char
+	err = check(C.cgcgo_graph_debug_dump(h, cpath, &msg), msg)
+	runtime.KeepAlive(g)
+	return err
+}
+
+// Reset frees the executable and graph now and drops the pool reference, like
+// CUDAGraph.reset(); the Graph stays valid (Launch is then ErrInvalidState). Resetting twice is
+// fine.
+func (g *Graph) Reset() error {
+	h, err := g.handle("Graph.Reset")
+	if err != nil {
+		return err
+	}
+	var msg *C.char
+	err = check(C.cgcgo_graph_reset(h, &msg), msg)
+	runtime.KeepAlive(g)
+	return err
+}
+
+// Native is the CUgraph behind the handle (0 after Reset). It is owned by the Graph and valid
+// until Reset or Destroy.
+func (g *Graph) Native() uintptr {
+	h, err := g.handle("Graph.Native")
+	if err != nil || h == nil {
+		return 0
+	}
+	n := uintptr(C.cgcgo_graph_native(h))
+	runtime.KeepAlive(g)
+	return n
+}
+
+// NativeExec is the CUgraphExec behind the handle (0 after Reset); owned like Native.
+func (g *Graph) NativeExec() uintptr {
+	h, err := g.handle("Graph.NativeExec")
+	if err != nil || h == nil {
+		return 0
+	}
+	n := uintptr(C.cgcgo_graph_native_exec(h))
+	runtime.KeepAlive(g)
+	return n
+}
+
+// Destroy resets the graph and frees the handle. Blocks it allocated and never freed are its
+// outputs and stay valid. Idempotent; does nothing on nil.
+func (g *Graph) Destroy() error {
+	if g == nil || g.closed || g.h == nil {
+		return nil
+	}
+	var msg *C.char
+	if err := check(C.cgcgo_graph_destroy(g.h, &msg), msg); err != nil {
+		return err
+	}
+	g.h, g.closed = nil, true
+	runtime.SetFinalizer(g, nil)
+	return nil
+}
+
+// Close is Destroy, for io.Closer-style cleanup.
+func (g *Graph) Close() error { return g.Destroy() }

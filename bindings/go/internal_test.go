@@ -1,0 +1,62 @@
+package cgc
+
+// White-box tests of the binding's own refusals, which need no GPU: an object that was closed
+// is never passed on to C (the library could only detect it "in the common case").
+
+import (
+	"errors"
+	"strings"
+	"testing"
+)
+
+func TestClosedObjectsAreRefused(t *testing.T) {
+	if err := Load(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, s, e := &Context{closed: true}, &Stream{closed: true}, &Event{closed: true}
+	g, p, r, cm := &Graph{closed: true}, &Pool{closed: true}, &Rng{closed: true}, &Comm{closed: true}
+	calls := map[string]error{
+		"Context.Synchronize": ctx.Synchronize(),
+		"Stream.Synchronize":  s.Synchronize(),
+		"Stream.WaitEvent":    (&Stream{}).WaitEvent(e),
+		"Event.Record":        e.Record(nil),
+		"Graph.Launch":        g.Launch(nil),
+		"Stream.BeginCapture": (*Stream)(nil).BeginCapture(&CaptureOptions{Pool: p}),
+		"Rng.Uniform":         r.Uniform(0, 4, nil),
+		"Comm.AllReduce":      cm.AllReduce(0, 0, 4, Float32, Sum, nil),
+	}
+	_, calls["Context.NewStream"] = ctx.NewStream(0, 0)
+	_, calls["Graph.Info"] = g.Info()
+	_, calls["Context.MemoryStats"] = (&Context{}).MemoryStats(p)
+	for name, err := range calls {
+		var ce *Error
+		if !errors.As(err, &ce) || ce.Status != ErrInvalidHandle || !strings.Contains(ce.Message, "closed") {
+			t.Errorf("%s on a closed object: %v, want ErrInvalidHandle naming the closed object", name, err)
+		}
+	}
+	// Closing again is a no-op.
+	for _, c := range []interface{ Close() error }{ctx, s, e, g, p, r, cm} {
+		if err := c.Close(); err != nil {
+			t.Errorf("%T.Close again: %v", c, err)
+		}
+	}
+	if g.Native() != 0 || s.Native() != 0 || p.Equal(p) {
+		t.Error("a closed object still exposes its handle")
+	}
+}
+
+func TestFreeOfForeignPointerChangesNothing(t *testing.T) {
+	if err := Load(); err != nil {
+		t.Fatal(err)
+	}
+	m := &DeviceMemory{ptr: 0x1234, size: 4}
+	err := m.Free()
+	var ce *Error
+	if !errors.As(err, &ce) || ce.Status != ErrInvalidArgument || !strings.Contains(ce.Message, "cgc_free") {
+		t.Fatalf("Free of a pointer cgc did not hand out: %v", err)
+	}
+	// The failed free did not mark the block freed: its address is still there to inspect.
+	if m.Ptr() != 0x1234 {
+		t.Errorf("Ptr after a failed Free = %#x", m.Ptr())
+	}
+}

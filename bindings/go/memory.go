@@ -1,0 +1,220 @@
+package cgc
+
+/*
+#include "shim.h"
+*/
+import "C"
+
+import (
+	"runtime"
+	"strconv"
+)
+
+// Pool is a private memory pool (cgc_pool_t), like torch.cuda.graph_pool_handle(). Each Pool
+// value holds one reference of the caller's, dropped by Close; the pool itself lives on while
+// graphs captured into it or blocks allocated from it exist.
+type Pool struct {
+	h      C.cgc_pool_t
+	closed bool
+}
+
+func newPool(h C.cgc_pool_t) *Pool {
+	p := &Pool{h: h}
+	runtime.SetFinalizer(p, (*Pool).Close) // safety net only; see the package documentation
+	return p
+}
+
+// NewPool creates a pool to share between captures (CaptureOptions.Pool).
+func (c *Context) NewPool() (*Pool, error) {
+	ch, err := c.handle("Context.NewPool")
+	if err != nil {
+		return nil, err
+	}
+	var h C.cgc_pool_t
+	var msg *C.char
+	err = check(C.cgcgo_pool_create(ch, &h, &msg), msg)
+	runtime.KeepAlive(c)
+	if err != nil {
+		return nil, err
+	}
+	return newPool(h), nil
+}
+
+func (p *Pool) handle(op string) (C.cgc_pool_t, error) {
+	if err := Load(); err != nil {
+		return nil, err
+	}
+	if p == nil {
+		return nil, nil
+	}
+	if p.closed {
+		return nil, closedError("pool", op)
+	}
+	return p.h, nil
+}
+
+// Equal reports whether p and q refer to the same pool (e.g. two graphs' Pool results).
+func (p *Pool) Equal(q *Pool) bool {
+	return p != nil && q != nil && !p.closed && !q.closed && p.h == q.h
+}
+
+// Close drops this Pool's reference (cgc_pool_release). Idempotent; does nothing on nil.
+func (p *Pool) Close() error {
+	if p == nil || p.closed || p.h == nil {
+		return nil
+	}
+	var msg *C.char
+	if err := check(C.cgcgo_pool_release(p.h, &msg), msg); err != nil {
+		return err
+	}
+	p.h, p.closed = nil, true
+	runtime.SetFinalizer(p, nil)
+	return nil
+}
+
+// DevicePtr is a device address (a CUdeviceptr), kept as a number because it is not host
+// memory.
+type DevicePtr uintptr
+
+// DeviceMemory is a block of cgc's stream-ordered caching allocator. During a capture on its
+// stream the block comes from the capture's pool; a block allocated in a capture and never
+// freed is the graph's output and stays valid after the graph is destroyed.
+//
+// DeviceMemory has no finalizer: its address usually escapes to graphs and kernels Go cannot
+// see, so it is freed only by Free.
+type DeviceMemory struct {
+	ptr   DevicePtr
+	size  int
+	freed bool
+}
+
+func sizeError(op string, n int) error {
+	return &Error{Status: ErrInvalidArgument, Message: "cgc (Go binding): " + op + ": negative size " + strconv.Itoa(n)}
+}
+
+// Malloc allocates size bytes (512-byte aligned), ordered on s. Size 0 gives a block with
+// address 0. ErrOutOfMemory comes after the cache was emptied and the allocation retried
+// (never during a capture), with the sizes in the message.
+func (c *Context) Malloc(size int, s *Stream) (*DeviceMemory, error) {
+	if size < 0 {
+		return nil, sizeError("Context.Malloc", size)
+	}
+	ch, err := c.handle("Context.Malloc")
+	if err != nil {
+		return nil, err
+	}
+	sh, err := s.handle("Context.Malloc")
+	if err != nil {
+		return nil, err
+	}
+	var p C.uintptr_t
+	var msg *C.char
+	err = check(C.cgcgo_malloc(ch, C.size_t(size), sh, &p, &msg), msg)
+	runtime.KeepAlive(c)
+	runtime.KeepAlive(s)
+	if err != nil {
+		return nil, err
+	}
+	return &DeviceMemory{ptr: DevicePtr(p), size: size}, nil
+}
+
+// Ptr is the block's device address (0 after Free).
+func (m *DeviceMemory) Ptr() DevicePtr {
+	if m == nil || m.freed {
+		return 0
+	}
+	return m.ptr
+}
+
+// Size is the size asked of Malloc.
+func (m *DeviceMemory) Size() int {
+	if m == nil {
+		return 0
+	}
+	return m.size
+}
+
+// Free returns the block to the allocator, ordered on its allocation stream. Idempotent; does
+// nothing on nil.
+func (m *DeviceMemory) Free() error {
+	if m == nil || m.freed {
+		return nil
+	}
+	if m.ptr != 0 {
+		var msg *C.char
+		if err := check(C.cgcgo_free(C.uintptr_t(m.ptr), &msg), msg); err != nil {
+			return err
+		}
+	}
+	m.freed = true
+	return nil
+}
+
+// RecordStream notes that work on s uses the block too (like Tensor.record_stream), so that
+// after Free it is not reused before that work is done.
+func (m *DeviceMemory) RecordStream(s *Stream) error {
+	if m == nil || m.freed {
+		return &Error{Status: ErrInvalidArgument, Message: "cgc (Go binding): DeviceMemory.RecordStream: nil or freed block"}
+	}
+	sh, err := s.handle("DeviceMemory.RecordStream")
+	if err != nil {
+		return err
+	}
+	var msg *C.char
+	err = check(C.cgcgo_record_stream(C.uintptr_t(m.ptr), sh, &msg), msg)
+	runtime.KeepAlive(s)
+	return err
+}
+
+// EmptyCache gives the device cache's unused segments back to the driver; referenced pools
+// keep theirs. ErrInvalidState while a capture is under way.
+func (c *Context) EmptyCache() error {
+	ch, err := c.handle("Context.EmptyCache")
+	if err != nil {
+		return err
+	}
+	var msg *C.char
+	err = check(C.cgcgo_empty_cache(ch, &msg), msg)
+	runtime.KeepAlive(c)
+	return err
+}
+
+// MemoryStats are the allocator's counters (cgc_memory_stats_t).
+type MemoryStats struct {
+	BytesReserved      uint64 // obtained from the driver
+	BytesAllocated     uint64 // handed out and not yet freed (block sizes, 512-byte rounded)
+	PeakBytesAllocated uint64
+	PeakBytesReserved  uint64
+	NumDriverAllocs    uint64 // cuMemAlloc calls so far
+	NumDriverFrees     uint64
+}
+
+// MemoryStats returns the statistics of one pool, or of the whole device when pool is nil.
+func (c *Context) MemoryStats(pool *Pool) (MemoryStats, error) {
+	ch, err := c.handle("Context.MemoryStats")
+	if err != nil {
+		return MemoryStats{}, err
+	}
+	var ph C.cgc_pool_t
+	if pool != nil {
+		if ph, err = pool.handle("Context.MemoryStats"); err != nil {
+			return MemoryStats{}, err
+		}
+	}
+	var st C.cgc_memory_stats_t
+	var msg *C.char
+	err = check(C.cgcgo_memory_stats(ch, ph, &st, &msg), msg)
+	runtime.KeepAlive(c)
+	runtime.KeepAlive(pool)
+	if err != nil {
+		return MemoryStats{}, err
+	}
+	return MemoryStats{
+		BytesReserved:      uint64(st.bytes_reserved),
+		BytesAllocated:     uint64(st.bytes_allocated),
+		PeakBytesAllocated: uint64(st.peak_bytes_allocated),
+		PeakBytesReserved:  uint64(st.peak_bytes_reserved),
+		NumDriverAllocs:    uint64(st.num_driver_allocs),
+		NumDriverFrees:     uint64(st.num_driver_frees),
+	}, nil
+}

@@ -1,0 +1,254 @@
+/* See shim.h for why these exist. Each shim is one call through the table plus, on failure, a
+ * copy of cgc_last_error() taken on the same thread before any other cgc call can replace it. */
+#define _GNU_SOURCE /* strdup, dlerror under -std=c11 */
+#include "shim.h"
+
+#include <dlfcn.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+/* Set once by cgcgo_load (the Go side serialises it with sync.Once and calls nothing else
+ * before it succeeds); read-only afterwards, so no further synchronisation is needed. */
+static const cgc_api_t* api;
+
+static char* format(const char* fmt, ...) {
+  char buf[1024];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(buf, sizeof buf, fmt, ap);
+  va_end(ap);
+  return strdup(buf);
+}
+
+int cgcgo_load(const char* path, char** msg) {
+  /* RTLD_LOCAL: cgc's symbols are reached through the table only, so they need not (and should
+   * not) become visible to other libraries of the process. */
+  void* lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+  if (lib == NULL) {
+    const char* e = dlerror();
+    *msg = format("dlopen failed: %s", e ? e : "unknown error");
+    return 1;
+  }
+  cgc_status_t (*get_api)(uint32_t, const cgc_api_t**) =
+      (cgc_status_t(*)(uint32_t, const cgc_api_t**))dlsym(lib, "cgc_get_api");
+  if (get_api == NULL) {
+    *msg = format("it has no symbol cgc_get_api, so it is not libcgc (or is older than 1.0)");
+    dlclose(lib);
+    return 1;
+  }
+  const cgc_api_t* table = NULL;
+  cgc_status_t st = get_api(CGC_VERSION, &table);
+  if (st != CGC_SUCCESS || table == NULL) {
+    *msg = format("cgc_get_api(%u.%u.%u) refused with status %d: the library is older than this binding's "
+                  "header (capi/cgc.h) or of another major version",
+                  (unsigned)CGC_VERSION_MAJOR, (unsigned)CGC_VERSION_MINOR, (unsigned)CGC_VERSION_PATCH, (int)st);
+    dlclose(lib);
+    return 1;
+  }
+  /* The binding calls every entry of its header's table, so the library's must be at least as
+   * long (an older minor version's table is a shorter prefix). */
+  if (table->struct_size < sizeof(cgc_api_t)) {
+    *msg = format("its function table has %zu bytes, this binding needs %zu (library older than the header)",
+                  table->struct_size, sizeof(cgc_api_t));
+    dlclose(lib);
+    return 1;
+  }
+  uint32_t v = table->cgc_version();
+  if ((v >> 16) != CGC_VERSION_MAJOR) {
+    *msg = format("it is version %u.%u.%u; this binding needs major version %u", v >> 16, (v >> 8) & 0xffu,
+                  v & 0xffu, (unsigned)CGC_VERSION_MAJOR);
+    dlclose(lib);
+    return 1;
+  }
+  api = table; /* the library stays loaded for the life of the process */
+  return 0;
+}
+
+static void take_error(char** msg) {
+  const char* m = api->cgc_last_error();
+  *msg = strdup(m != NULL ? m : "");
+}
+
+#define CALL(expr)                                      \
+  do {                                                  \
+    cgc_status_t st_ = (expr);                          \
+    if (st_ != CGC_SUCCESS && msg != NULL) take_error(msg); \
+    return st_;                                         \
+  } while (0)
+
+uint32_t cgcgo_version(void) { return api->cgc_version(); }
+const char* cgcgo_status_string(int status) { return api->cgc_status_string((cgc_status_t)status); }
+
+cgc_status_t cgcgo_device_count(int* count, char** msg) { CALL(api->cgc_device_count(count)); }
+cgc_status_t cgcgo_context_create(int device, cgc_context_t* out, char** msg) {
+  CALL(api->cgc_context_create(device, out));
+}
+cgc_status_t cgcgo_context_destroy(cgc_context_t ctx, char** msg) { CALL(api->cgc_context_destroy(ctx)); }
+cgc_status_t cgcgo_context_synchronize(cgc_context_t ctx, char** msg) { CALL(api->cgc_context_synchronize(ctx)); }
+
+cgc_status_t cgcgo_stream_create(cgc_context_t ctx, unsigned flags, int priority, cgc_stream_t* out, char** msg) {
+  CALL(api->cgc_stream_create(ctx, flags, priority, out));
+}
+cgc_status_t cgcgo_stream_wrap(cgc_context_t ctx, uintptr_t native, cgc_stream_t* out, char** msg) {
+  CALL(api->cgc_stream_wrap(ctx, (void*)native, out));
+}
+uintptr_t cgcgo_stream_native(cgc_stream_t stream) { return (uintptr_t)api->cgc_stream_native(stream); }
+cgc_status_t cgcgo_stream_destroy(cgc_stream_t stream, char** msg) { CALL(api->cgc_stream_destroy(stream)); }
+cgc_status_t cgcgo_stream_synchronize(cgc_stream_t stream, char** msg) { CALL(api->cgc_stream_synchronize(stream)); }
+cgc_status_t cgcgo_stream_query(cgc_stream_t stream, int* complete, char** msg) {
+  CALL(api->cgc_stream_query(stream, complete));
+}
+cgc_status_t cgcgo_stream_wait_event(cgc_stream_t stream, cgc_event_t event, char** msg) {
+  CALL(api->cgc_stream_wait_event(stream, event));
+}
+
+cgc_status_t cgcgo_event_create(cgc_context_t ctx, unsigned flags, cgc_event_t* out, char** msg) {
+  CALL(api->cgc_event_create(ctx, flags, out));
+}
+cgc_status_t cgcgo_event_destroy(cgc_event_t event, char** msg) { CALL(api->cgc_event_destroy(event)); }
+cgc_status_t cgcgo_event_record(cgc_event_t event, cgc_stream_t stream, char** msg) {
+  CALL(api->cgc_event_record(event, stream));
+}
+cgc_status_t cgcgo_event_synchronize(cgc_event_t event, char** msg) { CALL(api->cgc_event_synchronize(event)); }
+cgc_status_t cgcgo_event_query(cgc_event_t event, int* complete, char** msg) {
+  CALL(api->cgc_event_query(event, complete));
+}
+cgc_status_t cgcgo_event_elapsed_ms(cgc_event_t start, cgc_event_t end, float* ms, char** msg) {
+  CALL(api->cgc_event_elapsed_ms(start, end, ms));
+}
+
+cgc_status_t cgcgo_capture_begin(cgc_stream_t stream, int mode, cgc_pool_t pool, unsigned flags, char** msg) {
+  /* Built here rather than in Go so that the Go side never hands C a struct holding pointers. */
+  cgc_capture_options_t o;
+  memset(&o, 0, sizeof o);
+  o.struct_size = sizeof o;
+  o.mode = (cgc_capture_mode_t)mode;
+  o.pool = pool;
+  o.flags = flags;
+  CALL(api->cgc_capture_begin(stream, &o));
+}
+cgc_status_t cgcgo_capture_end(cgc_stream_t stream, cgc_graph_t* out, char** msg) {
+  CALL(api->cgc_capture_end(stream, out));
+}
+cgc_status_t cgcgo_stream_capture_status(cgc_stream_t stream, int* status, uint64_t* id, char** msg) {
+  cgc_capture_status_t s = CGC_CAPTURE_NONE;
+  cgc_status_t st = api->cgc_stream_capture_status(stream, &s, id);
+  if (st != CGC_SUCCESS) take_error(msg);
+  *status = (int)s;
+  return st;
+}
+cgc_status_t cgcgo_capture_mode_exchange(int* mode, char** msg) {
+  cgc_capture_mode_t m = (cgc_capture_mode_t)*mode;
+  cgc_status_t st = api->cgc_capture_mode_exchange(&m);
+  if (st != CGC_SUCCESS) take_error(msg);
+  *mode = (int)m;
+  return st;
+}
+
+cgc_status_t cgcgo_graph_launch(cgc_graph_t graph, cgc_stream_t stream, char** msg) {
+  CALL(api->cgc_graph_launch(graph, stream));
+}
+cgc_status_t cgcgo_graph_upload(cgc_graph_t graph, cgc_stream_t stream, char** msg) {
+  CALL(api->cgc_graph_upload(graph, stream));
+}
+cgc_status_t cgcgo_graph_info(cgc_graph_t graph, cgc_graph_info_t* info, char** msg) {
+  memset(info, 0, sizeof *info);
+  info->struct_size = sizeof *info;
+  CALL(api->cgc_graph_info(graph, info));
+}
+/* Lent pool + one reference of ours, in one call: the Go Pool owns that reference, so it stays
+ * valid (and comparable) after the graph is reset or destroyed. */
+cgc_status_t cgcgo_graph_pool_retained(cgc_graph_t graph, cgc_pool_t* pool, char** msg) {
+  cgc_status_t st = api->cgc_graph_pool(graph, pool);
+  if (st == CGC_SUCCESS) st = api->cgc_pool_retain(*pool);
+  if (st != CGC_SUCCESS) {
+    *pool = NULL;
+    take_error(msg);
+  }
+  return st;
+}
+cgc_status_t cgcgo_graph_debug_dump(cgc_graph_t graph, const char* path, char** msg) {
+  CALL(api->cgc_graph_debug_dump(graph, path));
+}
+cgc_status_t cgcgo_graph_reset(cgc_graph_t graph, char** msg) { CALL(api->cgc_graph_reset(graph)); }
+cgc_status_t cgcgo_graph_destroy(cgc_graph_t graph, char** msg) { CALL(api->cgc_graph_destroy(graph)); }
+uintptr_t cgcgo_graph_native(cgc_graph_t graph) { return (uintptr_t)api->cgc_graph_native(graph); }
+uintptr_t cgcgo_graph_native_exec(cgc_graph_t graph) { return (uintptr_t)api->cgc_graph_native_exec(graph); }
+
+cgc_status_t cgcgo_pool_create(cgc_context_t ctx, cgc_pool_t* out, char** msg) {
+  CALL(api->cgc_pool_create(ctx, out));
+}
+cgc_status_t cgcgo_pool_release(cgc_pool_t pool, char** msg) { CALL(api->cgc_pool_release(pool)); }
+cgc_status_t cgcgo_malloc(cgc_context_t ctx, size_t size, cgc_stream_t stream, uintptr_t* out, char** msg) {
+  void* p = NULL;
+  cgc_status_t st = api->cgc_malloc(ctx, size, stream, &p);
+  if (st != CGC_SUCCESS) take_error(msg);
+  *out = (uintptr_t)p;
+  return st;
+}
+cgc_status_t cgcgo_free(uintptr_t ptr, char** msg) { CALL(api->cgc_free((void*)ptr)); }
+cgc_status_t cgcgo_record_stream(uintptr_t ptr, cgc_stream_t stream, char** msg) {
+  CALL(api->cgc_record_stream((void*)ptr, stream));
+}
+cgc_status_t cgcgo_empty_cache(cgc_context_t ctx, char** msg) { CALL(api->cgc_empty_cache(ctx)); }
+cgc_status_t cgcgo_memory_stats(cgc_context_t ctx, cgc_pool_t pool, cgc_memory_stats_t* stats, char** msg) {
+  memset(stats, 0, sizeof *stats);
+  stats->struct_size = sizeof *stats;
+  CALL(api->cgc_memory_stats(ctx, pool, stats));
+}
+
+cgc_status_t cgcgo_nccl_version(int* version, char** msg) { CALL(api->cgc_nccl_version(version)); }
+cgc_status_t cgcgo_comm_unique_id(cgc_comm_id_t* id, char** msg) { CALL(api->cgc_comm_unique_id(id)); }
+cgc_status_t cgcgo_comm_create(cgc_context_t ctx, int nranks, const cgc_comm_id_t* id, int rank, cgc_comm_t* out,
+                               char** msg) {
+  CALL(api->cgc_comm_create(ctx, nranks, id, rank, out));
+}
+cgc_status_t cgcgo_comm_destroy(cgc_comm_t comm, char** msg) { CALL(api->cgc_comm_destroy(comm)); }
+cgc_status_t cgcgo_comm_abort(cgc_comm_t comm, char** msg) { CALL(api->cgc_comm_abort(comm)); }
+cgc_status_t cgcgo_all_reduce(cgc_comm_t comm, uintptr_t send, uintptr_t recv, size_t count, int dtype, int op,
+                              cgc_stream_t stream, char** msg) {
+  CALL(api->cgc_all_reduce(comm, (const void*)send, (void*)recv, count, (cgc_dtype_t)dtype, (cgc_reduce_op_t)op,
+                           stream));
+}
+cgc_status_t cgcgo_all_gather(cgc_comm_t comm, uintptr_t send, uintptr_t recv, size_t send_count, int dtype,
+                              cgc_stream_t stream, char** msg) {
+  CALL(api->cgc_all_gather(comm, (const void*)send, (void*)recv, send_count, (cgc_dtype_t)dtype, stream));
+}
+cgc_status_t cgcgo_reduce_scatter(cgc_comm_t comm, uintptr_t send, uintptr_t recv, size_t recv_count, int dtype,
+                                  int op, cgc_stream_t stream, char** msg) {
+  CALL(api->cgc_reduce_scatter(comm, (const void*)send, (void*)recv, recv_count, (cgc_dtype_t)dtype,
+                               (cgc_reduce_op_t)op, stream));
+}
+cgc_status_t cgcgo_broadcast(cgc_comm_t comm, uintptr_t send, uintptr_t recv, size_t count, int dtype, int root,
+                             cgc_stream_t stream, char** msg) {
+  CALL(api->cgc_broadcast(comm, (const void*)send, (void*)recv, count, (cgc_dtype_t)dtype, root, stream));
+}
+cgc_status_t cgcgo_send(cgc_comm_t comm, uintptr_t buf, size_t count, int dtype, int peer, cgc_stream_t stream,
+                        char** msg) {
+  CALL(api->cgc_send(comm, (const void*)buf, count, (cgc_dtype_t)dtype, peer, stream));
+}
+cgc_status_t cgcgo_recv(cgc_comm_t comm, uintptr_t buf, size_t count, int dtype, int peer, cgc_stream_t stream,
+                        char** msg) {
+  CALL(api->cgc_recv(comm, (void*)buf, count, (cgc_dtype_t)dtype, peer, stream));
+}
+cgc_status_t cgcgo_group_start(char** msg) { CALL(api->cgc_group_start()); }
+cgc_status_t cgcgo_group_end(char** msg) { CALL(api->cgc_group_end()); }
+
+cgc_status_t cgcgo_rng_create(cgc_context_t ctx, uint64_t seed, cgc_rng_t* out, char** msg) {
+  CALL(api->cgc_rng_create(ctx, seed, out));
+}
+cgc_status_t cgcgo_rng_destroy(cgc_rng_t rng, char** msg) { CALL(api->cgc_rng_destroy(rng)); }
+cgc_status_t cgcgo_rng_uniform(cgc_rng_t rng, uintptr_t out, size_t n, cgc_stream_t stream, char** msg) {
+  CALL(api->cgc_rng_uniform(rng, (float*)out, n, stream));
+}
+cgc_status_t cgcgo_rng_normal(cgc_rng_t rng, uintptr_t out, size_t n, float mean, float stddev,
+                              cgc_stream_t stream, char** msg) {
+  CALL(api->cgc_rng_normal(rng, (float*)out, n, mean, stddev, stream));
+}
+cgc_status_t cgcgo_rng_get_state(cgc_rng_t rng, uint64_t* seed, uint64_t* offset, char** msg) {
+  CALL(api->cgc_rng_get_state(rng, seed, offset));
+}
+cgc_status_t cgcgo_rng_set_state(cgc_rng_t rng, uint64_t seed, uint64_t offset, char** msg) {
+  CALL(api->cgc_rng_set_state(rng, seed, offset));
+}

@@ -1,0 +1,98 @@
+/* C side of the Go binding: loads libcgc with dlopen and wraps each entry of its function table.
+ *
+ * Why shims at all: cgc_last_error() is thread-local, and a goroutine may move to another OS
+ * thread between two cgo calls. So every shim calls the table entry and, when it fails, copies
+ * the message in the same C call, on the same thread. The copy is malloc'd (*msg); the Go side
+ * frees it. On success *msg is left NULL, so the fast path allocates nothing.
+ *
+ * Device addresses and native CUDA handles cross as uintptr_t, not void*: they are not host
+ * memory, and keeping them out of Go's pointer types keeps the garbage collector away from them.
+ *
+ * Internal to the package; not an API. */
+#ifndef CGCGO_SHIM_H_
+#define CGCGO_SHIM_H_
+
+#include <stdint.h>
+#include <stdlib.h>
+
+#include "capi/cgc.h"
+
+/* 0 on success; otherwise *msg says why (malloc'd). Called once, under sync.Once. */
+int cgcgo_load(const char* path, char** msg);
+
+uint32_t cgcgo_version(void);
+const char* cgcgo_status_string(int status);
+
+cgc_status_t cgcgo_device_count(int* count, char** msg);
+cgc_status_t cgcgo_context_create(int device, cgc_context_t* out, char** msg);
+cgc_status_t cgcgo_context_destroy(cgc_context_t ctx, char** msg);
+cgc_status_t cgcgo_context_synchronize(cgc_context_t ctx, char** msg);
+
+cgc_status_t cgcgo_stream_create(cgc_context_t ctx, unsigned flags, int priority, cgc_stream_t* out, char** msg);
+cgc_status_t cgcgo_stream_wrap(cgc_context_t ctx, uintptr_t native, cgc_stream_t* out, char** msg);
+uintptr_t cgcgo_stream_native(cgc_stream_t stream);
+cgc_status_t cgcgo_stream_destroy(cgc_stream_t stream, char** msg);
+cgc_status_t cgcgo_stream_synchronize(cgc_stream_t stream, char** msg);
+cgc_status_t cgcgo_stream_query(cgc_stream_t stream, int* complete, char** msg);
+cgc_status_t cgcgo_stream_wait_event(cgc_stream_t stream, cgc_event_t event, char** msg);
+
+cgc_status_t cgcgo_event_create(cgc_context_t ctx, unsigned flags, cgc_event_t* out, char** msg);
+cgc_status_t cgcgo_event_destroy(cgc_event_t event, char** msg);
+cgc_status_t cgcgo_event_record(cgc_event_t event, cgc_stream_t stream, char** msg);
+cgc_status_t cgcgo_event_synchronize(cgc_event_t event, char** msg);
+cgc_status_t cgcgo_event_query(cgc_event_t event, int* complete, char** msg);
+cgc_status_t cgcgo_event_elapsed_ms(cgc_event_t start, cgc_event_t end, float* ms, char** msg);
+
+cgc_status_t cgcgo_capture_begin(cgc_stream_t stream, int mode, cgc_pool_t pool, unsigned flags, char** msg);
+cgc_status_t cgcgo_capture_end(cgc_stream_t stream, cgc_graph_t* out, char** msg);
+cgc_status_t cgcgo_stream_capture_status(cgc_stream_t stream, int* status, uint64_t* id, char** msg);
+cgc_status_t cgcgo_capture_mode_exchange(int* mode, char** msg);
+
+cgc_status_t cgcgo_graph_launch(cgc_graph_t graph, cgc_stream_t stream, char** msg);
+cgc_status_t cgcgo_graph_upload(cgc_graph_t graph, cgc_stream_t stream, char** msg);
+cgc_status_t cgcgo_graph_info(cgc_graph_t graph, cgc_graph_info_t* info, char** msg);
+cgc_status_t cgcgo_graph_pool_retained(cgc_graph_t graph, cgc_pool_t* pool, char** msg);
+cgc_status_t cgcgo_graph_debug_dump(cgc_graph_t graph, const char* path, char** msg);
+cgc_status_t cgcgo_graph_reset(cgc_graph_t graph, char** msg);
+cgc_status_t cgcgo_graph_destroy(cgc_graph_t graph, char** msg);
+uintptr_t cgcgo_graph_native(cgc_graph_t graph);
+uintptr_t cgcgo_graph_native_exec(cgc_graph_t graph);
+
+cgc_status_t cgcgo_pool_create(cgc_context_t ctx, cgc_pool_t* out, char** msg);
+cgc_status_t cgcgo_pool_release(cgc_pool_t pool, char** msg);
+cgc_status_t cgcgo_malloc(cgc_context_t ctx, size_t size, cgc_stream_t stream, uintptr_t* out, char** msg);
+cgc_status_t cgcgo_free(uintptr_t ptr, char** msg);
+cgc_status_t cgcgo_record_stream(uintptr_t ptr, cgc_stream_t stream, char** msg);
+cgc_status_t cgcgo_empty_cache(cgc_context_t ctx, char** msg);
+cgc_status_t cgcgo_memory_stats(cgc_context_t ctx, cgc_pool_t pool, cgc_memory_stats_t* stats, char** msg);
+
+cgc_status_t cgcgo_nccl_version(int* version, char** msg);
+cgc_status_t cgcgo_comm_unique_id(cgc_comm_id_t* id, char** msg);
+cgc_status_t cgcgo_comm_create(cgc_context_t ctx, int nranks, const cgc_comm_id_t* id, int rank, cgc_comm_t* out,
+                               char** msg);
+cgc_status_t cgcgo_comm_destroy(cgc_comm_t comm, char** msg);
+cgc_status_t cgcgo_comm_abort(cgc_comm_t comm, char** msg);
+cgc_status_t cgcgo_all_reduce(cgc_comm_t comm, uintptr_t send, uintptr_t recv, size_t count, int dtype, int op,
+                              cgc_stream_t stream, char** msg);
+cgc_status_t cgcgo_all_gather(cgc_comm_t comm, uintptr_t send, uintptr_t recv, size_t send_count, int dtype,
+                              cgc_stream_t stream, char** msg);
+cgc_status_t cgcgo_reduce_scatter(cgc_comm_t comm, uintptr_t send, uintptr_t recv, size_t recv_count, int dtype,
+                                  int op, cgc_stream_t stream, char** msg);
+cgc_status_t cgcgo_broadcast(cgc_comm_t comm, uintptr_t send, uintptr_t recv, size_t count, int dtype, int root,
+                             cgc_stream_t stream, char** msg);
+cgc_status_t cgcgo_send(cgc_comm_t comm, uintptr_t buf, size_t count, int dtype, int peer, cgc_stream_t stream,
+                        char** msg);
+cgc_status_t cgcgo_recv(cgc_comm_t comm, uintptr_t buf, size_t count, int dtype, int peer, cgc_stream_t stream,
+                        char** msg);
+cgc_status_t cgcgo_group_start(char** msg);
+cgc_status_t cgcgo_group_end(char** msg);
+
+cgc_status_t cgcgo_rng_create(cgc_context_t ctx, uint64_t seed, cgc_rng_t* out, char** msg);
+cgc_status_t cgcgo_rng_destroy(cgc_rng_t rng, char** msg);
+cgc_status_t cgcgo_rng_uniform(cgc_rng_t rng, uintptr_t out, size_t n, cgc_stream_t stream, char** msg);
+cgc_status_t cgcgo_rng_normal(cgc_rng_t rng, uintptr_t out, size_t n, float mean, float stddev,
+                              cgc_stream_t stream, char** msg);
+cgc_status_t cgcgo_rng_get_state(cgc_rng_t rng, uint64_t* seed, uint64_t* offset, char** msg);
+cgc_status_t cgcgo_rng_set_state(cgc_rng_t rng, uint64_t seed, uint64_t offset, char** msg);
+
+#endif /* CGCGO_SHIM_H_ */
