@@ -1,0 +1,456 @@
+//! Raw declarations matching `capi/cgc.h`, and the run-time loader of `libcgc.so.1`.
+//!
+//! Nothing here is linked against libcgc: the library is opened with `dlopen` the first time
+//! [`api`] is called, its `cgc_get_api` table is checked and kept for the life of the process.
+//! Every function of the header is reached through [`cgc_api_t`], whose fields are in the
+//! header's order (the table is append-only, so the order is part of the ABI).
+//!
+//! Names follow the C header on purpose, so that the header is the documentation.
+#![allow(non_camel_case_types)]
+
+use std::ffi::{CStr, CString};
+use std::os::raw::{c_char, c_int, c_uint, c_void};
+use std::ptr;
+use std::sync::atomic::{AtomicPtr, Ordering};
+use std::sync::{Mutex, MutexGuard, Once};
+
+// ---- versions, status --------------------------------------------------------------------------
+
+/// Major version of the header this crate was written against (also the soname: libcgc.so.1).
+pub const CGC_VERSION_MAJOR: u32 = 1;
+/// Minor version of the header this crate was written against.
+pub const CGC_VERSION_MINOR: u32 = 0;
+/// Patch version of the header this crate was written against.
+pub const CGC_VERSION_PATCH: u32 = 0;
+/// `(major << 16) | (minor << 8) | patch`, as `CGC_VERSION` in C.
+pub const CGC_VERSION: u32 =
+    (CGC_VERSION_MAJOR << 16) | (CGC_VERSION_MINOR << 8) | CGC_VERSION_PATCH;
+
+/// `cgc_status_t`. A C enum is passed as an `int` on every ABI cgc supports.
+pub type cgc_status_t = c_int;
+pub const CGC_SUCCESS: cgc_status_t = 0;
+pub const CGC_ERROR_INVALID_ARGUMENT: cgc_status_t = 1;
+pub const CGC_ERROR_INVALID_HANDLE: cgc_status_t = 2;
+pub const CGC_ERROR_INVALID_STATE: cgc_status_t = 3;
+pub const CGC_ERROR_NO_DRIVER: cgc_status_t = 4;
+pub const CGC_ERROR_NO_DEVICE: cgc_status_t = 5;
+pub const CGC_ERROR_OUT_OF_MEMORY: cgc_status_t = 6;
+pub const CGC_ERROR_CAPTURE_UNSUPPORTED: cgc_status_t = 7;
+pub const CGC_ERROR_CAPTURE_INVALIDATED: cgc_status_t = 8;
+pub const CGC_ERROR_CAPTURE_UNJOINED: cgc_status_t = 9;
+pub const CGC_ERROR_CAPTURE_LEGACY_STREAM: cgc_status_t = 10;
+pub const CGC_ERROR_NCCL_UNAVAILABLE: cgc_status_t = 11;
+pub const CGC_ERROR_NCCL: cgc_status_t = 12;
+pub const CGC_ERROR_CUDA: cgc_status_t = 13;
+pub const CGC_ERROR_NOT_SUPPORTED: cgc_status_t = 14;
+pub const CGC_ERROR_INTERNAL: cgc_status_t = 15;
+
+// ---- handles -----------------------------------------------------------------------------------
+
+macro_rules! opaque_handles {
+    ($($(#[$doc:meta])* $s:ident => $t:ident;)*) => {$(
+        /// Opaque C struct behind a handle; never constructed in Rust.
+        #[repr(C)]
+        pub struct $s {
+            _private: [u8; 0],
+        }
+        $(#[$doc])*
+        pub type $t = *mut $s;
+    )*};
+}
+
+opaque_handles! {
+    /// One device (its primary context).
+    cgc_context_s => cgc_context_t;
+    /// A created or wrapped stream.
+    cgc_stream_s => cgc_stream_t;
+    /// An event.
+    cgc_event_s => cgc_event_t;
+    /// A captured graph and its executable.
+    cgc_graph_s => cgc_graph_t;
+    /// A private memory pool.
+    cgc_pool_s => cgc_pool_t;
+    /// An NCCL communicator.
+    cgc_comm_s => cgc_comm_t;
+    /// A graph-safe Philox generator.
+    cgc_rng_s => cgc_rng_t;
+}
+
+// ---- devices, streams, events ------------------------------------------------------------------
+
+/// The stream does not synchronise with the legacy default stream.
+pub const CGC_STREAM_NON_BLOCKING: c_uint = 0x1;
+/// Events are created with timing disabled unless this flag is given.
+pub const CGC_EVENT_TIMING: c_uint = 0x1;
+
+// ---- capture -----------------------------------------------------------------------------------
+
+/// `cgc_capture_mode_t` (the values of CUstreamCaptureMode).
+pub type cgc_capture_mode_t = c_int;
+pub const CGC_CAPTURE_MODE_GLOBAL: cgc_capture_mode_t = 0;
+pub const CGC_CAPTURE_MODE_THREAD_LOCAL: cgc_capture_mode_t = 1;
+pub const CGC_CAPTURE_MODE_RELAXED: cgc_capture_mode_t = 2;
+
+/// `cgc_capture_status_t`.
+pub type cgc_capture_status_t = c_int;
+pub const CGC_CAPTURE_NONE: cgc_capture_status_t = 0;
+pub const CGC_CAPTURE_ACTIVE: cgc_capture_status_t = 1;
+pub const CGC_CAPTURE_BROKEN: cgc_capture_status_t = 2;
+
+/// `cgc_capture_options_t`. A zeroed struct with `struct_size` set means the defaults.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct cgc_capture_options_t {
+    pub struct_size: usize,
+    pub mode: cgc_capture_mode_t,
+    pub pool: cgc_pool_t,
+    pub flags: c_uint,
+}
+
+/// Upload the executable at capture end.
+pub const CGC_CAPTURE_UPLOAD: c_uint = 0x1;
+/// AutoFreeOnLaunch (always on; accepted for clarity).
+pub const CGC_CAPTURE_AUTO_FREE_ON_LAUNCH: c_uint = 0x2;
+
+/// `cgc_capture_fn`: the body of `cgc_capture`.
+pub type cgc_capture_fn =
+    Option<unsafe extern "C" fn(stream: cgc_stream_t, user: *mut c_void) -> cgc_status_t>;
+
+// ---- graphs ------------------------------------------------------------------------------------
+
+/// `cgc_graph_info_t`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct cgc_graph_info_t {
+    pub struct_size: usize,
+    pub node_count: usize,
+    pub replay_count: u64,
+    pub uploaded: c_int,
+    pub pool_bytes_reserved: usize,
+}
+
+// ---- pools -------------------------------------------------------------------------------------
+
+/// `cgc_memory_stats_t`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct cgc_memory_stats_t {
+    pub struct_size: usize,
+    pub bytes_reserved: usize,
+    pub bytes_allocated: usize,
+    pub peak_bytes_allocated: usize,
+    pub peak_bytes_reserved: usize,
+    pub num_driver_allocs: u64,
+    pub num_driver_frees: u64,
+}
+
+// ---- NCCL --------------------------------------------------------------------------------------
+
+/// `cgc_comm_id_t`: an ncclUniqueId.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct cgc_comm_id_t {
+    pub internal: [c_char; 128],
+}
+
+/// `cgc_dtype_t` (the values of ncclDataType_t).
+pub type cgc_dtype_t = c_int;
+pub const CGC_INT8: cgc_dtype_t = 0;
+pub const CGC_UINT8: cgc_dtype_t = 1;
+pub const CGC_INT32: cgc_dtype_t = 2;
+pub const CGC_UINT32: cgc_dtype_t = 3;
+pub const CGC_INT64: cgc_dtype_t = 4;
+pub const CGC_UINT64: cgc_dtype_t = 5;
+pub const CGC_FLOAT16: cgc_dtype_t = 6;
+pub const CGC_FLOAT32: cgc_dtype_t = 7;
+pub const CGC_FLOAT64: cgc_dtype_t = 8;
+pub const CGC_BFLOAT16: cgc_dtype_t = 9;
+
+/// `cgc_reduce_op_t`.
+pub type cgc_reduce_op_t = c_int;
+pub const CGC_SUM: cgc_reduce_op_t = 0;
+pub const CGC_PROD: cgc_reduce_op_t = 1;
+pub const CGC_MAX: cgc_reduce_op_t = 2;
+pub const CGC_MIN: cgc_reduce_op_t = 3;
+pub const CGC_AVG: cgc_reduce_op_t = 4;
+
+// ---- the function table ------------------------------------------------------------------------
+
+/// Like the header's X-macro lists: every function is written once, and the list generates the
+/// `#[repr(C)]` table and the list of names (used by the tests to check the order against
+/// `dlsym` of each name).
+macro_rules! api_table {
+    ($(fn $name:ident($($arg:ident: $ty:ty),* $(,)?) $(-> $ret:ty)?;)*) => {
+        /// `cgc_api_t`: the function table of `cgc_get_api`, fields in the header's order.
+        #[repr(C)]
+        pub struct cgc_api_t {
+            /// `sizeof(cgc_api_t)` of the library that filled it.
+            pub struct_size: usize,
+            $(#[allow(missing_docs)] pub $name: unsafe extern "C" fn($($arg: $ty),*) $(-> $ret)?,)*
+        }
+
+        /// The names of the table's functions, in order.
+        pub const FUNCTION_NAMES: &[&str] = &[$(stringify!($name)),*];
+
+        impl cgc_api_t {
+            /// (name, address) of every function in the table, in order.
+            pub fn entries(&self) -> Vec<(&'static str, usize)> {
+                vec![$((stringify!($name), self.$name as usize)),*]
+            }
+        }
+    };
+}
+
+api_table! {
+    // status
+    fn cgc_version() -> u32;
+    fn cgc_status_string(status: cgc_status_t) -> *const c_char;
+    fn cgc_last_error() -> *const c_char;
+    // devices, streams, events
+    fn cgc_device_count(count: *mut c_int) -> cgc_status_t;
+    fn cgc_context_create(device: c_int, out: *mut cgc_context_t) -> cgc_status_t;
+    fn cgc_context_destroy(ctx: cgc_context_t) -> cgc_status_t;
+    fn cgc_context_synchronize(ctx: cgc_context_t) -> cgc_status_t;
+    fn cgc_stream_create(ctx: cgc_context_t, flags: c_uint, priority: c_int, out: *mut cgc_stream_t) -> cgc_status_t;
+    fn cgc_stream_wrap(ctx: cgc_context_t, native_stream: *mut c_void, out: *mut cgc_stream_t) -> cgc_status_t;
+    fn cgc_stream_native(stream: cgc_stream_t) -> *mut c_void;
+    fn cgc_stream_destroy(stream: cgc_stream_t) -> cgc_status_t;
+    fn cgc_stream_synchronize(stream: cgc_stream_t) -> cgc_status_t;
+    fn cgc_stream_query(stream: cgc_stream_t, complete: *mut c_int) -> cgc_status_t;
+    fn cgc_stream_wait_event(stream: cgc_stream_t, event: cgc_event_t) -> cgc_status_t;
+    fn cgc_event_create(ctx: cgc_context_t, flags: c_uint, out: *mut cgc_event_t) -> cgc_status_t;
+    fn cgc_event_destroy(event: cgc_event_t) -> cgc_status_t;
+    fn cgc_event_record(event: cgc_event_t, stream: cgc_stream_t) -> cgc_status_t;
+    fn cgc_event_synchronize(event: cgc_event_t) -> cgc_status_t;
+    fn cgc_event_query(event: cgc_event_t, complete: *mut c_int) -> cgc_status_t;
+    fn cgc_event_elapsed_ms(start: cgc_event_t, end: cgc_event_t, ms: *mut f32) -> cgc_status_t;
+    // capture
+    fn cgc_capture_begin(stream: cgc_stream_t, options: *const cgc_capture_options_t) -> cgc_status_t;
+    fn cgc_capture_end(stream: cgc_stream_t, out: *mut cgc_graph_t) -> cgc_status_t;
+    fn cgc_capture(stream: cgc_stream_t, options: *const cgc_capture_options_t, body: cgc_capture_fn,
+                   user: *mut c_void, out: *mut cgc_graph_t) -> cgc_status_t;
+    fn cgc_stream_capture_status(stream: cgc_stream_t, status: *mut cgc_capture_status_t,
+                                 capture_id: *mut u64) -> cgc_status_t;
+    fn cgc_capture_mode_exchange(mode: *mut cgc_capture_mode_t) -> cgc_status_t;
+    // graphs
+    fn cgc_graph_launch(graph: cgc_graph_t, stream: cgc_stream_t) -> cgc_status_t;
+    fn cgc_graph_upload(graph: cgc_graph_t, stream: cgc_stream_t) -> cgc_status_t;
+    fn cgc_graph_info(graph: cgc_graph_t, info: *mut cgc_graph_info_t) -> cgc_status_t;
+    fn cgc_graph_pool(graph: cgc_graph_t, pool: *mut cgc_pool_t) -> cgc_status_t;
+    fn cgc_graph_debug_dump(graph: cgc_graph_t, dot_path: *const c_char) -> cgc_status_t;
+    fn cgc_graph_reset(graph: cgc_graph_t) -> cgc_status_t;
+    fn cgc_graph_destroy(graph: cgc_graph_t) -> cgc_status_t;
+    fn cgc_graph_native(graph: cgc_graph_t) -> *mut c_void;
+    fn cgc_graph_native_exec(graph: cgc_graph_t) -> *mut c_void;
+    // pools and the allocator
+    fn cgc_pool_create(ctx: cgc_context_t, out: *mut cgc_pool_t) -> cgc_status_t;
+    fn cgc_pool_retain(pool: cgc_pool_t) -> cgc_status_t;
+    fn cgc_pool_release(pool: cgc_pool_t) -> cgc_status_t;
+    fn cgc_malloc(ctx: cgc_context_t, size: usize, stream: cgc_stream_t, out: *mut *mut c_void) -> cgc_status_t;
+    fn cgc_free(ptr: *mut c_void) -> cgc_status_t;
+    fn cgc_record_stream(ptr: *mut c_void, stream: cgc_stream_t) -> cgc_status_t;
+    fn cgc_empty_cache(ctx: cgc_context_t) -> cgc_status_t;
+    fn cgc_memory_stats(ctx: cgc_context_t, pool: cgc_pool_t, stats: *mut cgc_memory_stats_t) -> cgc_status_t;
+    fn cgc_torch_malloc(size: isize, device: c_int, stream: *mut c_void) -> *mut c_void;
+    fn cgc_torch_free(ptr: *mut c_void, size: isize, device: c_int, stream: *mut c_void);
+    // NCCL
+    fn cgc_nccl_version(version: *mut c_int) -> cgc_status_t;
+    fn cgc_comm_unique_id(id: *mut cgc_comm_id_t) -> cgc_status_t;
+    fn cgc_comm_create(ctx: cgc_context_t, nranks: c_int, id: *const cgc_comm_id_t, rank: c_int,
+                       out: *mut cgc_comm_t) -> cgc_status_t;
+    fn cgc_comm_destroy(comm: cgc_comm_t) -> cgc_status_t;
+    fn cgc_comm_abort(comm: cgc_comm_t) -> cgc_status_t;
+    fn cgc_all_reduce(comm: cgc_comm_t, send: *const c_void, recv: *mut c_void, count: usize,
+                      dtype: cgc_dtype_t, op: cgc_reduce_op_t, stream: cgc_stream_t) -> cgc_status_t;
+    fn cgc_all_gather(comm: cgc_comm_t, send: *const c_void, recv: *mut c_void, send_count: usize,
+                      dtype: cgc_dtype_t, stream: cgc_stream_t) -> cgc_status_t;
+    fn cgc_reduce_scatter(comm: cgc_comm_t, send: *const c_void, recv: *mut c_void, recv_count: usize,
+                          dtype: cgc_dtype_t, op: cgc_reduce_op_t, stream: cgc_stream_t) -> cgc_status_t;
+    fn cgc_broadcast(comm: cgc_comm_t, send: *const c_void, recv: *mut c_void, count: usize,
+                     dtype: cgc_dtype_t, root: c_int, stream: cgc_stream_t) -> cgc_status_t;
+    fn cgc_send(comm: cgc_comm_t, buf: *const c_void, count: usize, dtype: cgc_dtype_t, peer: c_int,
+                stream: cgc_stream_t) -> cgc_status_t;
+    fn cgc_recv(comm: cgc_comm_t, buf: *mut c_void, count: usize, dtype: cgc_dtype_t, peer: c_int,
+                stream: cgc_stream_t) -> cgc_status_t;
+    fn cgc_group_start() -> cgc_status_t;
+    fn cgc_group_end() -> cgc_status_t;
+    // random numbers
+    fn cgc_rng_create(ctx: cgc_context_t, seed: u64, out: *mut cgc_rng_t) -> cgc_status_t;
+    fn cgc_rng_destroy(rng: cgc_rng_t) -> cgc_status_t;
+    fn cgc_rng_uniform(rng: cgc_rng_t, out: *mut f32, n: usize, stream: cgc_stream_t) -> cgc_status_t;
+    fn cgc_rng_normal(rng: cgc_rng_t, out: *mut f32, n: usize, mean: f32, stddev: f32,
+                      stream: cgc_stream_t) -> cgc_status_t;
+    fn cgc_rng_get_state(rng: cgc_rng_t, seed: *mut u64, offset: *mut u64) -> cgc_status_t;
+    fn cgc_rng_set_state(rng: cgc_rng_t, seed: u64, offset: u64) -> cgc_status_t;
+}
+
+/// `cgc_get_api`, the one symbol resolved with `dlsym`.
+pub type cgc_get_api_fn =
+    unsafe extern "C" fn(version: u32, out: *mut *const cgc_api_t) -> cgc_status_t;
+
+// ---- loading -----------------------------------------------------------------------------------
+
+const RTLD_NOW: c_int = 2; // glibc's values (Linux is the only platform cgc supports)
+const RTLD_LOCAL: c_int = 0;
+
+// Declared here rather than taken from a crate: the crate has no dependencies. Linking "dl"
+// explicitly keeps glibc older than 2.34 (where these live in libdl) working.
+#[link(name = "dl")]
+extern "C" {
+    fn dlopen(filename: *const c_char, flag: c_int) -> *mut c_void;
+    fn dlsym(handle: *mut c_void, symbol: *const c_char) -> *mut c_void;
+    fn dlerror() -> *mut c_char;
+}
+
+/// The environment variable naming the library file (a full path).
+pub const LIBRARY_ENV: &str = "CGC_LIBRARY";
+/// The name tried through the dynamic loader's search path when `CGC_LIBRARY` is not set.
+pub const DEFAULT_LIBRARY: &str = "libcgc.so.1";
+
+// The table once loaded (null before, or after a failed load). Loading happens at most once per
+// process, like the library's own loading of libcuda: the outcome (success or the message) is
+// kept, so that every later call answers the same way and cheaply.
+static API: AtomicPtr<cgc_api_t> = AtomicPtr::new(ptr::null_mut());
+static LOAD_ONCE: Once = Once::new();
+static LOAD_ERROR: Mutex<Option<String>> = Mutex::new(None);
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A panic while holding this lock cannot leave the Option half-written; go on.
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The library's function table, loading the library on first use. The error is a complete
+/// message: what was tried, why it failed, and how to point `CGC_LIBRARY` at the library.
+pub fn api() -> Result<&'static cgc_api_t, String> {
+    let p = API.load(Ordering::Acquire);
+    if !p.is_null() {
+        // SAFETY: a non-null value is a table cgc_get_api documents as static, never freed,
+        // and the library is never closed.
+        return Ok(unsafe { &*p });
+    }
+    LOAD_ONCE.call_once(|| match load() {
+        Ok(table) => API.store(
+            table as *const cgc_api_t as *mut cgc_api_t,
+            Ordering::Release,
+        ),
+        Err(message) => *lock(&LOAD_ERROR) = Some(message),
+    });
+    let p = API.load(Ordering::Acquire);
+    if p.is_null() {
+        Err(lock(&LOAD_ERROR)
+            .clone()
+            .unwrap_or_else(|| "cgc: libcgc failed to load".to_string()))
+    } else {
+        // SAFETY: as above.
+        Ok(unsafe { &*p })
+    }
+}
+
+fn dlerror_text() -> String {
+    // SAFETY: dlerror returns NULL or a NUL-terminated string valid until the next dl call on
+    // this thread; it is copied at once.
+    unsafe {
+        let e = dlerror();
+        if e.is_null() {
+            "no reason given".to_string()
+        } else {
+            CStr::from_ptr(e).to_string_lossy().into_owned()
+        }
+    }
+}
+
+fn load() -> Result<&'static cgc_api_t, String> {
+    use std::os::unix::ffi::OsStrExt;
+    let from_env = std::env::var_os(LIBRARY_ENV).filter(|v| !v.is_empty());
+    let (name, how) = match &from_env {
+        Some(path) => (
+            path.to_string_lossy().into_owned(),
+            format!("{}={}", LIBRARY_ENV, path.to_string_lossy()),
+        ),
+        None => (
+            DEFAULT_LIBRARY.to_string(),
+            format!(
+                "{} through the dynamic loader's search path ({} is not set)",
+                DEFAULT_LIBRARY, LIBRARY_ENV
+            ),
+        ),
+    };
+    let hint = format!(
+        "set {} to the full path of libcgc.so.1, or add its directory to LD_LIBRARY_PATH",
+        LIBRARY_ENV
+    );
+    let bytes = match &from_env {
+        Some(path) => path.as_bytes().to_vec(),
+        None => DEFAULT_LIBRARY.as_bytes().to_vec(),
+    };
+    let c_name = CString::new(bytes).map_err(|_| {
+        format!(
+            "cgc: cannot load the cgc library: {} contains a NUL byte; {}",
+            how, hint
+        )
+    })?;
+    // SAFETY: c_name is a valid C string; the handle is never closed, so everything resolved
+    // from it stays valid for the whole process.
+    let handle = unsafe { dlopen(c_name.as_ptr(), RTLD_NOW | RTLD_LOCAL) };
+    if handle.is_null() {
+        return Err(format!(
+            "cgc: cannot load the cgc library '{}' (tried {}): {}; {}",
+            name,
+            how,
+            dlerror_text(),
+            hint
+        ));
+    }
+    // SAFETY: a NUL-terminated literal; the handle is valid.
+    let sym = unsafe { dlsym(handle, b"cgc_get_api\0".as_ptr() as *const c_char) };
+    if sym.is_null() {
+        return Err(format!(
+            "cgc: '{}' (tried {}) has no symbol cgc_get_api, so it is not libcgc: {}; {}",
+            name,
+            how,
+            dlerror_text(),
+            hint
+        ));
+    }
+    // SAFETY: cgc_get_api has exactly this signature in capi/cgc.h.
+    let get_api: cgc_get_api_fn =
+        unsafe { std::mem::transmute::<*mut c_void, cgc_get_api_fn>(sym) };
+    let mut table: *const cgc_api_t = ptr::null();
+    // SAFETY: `table` is a valid out pointer.
+    let status = unsafe { get_api(CGC_VERSION, &mut table) };
+    if status != CGC_SUCCESS || table.is_null() {
+        return Err(format!(
+            "cgc: '{}' refused cgc_get_api for version {}.{}.{} (status {}): this crate needs libcgc {}.x at minor \
+             version {} or later; {}",
+            name, CGC_VERSION_MAJOR, CGC_VERSION_MINOR, CGC_VERSION_PATCH, status, CGC_VERSION_MAJOR, CGC_VERSION_MINOR,
+            hint
+        ));
+    }
+    // SAFETY: the library filled `table` with a pointer to its static table.
+    let api: &'static cgc_api_t = unsafe { &*table };
+    // An older minor version would have a shorter table; this crate calls every field of the
+    // 1.0 table, so all of them must be there.
+    if api.struct_size < std::mem::size_of::<cgc_api_t>() {
+        return Err(format!(
+            "cgc: '{}' has a function table of {} bytes, shorter than the {} this crate needs; {}",
+            name,
+            api.struct_size,
+            std::mem::size_of::<cgc_api_t>(),
+            hint
+        ));
+    }
+    // SAFETY: the table is complete (checked above).
+    let version = unsafe { (api.cgc_version)() };
+    if version >> 16 != CGC_VERSION_MAJOR {
+        return Err(format!(
+            "cgc: '{}' is version {}.{}.{}, but this crate needs major version {}; {}",
+            name,
+            version >> 16,
+            (version >> 8) & 0xff,
+            version & 0xff,
+            CGC_VERSION_MAJOR,
+            hint
+        ));
+    }
+    Ok(api)
+}

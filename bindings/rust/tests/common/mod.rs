@@ -1,0 +1,139 @@
+//! Helpers shared by the test files: re-running this test binary as a child process, and the
+//! few CUDA driver calls the GPU tests need to read results (cgc itself has no memcpy).
+#![allow(dead_code)] // each test file uses a part
+
+use std::ffi::CString;
+use std::os::raw::{c_char, c_int, c_void};
+use std::process::Command;
+
+#[link(name = "dl")]
+extern "C" {
+    pub fn dlopen(filename: *const c_char, flag: c_int) -> *mut c_void;
+    pub fn dlsym(handle: *mut c_void, symbol: *const c_char) -> *mut c_void;
+}
+pub const RTLD_NOW: c_int = 2;
+
+/// Env marker telling a re-run test binary which child role to play.
+pub const CHILD_ENV: &str = "CGC_RS_TEST_CHILD";
+
+/// The child role this process plays, if it is a child.
+pub fn child_role() -> Option<String> {
+    std::env::var(CHILD_ENV).ok()
+}
+
+/// What a child prints when its checks passed, so that the parent knows the test really ran
+/// (a mistyped name would make libtest run nothing and still exit 0).
+pub fn child_passed(test: &str) {
+    println!("CHILD-PASSED {}", test);
+}
+
+/// Re-runs this test binary for `test` alone, as child role `role`, with `env` added. Process-
+/// wide state (the loaded library, the loaded CUDA driver) is then fresh. Panics unless the
+/// child's checks passed.
+pub fn run_child(test: &str, role: &str, env: &[(&str, &str)]) {
+    let exe = std::env::current_exe().expect("current_exe");
+    let mut cmd = Command::new(exe);
+    cmd.args(["--exact", test, "--nocapture", "--test-threads", "1"])
+        .env(CHILD_ENV, role);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let out = cmd
+        .output()
+        .expect("could not start the child test process");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success() && stdout.contains(&format!("CHILD-PASSED {}", test)),
+        "child test {} ({}) failed: {}\n--- stdout\n{}\n--- stderr\n{}",
+        test,
+        role,
+        out.status,
+        stdout,
+        stderr
+    );
+}
+
+/// The path the binding loads libcgc from (as the binding computes it).
+pub fn library_path() -> String {
+    std::env::var("CGC_LIBRARY")
+        .ok()
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| "libcgc.so.1".to_string())
+}
+
+pub fn dlopen_path(path: &str) -> *mut c_void {
+    let c = CString::new(path).unwrap();
+    // SAFETY: valid C string; never closed.
+    unsafe { dlopen(c.as_ptr(), RTLD_NOW) }
+}
+
+pub fn dlsym_name(handle: *mut c_void, name: &str) -> *mut c_void {
+    let c = CString::new(name).unwrap();
+    // SAFETY: valid handle and C string.
+    unsafe { dlsym(handle, c.as_ptr()) }
+}
+
+type CuResult = c_int;
+
+/// The driver entry points of the brief, resolved by plain dlsym of libcuda.so.1.
+pub struct Cuda {
+    memcpy_dtoh: unsafe extern "C" fn(*mut c_void, u64, usize) -> CuResult,
+    memcpy_dtod_async: unsafe extern "C" fn(u64, u64, usize, *mut c_void) -> CuResult,
+}
+
+impl Cuda {
+    /// Loads the driver and makes device `device`'s primary context current on this thread
+    /// (cgc_context_create does not, and the copies below need one). Panics on failure: only
+    /// called once cgc has found a GPU.
+    pub fn load_and_make_current(device: c_int) -> Cuda {
+        // The same file cgc loaded, so that both see one driver state.
+        let path = std::env::var("CGC_CUDA_DRIVER")
+            .ok()
+            .filter(|s| !s.is_empty())
+            .unwrap_or_else(|| "libcuda.so.1".into());
+        let lib = dlopen_path(&path);
+        assert!(!lib.is_null(), "cannot dlopen {}", path);
+        let sym = |name: &str| {
+            let p = dlsym_name(lib, name);
+            assert!(!p.is_null(), "{} has no {}", path, name);
+            p
+        };
+        // SAFETY: each symbol has the CUDA driver API signature it is transmuted to.
+        unsafe {
+            let device_get: unsafe extern "C" fn(*mut c_int, c_int) -> CuResult =
+                std::mem::transmute(sym("cuDeviceGet"));
+            let retain: unsafe extern "C" fn(*mut *mut c_void, c_int) -> CuResult =
+                std::mem::transmute(sym("cuDevicePrimaryCtxRetain"));
+            let set_current: unsafe extern "C" fn(*mut c_void) -> CuResult =
+                std::mem::transmute(sym("cuCtxSetCurrent"));
+            let mut dev: c_int = 0;
+            assert_eq!(device_get(&mut dev, device), 0, "cuDeviceGet");
+            let mut ctx = std::ptr::null_mut();
+            assert_eq!(retain(&mut ctx, dev), 0, "cuDevicePrimaryCtxRetain");
+            assert_eq!(set_current(ctx), 0, "cuCtxSetCurrent");
+            let memcpy_dtoh: unsafe extern "C" fn(*mut c_void, u64, usize) -> CuResult =
+                std::mem::transmute(sym("cuMemcpyDtoH_v2"));
+            let memcpy_dtod_async: unsafe extern "C" fn(u64, u64, usize, *mut c_void) -> CuResult =
+                std::mem::transmute(sym("cuMemcpyDtoDAsync_v2"));
+            Cuda {
+                memcpy_dtoh,
+                memcpy_dtod_async,
+            }
+        }
+    }
+
+    /// Copies device memory at `src` into `dst` (synchronous).
+    pub fn to_host(&self, src: u64, dst: &mut [f32]) {
+        // SAFETY: dst holds dst.len() floats; src is a live device block at least as large.
+        let r = unsafe { (self.memcpy_dtoh)(dst.as_mut_ptr() as *mut c_void, src, dst.len() * 4) };
+        assert_eq!(r, 0, "cuMemcpyDtoH_v2 failed: CUresult {}", r);
+    }
+
+    /// Enqueues a device-to-device copy on `stream` (a CUstream); captured if it captures.
+    pub fn copy_async(&self, dst: u64, src: u64, bytes: usize, stream: *mut c_void) {
+        // SAFETY: both blocks are live and hold `bytes` bytes.
+        let r = unsafe { (self.memcpy_dtod_async)(dst, src, bytes, stream) };
+        assert_eq!(r, 0, "cuMemcpyDtoDAsync_v2 failed: CUresult {}", r);
+    }
+}
