@@ -1,0 +1,40 @@
+#!/bin/bash
+# Adds the bindings' GPU-ready test binaries and examples to a GPU bundle (tests/make_bundle.sh
+# calls it; the GPU machine has no Rust, Go or Bazel, so everything is built here):
+#   bin/rust_*_test, bin/go_binding_test      test binaries (they find libcgc via CGC_LIBRARY)
+#   python/                                   cgc.py and its unittest files
+#   tools/{rust,go}_fork_join, tools/*.py      the examples
+# A toolchain that is missing here is reported and its part left out.
+#   tools/bundle_bindings.sh BUNDLE_DIR
+set -euo pipefail
+out="$1"
+ws="$(cd "$(dirname "$0")/.." && pwd)"
+mkdir -p "$out/bin" "$out/tools" "$out/python"
+
+if command -v cargo >/dev/null 2>&1; then
+  # Test binaries are named after their test file plus a hash; cargo's JSON messages say which.
+  (cd "$ws/bindings/rust" && cargo test --release --no-run --message-format=json 2>/dev/null) |
+    python3 -c '
+import json, sys
+for line in sys.stdin:
+    m = json.loads(line)
+    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["profile"]["test"]:
+        print(m["target"]["name"], m["executable"])' |
+    while read -r name exe; do cp "$exe" "$out/bin/rust_${name}_test"; done
+  (cd "$ws/bindings/rust" && cargo build --release --quiet --example fork_join)
+  cp "$ws/bindings/rust/target/release/examples/fork_join" "$out/tools/rust_fork_join"
+else
+  echo "bundle_bindings: no cargo here, the Rust binding's tests are left out" >&2
+fi
+
+if command -v go >/dev/null 2>&1; then
+  export GOFLAGS=-buildvcs=false GOPROXY=off
+  (cd "$ws/bindings/go" && go test -c -o "$out/bin/go_binding_test" .)
+  (cd "$ws/examples/go" && go build -o "$out/tools/go_fork_join" .)
+else
+  echo "bundle_bindings: no go here, the Go binding's tests are left out" >&2
+fi
+
+cp "$ws"/bindings/python/*.py "$out/python/"
+cp "$ws"/examples/python/*.py "$out/tools/"
+echo "bindings bundled: $(ls "$out/bin" | grep -cE '^(rust|go)_') Rust/Go test binaries, $(ls "$out/python" | wc -l) Python files"

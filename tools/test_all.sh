@@ -1,0 +1,23 @@
+#!/bin/bash
+# Every test of the project, as CI runs them (README's test command):
+#   1. bazel test //...      the library's C/C++ tests and the Python binding's unittests
+#   2. the Rust and Go bindings with their own tools (cargo, go), which this offline Bazel 4
+#      cannot drive, against the libcgc.so that Bazel built; warnings are errors.
+# GPU tests skip with the reason on machines without a GPU (run the bundle there instead).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+bazel test //...
+
+bazel build //:libcgc.so
+export CGC_LIBRARY="$PWD/bazel-bin/libcgc.so"
+export RUSTFLAGS="-D warnings"
+export GOFLAGS=-buildvcs=false GOPROXY=off
+
+echo "== Rust binding ($(cargo --version))"
+(cd bindings/rust && cargo test --offline && cargo build --offline --examples)
+
+echo "== Go binding ($(go version))"
+(cd bindings/go && ! gofmt -l . | grep . && go vet ./... && go test -v ./...)
+(cd examples/go && ! gofmt -l . | grep . && go vet ./... && go build -o /dev/null .)
+echo "all tests passed"
