@@ -18,7 +18,8 @@ if command -v cargo >/dev/null 2>&1; then
 import json, sys
 for line in sys.stdin:
     m = json.loads(line)
-    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["profile"]["test"]:
+    # the integration tests (tests/*.rs), not the unit-test harness of the lib target (empty)
+    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["kind"] == ["test"]:
         print(m["target"]["name"], m["executable"])' |
     while read -r name exe; do cp "$exe" "$out/bin/rust_${name}_test"; done
   (cd "$ws/bindings/rust" && cargo build --release --quiet --example fork_join)
