@@ -7,6 +7,7 @@ import "C"
 
 import (
 	"runtime"
+	"sync"
 	"unsafe"
 )
 
@@ -71,10 +72,13 @@ func NewCommID() (CommID, error) {
 
 // Comm is an NCCL communicator (cgc_comm_t). Collectives on a capturing stream are captured
 // and run at every replay; every rank must enqueue collectives and launch graphs holding them
-// in the same order.
+// in the same order. NCCL does not allow concurrent calls on one communicator and cgc adds no
+// lock, so the collectives and point-to-point calls of one Comm are serialised here (Abort is
+// not: it is meant to unblock one of them).
 type Comm struct {
-	h      C.cgc_comm_t
-	closed bool
+	h       C.cgc_comm_t
+	closed  bool
+	enqueue sync.Mutex
 }
 
 // NewComm joins rank `rank` of nranks on the context's device; it blocks until every rank has
@@ -109,6 +113,16 @@ func (cm *Comm) handle(op string) (C.cgc_comm_t, error) {
 	return cm.h, nil
 }
 
+// lock takes the communicator's enqueue lock and returns its release (nothing to lock on nil,
+// which the library refuses).
+func (cm *Comm) lock() func() {
+	if cm == nil {
+		return func() {}
+	}
+	cm.enqueue.Lock()
+	return cm.enqueue.Unlock
+}
+
 // collective fetches both handles and checks the count, the preamble of every collective.
 func (cm *Comm) collective(op string, count int, s *Stream) (C.cgc_comm_t, C.cgc_stream_t, error) {
 	if count < 0 {
@@ -129,7 +143,9 @@ func (cm *Comm) AllReduce(send, recv DevicePtr, count int, dtype DataType, op Re
 		return err
 	}
 	var msg *C.char
+	unlock := cm.lock()
 	err = check(C.cgcgo_all_reduce(h, C.uintptr_t(send), C.uintptr_t(recv), C.size_t(count), C.int(dtype), C.int(op), sh, &msg), msg)
+	unlock()
 	runtime.KeepAlive(cm)
 	runtime.KeepAlive(s)
 	return err
@@ -142,7 +158,9 @@ func (cm *Comm) AllGather(send, recv DevicePtr, sendCount int, dtype DataType, s
 		return err
 	}
 	var msg *C.char
+	unlock := cm.lock()
 	err = check(C.cgcgo_all_gather(h, C.uintptr_t(send), C.uintptr_t(recv), C.size_t(sendCount), C.int(dtype), sh, &msg), msg)
+	unlock()
 	runtime.KeepAlive(cm)
 	runtime.KeepAlive(s)
 	return err
@@ -155,7 +173,9 @@ func (cm *Comm) ReduceScatter(send, recv DevicePtr, recvCount int, dtype DataTyp
 		return err
 	}
 	var msg *C.char
+	unlock := cm.lock()
 	err = check(C.cgcgo_reduce_scatter(h, C.uintptr_t(send), C.uintptr_t(recv), C.size_t(recvCount), C.int(dtype), C.int(op), sh, &msg), msg)
+	unlock()
 	runtime.KeepAlive(cm)
 	runtime.KeepAlive(s)
 	return err
@@ -168,7 +188,9 @@ func (cm *Comm) Broadcast(send, recv DevicePtr, count int, dtype DataType, root 
 		return err
 	}
 	var msg *C.char
+	unlock := cm.lock()
 	err = check(C.cgcgo_broadcast(h, C.uintptr_t(send), C.uintptr_t(recv), C.size_t(count), C.int(dtype), C.int(root), sh, &msg), msg)
+	unlock()
 	runtime.KeepAlive(cm)
 	runtime.KeepAlive(s)
 	return err
@@ -181,7 +203,9 @@ func (cm *Comm) Send(buf DevicePtr, count int, dtype DataType, peer int, s *Stre
 		return err
 	}
 	var msg *C.char
+	unlock := cm.lock()
 	err = check(C.cgcgo_send(h, C.uintptr_t(buf), C.size_t(count), C.int(dtype), C.int(peer), sh, &msg), msg)
+	unlock()
 	runtime.KeepAlive(cm)
 	runtime.KeepAlive(s)
 	return err
@@ -194,7 +218,9 @@ func (cm *Comm) Recv(buf DevicePtr, count int, dtype DataType, peer int, s *Stre
 		return err
 	}
 	var msg *C.char
+	unlock := cm.lock()
 	err = check(C.cgcgo_recv(h, C.uintptr_t(buf), C.size_t(count), C.int(dtype), C.int(peer), sh, &msg), msg)
+	unlock()
 	runtime.KeepAlive(cm)
 	runtime.KeepAlive(s)
 	return err

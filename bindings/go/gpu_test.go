@@ -83,7 +83,7 @@ func (f *fixture) malloc(s *cgc.Stream) *cgc.DeviceMemory {
 	return m
 }
 
-// closeAll destroys the fixture's objects in the brief's order (events, streams, generator,
+// closeAll destroys the fixture's objects in dependency order (events, streams, generator,
 // context), checking each call when check is set.
 func (f *fixture) closeAll(check bool) {
 	report := func(what string, err error) {
@@ -101,9 +101,10 @@ func (f *fixture) closeAll(check bool) {
 	report("Context.Close", f.ctx.Close())
 }
 
+// host copies the block's floats to the host.
 func (f *fixture) host(m *cgc.DeviceMemory) []float32 {
 	f.t.Helper()
-	h := make([]float32, n)
+	h := make([]float32, m.Size()/4)
 	f.ok(cudatest.CopyToHost(h, uintptr(m.Ptr())))
 	return h
 }
@@ -177,8 +178,7 @@ func TestGPUForkJoinSharedPool(t *testing.T) {
 	info2, err := g2.Info()
 	f.ok(err)
 	// g1 holds three work nodes (uniform draw, copy, normal draw): cgc_malloc serves capture
-	// allocations from the pool without graph nodes, and events only add edges. (The shared
-	// brief asked for >= 4; libcgc 1.0.0 gives 3 on an H100.)
+	// allocations from the pool without graph nodes, and events only add edges.
 	if info1.NodeCount < 3 || info2.NodeCount < 1 || info1.ReplayCount != 3 || info2.ReplayCount != 3 {
 		t.Errorf("graph info %+v / %+v: want >= 3 nodes in g1, >= 1 in g2 and 3 replays each", info1, info2)
 	}
@@ -324,6 +324,120 @@ func TestGPUWrapStreamAndCaptureMode(t *testing.T) {
 	if inside != cgc.CaptureModeThreadLocal || after != cgc.CaptureModeGlobal {
 		t.Errorf("WithCaptureMode: mode inside %v, after %v", inside, after)
 	}
+	f.closeAll(true)
+}
+
+// ncclVersion skips the test, with the library's message, when NCCL is unavailable, else
+// returns NCCL's version code.
+func ncclVersion(t *testing.T) int {
+	t.Helper()
+	v, err := cgc.NCCLVersion()
+	var e *cgc.Error
+	if errors.As(err, &e) && e.Status == cgc.ErrNCCLUnavailable {
+		t.Skipf("SKIP (no NCCL): %s", e.Message)
+	}
+	if err != nil {
+		t.Fatalf("NCCLVersion: %v", err)
+	}
+	return v
+}
+
+// TestGPUNCCLOneRank runs the NCCL wrappers on one GPU with a 1-rank communicator, where every
+// collective here copies send into recv: eagerly, and captured into a graph that is replayed
+// with new inputs.
+func TestGPUNCCLOneRank(t *testing.T) {
+	const count = 4096 // floats per buffer
+	f := newFixture(t, 1, 0)
+	version := ncclVersion(t)
+	// cgc counts NCCL older than 2.9.6 (code 20906, the 2.9+ format major*10000 + minor*100 +
+	// patch) as missing.
+	if version < 20906 {
+		t.Fatalf("NCCL version code %d, want >= 20906", version)
+	}
+	t.Logf("NCCL %d.%d.%d", version/10000, version%10000/100, version%100)
+	s, gen := f.streams[0], f.gen
+
+	id, err := cgc.NewCommID()
+	f.ok(err)
+	cm, err := f.ctx.NewComm(1, id, 0)
+	f.ok(err)
+	t.Cleanup(func() { _ = cm.Close() }) // runs after the graph's cleanup, before the fixture's
+	send, err := f.ctx.Malloc(4*count, s)
+	f.ok(err)
+	recv, err := f.ctx.Malloc(4*count, s)
+	f.ok(err)
+	// Other numbers in recv first, so that a collective that did nothing would be seen.
+	f.ok(gen.Uniform(recv.Ptr(), count, s))
+
+	// fresh draws new numbers into send (eagerly) and checks that recv does not hold them yet;
+	// copied checks that it does.
+	fresh := func(what string) {
+		t.Helper()
+		f.ok(gen.Uniform(send.Ptr(), count, s))
+		f.ok(s.Synchronize())
+		hs := f.host(send)
+		for i, x := range hs {
+			if !(x >= 0 && x < 1) {
+				t.Fatalf("%s: send[%d]=%v not in [0,1)", what, i, x)
+			}
+		}
+		if equalBits(f.host(recv), hs) {
+			t.Fatalf("%s: recv already equals the new send", what)
+		}
+	}
+	copied := func(what string) {
+		t.Helper()
+		f.ok(s.Synchronize())
+		hs, hr := f.host(send), f.host(recv)
+		for i := range hs {
+			if math.Float32bits(hr[i]) != math.Float32bits(hs[i]) {
+				t.Fatalf("%s: recv[%d]=%v, want send[%d]=%v", what, i, hr[i], i, hs[i])
+			}
+		}
+	}
+
+	// 1. eager all-reduce (sum over one rank).
+	fresh("eager AllReduce")
+	f.ok(cm.AllReduce(send.Ptr(), recv.Ptr(), count, cgc.Float32, cgc.Sum, s))
+	copied("eager AllReduce")
+
+	// 2. captured all-reduce, replayed with new inputs drawn eagerly before each replay.
+	g, err := s.Capture(&cgc.CaptureOptions{Mode: cgc.CaptureModeGlobal}, func(cs *cgc.Stream) error {
+		return cm.AllReduce(send.Ptr(), recv.Ptr(), count, cgc.Float32, cgc.Sum, cs)
+	})
+	f.ok(err)
+	t.Cleanup(func() { _ = g.Destroy() })
+	for replay := 1; replay <= 3; replay++ {
+		what := fmt.Sprintf("replay %d", replay)
+		fresh(what)
+		f.ok(g.Launch(s))
+		copied(what)
+	}
+	info, err := g.Info()
+	f.ok(err)
+	if info.NodeCount < 1 || info.ReplayCount != 3 {
+		t.Errorf("graph info %+v: want >= 1 node and 3 replays", info)
+	}
+
+	// 3. eager all-gather (one rank: recv = send) and broadcast from root 0.
+	fresh("AllGather")
+	f.ok(cm.AllGather(send.Ptr(), recv.Ptr(), count, cgc.Float32, s))
+	copied("AllGather")
+	fresh("Broadcast")
+	f.ok(cm.Broadcast(send.Ptr(), recv.Ptr(), count, cgc.Float32, 0, s))
+	copied("Broadcast")
+
+	// 4. the graph holds the communicator: closing it first is refused and leaves it intact;
+	// after the graph it succeeds.
+	e := asError(t, cm.Close(), cgc.ErrInvalidState)
+	if !strings.Contains(e.Message, "cgc_comm_destroy") {
+		t.Errorf("message %q does not name cgc_comm_destroy", e.Message)
+	}
+	f.ok(g.Destroy())
+	f.ok(cm.Close())
+
+	f.ok(send.Free())
+	f.ok(recv.Free())
 	f.closeAll(true)
 }
 

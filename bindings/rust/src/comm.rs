@@ -7,7 +7,7 @@ use std::ptr;
 use std::sync::{Mutex, MutexGuard};
 
 use crate::error::{check, Result};
-use crate::{api, sys, Context, DeviceBuffer, Stream};
+use crate::{api, sys, Context, DeviceBuffer, Error, Status, Stream};
 
 /// NCCL's version code (e.g. 22809 for 2.28.9).
 pub fn nccl_version() -> Result<i32> {
@@ -395,11 +395,27 @@ impl Comm {
     }
 
     /// Destroys the communicator, reporting the status ([`Status::InvalidState`](crate::Status::InvalidState) while graphs
-    /// holding its collectives exist: destroy them first; the handle is then leaked).
+    /// holding its collectives exist: destroy them first; the handle is then leaked. Use
+    /// [`Comm::try_destroy`] to get the communicator back from that refusal).
     pub fn destroy(mut self) -> Result<()> {
         let raw = std::mem::replace(&mut self.raw, ptr::null_mut());
         // SAFETY: owned handle, destroyed once.
         check(self.api, unsafe { (self.api.cgc_comm_destroy)(raw) })
+    }
+
+    /// Like [`Comm::destroy`], but the library's refusal while graphs holding the
+    /// communicator's collectives exist ([`Status::InvalidState`](crate::Status::InvalidState))
+    /// hands the communicator back, unharmed, with the error (`Some`): destroy the graphs, then
+    /// call again. After any other failure the library has freed the handle (`None`).
+    pub fn try_destroy(mut self) -> std::result::Result<(), (Error, Option<Comm>)> {
+        // SAFETY: owned handle; the library frees it unless it refuses with INVALID_STATE.
+        match check(self.api, unsafe { (self.api.cgc_comm_destroy)(self.raw) }) {
+            Err(e) if e.status() == Some(Status::InvalidState) => Err((e, Some(self))),
+            outcome => {
+                self.raw = ptr::null_mut();
+                outcome.map_err(|e| (e, None))
+            }
+        }
     }
 }
 

@@ -10,7 +10,8 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::{Mutex, MutexGuard};
 
 use cgc::{
-    CaptureOptions, CaptureStatus, Context, DeviceBuffer, Error, Event, Rng, Status, Stream,
+    CaptureMode, CaptureOptions, CaptureStatus, Comm, CommId, Context, DType, DeviceBuffer, Error,
+    Event, ReduceOp, Rng, Status, Stream,
 };
 use common::Cuda;
 
@@ -39,8 +40,9 @@ fn gpu(test: &str) -> Option<Context> {
     }
 }
 
+/// The buffer's floats, copied to the host.
 fn host(cuda: &Cuda, buf: &DeviceBuffer) -> Vec<f32> {
-    let mut v = vec![0f32; N];
+    let mut v = vec![0f32; buf.len() / 4];
     cuda.to_host(buf.device_ptr(), &mut v);
     v
 }
@@ -145,8 +147,7 @@ fn fork_join_shared_pool() {
     }
     let info1 = g1.info().unwrap();
     // Nodes: the uniform draw, the copy and the normal draw. Allocations come from cgc's
-    // caching allocator and events only add edges, so neither makes a node (3 on an H100;
-    // the shared brief's ">= 4" counted one more than cgc captures).
+    // caching allocator and events only add edges, so neither makes a node.
     assert!(info1.node_count >= 3, "g1 has {} nodes", info1.node_count);
     assert_eq!(info1.replay_count, 3);
     assert_eq!(g2.info().unwrap().replay_count, 3);
@@ -309,6 +310,137 @@ fn capture_closure_panic_ends_capture() {
     assert_recovered(&ctx, &stream, &gen, &x);
 
     x.free().unwrap();
+    stream.destroy().unwrap();
+    gen.destroy().unwrap();
+    ctx.destroy().unwrap();
+}
+
+/// NCCL's version code, or None after printing why the test is skipped (NCCL unavailable).
+fn nccl(test: &str) -> Option<i32> {
+    match cgc::nccl_version() {
+        Ok(v) => Some(v),
+        Err(e) if e.status() == Some(Status::NcclUnavailable) => {
+            println!("skipping: {}: {}", test, e.message());
+            None
+        }
+        Err(e) => panic!("cgc_nccl_version: {}", e),
+    }
+}
+
+/// Floats per buffer of the NCCL test.
+const NCCL_N: usize = 4096;
+
+#[test]
+fn nccl_one_rank_eager_and_captured() {
+    const TEST: &str = "nccl_one_rank_eager_and_captured";
+    let _serial = serial();
+    let ctx = match gpu(TEST) {
+        Some(c) => c,
+        None => return,
+    };
+    let version = match nccl(TEST) {
+        Some(v) => v,
+        None => return,
+    };
+    // cgc counts NCCL older than 2.9.6 (code 20906, the 2.9+ format major*10000 + minor*100 +
+    // patch) as missing.
+    assert!(version >= 20906, "NCCL version code {}", version);
+    println!(
+        "NCCL {}.{}.{}",
+        version / 10000,
+        version % 10000 / 100,
+        version % 100
+    );
+    let cuda = Cuda::load_and_make_current(0);
+
+    let stream = Stream::new(&ctx).unwrap();
+    let gen = Rng::new(&ctx, 2718).unwrap();
+    let id = CommId::new().expect("cgc_comm_unique_id");
+    let comm = Comm::new(&ctx, 1, &id, 0).expect("cgc_comm_create of a 1-rank communicator");
+    assert_eq!((comm.nranks(), comm.rank()), (1, 0));
+    let send = DeviceBuffer::alloc(&ctx, NCCL_N * 4, &stream).unwrap();
+    let recv = DeviceBuffer::alloc(&ctx, NCCL_N * 4, &stream).unwrap();
+    // Other numbers in recv first, so that a collective that did nothing would be seen.
+    gen.uniform(&recv, NCCL_N, &stream).unwrap();
+
+    // With one rank every collective here copies send into recv. `fresh` draws new numbers into
+    // send (eagerly) and checks that recv does not hold them yet; `copied` checks it does.
+    let fresh = |what: &str| {
+        gen.uniform(&send, NCCL_N, &stream).unwrap();
+        stream.synchronize().unwrap();
+        let s = host(&cuda, &send);
+        assert!(
+            s.iter().all(|&x| (0.0..1.0).contains(&x)),
+            "{}: send outside [0, 1)",
+            what
+        );
+        assert!(
+            bits(&host(&cuda, &recv)) != bits(&s),
+            "{}: recv already equals the new send",
+            what
+        );
+    };
+    let copied = |what: &str| {
+        stream.synchronize().unwrap();
+        assert!(
+            bits(&host(&cuda, &recv)) == bits(&host(&cuda, &send)),
+            "{}: recv != send",
+            what
+        );
+    };
+
+    // 1. eager all-reduce (sum over one rank).
+    fresh("eager all_reduce");
+    comm.all_reduce(&send, &recv, NCCL_N, DType::Float32, ReduceOp::Sum, &stream)
+        .unwrap();
+    copied("eager all_reduce");
+
+    // 2. captured all-reduce, replayed with new inputs drawn eagerly before each replay.
+    let graph = stream
+        .capture(&CaptureOptions::new().with_mode(CaptureMode::Global), |s| {
+            comm.all_reduce(&send, &recv, NCCL_N, DType::Float32, ReduceOp::Sum, s)
+        })
+        .expect("capture of an all_reduce");
+    for replay in 1..=3 {
+        let what = format!("replay {}", replay);
+        fresh(&what);
+        graph.launch(&stream).unwrap();
+        copied(&what);
+    }
+    let info = graph.info().unwrap();
+    assert!(info.node_count >= 1, "{:?}", info);
+    assert_eq!(info.replay_count, 3);
+
+    // 3. eager all-gather (one rank: recv = send) and broadcast from root 0.
+    fresh("all_gather");
+    comm.all_gather(&send, &recv, NCCL_N, DType::Float32, &stream)
+        .unwrap();
+    copied("all_gather");
+    fresh("broadcast");
+    comm.broadcast(&send, &recv, NCCL_N, DType::Float32, 0, &stream)
+        .unwrap();
+    copied("broadcast");
+
+    // 4. the graph holds the communicator: destroying the communicator first is refused and
+    // leaves it intact; after the graph it succeeds.
+    let (e, comm) = match comm.try_destroy() {
+        Err((e, Some(comm))) => (e, comm),
+        Err((e, None)) => panic!("destroy with a live graph freed the communicator: {}", e),
+        Ok(()) => panic!("destroy with a live graph holding the communicator succeeded"),
+    };
+    assert_eq!(e.status(), Some(Status::InvalidState), "{}", e);
+    assert!(
+        e.message().contains("cgc_comm_destroy"),
+        "message does not name cgc_comm_destroy: {}",
+        e.message()
+    );
+    graph.destroy().unwrap();
+    comm.try_destroy()
+        .map_err(|(e, _)| e)
+        .expect("cgc_comm_destroy after the graph");
+
+    send.free().unwrap();
+    recv.free().unwrap();
     stream.destroy().unwrap();
     gen.destroy().unwrap();
     ctx.destroy().unwrap();

@@ -76,7 +76,7 @@ pub fn dlsym_name(handle: *mut c_void, name: &str) -> *mut c_void {
 
 type CuResult = c_int;
 
-/// The driver entry points of the brief, resolved by plain dlsym of libcuda.so.1.
+/// The driver entry points the GPU tests need, resolved by plain dlsym of libcuda.so.1.
 pub struct Cuda {
     memcpy_dtoh: unsafe extern "C" fn(*mut c_void, u64, usize) -> CuResult,
     memcpy_dtod_async: unsafe extern "C" fn(u64, u64, usize, *mut c_void) -> CuResult,
