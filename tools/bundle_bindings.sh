@@ -13,7 +13,7 @@ mkdir -p "$out/bin" "$out/tools" "$out/python"
 
 if command -v cargo >/dev/null 2>&1; then
   # Test binaries are named after their test file plus a hash; cargo's JSON messages say which.
-  (cd "$ws/bindings/rust" && cargo test --release --no-run --message-format=json 2>/dev/null) |
+  (cd "$ws/bindings/rust" && cargo test --release --no-run --message-format=json) |
     python3 -c '
 import json, sys
 for line in sys.stdin:
