@@ -45,9 +45,11 @@ extern "C" {
   X(cuStreamQuery, PFN_cuStreamQuery_v2000, 2000)                                            \
   X(cuStreamWaitEvent, PFN_cuStreamWaitEvent_v3020, 3020)                                    \
   X(cuStreamGetCtx, PFN_cuStreamGetCtx_v9020, 9020)                                          \
+  X(cuStreamGetId, PFN_cuStreamGetId_v12000, 12000)                                          \
   X(cuEventCreate, PFN_cuEventCreate_v2000, 2000)                                            \
   X(cuEventDestroy, PFN_cuEventDestroy_v4000, 4000)                                          \
   X(cuEventRecord, PFN_cuEventRecord_v2000, 2000)                                            \
+  X(cuEventRecordWithFlags, PFN_cuEventRecordWithFlags_v11010, 11010)                        \
   X(cuEventSynchronize, PFN_cuEventSynchronize_v2000, 2000)                                  \
   X(cuEventQuery, PFN_cuEventQuery_v2000, 2000)                                              \
   X(cuEventElapsedTime, PFN_cuEventElapsedTime_v2000, 2000)                                  \
@@ -65,6 +67,8 @@ extern "C" {
   X(cuMemAlloc, PFN_cuMemAlloc_v3020, 3020)                                                  \
   X(cuMemFree, PFN_cuMemFree_v3020, 3020)                                                    \
   X(cuMemGetInfo, PFN_cuMemGetInfo_v3020, 3020)                                              \
+  X(cuMemAllocHost, PFN_cuMemAllocHost_v3020, 3020)                                          \
+  X(cuMemFreeHost, PFN_cuMemFreeHost_v2000, 2000)                                            \
   X(cuMemcpyHtoDAsync, PFN_cuMemcpyHtoDAsync_v3020, 3020)                                    \
   X(cuMemcpyDtoDAsync, PFN_cuMemcpyDtoDAsync_v3020, 3020)                                    \
   X(cuMemcpyDtoH, PFN_cuMemcpyDtoH_v3020, 3020)                                              \
