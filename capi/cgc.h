@@ -16,6 +16,15 @@
  *   set, means the defaults. Fields are only ever appended.
  * - Every function may be called from any thread; an object must not be destroyed while another
  *   thread uses it.
+ * - Captures on other threads: no cgc call breaks a capture cgc began. A call that the driver
+ *   counts as unsafe during a capture (a synchronisation, a stream or event query, a
+ *   communicator's setup or teardown) and that would break one by the driver's rule for this
+ *   thread's capture mode (in Global mode: any Global capture on any thread, and this thread's
+ *   own Global or ThreadLocal capture) is refused with CGC_ERROR_CAPTURE_UNSUPPORTED before it
+ *   reaches the driver; the message names the capture and how to proceed (wait for its end,
+ *   capture in ThreadLocal mode, or switch this thread to Relaxed). What cgc does internally
+ *   (allocation, cache trimming, instantiation, destruction) runs in Relaxed mode and never
+ *   breaks a capture. The user's own driver calls still follow the driver's rule.
  *
  * Every function is listed once, in X-macro lists (CGC_FUNCTIONS_<SECTION>(X), entries
  * X(return type, name, (parameters)) in ABI.md's order): the lists generate the declarations
@@ -102,20 +111,27 @@ typedef struct cgc_rng_s* cgc_rng_t;     /* graph-safe Philox generator */
    * any framework in the process). Objects created from it keep it alive: destroying the handle               \
    * while streams, events or graphs of it exist only drops the caller's reference. */                         \
   X(cgc_status_t, cgc_context_create, (int device, cgc_context_t* out))                                        \
+  /* When the last handle of a device goes, cgc gives back what it holds there and no longer needs:            \
+   * cached segments, spare events, freed generator state, its kernels when no generator is left.              \
+   * Allocated blocks and referenced pools keep their memory. */                                               \
   X(cgc_status_t, cgc_context_destroy, (cgc_context_t ctx))                                                    \
-  /* Waits for all work on the device (cuCtxSynchronize). Not allowed during a Global capture. */              \
+  /* Waits for all work on the device (cuCtxSynchronize). Refused (CGC_ERROR_CAPTURE_UNSUPPORTED)              \
+   * while a capture of the device is under way on any thread: the driver would break it. */                   \
   X(cgc_status_t, cgc_context_synchronize, (cgc_context_t ctx))                                                \
   /* A new stream on ctx's device. priority: 0 is the default; lower numbers are higher priority,              \
    * clamped to the device's range. Unknown flag bits are CGC_ERROR_INVALID_ARGUMENT. */                       \
   X(cgc_status_t, cgc_stream_create, (cgc_context_t ctx, unsigned flags, int priority, cgc_stream_t* out))     \
   /* Borrows an existing CUstream / cudaStream_t of ctx's device (NULL or cudaStreamLegacy = the               \
-   * legacy default stream; cudaStreamPerThread is accepted too). cgc_stream_destroy frees only the            \
-   * handle; the stream stays the caller's. */                                                                 \
+   * legacy default stream; cudaStreamPerThread is accepted too and means the calling thread's own             \
+   * stream at every call). cgc_stream_destroy frees only the handle; the stream stays the caller's,           \
+   * who must not destroy it while blocks that recorded a use of it (cgc_record_stream) are alive. */          \
   X(cgc_status_t, cgc_stream_wrap, (cgc_context_t ctx, void* native_stream, cgc_stream_t* out))                \
   /* The CUstream behind the handle (NULL for the legacy default stream, or for a bad handle). */              \
   X(void*, cgc_stream_native, (cgc_stream_t stream))                                                           \
   /* Destroys an owned stream (pending work still completes); borrowed streams are not destroyed.              \
-   * Refused with CGC_ERROR_INVALID_STATE while a capture begun with cgc is under way on it. */                \
+   * What the allocator owes the stream is settled first: blocks that recorded a use of it wait for           \
+   * an event recorded now, and its cached memory goes to other streams once its work is done.                 \
+   * Refused with CGC_ERROR_INVALID_STATE while the stream is capturing. */                                    \
   X(cgc_status_t, cgc_stream_destroy, (cgc_stream_t stream))                                                   \
   X(cgc_status_t, cgc_stream_synchronize, (cgc_stream_t stream))                                               \
   /* *complete = 1 when all work on the stream has finished, 0 when some is still running. */                  \
@@ -130,7 +146,7 @@ typedef struct cgc_rng_s* cgc_rng_t;     /* graph-safe Philox generator */
   X(cgc_status_t, cgc_event_record, (cgc_event_t event, cgc_stream_t stream))                                  \
   X(cgc_status_t, cgc_event_synchronize, (cgc_event_t event))                                                  \
   /* *complete = 1 when the recorded work has finished. Like cuEventQuery it is an unsafe call                 \
-   * during a Global-mode capture. */                                                                          \
+   * during a capture: refused (CGC_ERROR_CAPTURE_UNSUPPORTED) where it would break one. */                    \
   X(cgc_status_t, cgc_event_query, (cgc_event_t event, int* complete))                                         \
   /* Milliseconds between two completed records of CGC_EVENT_TIMING events. */                                 \
   X(cgc_status_t, cgc_event_elapsed_ms, (cgc_event_t start, cgc_event_t end, float* ms))
@@ -220,7 +236,8 @@ typedef struct cgc_graph_info {
   /* reset + free the handle. */                                                                               \
   X(cgc_status_t, cgc_graph_destroy, (cgc_graph_t graph))                                                      \
   /* The CUgraph / CUgraphExec behind the handle, owned by it (NULL after reset or for a bad                   \
-   * handle). Valid until reset or destroy. */                                                                 \
+   * handle). Valid until reset or destroy. Besides the captured nodes the graph ends with one event           \
+   * record node of cgc's, which tells when the last replay is over (cgc_graph_info does not count it). */     \
   X(void*, cgc_graph_native, (cgc_graph_t graph))                                                              \
   X(void*, cgc_graph_native_exec, (cgc_graph_t graph))
 CGC_FUNCTIONS_GRAPHS(CGC_DECLARE_FUNCTION_)
@@ -253,21 +270,27 @@ typedef struct cgc_memory_stats {
   X(cgc_status_t, cgc_pool_retain, (cgc_pool_t pool))                                                          \
   /* Drops one of the caller's references; CGC_ERROR_INVALID_STATE if the caller holds none. The               \
    * pool lives on while graphs captured into it or blocks allocated from it exist; then its                   \
-   * memory returns to the device's cache. */                                                                  \
+   * memory returns to the device's cache, for any stream once its graphs' last replays are over. */           \
   X(cgc_status_t, cgc_pool_release, (cgc_pool_t pool))                                                         \
   /* Allocates `size` bytes, ordered on `stream` (512-byte aligned). During a capture on `stream`              \
    * the block comes from the capture's pool. size 0 gives NULL and success. Errors:                           \
-   * CGC_ERROR_OUT_OF_MEMORY after freeing cached memory and retrying (never during a capture),                \
-   * with the sizes in the message. */                                                                         \
+   * CGC_ERROR_OUT_OF_MEMORY after giving cached memory back and retrying, with the sizes in the               \
+   * message; CGC_ERROR_CAPTURE_UNSUPPORTED when `stream` captures under a capture cgc did not begin           \
+   * (a raw cuStreamBeginCapture): eager memory must not go into a graph. cgc_malloc asks the driver           \
+   * whether its stream captures while a cgc capture is under way (with none, its cache hit makes no           \
+   * driver call, so begin captures with cgc_capture_begin); cgc_torch_malloc always asks. */                  \
   X(cgc_status_t, cgc_malloc, (cgc_context_t ctx, size_t size, cgc_stream_t stream, void** out))               \
   /* Frees a block of cgc_malloc, ordered on its allocation stream. NULL is a no-op; a pointer cgc             \
    * did not hand out, or one already freed, is CGC_ERROR_INVALID_ARGUMENT and changes nothing. */             \
   X(cgc_status_t, cgc_free, (void* ptr))                                                                       \
   /* Like Tensor.record_stream: `ptr` is used by work on `stream` too, so after cgc_free it is not             \
-   * reused before that work is done (outside captures: events; inside: joins or capture end). */              \
+   * reused before that work is done (outside captures: events; inside: joins or capture end).                 \
+   * On the per-thread stream the event is recorded at this call (no other thread can record on                \
+   * that stream later): call it after enqueueing the work. */                                                 \
   X(cgc_status_t, cgc_record_stream, (void* ptr, cgc_stream_t stream))                                         \
   /* Gives the device cache's unused segments back to the driver. Pools still referenced keep                  \
-   * theirs. CGC_ERROR_INVALID_STATE while a capture is under way. */                                          \
+   * theirs, and memory whose last user may still run waits. CGC_ERROR_INVALID_STATE while a                   \
+   * capture of the device is under way. */                                                                    \
   X(cgc_status_t, cgc_empty_cache, (cgc_context_t ctx))                                                        \
   /* Stats of the whole device (pool NULL) or of one pool. */                                                  \
   X(cgc_status_t, cgc_memory_stats,                                                                            \

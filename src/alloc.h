@@ -1,21 +1,66 @@
 /* The caching allocator's shared state, private to alloc.c and pool.c.
  *
- * One process-wide lock (cgc__alloc_lock) guards every device's allocator state, every private
- * pool and the pointer map: cgc_free gets only a pointer, so finding its block must not need
- * to know the device first, and one short lock is all the hot path (a cache hit) takes.
- * Lock order: cgc__alloc_lock, then the capture registry's lock, never the reverse. */
+ * One allocator per device, with its own lock: devices never wait for each other. cgc_free
+ * gets only a pointer, so it asks each device's pointer map in turn (the calling thread's last
+ * device first); a process usually drives one device per thread.
+ *
+ * Locks of an allocator, in the order they are taken (internal.h has the whole order):
+ * - uses_lock (mutex): held by whoever makes driver calls on the streams that blocks recorded
+ *   as uses (events recorded on them, their capture state asked), and by a stream handle that
+ *   is going away while it settles those uses. So a use's stream is never destroyed while
+ *   cgc records on it. Slow paths only.
+ * - lock (spinlock): guards every field below not marked otherwise, the pools' fields, and the
+ *   fences' counts. Held for bookkeeping only: never across a driver call that can wait for
+ *   the GPU; the hot path (a cache hit) makes no driver call under it at all. */
 #ifndef CGC_ALLOC_H_
 #define CGC_ALLOC_H_
 
 #include "src/blocks.h"
 #include "src/internal.h"
 
+/* An event some blocks wait for, counted: several blocks (a stream's last work, a graph's last
+ * replay) can wait for one record. Counts and `done` under the allocator lock. */
+typedef struct cgc__fence {
+  CUevent ev;
+  int refs;
+  bool done;   /* seen complete: never queried again */
+  bool queued; /* in a sweep's list of fences to query */
+} cgc__fence_t;
+
+/* A stream other than the allocation stream that used a block (cgc_record_stream), and, once
+ * the block is freed, the fence recorded on it: the block is reused after every fence. */
+struct cgc__block_use {
+  uint64_t key;   /* the stream's key (stream_ref.c) */
+  CUstream cu;    /* what to record on; NULL for the legacy stream */
+  cgc__fence_t* fence; /* NULL until recorded ("settled") */
+};
+
+/* Whole segments that go to any stream once every fence has completed: a dissolved pool whose
+ * graphs' last replays may still run, or a dead stream's cached segments. */
+typedef struct cgc__drain {
+  cgc__fence_t** fences;
+  size_t n_fences;
+  cgc__block_t* segments; /* linked through next_waiting; owned by the cache, state WAITING */
+  bool keep_keys;         /* then reusable on their own stream, else by any stream */
+  struct cgc__drain* next;
+} cgc__drain_t;
+
 struct cgc__allocator {
+  atomic_int lock_word;
+  pthread_mutex_t uses_lock;
   struct cgc__device* dev;
   cgc__pool_state_t cache; /* the default pool: blocks for allocations outside captures */
   cgc__stats_t total;      /* the whole device: cache + every private pool */
-  cgc__block_t* pending;   /* freed with recorded uses; waiting on events */
-  cgc__block_t* deferred;  /* freed during a capture with uses outside it; events not yet recorded */
+  cgc__ptr_map_t live;     /* allocated blocks by address */
+  size_t blocks_with_uses; /* allocated blocks with recorded uses (stream-ending scans skip at 0) */
+  cgc__block_t* spare_blocks; /* recycled block structs, linked through next_waiting */
+  /* Pending blocks plus drains, also readable without the lock: while it is non-zero each
+   * malloc first settles what has finished (outside the lock), so that memory is reused as
+   * soon as its last user is done, as PyTorch's allocator does. */
+  atomic_int waiting;
+  cgc__block_t* pending;      /* freed with uses, every use settled: waiting for their fences */
+  cgc__block_t* deferred;     /* freed with uses on streams that were capturing: fences still to record */
+  cgc__drain_t* drains;
   CUevent* spare_events;
   size_t n_spare_events, cap_spare_events;
   cgc_pool_t recording; /* pools a capture is recording into, linked through next_recording */
@@ -25,36 +70,61 @@ struct cgc_pool_s {
   uint32_t magic;
   struct cgc__device* dev;
   long user_refs;      /* cgc_pool_create / cgc_pool_retain, less cgc_pool_release */
-  long internal_refs;  /* each graph captured into it, and a running capture */
+  long internal_refs;  /* each graph captured into it, a running capture, an allocation growing it */
   bool recording;      /* a capture allocates into it now */
-  uint64_t capture_id; /* that capture */
+  uint64_t capture_id; /* that capture (0 until the driver began it) */
   CUstream capture_origin;
+  uint64_t capture_origin_key;
   cgc__pool_state_t state;
-  cgc__block_t* deferred; /* freed during its capture with uses on side streams: waiting for joins */
+  cgc__block_t* deferred; /* freed during its capture with uses on other streams: waiting for joins */
+  /* A block of it was freed outside the capture that allocated it (a graph's output, used by
+   * eager work): then its memory, dissolved, is reused as eagerly freed memory is, on the stream
+   * it was allocated on (its key), not by any stream. */
+  bool escaped;
+  cgc__fence_t** fences;  /* last replays of its destroyed graphs that may still run */
+  size_t n_fences, cap_fences;
   cgc_pool_t next_recording;
 };
 
 /* The allocator lock: a test-and-set spinlock, because its critical sections are a few dozen
  * instructions on the hot path, where a pthread mutex's lock and unlock cost more than the work
- * (measured: bench scenario 4). Waiters spin briefly, then yield: the rare long holder (a
- * cuMemAlloc for a new segment) does not get a core burnt beside it for long. */
-extern atomic_int cgc__alloc_lock_word;
-void cgc__alloc_lock_slow(void);
-static inline void cgc__alloc_lock(void) {
-  if (atomic_exchange_explicit(&cgc__alloc_lock_word, 1, memory_order_acquire) != 0) cgc__alloc_lock_slow();
+ * (measured: bench scenario 4). Waiters spin briefly, then yield. */
+void cgc__alloc_lock_slow(atomic_int* word);
+static inline void cgc__alloc_lock(struct cgc__allocator* a) {
+  if (atomic_exchange_explicit(&a->lock_word, 1, memory_order_acquire) != 0) cgc__alloc_lock_slow(&a->lock_word);
 }
-static inline void cgc__alloc_unlock(void) { atomic_store_explicit(&cgc__alloc_lock_word, 0, memory_order_release); }
+static inline void cgc__alloc_unlock(struct cgc__allocator* a) {
+  atomic_store_explicit(&a->lock_word, 0, memory_order_release);
+}
 
-/* The device's allocator, created on first use (lock held). NULL when out of host memory. */
+/* The device's allocator, created on first use. NULL when out of host memory. */
 struct cgc__allocator* cgc__allocator_of(struct cgc__device* dev);
-/* A block back to its owner's free set; dissolves an orphaned pool whose last block it was. */
-void cgc__alloc_release_block(cgc__block_t* b);
-/* Handles a block freed (by the user or at capture end) that other streams used: records events
- * on those streams, or parks the block while a capture is under way. */
-void cgc__alloc_retire_used_block(struct cgc__allocator* a, cgc__block_t* b);
-/* The pool capture `capture_id` records into on this device, or NULL (lock held). */
-cgc_pool_t cgc__pool_recording(struct cgc__allocator* a, uint64_t capture_id);
-/* Dissolves `pool` into its device's cache if nothing holds it any more. */
+
+/* (lock held) A block back to its owner's free set; dissolves an orphaned pool whose last block
+ * it was. */
+void cgc__alloc_release_block(struct cgc__allocator* a, cgc__block_t* b);
+/* (uses_lock held, lock not held) Records fences for the uses of freed block `b` whose streams
+ * are not capturing, then parks it: on the pending list when every use is settled, else on the
+ * deferred list. */
+void cgc__alloc_park_used_block(struct cgc__allocator* a, cgc__block_t* b);
+/* (lock held) Gives a block struct back for reuse (a merge's absorbed neighbour, a freed
+ * segment); `allocator` is the struct cgc__allocator. */
+void cgc__alloc_recycle_block(cgc__block_t* b, void* allocator);
+/* (lock held) Drops one reference of a fence. */
+void cgc__fence_put(struct cgc__allocator* a, cgc__fence_t* f);
+/* (lock held) Parks a drain; its segments serve any stream once its fences have completed. */
+void cgc__alloc_add_drain(struct cgc__allocator* a, cgc__drain_t* d);
+/* (lock held) A new fence of one reference on `ev`; NULL when out of host memory. */
+cgc__fence_t* cgc__fence_new(CUevent ev);
+/* (lock held) The pool capture-routing sends `ref`'s allocations to, or NULL. */
+cgc_pool_t cgc__pool_recording(struct cgc__allocator* a, const cgc__stream_ref_t* ref);
+/* (lock held) Notes a pool block's free: outside the capture that allocated it, the pool's
+ * memory has been in eager use. */
+void cgc__pool_note_free(cgc__block_t* b);
+/* (lock held) Blocks of `pool` freed during its capture with uses on side streams become
+ * reusable once every such stream has joined the origin after the free (SEMANTICS 12). */
+void cgc__pool_reclaim_joined(cgc_pool_t pool);
+/* (lock held) Dissolves `pool` into its device's cache if nothing holds it any more. */
 void cgc__pool_dissolve_if_unused(cgc_pool_t pool);
 
 #endif /* CGC_ALLOC_H_ */

@@ -5,15 +5,15 @@
 #include <string.h>
 
 /* (stream, size, ptr) order. */
-static int compare(const cgc__block_t* a, const void* stream, size_t size, uint64_t ptr) {
-  if ((uintptr_t)a->stream != (uintptr_t)stream) return (uintptr_t)a->stream < (uintptr_t)stream ? -1 : 1;
+static int compare(const cgc__block_t* a, uint64_t stream, size_t size, uint64_t ptr) {
+  if (a->stream != stream) return a->stream < stream ? -1 : 1;
   if (a->size != size) return a->size < size ? -1 : 1;
   if (a->ptr != ptr) return a->ptr < ptr ? -1 : 1;
   return 0;
 }
 
 /* First index in [lo, hi) whose item is not less than (stream, size, ptr). */
-static inline size_t lower_bound_in(const cgc__block_set_t* set, size_t lo, size_t hi, const void* stream, size_t size,
+static inline size_t lower_bound_in(const cgc__block_set_t* set, size_t lo, size_t hi, uint64_t stream, size_t size,
                              uint64_t ptr) {
   while (lo < hi) {
     size_t mid = lo + (hi - lo) / 2;
@@ -25,7 +25,7 @@ static inline size_t lower_bound_in(const cgc__block_set_t* set, size_t lo, size
   return lo;
 }
 
-static inline size_t lower_bound(const cgc__block_set_t* set, const void* stream, size_t size, uint64_t ptr) {
+static inline size_t lower_bound(const cgc__block_set_t* set, uint64_t stream, size_t size, uint64_t ptr) {
   return lower_bound_in(set, 0, set->n, stream, size, ptr);
 }
 
@@ -75,19 +75,19 @@ void cgc__set_erase(cgc__block_set_t* set, cgc__block_t* b) {
   }
 }
 
-cgc__block_t* cgc__set_best_fit(const cgc__block_set_t* set, const void* stream, size_t size) {
+cgc__block_t* cgc__set_best_fit(const cgc__block_set_t* set, uint64_t stream, size_t size) {
   size_t i = lower_bound(set, stream, size, 0);
   if (i < set->n && set->items[i]->stream == stream) return set->items[i];
   return NULL;
 }
 
-cgc__block_t* cgc__set_take_best_fit(cgc__block_set_t* set, const void* stream, size_t rounded,
-                                     cgc__block_t* (*new_spare)(void)) {
+cgc__block_t* cgc__set_take_best_fit(cgc__block_set_t* set, uint64_t stream, size_t rounded,
+                                     cgc__block_t* (*new_spare)(void*), void* arg) {
   size_t i = lower_bound(set, stream, rounded, 0);
   if (i >= set->n || set->items[i]->stream != stream) return NULL;
   cgc__block_t* b = set->items[i];
   cgc__block_t* spare =
-      (new_spare != NULL && cgc__should_split(b->small, b->size, rounded)) ? new_spare() : NULL;
+      (new_spare != NULL && cgc__should_split(b->small, b->size, rounded)) ? new_spare(arg) : NULL;
   if (spare != NULL) {
     cgc__block_init(spare, b->ptr + rounded, b->size - rounded, b->stream, b->owner, b->small);
     spare->prev = b;
@@ -108,7 +108,7 @@ void cgc__set_free(cgc__block_set_t* set) {
   memset(set, 0, sizeof *set);
 }
 
-void cgc__block_init(cgc__block_t* b, uint64_t ptr, size_t size, const void* stream, cgc__pool_state_t* owner,
+void cgc__block_init(cgc__block_t* b, uint64_t ptr, size_t size, uint64_t stream, cgc__pool_state_t* owner,
                      bool small) {
   b->ptr = ptr;
   b->size = size;
@@ -120,8 +120,7 @@ void cgc__block_init(cgc__block_t* b, uint64_t ptr, size_t size, const void* str
   b->state = CGC_BLOCK_FREE;
   b->small = small;
   b->n_uses = 0;
-  b->events = NULL;
-  b->n_events = 0;
+  b->capture_id = 0;
   b->free_seq = 0;
   b->next_waiting = NULL;
 }

@@ -35,24 +35,26 @@ typedef enum cgc__block_state {
 } cgc__block_state_t;
 
 struct cgc__pool_state;
+struct cgc__block_use; /* alloc.h: a stream that used the block, and the event that settles it */
+
+/* The key of free blocks that any stream may take (whole segments whose last user is done). */
+#define CGC_ANY_STREAM ((uint64_t)0)
 
 typedef struct cgc__block {
   uint64_t ptr;
   size_t size;      /* bytes this block spans (a multiple of CGC_BLOCK_ALIGN) */
   size_t requested; /* what the user asked for */
-  const void* stream; /* the stream it was allocated on; the key for reuse */
+  uint64_t stream;  /* the key of the stream it was allocated on: reuse is per key */
   struct cgc__pool_state* owner;
   struct cgc__block* prev; /* neighbours within the segment, address order */
   struct cgc__block* next;
   cgc__block_state_t state;
   bool small; /* from a small segment: lives in the small set whatever its size */
   /* Streams other than `stream` that used the block (cgc_record_stream). */
-  const void** uses;
+  struct cgc__block_use* uses;
   size_t n_uses, cap_uses;
-  /* While WAITING: outstanding events, or the capture bookkeeping sequence at the free. */
-  void** events;
-  size_t n_events;
-  uint64_t free_seq;
+  uint64_t capture_id;             /* a pool block: the capture that allocated it (0: unknown) */
+  uint64_t free_seq;               /* freed during its pool's capture: the bookkeeping sequence then */
   struct cgc__block* next_waiting; /* link in a waiting list */
 } cgc__block_t;
 
@@ -97,13 +99,13 @@ static inline bool cgc__should_split(bool small, size_t block_size, size_t round
 bool cgc__set_insert(cgc__block_set_t* set, cgc__block_t* b);
 void cgc__set_erase(cgc__block_set_t* set, cgc__block_t* b);
 /* The smallest free block of `stream` with size >= `size`, or NULL. */
-cgc__block_t* cgc__set_best_fit(const cgc__block_set_t* set, const void* stream, size_t size);
+cgc__block_t* cgc__set_best_fit(const cgc__block_set_t* set, uint64_t stream, size_t size);
 /* The best fit for `rounded` bytes of `stream`, taken out of the set (NULL without one). When the
- * remainder is worth keeping and `new_spare` gives a struct (new or recycled), the block is cut
- * to `rounded` bytes and the remainder takes its place in the set in the same step: one search,
- * and usually no element moved. */
-cgc__block_t* cgc__set_take_best_fit(cgc__block_set_t* set, const void* stream, size_t rounded,
-                                     cgc__block_t* (*new_spare)(void));
+ * remainder is worth keeping and `new_spare(arg)` gives a struct (new or recycled), the block is
+ * cut to `rounded` bytes and the remainder takes its place in the set in the same step: one
+ * search, and usually no element moved. With new_spare NULL the block is taken whole. */
+cgc__block_t* cgc__set_take_best_fit(cgc__block_set_t* set, uint64_t stream, size_t rounded,
+                                     cgc__block_t* (*new_spare)(void*), void* arg);
 void cgc__set_free(cgc__block_set_t* set);
 static inline cgc__block_set_t* cgc__state_set(cgc__pool_state_t* state, bool small) {
   return small ? &state->small : &state->large;
@@ -111,7 +113,7 @@ static inline cgc__block_set_t* cgc__state_set(cgc__pool_state_t* state, bool sm
 
 /* Makes `b` a FREE block of `size` bytes at `ptr`, outside any set and segment list. Every field
  * but the uses array (kept for reuse) is set: recycled structs need no clearing. */
-void cgc__block_init(cgc__block_t* b, uint64_t ptr, size_t size, const void* stream, cgc__pool_state_t* owner,
+void cgc__block_init(cgc__block_t* b, uint64_t ptr, size_t size, uint64_t stream, cgc__pool_state_t* owner,
                      bool small);
 /* Cuts `b` (taken out of its set, about to be handed out) to `rounded` bytes; `spare` (a new or
  * recycled block struct) becomes the remainder, placed after b in the segment, FREE, and inserted into the owner's set.

@@ -1,4 +1,4 @@
-/* Events. Records and waits also feed the capture's fork/join bookkeeping (capture.c). */
+/* Events. Records and waits also feed the capture's fork/join bookkeeping (registry.c). */
 #include <stdlib.h>
 
 #include "src/internal.h"
@@ -36,17 +36,22 @@ cgc_status_t cgc_event_destroy(cgc_event_t event) {
 cgc_status_t cgc_event_record(cgc_event_t event, cgc_stream_t stream) {
   CGC_CHECK_HANDLE(event, CGC_MAGIC_EVENT);
   CGC_CHECK_HANDLE(stream, CGC_MAGIC_STREAM);
-  cgc__ctx_scope_t scope = {false};
-  cgc_status_t st = stream->legacy ? cgc__ctx_enter(stream->dev, &scope, __func__) : CGC_SUCCESS;
+  cgc__stream_ref_t ref;
+  cgc_status_t st = cgc__stream_resolve(stream, cgc__captures_underway() > 0, &ref, __func__);
   if (st != CGC_SUCCESS) return st;
-  st = CGC_CU(cuEventRecord(event->cu, stream->cu));
+  cgc__ctx_scope_t scope;
+  st = cgc__stream_enter(stream, &scope, __func__);
+  if (st != CGC_SUCCESS) return st;
+  st = cgc__registry_record(event, &ref, __func__);
   cgc__ctx_leave(&scope);
-  if (st == CGC_SUCCESS) cgc__capture_note_record(event, stream);
   return st;
 }
 
+/* Waiting on or querying an event is a call the driver counts as unsafe during a capture. */
 cgc_status_t cgc_event_synchronize(cgc_event_t event) {
   CGC_CHECK_HANDLE(event, CGC_MAGIC_EVENT);
+  cgc_status_t st = cgc__capture_guard(event->dev, CGC__GUARD_THIS_THREAD, "cuEventSynchronize", __func__);
+  if (st != CGC_SUCCESS) return st;
   return CGC_CU(cuEventSynchronize(event->cu));
 }
 
@@ -54,6 +59,8 @@ cgc_status_t cgc_event_query(cgc_event_t event, int* complete) {
   CGC_CHECK_ARG(complete != NULL, "complete is NULL");
   *complete = 0;
   CGC_CHECK_HANDLE(event, CGC_MAGIC_EVENT);
+  cgc_status_t st = cgc__capture_guard(event->dev, CGC__GUARD_THIS_THREAD, "cuEventQuery", __func__);
+  if (st != CGC_SUCCESS) return st;
   CUresult r = cgc__drv.cuEventQuery(event->cu);
   if (r == CUDA_ERROR_NOT_READY) return CGC_SUCCESS;
   if (r == CUDA_SUCCESS) *complete = 1;

@@ -2,9 +2,14 @@
  *
  * cgc_graph_launch is the path users time against cuGraphLaunch: it validates two handles with
  * plain loads, calls the driver, and bumps a relaxed atomic counter; no lock, no allocation, no
- * other driver call. Two cases take an out-of-line path: the legacy default stream (its context
- * must be current) and graphs that draw random numbers (their generators' state is written
- * first); other graphs pay one predictable branch for them. */
+ * other driver call. Two cases take an out-of-line path: the default streams (the context must
+ * be current) and graphs holding objects with something to do before each launch (a generator
+ * writes its state); other graphs pay one predictable branch for them.
+ *
+ * Knowing when replays are over costs the launch nothing: the capture's last node records the
+ * graph's `done` event (capture.c), and the driver runs the launches of one executable one after
+ * another, so once `done` has completed every replay launched so far has too. At reset the
+ * event goes to the pool as a fence: the pool's memory serves other work only after it. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -12,83 +17,57 @@
 
 void cgc__release_uses(struct cgc__use* uses, size_t n_uses) {
   for (size_t i = 0; i < n_uses; i++) {
-    if (uses[i].kind == CGC_USE_RNG) {
-      cgc__rng_capture_done(uses[i].object);
-      cgc__rng_unref(uses[i].object);
-    } else if (uses[i].kind == CGC_USE_COMM) {
-      cgc__comm_unref(uses[i].object);
-    }
+    uses[i].ops->capture_done(uses[i].object, false);
+    uses[i].ops->release(uses[i].object);
   }
 }
 
-/* Moves a capture's uses into the graph: generators with what a replay consumes, and
- * communicators. False when out of host memory (nothing moved). */
-static bool take_uses(cgc_graph_t g, struct cgc__use* uses, size_t n_uses) {
-  size_t n_rngs = 0, n_comms = 0;
-  for (size_t i = 0; i < n_uses; i++) {
-    if (uses[i].kind == CGC_USE_RNG)
-      n_rngs++;
-    else
-      n_comms++;
-  }
-  g->rngs = n_rngs ? calloc(n_rngs, sizeof *g->rngs) : NULL;
-  g->comms = n_comms ? calloc(n_comms, sizeof *g->comms) : NULL;
-  if ((n_rngs && g->rngs == NULL) || (n_comms && g->comms == NULL)) {
-    free(g->rngs);
-    free(g->comms);
-    g->rngs = NULL;
-    g->comms = NULL;
-    return false;
-  }
-  for (size_t i = 0; i < n_uses; i++) {
-    if (uses[i].kind == CGC_USE_RNG) {
-      cgc_rng_t rng = uses[i].object;
-      g->rngs[g->n_rngs++] = (struct cgc__rng_use){rng, cgc__rng_capture_done(rng)};
-    } else {
-      g->comms[g->n_comms++] = uses[i].object;
+/* Moves a capture's uses into the graph, those with a launch prologue first. False when out of
+ * host memory (nothing moved). */
+static bool take_uses(cgc_graph_t g, const struct cgc__use* uses, size_t n_uses) {
+  if (n_uses == 0) return true;
+  g->uses = calloc(n_uses, sizeof *g->uses);
+  if (g->uses == NULL) return false;
+  for (int pass = 0; pass < 2; pass++) {
+    for (size_t i = 0; i < n_uses; i++) {
+      bool prologue = uses[i].ops->before_launch != NULL;
+      if (prologue != (pass == 0)) continue;
+      struct cgc__use* u = &g->uses[g->n_uses++];
+      *u = uses[i];
+      u->amount = u->ops->capture_done(u->object, true);
+      if (prologue) g->n_prologue++;
     }
   }
   return true;
 }
 
 static void drop_uses(cgc_graph_t g) {
-  for (size_t i = 0; i < g->n_rngs; i++) cgc__rng_unref(g->rngs[i].rng);
-  for (size_t i = 0; i < g->n_comms; i++) cgc__comm_unref(g->comms[i]);
-  free(g->rngs);
-  free(g->comms);
-  g->rngs = NULL;
-  g->comms = NULL;
-  g->n_rngs = g->n_comms = 0;
+  for (size_t i = 0; i < g->n_uses; i++) g->uses[i].ops->release(g->uses[i].object);
+  free(g->uses);
+  g->uses = NULL;
+  g->n_uses = g->n_prologue = 0;
 }
 
-cgc_status_t cgc__graph_create(struct cgc__device* dev, CUgraph graph, size_t node_count, cgc_pool_t pool,
+cgc_status_t cgc__graph_create(struct cgc__device* dev, CUgraph graph, CUevent done, size_t node_count, cgc_pool_t pool,
                                struct cgc__use* uses, size_t n_uses, unsigned flags, CUstream upload_stream,
                                const char* func, cgc_graph_t* out) {
   *out = NULL;
+  CUgraphExec exec = NULL;
+  cgc__ctx_scope_t scope = {false};
+  cgc_status_t st = CGC_SUCCESS;
   cgc_graph_t g = calloc(1, sizeof *g);
-  if (g != NULL && !take_uses(g, uses, n_uses)) {
+  if (g == NULL || !take_uses(g, uses, n_uses)) {
     free(g);
     g = NULL;
+    cgc__release_uses(uses, n_uses);
+    st = cgc__fail(CGC_ERROR_OUT_OF_MEMORY, func, "out of host memory");
+    goto fail;
   }
-  cgc__ctx_scope_t scope;
-  cgc_status_t st = g ? cgc__ctx_enter(dev, &scope, func) : cgc__fail(CGC_ERROR_OUT_OF_MEMORY, func, "out of host memory");
-  if (st != CGC_SUCCESS) {
-    if (g != NULL) {
-      drop_uses(g);
-    } else {
-      cgc__release_uses(uses, n_uses);
-    }
-    free(g);
-    cgc__drv.cuGraphDestroy(graph);
-    cgc__pool_unref(pool);
-    return st;
-  }
+  st = cgc__ctx_enter(dev, &scope, func);
+  if (st != CGC_SUCCESS) goto fail;
   /* AutoFreeOnLaunch, as PyTorch instantiates (SEMANTICS 7); node priorities exist since CUDA
-   * 11.7 and an older driver rejects the flag, so retry without it. */
-  CUgraphExec exec = NULL;
-  /* Instantiation allocates device memory, an unsafe call while any Global capture is under
-   * way (another graph may be capturing on this or another thread): run it in Relaxed mode,
-   * like segment allocation (SEMANTICS 5). */
+   * 11.7 and an older driver rejects the flag, so retry without it. Instantiation allocates
+   * device memory, which would break a Global capture under way on any thread: Relaxed mode. */
   CUstreamCaptureMode previous = cgc__relaxed_begin();
   CUresult r = cgc__drv.cuGraphInstantiateWithFlags(
       &exec, graph, CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH | CUDA_GRAPH_INSTANTIATE_FLAG_USE_NODE_PRIORITY);
@@ -96,28 +75,36 @@ cgc_status_t cgc__graph_create(struct cgc__device* dev, CUgraph graph, size_t no
     r = cgc__drv.cuGraphInstantiateWithFlags(&exec, graph, CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH);
   cgc__relaxed_end(previous);
   st = cgc__cu_fail(r, func, "cuGraphInstantiateWithFlags");
-  if (st == CGC_SUCCESS && (flags & CGC_CAPTURE_UPLOAD)) {
+  if (st != CGC_SUCCESS) goto fail;
+  if (flags & CGC_CAPTURE_UPLOAD) {
     st = cgc__cu_fail(cgc__drv.cuGraphUpload(exec, upload_stream), func, "cuGraphUpload");
-    if (st == CGC_SUCCESS) atomic_store(&g->uploaded, 1);
-  }
-  if (st != CGC_SUCCESS) {
-    if (exec != NULL) cgc__drv.cuGraphExecDestroy(exec);
-    cgc__drv.cuGraphDestroy(graph);
-    cgc__ctx_leave(&scope);
-    drop_uses(g);
-    free(g);
-    cgc__pool_unref(pool);
-    return st;
+    if (st != CGC_SUCCESS) goto fail;
+    atomic_store(&g->uploaded, 1);
   }
   cgc__ctx_leave(&scope);
   g->magic = CGC_MAGIC_GRAPH;
   g->dev = dev;
   g->graph = graph;
   g->exec = exec;
+  g->done = done;
   g->pool = pool;
   g->node_count = node_count;
   *out = g;
   return CGC_SUCCESS;
+
+fail:
+  if (exec != NULL) {
+    CUstreamCaptureMode mode = cgc__relaxed_begin();
+    cgc__drv.cuGraphExecDestroy(exec);
+    cgc__relaxed_end(mode);
+  }
+  cgc__drv.cuGraphDestroy(graph);
+  cgc__ctx_leave(&scope);
+  if (g != NULL) drop_uses(g);
+  free(g);
+  /* An upload may have started a replay's worth of work: the pool waits for `done` anyway. */
+  cgc__pool_unref(pool, done);
+  return st;
 }
 
 /* Out of line so that the launch path stays small: explains why a launch was refused. */
@@ -132,15 +119,16 @@ static __attribute__((noinline, cold)) cgc_status_t launch_refused(cgc_graph_t g
                    (void*)stream->cu, stream->dev->ordinal, (void*)graph, graph->dev->ordinal);
 }
 
-/* The slow launch: the legacy default stream (its context must be current) and graphs that draw
- * random numbers (each generator's state is written ahead of the graph, SEMANTICS 17). */
+/* The slow launch: the default streams (the context must be current) and graphs whose objects
+ * run a prologue on the launch stream first (a generator's state, SEMANTICS 17). */
 static __attribute__((noinline)) CUresult launch_with_prologue(cgc_graph_t graph, cgc_stream_t stream) {
-  cgc__ctx_scope_t scope = {false};
-  if (stream->legacy && cgc__ctx_enter(graph->dev, &scope, "cgc_graph_launch") != CGC_SUCCESS)
-    return CUDA_ERROR_INVALID_CONTEXT;
+  cgc__ctx_scope_t scope;
+  if (cgc__ctx_enter(graph->dev, &scope, "cgc_graph_launch") != CGC_SUCCESS) return CUDA_ERROR_INVALID_CONTEXT;
   CUresult r = CUDA_SUCCESS;
-  for (size_t i = 0; i < graph->n_rngs && r == CUDA_SUCCESS; i++)
-    r = cgc__rng_replay_prologue(graph->rngs[i].rng, graph->rngs[i].offset_per_replay, stream->cu);
+  for (size_t i = 0; i < graph->n_prologue && r == CUDA_SUCCESS; i++) {
+    const struct cgc__use* u = &graph->uses[i];
+    r = u->ops->before_launch(u->object, u->amount, stream->cu);
+  }
   if (r == CUDA_SUCCESS) r = cgc__drv.cuGraphLaunch(graph->exec, stream->cu);
   cgc__ctx_leave(&scope);
   return r;
@@ -151,8 +139,9 @@ cgc_status_t cgc_graph_launch(cgc_graph_t graph, cgc_stream_t stream) {
                            graph->exec == NULL || stream->dev != graph->dev,
                        0))
     return launch_refused(graph, stream, __func__);
-  CUresult r = __builtin_expect(stream->legacy || graph->n_rngs != 0, 0) ? launch_with_prologue(graph, stream)
-                                                                          : cgc__drv.cuGraphLaunch(graph->exec, stream->cu);
+  CUresult r = __builtin_expect(stream->special || graph->n_prologue != 0, 0)
+                   ? launch_with_prologue(graph, stream)
+                   : cgc__drv.cuGraphLaunch(graph->exec, stream->cu);
   if (__builtin_expect(r != CUDA_SUCCESS, 0)) return cgc__cu_fail(r, __func__, "cuGraphLaunch");
   atomic_fetch_add_explicit(&graph->replays, 1, memory_order_relaxed);
   return CGC_SUCCESS;
@@ -162,8 +151,8 @@ cgc_status_t cgc_graph_upload(cgc_graph_t graph, cgc_stream_t stream) {
   CGC_CHECK_HANDLE(graph, CGC_MAGIC_GRAPH);
   CGC_CHECK_HANDLE(stream, CGC_MAGIC_STREAM);
   if (graph->exec == NULL || stream->dev != graph->dev) return launch_refused(graph, stream, __func__);
-  cgc__ctx_scope_t scope = {false};
-  cgc_status_t st = stream->legacy ? cgc__ctx_enter(graph->dev, &scope, __func__) : CGC_SUCCESS;
+  cgc__ctx_scope_t scope;
+  cgc_status_t st = cgc__stream_enter(stream, &scope, __func__);
   if (st != CGC_SUCCESS) return st;
   st = CGC_CU(cuGraphUpload(graph->exec, stream->cu));
   cgc__ctx_leave(&scope);
@@ -210,29 +199,38 @@ cgc_status_t cgc_graph_debug_dump(cgc_graph_t graph, const char* dot_path) {
 cgc_status_t cgc_graph_reset(cgc_graph_t graph) {
   CGC_CHECK_HANDLE(graph, CGC_MAGIC_GRAPH);
   if (graph->exec == NULL && graph->graph == NULL) return CGC_SUCCESS;
-  /* Destroying is not an unsafe call today, but a capture may be under way on another thread:
-   * do it in Relaxed mode, as PyTorch's reset() does, so it can never invalidate that capture. */
-  CUstreamCaptureMode previous = cgc__relaxed_begin();
+  /* All or nothing: without the context nothing is touched, and the graph stays usable. */
   cgc__ctx_scope_t scope;
   cgc_status_t st = cgc__ctx_enter(graph->dev, &scope, __func__);
-  if (st == CGC_SUCCESS) {
-    if (graph->exec != NULL) st = CGC_CU(cuGraphExecDestroy(graph->exec));
-    cgc_status_t st2 = graph->graph != NULL ? CGC_CU(cuGraphDestroy(graph->graph)) : CGC_SUCCESS;
-    if (st == CGC_SUCCESS) st = st2;
-    graph->exec = NULL;
-    graph->graph = NULL;
-    cgc__ctx_leave(&scope);
+  if (st != CGC_SUCCESS) return st;
+  /* Destroying an executable breaks a Global capture under way on another thread (measured on
+   * driver 580): Relaxed mode, as PyTorch's reset() does. An executable still running is freed
+   * by the driver when it completes. */
+  CUstreamCaptureMode previous = cgc__relaxed_begin();
+  if (graph->exec != NULL) st = CGC_CU(cuGraphExecDestroy(graph->exec));
+  cgc_status_t st2 = graph->graph != NULL ? CGC_CU(cuGraphDestroy(graph->graph)) : CGC_SUCCESS;
+  if (st == CGC_SUCCESS) st = st2;
+  graph->exec = NULL;
+  graph->graph = NULL;
+  /* Replays that already completed need no fence. */
+  CUevent fence = graph->done;
+  graph->done = NULL;
+  if (fence != NULL && cgc__drv.cuEventQuery(fence) != CUDA_ERROR_NOT_READY) {
+    cgc__drv.cuEventDestroy(fence);
+    fence = NULL;
   }
-  cgc__pool_unref(graph->pool); /* the pool outlives the graph while its blocks or users do */
+  cgc__relaxed_end(previous);
+  cgc__ctx_leave(&scope);
+  cgc__pool_unref(graph->pool, fence); /* the pool outlives the graph while its blocks or users do */
   graph->pool = NULL;
   drop_uses(graph);
-  cgc__relaxed_end(previous);
   return st;
 }
 
 cgc_status_t cgc_graph_destroy(cgc_graph_t graph) {
   CGC_CHECK_HANDLE(graph, CGC_MAGIC_GRAPH);
   cgc_status_t st = cgc_graph_reset(graph);
+  if (st != CGC_SUCCESS && graph->exec != NULL) return st; /* nothing was released: the handle stays */
   cgc__retire(graph);
   return st;
 }

@@ -1,5 +1,24 @@
 /* What the files of src/ share: object layouts, magics, error helpers, context scopes.
- * Names shared across files are cgc__<object>_<verb>; nothing here is exported. */
+ * Names shared across files are cgc__<object>_<verb>; nothing here is exported.
+ *
+ * Sections follow the layers, lowest first; a file calls only into its own layer and the ones
+ * above it in this header:
+ *   status.c, driver.c, handle.c      messages, the driver table, handle checks
+ *   device.c                          per-device state, the current-context scope
+ *   stream_ref.c                      what a stream handle means on the calling thread
+ *   registry.c                        the captures under way, fork/join bookkeeping, refusals
+ *   blocks.c, alloc.c, pool.c         the caching allocator and private pools
+ *   graph.c, rng.c, nccl.c            graphs and the objects graphs hold
+ *   capture.c, stream.c, event.c, context.c, api.c   the public entry points that drive the rest
+ *
+ * Lock order (a lock may be taken while holding only locks to its left):
+ *   allocator uses_lock (mutex) -> allocator lock (spinlock) -> registry_lock (mutex)
+ *     -> kernels_lock, devices_lock, quarantine_lock;
+ *   a generator's lock -> registry_lock (a capture's first draw registers its use under it).
+ * No lock that cgc_malloc, cgc_free or cgc_graph_launch takes is held across a driver call that
+ * can wait for the GPU (cuMemFree, synchronisations, cuMemAlloc): those run with every lock
+ * dropped. The registry lock is held across cuEventRecord / cuStreamWaitEvent (which never wait
+ * for the GPU) so that the fork/join bookkeeping is in the driver's order. */
 #ifndef CGC_INTERNAL_H_
 #define CGC_INTERNAL_H_
 
@@ -60,19 +79,22 @@ static inline bool cgc__is_live(const void* h, uint32_t magic) {
 /* Poisons `obj` (whose first word is its magic) and frees it after a delay. */
 void cgc__retire(void* obj);
 
-/* ---- devices and contexts (context.c) ---- */
+/* ---- devices and the current context (device.c) ---- */
 
 struct cgc__allocator;
 
 /* Per-device state shared by every context handle of that device: the primary context (retained
- * once, for the life of the process, because cached memory and loaded kernels live in it) and
- * the caching allocator. Created on first use, never freed. */
+ * once, for the life of the process, because cached memory and loaded kernels live in it), the
+ * caching allocator and the library's kernels. Created on first use, never freed, so any
+ * object may keep a pointer to it. */
 struct cgc__device {
   int ordinal;
   CUdevice cu_device;
-  CUcontext cu;                 /* the primary context */
-  struct cgc__allocator* alloc; /* alloc.c */
-  struct cgc__kernels* kernels; /* the library's own kernels, loaded on first use (rng.c) */
+  CUcontext cu;                           /* the primary context */
+  _Atomic(struct cgc__allocator*) alloc;  /* alloc.c, created on first use */
+  struct cgc__kernels* kernels;           /* rng.c, guarded by its kernels_lock */
+  atomic_uint_fast64_t legacy_stream_id;  /* the legacy stream's driver id; 0 until asked */
+  atomic_int contexts;                    /* live cgc_context_t handles of the device */
 };
 
 /* A context handle is the user's ticket to a device; objects made from it point at the device,
@@ -82,7 +104,8 @@ struct cgc_context_s {
   struct cgc__device* dev;
 };
 
-/* The state of device `ordinal`, created (primary context retained) on first use. */
+/* The state of device `ordinal`, created (primary context retained) on first use. After the
+ * first call for a device this is two loads: no driver call, no lock. */
 cgc_status_t cgc__device_get(int ordinal, struct cgc__device** out, const char* func);
 
 /* Makes the device's primary context current on this thread for the duration of a call, if it
@@ -94,151 +117,254 @@ typedef struct cgc__ctx_scope {
 cgc_status_t cgc__ctx_enter(struct cgc__device* dev, cgc__ctx_scope_t* scope, const char* func);
 void cgc__ctx_leave(cgc__ctx_scope_t* scope);
 
-/* ---- streams and events (stream.c, event.c) ---- */
+/* ---- streams as the calling thread sees them (stream_ref.c) ---- */
+
+/* What a stream handle wraps. The legacy and per-thread default streams are one handle for
+ * many real streams (one per context, one per thread): every call on them needs the device's
+ * context current, and their identity is resolved on the calling thread. */
+typedef enum cgc__stream_kind {
+  CGC__STREAM_OWNED = 0,    /* cgc_stream_create: destroyed with the handle */
+  CGC__STREAM_BORROWED = 1, /* cgc_stream_wrap of an ordinary stream: the caller's */
+  CGC__STREAM_LEGACY = 2,   /* the legacy default stream (NULL / cudaStreamLegacy) */
+  CGC__STREAM_PER_THREAD = 3, /* cudaStreamPerThread: the calling thread's own stream */
+} cgc__stream_kind_t;
 
 struct cgc_stream_s {
   uint32_t magic;
   struct cgc__device* dev;
-  CUstream cu;  /* NULL for the legacy default stream */
-  bool owned;   /* created by cgc_stream_create: destroyed with the handle */
-  bool legacy;  /* the legacy default stream: needs ctx current for every call on it */
+  CUstream cu; /* NULL for the legacy stream, CU_STREAM_PER_THREAD for the per-thread stream */
+  cgc__stream_kind_t kind;
+  bool special; /* legacy or per-thread: the context must be current for every call on it */
+  /* The driver's id of an ordinary stream (unique for the life of the process, never reused,
+   * unlike the CUstream's address); 0 while unknown (wrapped while it was capturing: asking
+   * the driver for a capturing stream's id invalidates the capture). */
+  atomic_uint_fast64_t id;
 };
+
+/* A key that no driver stream id takes: for a stream whose id cannot be asked now (it is
+ * capturing), its address marked with the top bit. Only ever compared within one capture. */
+#define CGC__KEY_OF_ADDRESS(cu) ((uint64_t)(uintptr_t)(cu) | ((uint64_t)1 << 63))
+
+/* One stream, resolved for the calling thread. */
+typedef struct cgc__stream_ref {
+  CUstream cu;         /* what to pass to the driver (the context made current for `special`) */
+  uint64_t key;        /* the driver's stream id, or CGC__KEY_OF_ADDRESS while capturing */
+  uint64_t capture_id; /* the capture it takes part in (0: none, or not asked) */
+  bool capturing;      /* in a capture (active or invalidated) */
+  bool special;        /* legacy or per-thread */
+} cgc__stream_ref_t;
+
+/* Resolves `s` for this thread: its key and, with `ask_capture`, whether it captures (one
+ * cuStreamGetCaptureInfo; the legacy stream never captures and costs nothing). Enters and
+ * leaves the device's context by itself where the stream needs it. */
+cgc_status_t cgc__stream_resolve(cgc_stream_t s, bool ask_capture, cgc__stream_ref_t* out, const char* func);
+/* The same for a native CUstream of `dev` (PyTorch's allocator entry points): always asks
+ * whether it captures. */
+cgc_status_t cgc__stream_resolve_native(struct cgc__device* dev, CUstream cu, cgc__stream_ref_t* out,
+                                        const char* func);
+/* Enters the device's context when the stream needs it (legacy, per-thread). */
+cgc_status_t cgc__stream_enter(cgc_stream_t s, cgc__ctx_scope_t* scope, const char* func);
+
+/* ---- events (event.c) ---- */
 
 struct cgc_event_s {
   uint32_t magic;
   struct cgc__device* dev;
   CUevent cu;
-  /* Fork/join bookkeeping of the last record (guarded by the capture registry's lock):
-   * the capture it was recorded into (0: none), the stream it was recorded on and when. */
+  /* Fork/join bookkeeping of the last record made while a capture was under way (guarded by
+   * the registry lock): the capture it was recorded into (0: none), the stream key it was
+   * recorded on and when. */
   uint64_t capture_id;
-  CUstream recorded_on;
+  uint64_t recorded_on;
   uint64_t record_seq;
 };
 
-/* ---- captures (capture.c) ---- */
+/* ---- the captures under way (registry.c) ---- */
+
+/* An object a capture (then its graph) uses and holds a reference on, with what a graph does
+ * with it: a small table of operations, so that graphs know no kind of object by name. */
+typedef struct cgc__use_ops {
+  const char* kind;                /* for messages: "generator", "communicator" */
+  void (*retain)(void* object);    /* one more reference (an atomic add: no lock, no driver) */
+  void (*release)(void* object);   /* drops one; may free the object (no lock held) */
+  /* The capture that used the object is over; `kept`: a graph now holds it. Returns what each
+   * replay passes to before_launch (e.g. how far it advances a generator). */
+  uint64_t (*capture_done)(void* object, bool kept);
+  /* Run before each launch of a graph holding the object, on the launch stream with the
+   * device's context current; NULL when the object needs nothing at launch. */
+  CUresult (*before_launch)(void* object, uint64_t amount, CUstream stream);
+} cgc__use_ops_t;
+
+struct cgc__use {
+  const cgc__use_ops_t* ops;
+  void* object;
+  uint64_t amount; /* capture_done's answer, once the capture is over */
+};
 
 /* A side stream forked into a capture through cgc_stream_wait_event, and what joined it. */
 struct cgc__side {
-  CUstream cu;
+  uint64_t key;
+  CUstream cu;         /* for messages and the final capture check */
   uint64_t fork_seq;   /* last time it waited on an event of the capture (new work may follow) */
   uint64_t joined_seq; /* latest record on it that the origin has (transitively) waited on */
   /* streams whose events this side stream waited on: joining it joins them up to `seq` */
   struct cgc__absorbed {
-    CUstream from;
+    uint64_t from;
     uint64_t event_seq; /* the record waited on */
     uint64_t at_seq;    /* when the wait happened */
   }* absorbed;
   size_t n_absorbed, cap_absorbed;
 };
 
-/* An object a capture (then its graph) uses and holds a reference on. */
-enum cgc__use_kind { CGC_USE_RNG = 1, CGC_USE_COMM = 2 };
-struct cgc__use {
-  int kind;
-  void* object;
-};
+typedef enum cgc__capture_state {
+  CGC__CAPTURE_BEGINNING = 0, /* registered; the driver capture is being begun */
+  CGC__CAPTURE_ACTIVE = 1,
+  CGC__CAPTURE_ENDING = 2, /* one thread is ending it: any other end is refused */
+} cgc__capture_state_t;
+
+typedef struct cgc_pool_s* cgc__pool_ptr;
 
 struct cgc__capture {
   uint64_t id; /* the driver's capture id; 0 until cuStreamBeginCapture returned */
   struct cgc__device* dev;
-  CUstream origin;
+  CUstream origin;     /* as the beginning thread passes it to the driver */
+  uint64_t origin_key; /* its stream key (unique, also for per-thread streams) */
+  bool origin_per_thread;
   cgc_capture_mode_t mode;
+  pthread_t thread; /* the thread that began it */
   unsigned flags;
-  cgc_pool_t pool; /* holds a reference for the capture's duration (NULL until pools exist) */
+  cgc__capture_state_t state;
+  cgc__pool_ptr pool; /* holds a reference for the capture's duration */
+  CUevent done;       /* recorded as the graph's last node: see graph.c */
   struct cgc__side* sides;
   size_t n_sides, cap_sides;
-  struct cgc__use* uses; /* generators and communicators used; handed to the graph at the end */
+  struct cgc__use* uses; /* objects used; handed to the graph at the end */
   size_t n_uses, cap_uses;
   struct cgc__capture* next;
 };
 
-/* Number of captures begun through cgc and not yet ended, process-wide. While it is non-zero
- * the library does no cuMemFree and no event query (SEMANTICS 5). */
-extern atomic_int cgc__captures_underway;
+/* Captures begun through cgc and not yet ended, process-wide (a relaxed hint for fast paths;
+ * decisions that need it exact take the registry lock). */
+int cgc__captures_underway(void);
 
-/* Fork/join bookkeeping hooks called by event.c / stream.c after the driver call succeeded. */
-void cgc__capture_note_record(cgc_event_t ev, cgc_stream_t stream);
-void cgc__capture_note_wait(cgc_stream_t stream, cgc_event_t ev);
-/* True if a capture begun through cgc is under way with `stream` as its origin. */
-bool cgc__capture_has_origin(CUstream stream);
+/* Registers `c` (state BEGINNING) before the driver begins, so that its pool is routed to from
+ * the first instant. INVALID_STATE when its origin is already the origin of a capture. */
+cgc_status_t cgc__registry_add(struct cgc__capture* c, const char* func);
+/* The driver began capture `id`: `c` becomes ACTIVE. */
+void cgc__registry_activate(struct cgc__capture* c, uint64_t id);
+/* Takes `c` out (after the driver capture ended, or failed to begin). */
+void cgc__registry_remove(struct cgc__capture* c);
+/* The capture whose origin is `ref`'s stream, claimed for ending (ACTIVE -> ENDING): exactly
+ * one of several threads ending it at once gets it; the others get INVALID_STATE. */
+cgc_status_t cgc__registry_claim_end(const cgc__stream_ref_t* ref, struct cgc__capture** out, const char* func);
+/* Gives a claimed capture back (ENDING -> ACTIVE): the driver kept it going. */
+void cgc__registry_unclaim(struct cgc__capture* c);
 
-/* True if side stream `stream` of capture `id` was joined to the origin by a record made after
+/* cuEventRecord / cuStreamWaitEvent with the fork/join bookkeeping updated in the same critical
+ * section, so that it sees records and waits in the driver's order. `ref` is resolved with
+ * ask_capture when a capture is under way. */
+cgc_status_t cgc__registry_record(cgc_event_t ev, const cgc__stream_ref_t* ref, const char* func);
+cgc_status_t cgc__registry_wait(const cgc__stream_ref_t* ref, cgc_event_t ev, const char* func);
+/* True if side stream `key` of capture `id` was joined to the origin by a record made after
  * bookkeeping sequence `since`. */
-bool cgc__capture_side_joined(uint64_t id, const void* stream, uint64_t since);
+bool cgc__registry_side_joined(uint64_t id, uint64_t key, uint64_t since);
 /* The current bookkeeping sequence number. */
-uint64_t cgc__capture_seq(void);
-/* The id of the capture `stream` takes part in (0 when it is not capturing), asking the driver.
- * CGC_ERROR_INVALID_STATE, with a message, when it is capturing outside cgc (cuStreamBeginCapture
- * called directly): work that needs cgc's bookkeeping cannot be captured there. */
-cgc_status_t cgc__stream_capture_id(cgc_stream_t stream, uint64_t* id, const char* func);
-/* Records that capture `id` uses `object`; *added is true the first time, when the caller takes
- * a reference that the capture (then its graph) holds. CGC_ERROR_INVALID_STATE without such a
- * capture. */
-cgc_status_t cgc__capture_add_use(uint64_t id, int kind, void* object, bool* added, const char* func);
+uint64_t cgc__registry_seq(void);
+/* The cgc capture `ref` (resolved with ask_capture) takes part in, 0 when none. INVALID_STATE
+ * when it captures under a capture cgc did not begin: work that needs cgc's bookkeeping
+ * cannot be recorded into it. */
+cgc_status_t cgc__registry_capture_of(const cgc__stream_ref_t* ref, uint64_t* id, const char* func);
+/* Records that capture `id` uses `object`, retaining it the first time (the capture, then its
+ * graph, holds that reference). INVALID_STATE without such a capture. */
+cgc_status_t cgc__registry_add_use(uint64_t id, const cgc__use_ops_t* ops, void* object, const char* func);
 
-/* ---- pools and the allocator (pool.c, alloc.c) ---- */
+/* Whether the calling thread may make a call the driver counts as unsafe during a capture (a
+ * synchronisation, a stream or event query, a communicator's setup or teardown):
+ * CAPTURE_UNSUPPORTED, naming the capture it would break and how to proceed, when the driver's
+ * rule says it would break a cgc capture under way. */
+typedef enum cgc__guard {
+  CGC__GUARD_THIS_THREAD, /* the calling thread's own capture mode decides (Relaxed: allowed) */
+  CGC__GUARD_AS_GLOBAL,   /* as from a thread in Global mode: for NCCL, whose own threads are */
+  CGC__GUARD_DEVICE,      /* any capture of `dev`, from any mode: cuCtxSynchronize waits for it */
+} cgc__guard_t;
+cgc_status_t cgc__capture_guard(struct cgc__device* dev, cgc__guard_t kind, const char* call, const char* func);
+/* The number of cgc captures under way on `dev` (exact, under the registry lock), and one of
+ * them for messages. */
+int cgc__registry_count_on(struct cgc__device* dev, CUstream* origin);
+
+/* ---- pools and the allocator (alloc.c, pool.c; their shared state is in alloc.h) ---- */
 
 /* Takes the pool a capture records into (`requested`, or a new one), marks it recording and
+ * routes allocations of streams capturing from `origin` (key `origin_key`) to it from now on;
  * holds a reference for the capture. */
 cgc_status_t cgc__pool_begin_capture(struct cgc__device* dev, cgc_pool_t requested, CUstream origin,
-                                     cgc_pool_t* out, const char* func);
+                                     uint64_t origin_key, cgc_pool_t* out, const char* func);
 void cgc__pool_capture_started(cgc_pool_t pool, uint64_t capture_id);
-/* The capture is over: blocks it deferred are settled (`members`: the capture's streams) and its
- * reference passes to the new graph, or is dropped. */
-void cgc__pool_end_capture(cgc_pool_t pool, bool graph_keeps_ref, const CUstream* members, size_t n_members);
-/* Drops an internal (graph) reference. NULL is fine. */
-void cgc__pool_unref(cgc_pool_t pool);
+/* The capture is over: routing stops, blocks it deferred are settled (`members`: the keys of
+ * the capture's streams) and its reference passes to the new graph, or is dropped. */
+void cgc__pool_end_capture(cgc_pool_t pool, bool graph_keeps_ref, const uint64_t* members, size_t n_members);
+/* Drops a graph's reference. `fence`, when not NULL, is an event that completes once the
+ * graph's last replay has; the pool's memory goes to other work only after it (ownership of
+ * the event passes to the pool). NULL pool is fine. */
+void cgc__pool_unref(cgc_pool_t pool, CUevent fence);
 size_t cgc__pool_reserved(cgc_pool_t pool);
-cgc_status_t cgc__malloc(struct cgc__device* dev, size_t size, CUstream stream, bool legacy, void** out,
+cgc_status_t cgc__malloc(struct cgc__device* dev, size_t size, const cgc__stream_ref_t* ref, void** out,
                          const char* func);
-
-/* ---- NCCL (nccl.c) ---- */
-
-/* For bench/nccl_bench.c's floor: the ncclComm_t behind a communicator (NULL if dead or
- * aborted) and an NCCL function of the library cgc loaded (NULL without NCCL). */
-void* cgc__comm_native(cgc_comm_t comm);
-void* cgc__nccl_function(const char* name);
+/* A stream handle is going away: events are recorded on it now for every block that recorded a
+ * use of it, and its cached segments go to other streams once its work is done, so that
+ * nothing later touches the dead stream or hands its memory out too early. */
+cgc_status_t cgc__alloc_stream_ending(struct cgc__device* dev, const cgc__stream_ref_t* ref, const char* func);
+/* The last context handle of the device is gone: cached segments and spare events go back to
+ * the driver (blocks still allocated, and pools still referenced, keep theirs). */
+void cgc__alloc_trim(struct cgc__device* dev);
+/* Held around whatever makes a stream of `dev` start capturing (a capture's begin, a stream
+ * joining a capture through cgc_stream_wait_event): the allocator records fences on streams
+ * that blocks used only under the same lock, after seeing the stream not capturing, so a fence
+ * can never be captured instead of run. (A capture begun with the driver directly is beyond
+ * it: docs/DESIGN.md.) Takes the allocator's uses_lock: first in the lock order. */
+void cgc__alloc_fence_lock(struct cgc__device* dev);
+void cgc__alloc_fence_unlock(struct cgc__device* dev);
 
 /* ---- graphs (graph.c) ---- */
-
-/* A generator a graph draws from, and how far one replay advances it. */
-struct cgc__rng_use {
-  cgc_rng_t rng;
-  uint64_t offset_per_replay; /* a multiple of 4 */
-};
 
 struct cgc_graph_s {
   uint32_t magic;
   struct cgc__device* dev;
   CUgraph graph;    /* NULL after reset */
   CUgraphExec exec; /* NULL after reset */
-  cgc_pool_t pool;  /* one reference, dropped at reset */
+  /* Recorded by the graph's last node at every replay (replays of one executable run one
+   * after another), so it completes when the last replay has: what the pool waits for before
+   * its memory serves other work. NULL after reset. */
+  CUevent done;
+  cgc_pool_t pool; /* one reference, dropped at reset */
   size_t node_count;
   atomic_uint_fast64_t replays;
   atomic_int uploaded;
-  struct cgc__rng_use* rngs; /* each replay first writes these generators' state (rng.c) */
-  size_t n_rngs;
-  cgc_comm_t* comms; /* communicators its collectives use: they may not be destroyed first */
-  size_t n_comms;
+  struct cgc__use* uses; /* objects the graph holds */
+  size_t n_uses;
+  size_t n_prologue; /* how many of them have before_launch: the launch fast path tests this */
 };
 
 /* Wraps an ended capture's graph: instantiates (and uploads with CGC_CAPTURE_UPLOAD). Takes
- * ownership of `graph`, of the pool reference and of the uses (their references) in every
+ * ownership of `graph`, `done`, the pool reference and the uses (their references) in every
  * case. */
-cgc_status_t cgc__graph_create(struct cgc__device* dev, CUgraph graph, size_t node_count, cgc_pool_t pool,
+cgc_status_t cgc__graph_create(struct cgc__device* dev, CUgraph graph, CUevent done, size_t node_count, cgc_pool_t pool,
                                struct cgc__use* uses, size_t n_uses, unsigned flags, CUstream upload_stream,
                                const char* func, cgc_graph_t* out);
 /* Drops the references of uses that no graph will take (a failed capture). */
 void cgc__release_uses(struct cgc__use* uses, size_t n_uses);
 
-/* ---- generators and communicators, as graphs see them (rng.c, nccl.c) ---- */
+/* ---- what generators and communicators give graphs (rng.c, nccl.c) ---- */
 
-/* The capture that used `rng` is over: returns what one replay consumes, clears its capture state. */
-uint64_t cgc__rng_capture_done(cgc_rng_t rng);
-/* Writes the generator's seed and offset to its device slots on `stream`, then advances the
- * offset by `amount`: what each replay does before cuGraphLaunch. */
-CUresult cgc__rng_replay_prologue(cgc_rng_t rng, uint64_t amount, CUstream stream);
-void cgc__rng_unref(cgc_rng_t rng);
-void cgc__comm_unref(cgc_comm_t comm);
+extern const cgc__use_ops_t cgc__rng_use_ops;
+extern const cgc__use_ops_t cgc__comm_use_ops;
+/* The last context handle of the device is gone: the generators' freed slots go back, and the
+ * kernels module too when no generator of the device is alive. */
+void cgc__rng_device_release(struct cgc__device* dev);
+
+/* For bench/nccl_bench.c's floor: the ncclComm_t behind a communicator (NULL if dead or
+ * aborted) and an NCCL function of the library cgc loaded (NULL without NCCL). */
+void* cgc__comm_native(cgc_comm_t comm);
+void* cgc__nccl_function(const char* name);
 
 #endif /* CGC_INTERNAL_H_ */

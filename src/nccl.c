@@ -171,26 +171,48 @@ static void retire_once(cgc_comm_t comm) {
   if (atomic_compare_exchange_strong(&comm->retired, &expected, true)) cgc__retire(comm);
 }
 
-void cgc__comm_unref(cgc_comm_t comm) {
+static void comm_retain(void* object) { atomic_fetch_add(&((cgc_comm_t)object)->graph_refs, 1); }
+
+static void comm_release(void* object) {
+  cgc_comm_t comm = object;
   if (atomic_fetch_sub(&comm->graph_refs, 1) == 1 && atomic_load(&comm->destroyed)) retire_once(comm);
 }
 
-/* A collective enqueued into a cgc capture: the capture (then its graph) holds the communicator,
- * so that destroying it first is refused rather than left to hang (NCCL >= 2.26 waits in
- * ncclCommDestroy for every graph that references the communicator). */
+static uint64_t comm_capture_done(void* object, bool kept) {
+  (void)object;
+  (void)kept;
+  return 0;
+}
+
+/* What a graph holding collectives does with the communicator: hold it, so that destroying it
+ * first is refused rather than left to hang (NCCL >= 2.26 waits in ncclCommDestroy for every
+ * graph that references the communicator). Nothing to do at launch. */
+const cgc__use_ops_t cgc__comm_use_ops = {"communicator", comm_retain, comm_release, comm_capture_done, NULL};
+
+/* A collective enqueued into a cgc capture: the capture (then its graph) holds the communicator. */
 static cgc_status_t note_capture(cgc_comm_t comm, cgc_stream_t stream, const char* func) {
-  if (atomic_load_explicit(&cgc__captures_underway, memory_order_acquire) == 0) return CGC_SUCCESS;
+  if (cgc__captures_underway() == 0 || stream->kind == CGC__STREAM_LEGACY) return CGC_SUCCESS;
+  cgc__stream_ref_t ref;
   uint64_t id = 0;
-  cgc_status_t st = cgc__stream_capture_id(stream, &id, func);
-  if (st != CGC_SUCCESS || id == 0) {
-    /* A capture cgc did not begin: NCCL captures the collective all the same; nothing to hold. */
+  if (cgc__stream_resolve(stream, true, &ref, func) != CGC_SUCCESS || cgc__registry_capture_of(&ref, &id, func) != CGC_SUCCESS ||
+      id == 0) {
+    /* Not capturing, or a capture cgc did not begin: NCCL captures the collective all the
+     * same; nothing to hold. */
     return CGC_SUCCESS;
   }
-  bool added = false;
-  st = cgc__capture_add_use(id, CGC_USE_COMM, comm, &added, func);
-  if (added) atomic_fetch_add(&comm->graph_refs, 1);
-  return st;
+  return cgc__registry_add_use(id, &cgc__comm_use_ops, comm, func);
 }
+
+/* NCCL's setup and teardown allocate, free and synchronise: calls that would break a Global
+ * capture under way on another thread. They run with this thread in Relaxed mode (NCCL's own
+ * threads are beyond reach: cgc refuses creation and destruction while a capture that they
+ * could break is under way). */
+#define NCCL_RELAXED(result, call)                              \
+  do {                                                           \
+    CUstreamCaptureMode previous_ = cgc__relaxed_begin();        \
+    (result) = (call);                                           \
+    cgc__relaxed_end(previous_);                                 \
+  } while (0)
 
 /* A one-element all-reduce, synchronised, right after init: NCCL connects its rings and trees
  * lazily, and that setup must not happen inside a Global capture (SEMANTICS 18). */
@@ -199,15 +221,19 @@ static cgc_status_t connect_eagerly(cgc_comm_t comm, const char* func) {
   CUdeviceptr buf = 0;
   cgc_status_t st = cgc__cu_fail(cgc__drv.cuStreamCreateWithPriority(&s, CU_STREAM_NON_BLOCKING, 0), func,
                                  "cuStreamCreateWithPriority");
-  if (st == CGC_SUCCESS) st = cgc__cu_fail(cgc__drv.cuMemAlloc(&buf, sizeof(float)), func, "cuMemAlloc");
+  if (st == CGC_SUCCESS) st = cgc__cu_fail(cgc__relaxed_mem_alloc(&buf, sizeof(float)), func, "cuMemAlloc");
   if (st == CGC_SUCCESS)
     st = cgc__cu_fail(cgc__drv.cuMemsetD32Async(buf, 0x3f800000u /* 1.0f */, 1, s), func, "cuMemsetD32Async");
   if (st == CGC_SUCCESS) {
     ncclResult_t r = nccl.ncclAllReduce((void*)buf, (void*)buf, 1, 7 /* float32 */, 0 /* sum */, comm->nccl, s);
     if (r != 0) st = nccl_fail(r, comm->nccl, func, "ncclAllReduce (connection warm-up)");
   }
-  if (st == CGC_SUCCESS) st = cgc__cu_fail(cgc__drv.cuStreamSynchronize(s), func, "cuStreamSynchronize");
-  if (buf != 0) cgc__drv.cuMemFree(buf);
+  if (st == CGC_SUCCESS) {
+    CUresult r;
+    NCCL_RELAXED(r, cgc__drv.cuStreamSynchronize(s));
+    st = cgc__cu_fail(r, func, "cuStreamSynchronize");
+  }
+  if (buf != 0) cgc__relaxed_mem_free(buf);
   if (s != NULL) cgc__drv.cuStreamDestroy(s);
   return st;
 }
@@ -221,10 +247,8 @@ cgc_status_t cgc_comm_create(cgc_context_t ctx, int nranks, const cgc_comm_id_t*
   CGC_CHECK_ARG(id != NULL, "id is NULL");
   CGC_CHECK_ARG(nranks >= 1, "nranks is %d", nranks);
   CGC_CHECK_ARG(rank >= 0 && rank < nranks, "rank %d is outside [0, %d)", rank, nranks);
-  if (atomic_load(&cgc__captures_underway) > 0)
-    return cgc__fail(CGC_ERROR_CAPTURE_UNSUPPORTED, __func__,
-                     "a capture is under way: create communicators before capturing (NCCL's setup allocates "
-                     "and synchronises, which would break the capture)");
+  st = cgc__capture_guard(ctx->dev, CGC__GUARD_AS_GLOBAL, "ncclCommInitRank (it allocates and synchronises)", __func__);
+  if (st != CGC_SUCCESS) return st;
   cgc_comm_t comm = calloc(1, sizeof *comm);
   if (comm == NULL) return cgc__fail(CGC_ERROR_OUT_OF_MEMORY, __func__, "out of host memory");
   cgc__ctx_scope_t scope;
@@ -235,7 +259,8 @@ cgc_status_t cgc_comm_create(cgc_context_t ctx, int nranks, const cgc_comm_id_t*
   }
   ncclUniqueId nid;
   memcpy(nid.internal, id->internal, sizeof nid.internal);
-  ncclResult_t r = nccl.ncclCommInitRank(&comm->nccl, nranks, nid, rank);
+  ncclResult_t r;
+  NCCL_RELAXED(r, nccl.ncclCommInitRank(&comm->nccl, nranks, nid, rank));
   if (r != 0) {
     st = nccl_fail(r, NULL, __func__, "ncclCommInitRank");
   } else {
@@ -245,7 +270,7 @@ cgc_status_t cgc_comm_create(cgc_context_t ctx, int nranks, const cgc_comm_id_t*
     comm->nranks = nranks;
     st = connect_eagerly(comm, __func__);
     if (st != CGC_SUCCESS) {
-      nccl.ncclCommAbort(comm->nccl);
+      NCCL_RELAXED(r, nccl.ncclCommAbort(comm->nccl));
       comm->magic = 0;
     }
   }
@@ -287,10 +312,13 @@ cgc_status_t cgc_comm_destroy(cgc_comm_t comm) {
                      "(ncclCommDestroy would wait for them)",
                      refs, (void*)comm);
   if (!atomic_load(&comm->aborted)) {
+    st = cgc__capture_guard(comm->dev, CGC__GUARD_AS_GLOBAL, "ncclCommDestroy (it frees and synchronises)", __func__);
+    if (st != CGC_SUCCESS) return st;
     cgc__ctx_scope_t scope;
     st = cgc__ctx_enter(comm->dev, &scope, __func__);
     if (st == CGC_SUCCESS) {
-      ncclResult_t r = nccl.ncclCommDestroy(comm->nccl);
+      ncclResult_t r;
+      NCCL_RELAXED(r, nccl.ncclCommDestroy(comm->nccl));
       if (r != 0) st = nccl_fail(r, NULL, __func__, "ncclCommDestroy");
       cgc__ctx_leave(&scope);
     }
@@ -305,7 +333,8 @@ cgc_status_t cgc_comm_destroy(cgc_comm_t comm) {
 }
 
 static void* abort_in_background(void* nccl_comm) {
-  ncclResult_t r = nccl.ncclCommAbort((ncclComm_t)nccl_comm);
+  ncclResult_t r;
+  NCCL_RELAXED(r, nccl.ncclCommAbort((ncclComm_t)nccl_comm));
   cgc__log("ncclCommAbort of %p finished in the background: ncclResult %d", nccl_comm, r);
   return NULL;
 }
@@ -332,7 +361,8 @@ cgc_status_t cgc_comm_abort(cgc_comm_t comm) {
     if (err == 0) return CGC_SUCCESS;
     cgc__log("cgc_comm_abort: no thread for a background abort (error %d): aborting here", err);
   }
-  ncclResult_t r = nccl.ncclCommAbort(comm->nccl);
+  ncclResult_t r;
+  NCCL_RELAXED(r, nccl.ncclCommAbort(comm->nccl));
   if (r != 0) return nccl_fail(r, NULL, __func__, "ncclCommAbort");
   return CGC_SUCCESS;
 }

@@ -21,6 +21,7 @@ extern const unsigned char cgc__kernels_fatbin[];
 struct cgc__kernels {
   CUmodule module;
   CUfunction uniform, normal, set_state;
+  int generators; /* live generators of the device: the module stays while any exists */
 };
 
 struct cgc_rng_s {
@@ -34,10 +35,12 @@ struct cgc_rng_s {
   atomic_int refs;         /* the user's handle + each capture and graph that draws from it */
 };
 
+/* Guards every device's `kernels` (and its count of generators) and the dead slots below. */
 static pthread_mutex_t kernels_lock = PTHREAD_MUTEX_INITIALIZER;
 
-/* The device's kernels, loaded once (context current). Module loading is not a stream
- * operation, but run it in Relaxed mode so that it can never break a capture elsewhere. */
+/* The device's kernels, loaded on first use (context current), counting one more generator.
+ * Loading a module breaks a Global capture under way on another thread (measured on driver
+ * 580): it runs in Relaxed mode. */
 static cgc_status_t device_kernels(struct cgc__device* dev, struct cgc__kernels** out, const char* func) {
   pthread_mutex_lock(&kernels_lock);
   cgc_status_t st = CGC_SUCCESS;
@@ -61,13 +64,15 @@ static cgc_status_t device_kernels(struct cgc__device* dev, struct cgc__kernels*
       }
     }
   }
+  if (st == CGC_SUCCESS) dev->kernels->generators++;
   *out = dev->kernels;
   pthread_mutex_unlock(&kernels_lock);
   return st;
 }
 
-/* Slots of dead generators whose cuMemFree waits for the end of all captures: cgc never frees
- * device memory while a capture is under way (SEMANTICS 5). Guarded by kernels_lock. */
+/* Slots of dead generators. cuMemFree waits for the device (so no replay still reads them) and
+ * would break a capture under way: it runs outside every lock, in Relaxed mode. Guarded by
+ * kernels_lock. */
 struct dead_slots {
   struct cgc__device* dev;
   CUdeviceptr slots;
@@ -76,7 +81,6 @@ struct dead_slots {
 static struct dead_slots* dead;
 
 static void free_dead_slots(void) {
-  if (atomic_load(&cgc__captures_underway) > 0) return;
   pthread_mutex_lock(&kernels_lock);
   struct dead_slots* list = dead;
   dead = NULL;
@@ -86,11 +90,32 @@ static void free_dead_slots(void) {
     list = d->next;
     cgc__ctx_scope_t scope;
     if (cgc__ctx_enter(d->dev, &scope, "cgc_rng_destroy") == CGC_SUCCESS) {
-      cgc__relaxed_mem_free(d->slots); /* synchronises the device: no replay still reads them */
+      cgc__relaxed_mem_free(d->slots);
       cgc__ctx_leave(&scope);
     }
     free(d);
   }
+}
+
+void cgc__rng_device_release(struct cgc__device* dev) {
+  free_dead_slots();
+  pthread_mutex_lock(&kernels_lock);
+  struct cgc__kernels* k = dev->kernels;
+  if (k != NULL && k->generators == 0) {
+    dev->kernels = NULL;
+  } else {
+    k = NULL;
+  }
+  pthread_mutex_unlock(&kernels_lock);
+  if (k == NULL) return;
+  cgc__ctx_scope_t scope;
+  if (cgc__ctx_enter(dev, &scope, "cgc_context_destroy") == CGC_SUCCESS) {
+    CUstreamCaptureMode previous = cgc__relaxed_begin();
+    cgc__drv.cuModuleUnload(k->module);
+    cgc__relaxed_end(previous);
+    cgc__ctx_leave(&scope);
+  }
+  free(k);
 }
 
 cgc_status_t cgc_rng_create(cgc_context_t ctx, uint64_t seed, cgc_rng_t* out) {
@@ -108,8 +133,14 @@ cgc_status_t cgc_rng_create(cgc_context_t ctx, uint64_t seed, cgc_rng_t* out) {
   }
   struct cgc__kernels* k;
   st = device_kernels(ctx->dev, &k, __func__);
-  if (st == CGC_SUCCESS)
+  if (st == CGC_SUCCESS) {
     st = cgc__cu_fail(cgc__relaxed_mem_alloc(&rng->slots, 2 * sizeof(uint64_t)), __func__, "cuMemAlloc");
+    if (st != CGC_SUCCESS) {
+      pthread_mutex_lock(&kernels_lock);
+      k->generators--;
+      pthread_mutex_unlock(&kernels_lock);
+    }
+  }
   cgc__ctx_leave(&scope);
   if (st != CGC_SUCCESS) {
     free(rng);
@@ -124,30 +155,36 @@ cgc_status_t cgc_rng_create(cgc_context_t ctx, uint64_t seed, cgc_rng_t* out) {
   return CGC_SUCCESS;
 }
 
-void cgc__rng_unref(cgc_rng_t rng) {
+static void rng_release(void* object) {
+  cgc_rng_t rng = object;
   if (atomic_fetch_sub(&rng->refs, 1) != 1) return;
   struct dead_slots* d = malloc(sizeof *d);
+  pthread_mutex_lock(&kernels_lock);
   if (d != NULL) {
-    *d = (struct dead_slots){rng->dev, rng->slots, NULL};
-    pthread_mutex_lock(&kernels_lock);
-    d->next = dead;
+    *d = (struct dead_slots){rng->dev, rng->slots, dead};
     dead = d;
-    pthread_mutex_unlock(&kernels_lock);
   }
+  rng->dev->kernels->generators--;
+  pthread_mutex_unlock(&kernels_lock);
   free_dead_slots();
   pthread_mutex_destroy(&rng->lock);
   cgc__retire(rng);
 }
 
+static void rng_retain(void* object) { atomic_fetch_add(&((cgc_rng_t)object)->refs, 1); }
+
 cgc_status_t cgc_rng_destroy(cgc_rng_t rng) {
   CGC_CHECK_HANDLE(rng, CGC_MAGIC_RNG);
   /* The handle dies now; graphs that draw from the generator keep its state until they go. */
   rng->magic = CGC_MAGIC_DEAD;
-  cgc__rng_unref(rng);
+  rng_release(rng);
   return CGC_SUCCESS;
 }
 
-uint64_t cgc__rng_capture_done(cgc_rng_t rng) {
+/* The capture that drew from the generator is over: what one replay consumes. */
+static uint64_t rng_capture_done(void* object, bool kept) {
+  (void)kept;
+  cgc_rng_t rng = object;
   pthread_mutex_lock(&rng->lock);
   uint64_t consumed = rng->capture_offset;
   rng->capture_id = 0;
@@ -156,19 +193,20 @@ uint64_t cgc__rng_capture_done(cgc_rng_t rng) {
   return consumed;
 }
 
-CUresult cgc__rng_replay_prologue(cgc_rng_t rng, uint64_t amount, CUstream stream) {
+/* Before each replay: the generator's seed and offset into its device slots (a one-thread
+ * kernel on the launch stream), then the offset advances by what one replay consumes. */
+static CUresult rng_before_launch(void* object, uint64_t amount, CUstream stream) {
+  cgc_rng_t rng = object;
   pthread_mutex_lock(&rng->lock);
   unsigned long long seed = rng->seed, offset = rng->offset;
   rng->offset += amount;
   pthread_mutex_unlock(&rng->lock);
-  cgc__ctx_scope_t scope;
-  if (cgc__ctx_enter(rng->dev, &scope, "cgc_graph_launch") != CGC_SUCCESS) return CUDA_ERROR_INVALID_CONTEXT;
   CUdeviceptr slots = rng->slots;
   void* args[] = {&slots, &seed, &offset};
-  CUresult r = cgc__drv.cuLaunchKernel(rng->dev->kernels->set_state, 1, 1, 1, 1, 1, 1, 0, stream, args, NULL);
-  cgc__ctx_leave(&scope);
-  return r;
+  return cgc__drv.cuLaunchKernel(rng->dev->kernels->set_state, 1, 1, 1, 1, 1, 1, 0, stream, args, NULL);
 }
+
+const cgc__use_ops_t cgc__rng_use_ops = {"generator", rng_retain, rng_release, rng_capture_done, rng_before_launch};
 
 static uint64_t round4(uint64_t n) { return (n + 3) & ~(uint64_t)3; }
 
@@ -184,13 +222,14 @@ static cgc_status_t draw(cgc_rng_t rng, float* out, size_t n, bool normal, float
   if (stream->dev != rng->dev)
     return cgc__fail(CGC_ERROR_INVALID_ARGUMENT, func, "stream %p is on device %d, the generator on device %d",
                      (void*)stream->cu, stream->dev->ordinal, rng->dev->ordinal);
+  cgc__stream_ref_t ref;
+  st = cgc__stream_resolve(stream, true, &ref, func);
   uint64_t capture_id = 0;
-  st = cgc__stream_capture_id(stream, &capture_id, func);
+  if (st == CGC_SUCCESS) st = cgc__registry_capture_of(&ref, &capture_id, func);
   if (st != CGC_SUCCESS) return st;
 
   unsigned long long seed = 0, offset = 0;
   CUdeviceptr slots = 0;
-  bool first_use = false;
   pthread_mutex_lock(&rng->lock);
   if (capture_id == 0) {
     seed = rng->seed;
@@ -201,23 +240,18 @@ static cgc_status_t draw(cgc_rng_t rng, float* out, size_t n, bool normal, float
                    "the generator is drawn from by another capture (id %llu): one capture at a time per generator",
                    (unsigned long long)rng->capture_id);
   } else {
-    first_use = rng->capture_id == 0;
-    rng->capture_id = capture_id;
-    slots = rng->slots;
-    offset = rng->capture_offset; /* the draw's position in the graph */
-    rng->capture_offset += round4(n);
+    /* The capture's first draw registers the generator as one of its uses (holding a
+     * reference) under this lock, before any other thread can draw into the same capture. */
+    if (rng->capture_id == 0) st = cgc__registry_add_use(capture_id, &cgc__rng_use_ops, rng, func);
+    if (st == CGC_SUCCESS) {
+      rng->capture_id = capture_id;
+      slots = rng->slots;
+      offset = rng->capture_offset; /* the draw's position in the graph */
+      rng->capture_offset += round4(n);
+    }
   }
   pthread_mutex_unlock(&rng->lock);
   if (st != CGC_SUCCESS) return st;
-  if (first_use) {
-    bool added = false;
-    st = cgc__capture_add_use(capture_id, CGC_USE_RNG, rng, &added, func);
-    if (added) atomic_fetch_add(&rng->refs, 1);
-    if (st != CGC_SUCCESS) {
-      cgc__rng_capture_done(rng);
-      return st;
-    }
-  }
 
   cgc__ctx_scope_t scope;
   st = cgc__ctx_enter(rng->dev, &scope, func);

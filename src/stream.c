@@ -1,24 +1,19 @@
-/* Streams: owned (cgc_stream_create) or borrowed (cgc_stream_wrap), legacy default included. */
+/* Streams: owned (cgc_stream_create) or borrowed (cgc_stream_wrap), the legacy and per-thread
+ * default streams included. */
 #include <stdlib.h>
 
 #include "src/internal.h"
 
-/* The legacy default stream is resolved through the current context, so calls on it run with
- * the stream's device current; other streams carry their context. */
-static cgc_status_t enter_for(cgc_stream_t s, cgc__ctx_scope_t* scope, const char* func) {
-  scope->pushed = false;
-  return s->legacy ? cgc__ctx_enter(s->dev, scope, func) : CGC_SUCCESS;
-}
-
-static cgc_status_t new_handle(struct cgc__device* dev, CUstream cu, bool owned, bool legacy,
+static cgc_status_t new_handle(struct cgc__device* dev, CUstream cu, cgc__stream_kind_t kind, uint64_t id,
                                cgc_stream_t* out, const char* func) {
   cgc_stream_t s = calloc(1, sizeof *s);
   if (s == NULL) return cgc__fail(CGC_ERROR_OUT_OF_MEMORY, func, "out of host memory");
   s->magic = CGC_MAGIC_STREAM;
   s->dev = dev;
   s->cu = cu;
-  s->owned = owned;
-  s->legacy = legacy;
+  s->kind = kind;
+  s->special = kind == CGC__STREAM_LEGACY || kind == CGC__STREAM_PER_THREAD;
+  atomic_init(&s->id, id);
   *out = s;
   return CGC_SUCCESS;
 }
@@ -32,19 +27,24 @@ cgc_status_t cgc_stream_create(cgc_context_t ctx, unsigned flags, int priority, 
   cgc_status_t st = cgc__ctx_enter(ctx->dev, &scope, __func__);
   if (st != CGC_SUCCESS) return st;
   int least = 0, greatest = 0;
+  CUstream cu = NULL;
+  unsigned long long id = 0;
   st = CGC_CU(cuCtxGetStreamPriorityRange(&least, &greatest));
-  if (st == CGC_SUCCESS) {
-    /* Lower numbers are higher priorities: clamp into [greatest, least] like the runtime does. */
-    if (priority > least) priority = least;
-    if (priority < greatest) priority = greatest;
-    CUstream cu = NULL;
-    unsigned cu_flags = (flags & CGC_STREAM_NON_BLOCKING) ? CU_STREAM_NON_BLOCKING : CU_STREAM_DEFAULT;
-    st = CGC_CU(cuStreamCreateWithPriority(&cu, cu_flags, priority));
-    if (st == CGC_SUCCESS) {
-      st = new_handle(ctx->dev, cu, true, false, out, __func__);
-      if (st != CGC_SUCCESS) cgc__drv.cuStreamDestroy(cu);
-    }
-  }
+  if (st != CGC_SUCCESS) goto fail;
+  /* Lower numbers are higher priorities: clamp into [greatest, least] like the runtime does. */
+  if (priority > least) priority = least;
+  if (priority < greatest) priority = greatest;
+  unsigned cu_flags = (flags & CGC_STREAM_NON_BLOCKING) ? CU_STREAM_NON_BLOCKING : CU_STREAM_DEFAULT;
+  st = CGC_CU(cuStreamCreateWithPriority(&cu, cu_flags, priority));
+  if (st != CGC_SUCCESS) goto fail;
+  st = CGC_CU(cuStreamGetId(cu, &id)); /* a new stream is not capturing: safe to ask */
+  if (st != CGC_SUCCESS) goto fail;
+  st = new_handle(ctx->dev, cu, CGC__STREAM_OWNED, id, out, __func__);
+  if (st != CGC_SUCCESS) goto fail;
+  cgc__ctx_leave(&scope);
+  return CGC_SUCCESS;
+fail:
+  if (cu != NULL) cgc__drv.cuStreamDestroy(cu);
   cgc__ctx_leave(&scope);
   return st;
 }
@@ -54,18 +54,27 @@ cgc_status_t cgc_stream_wrap(cgc_context_t ctx, void* native_stream, cgc_stream_
   *out = NULL;
   CGC_CHECK_HANDLE(ctx, CGC_MAGIC_CONTEXT);
   CUstream cu = (CUstream)native_stream;
-  if (cu == NULL || cu == CU_STREAM_LEGACY) return new_handle(ctx->dev, NULL, false, true, out, __func__);
-  if (cu != CU_STREAM_PER_THREAD) {
-    /* A stream of another device would fail later in confusing ways: say so now. */
-    CUcontext owner = NULL;
-    cgc_status_t st = CGC_CU(cuStreamGetCtx(cu, &owner));
-    if (st != CGC_SUCCESS) return st;
-    if (owner != ctx->dev->cu)
-      return cgc__fail(CGC_ERROR_INVALID_ARGUMENT, __func__,
-                       "stream %p belongs to another context than device %d's primary context",
-                       native_stream, ctx->dev->ordinal);
+  if (cu == NULL || cu == CU_STREAM_LEGACY) return new_handle(ctx->dev, NULL, CGC__STREAM_LEGACY, 0, out, __func__);
+  if (cu == CU_STREAM_PER_THREAD) return new_handle(ctx->dev, cu, CGC__STREAM_PER_THREAD, 0, out, __func__);
+  /* A stream of another device would fail later in confusing ways: say so now. */
+  CUcontext owner = NULL;
+  cgc_status_t st = CGC_CU(cuStreamGetCtx(cu, &owner));
+  if (st != CGC_SUCCESS) return st;
+  if (owner != ctx->dev->cu)
+    return cgc__fail(CGC_ERROR_INVALID_ARGUMENT, __func__,
+                     "stream %p belongs to another context than device %d's primary context", native_stream,
+                     ctx->dev->ordinal);
+  /* Its id is learnt now if it is not capturing, else at its first use outside a capture. */
+  cgc_stream_t s = NULL;
+  st = new_handle(ctx->dev, cu, CGC__STREAM_BORROWED, 0, &s, __func__);
+  cgc__stream_ref_t ref;
+  if (st == CGC_SUCCESS) st = cgc__stream_resolve(s, false, &ref, __func__);
+  if (st != CGC_SUCCESS) {
+    if (s != NULL) cgc__retire(s);
+    return st;
   }
-  return new_handle(ctx->dev, cu, false, false, out, __func__);
+  *out = s;
+  return CGC_SUCCESS;
 }
 
 void* cgc_stream_native(cgc_stream_t stream) {
@@ -75,20 +84,51 @@ void* cgc_stream_native(cgc_stream_t stream) {
 
 cgc_status_t cgc_stream_destroy(cgc_stream_t stream) {
   CGC_CHECK_HANDLE(stream, CGC_MAGIC_STREAM);
-  if (stream->cu != NULL && cgc__capture_has_origin(stream->cu))
+  if (stream->special) { /* the default streams live as long as their context */
+    cgc__retire(stream);
+    return CGC_SUCCESS;
+  }
+  cgc__stream_ref_t ref;
+  cgc_status_t st = cgc__stream_resolve(stream, true, &ref, __func__);
+  if (st != CGC_SUCCESS) return st;
+  if (ref.capturing)
     return cgc__fail(CGC_ERROR_INVALID_STATE, __func__,
-                     "stream %p is capturing: end the capture (cgc_capture_end) before destroying it",
-                     (void*)stream->cu);
-  cgc_status_t st = CGC_SUCCESS;
-  if (stream->owned) st = CGC_CU(cuStreamDestroy(stream->cu));
+                     "stream %p is capturing (capture id %llu): end the capture (cgc_capture_end on its origin "
+                     "stream) before destroying it",
+                     (void*)stream->cu, (unsigned long long)ref.capture_id);
+  if (stream->kind == CGC__STREAM_OWNED) {
+    /* What the allocator still owes the stream is settled while it exists. A borrowed stream
+     * lives on (other handles may wrap it): its owner must not destroy it while blocks that
+     * recorded a use of it are allocated (docs/DESIGN.md). */
+    st = cgc__alloc_stream_ending(stream->dev, &ref, __func__);
+    if (st == CGC_SUCCESS) st = CGC_CU(cuStreamDestroy(stream->cu));
+  }
   if (st == CGC_SUCCESS) cgc__retire(stream);
   return st;
 }
 
+/* Synchronisations and queries break a capture under way on the stream itself, or (by the
+ * driver's rule for the calling thread's mode) one on another stream: refused first. */
+static cgc_status_t check_unsafe_call(cgc_stream_t stream, const char* call, const char* func) {
+  if (stream->kind != CGC__STREAM_LEGACY) { /* the legacy stream never captures */
+    cgc__stream_ref_t ref;
+    cgc_status_t st = cgc__stream_resolve(stream, true, &ref, func);
+    if (st != CGC_SUCCESS) return st;
+    if (ref.capturing)
+      return cgc__fail(CGC_ERROR_CAPTURE_UNSUPPORTED, func,
+                       "stream %p is capturing (capture id %llu): %s would break the capture; call it after "
+                       "cgc_capture_end",
+                       (void*)stream->cu, (unsigned long long)ref.capture_id, call);
+  }
+  return cgc__capture_guard(stream->dev, CGC__GUARD_THIS_THREAD, call, func);
+}
+
 cgc_status_t cgc_stream_synchronize(cgc_stream_t stream) {
   CGC_CHECK_HANDLE(stream, CGC_MAGIC_STREAM);
+  cgc_status_t st = check_unsafe_call(stream, "cuStreamSynchronize", __func__);
+  if (st != CGC_SUCCESS) return st;
   cgc__ctx_scope_t scope;
-  cgc_status_t st = enter_for(stream, &scope, __func__);
+  st = cgc__stream_enter(stream, &scope, __func__);
   if (st != CGC_SUCCESS) return st;
   st = CGC_CU(cuStreamSynchronize(stream->cu));
   cgc__ctx_leave(&scope);
@@ -99,8 +139,10 @@ cgc_status_t cgc_stream_query(cgc_stream_t stream, int* complete) {
   CGC_CHECK_ARG(complete != NULL, "complete is NULL");
   *complete = 0;
   CGC_CHECK_HANDLE(stream, CGC_MAGIC_STREAM);
+  cgc_status_t st = check_unsafe_call(stream, "cuStreamQuery", __func__);
+  if (st != CGC_SUCCESS) return st;
   cgc__ctx_scope_t scope;
-  cgc_status_t st = enter_for(stream, &scope, __func__);
+  st = cgc__stream_enter(stream, &scope, __func__);
   if (st != CGC_SUCCESS) return st;
   CUresult r = cgc__drv.cuStreamQuery(stream->cu);
   cgc__ctx_leave(&scope);
@@ -112,11 +154,18 @@ cgc_status_t cgc_stream_query(cgc_stream_t stream, int* complete) {
 cgc_status_t cgc_stream_wait_event(cgc_stream_t stream, cgc_event_t event) {
   CGC_CHECK_HANDLE(stream, CGC_MAGIC_STREAM);
   CGC_CHECK_HANDLE(event, CGC_MAGIC_EVENT);
-  cgc__ctx_scope_t scope;
-  cgc_status_t st = enter_for(stream, &scope, __func__);
+  cgc__stream_ref_t ref;
+  cgc_status_t st = cgc__stream_resolve(stream, cgc__captures_underway() > 0, &ref, __func__);
   if (st != CGC_SUCCESS) return st;
-  st = CGC_CU(cuStreamWaitEvent(stream->cu, event->cu, 0));
+  cgc__ctx_scope_t scope;
+  st = cgc__stream_enter(stream, &scope, __func__);
+  if (st != CGC_SUCCESS) return st;
+  /* A wait on an event recorded in a capture makes the stream join that capture: no fence may
+   * be recorded on it meanwhile (cgc__alloc_fence_lock). */
+  bool joining = ref.capture_id != 0 || cgc__captures_underway() > 0;
+  if (joining) cgc__alloc_fence_lock(stream->dev);
+  st = cgc__registry_wait(&ref, event, __func__);
+  if (joining) cgc__alloc_fence_unlock(stream->dev);
   cgc__ctx_leave(&scope);
-  if (st == CGC_SUCCESS) cgc__capture_note_wait(stream, event);
   return st;
 }

@@ -11,14 +11,14 @@
 
 namespace {
 
-const void* kStreamA = reinterpret_cast<const void*>(0x1000);
-const void* kStreamB = reinterpret_cast<const void*>(0x2000);
+constexpr uint64_t kStreamA = 15;  // stream keys are the driver's stream ids
+constexpr uint64_t kStreamB = 16;
 
 void Recycle(cgc__block_t* b, void* arg) { static_cast<std::vector<cgc__block_t*>*>(arg)->push_back(b); }
 
 // Spare block structs for splits, owned by the test (freed at exit).
 std::vector<std::unique_ptr<cgc__block_t>> spares;
-cgc__block_t* NewSpare() {
+cgc__block_t* NewSpare(void*) {
   spares.push_back(std::make_unique<cgc__block_t>());
   return spares.back().get();
 }
@@ -35,7 +35,7 @@ class Blocks : public ::testing::Test {
     return owned_.back();
   }
   // A fresh segment as the allocator makes one: FREE, not yet in a set.
-  cgc__block_t* Segment(uint64_t ptr, size_t size, const void* stream, bool small) {
+  cgc__block_t* Segment(uint64_t ptr, size_t size, uint64_t stream, bool small) {
     cgc__block_t* b = NewBlock();
     b->ptr = ptr;
     b->size = size;
@@ -137,7 +137,7 @@ TEST_F(Blocks, UnmergedFreesCoalesceIntoTheWholeSegmentLater) {
   for (cgc__block_t* p : {parts[2], parts[0], parts[1]}) ASSERT_TRUE(cgc__block_release_unmerged(p));
   EXPECT_EQ(state_.small.n, 4u) << "freed without merging";
   // Same-size reuse takes the exact block, no split needed.
-  EXPECT_EQ(cgc__set_take_best_fit(&state_.small, kStreamA, 8192, nullptr), parts[0]);
+  EXPECT_EQ(cgc__set_take_best_fit(&state_.small, kStreamA, 8192, nullptr, nullptr), parts[0]);
   ASSERT_TRUE(cgc__block_release_unmerged(parts[0]));
   EXPECT_EQ(cgc__state_coalesce(&state_, Recycle, &recycled_), 3u);
   ASSERT_EQ(state_.small.n, 1u);
@@ -161,7 +161,7 @@ TEST_F(Blocks, BlocksOfASmallSegmentStayInTheSmallSet) {
 // handed-out ones tile every segment exactly, and freeing everything merges each segment whole.
 TEST_F(Blocks, RandomSplitsAndMergesKeepTheSetSortedAndTheSegmentsTiled) {
   std::mt19937 rng(11);
-  const void* streams[2] = {kStreamA, kStreamB};
+  const uint64_t streams[2] = {kStreamA, kStreamB};
   std::vector<cgc__block_t*> segments;
   for (int i = 0; i < 6; i++) {
     cgc__block_t* seg = Segment(0x100000000ull * (i + 1), 20 << 20, streams[i % 2], false);
@@ -173,7 +173,7 @@ TEST_F(Blocks, RandomSplitsAndMergesKeepTheSetSortedAndTheSegmentsTiled) {
     for (size_t i = 1; i < state_.large.n; i++) {
       const cgc__block_t* a = state_.large.items[i - 1];
       const cgc__block_t* b = state_.large.items[i];
-      bool ordered = (uintptr_t)a->stream < (uintptr_t)b->stream ||
+      bool ordered = a->stream < b->stream ||
                      (a->stream == b->stream && (a->size < b->size || (a->size == b->size && a->ptr < b->ptr)));
       ASSERT_TRUE(ordered) << "set out of order at " << i;
     }
@@ -196,9 +196,9 @@ TEST_F(Blocks, RandomSplitsAndMergesKeepTheSetSortedAndTheSegmentsTiled) {
   for (int step = 0; step < 4000; step++) {
     bool alloc = live.empty() || rng() % 3 != 0;
     if (alloc) {
-      const void* stream = streams[rng() % 2];
+      const uint64_t stream = streams[rng() % 2];
       size_t want = cgc__round_size(512 + rng() % (6 << 20));
-      cgc__block_t* b = cgc__set_take_best_fit(&state_.large, stream, want, NewSpare);
+      cgc__block_t* b = cgc__set_take_best_fit(&state_.large, stream, want, NewSpare, nullptr);
       if (b == nullptr) continue;
       EXPECT_GE(b->size, want);
       EXPECT_EQ(b->stream, stream);

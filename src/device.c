@@ -1,0 +1,75 @@
+/* Per-device state and the current-context scope every driver call that needs a context uses. */
+#include <stdlib.h>
+
+#include "src/internal.h"
+
+enum { kMaxDevices = 64 };
+/* Published once, never freed: readers load without a lock. devices_lock serialises creation. */
+static _Atomic(struct cgc__device*) devices[kMaxDevices];
+static pthread_mutex_t devices_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static cgc_status_t create_device(int ordinal, struct cgc__device** out, const char* func) {
+  int count = 0;
+  if (cgc__drv.cuDeviceGetCount(&count) != CUDA_SUCCESS) count = 0;
+  if (ordinal < 0 || ordinal >= count || ordinal >= kMaxDevices)
+    return cgc__fail(CGC_ERROR_INVALID_ARGUMENT, func, "device %d does not exist (%d device%s)", ordinal, count,
+                     count == 1 ? "" : "s");
+  pthread_mutex_lock(&devices_lock);
+  cgc_status_t st = CGC_SUCCESS;
+  struct cgc__device* dev = atomic_load(&devices[ordinal]);
+  if (dev == NULL) {
+    dev = calloc(1, sizeof *dev);
+    if (dev == NULL) {
+      st = cgc__fail(CGC_ERROR_OUT_OF_MEMORY, func, "out of host memory");
+    } else {
+      dev->ordinal = ordinal;
+      st = cgc__cu_fail(cgc__drv.cuDeviceGet(&dev->cu_device, ordinal), func, "cuDeviceGet");
+      if (st == CGC_SUCCESS)
+        st = cgc__cu_fail(cgc__drv.cuDevicePrimaryCtxRetain(&dev->cu, dev->cu_device), func,
+                          "cuDevicePrimaryCtxRetain");
+      if (st == CGC_SUCCESS) {
+        atomic_store(&devices[ordinal], dev);
+      } else {
+        free(dev);
+        dev = NULL;
+      }
+    }
+  }
+  pthread_mutex_unlock(&devices_lock);
+  *out = dev;
+  return st;
+}
+
+cgc_status_t cgc__device_get(int ordinal, struct cgc__device** out, const char* func) {
+  *out = NULL;
+  /* The fast path of every PyTorch allocation: a device seen before needs no driver call. */
+  if (ordinal >= 0 && ordinal < kMaxDevices) {
+    struct cgc__device* dev = atomic_load_explicit(&devices[ordinal], memory_order_acquire);
+    if (dev != NULL) {
+      *out = dev;
+      return CGC_SUCCESS;
+    }
+  }
+  cgc_status_t st = cgc__driver_load(func);
+  if (st != CGC_SUCCESS) return st;
+  return create_device(ordinal, out, func);
+}
+
+cgc_status_t cgc__ctx_enter(struct cgc__device* dev, cgc__ctx_scope_t* scope, const char* func) {
+  scope->pushed = false;
+  CUcontext current = NULL;
+  CUresult r = cgc__drv.cuCtxGetCurrent(&current);
+  if (r != CUDA_SUCCESS) return cgc__cu_fail(r, func, "cuCtxGetCurrent");
+  if (current == dev->cu) return CGC_SUCCESS;
+  r = cgc__drv.cuCtxPushCurrent(dev->cu);
+  if (r != CUDA_SUCCESS) return cgc__cu_fail(r, func, "cuCtxPushCurrent");
+  scope->pushed = true;
+  return CGC_SUCCESS;
+}
+
+void cgc__ctx_leave(cgc__ctx_scope_t* scope) {
+  if (!scope->pushed) return;
+  CUcontext popped;
+  cgc__drv.cuCtxPopCurrent(&popped);
+  scope->pushed = false;
+}

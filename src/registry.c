@@ -1,0 +1,342 @@
+/* The captures under way: every capture begun through cgc has a record here from before the
+ * driver begins it until after the driver ended it. Everything else asks this file, and it asks
+ * only the driver: which captures exist, which streams forked into and joined which capture
+ * (so that cgc_capture_end can name side streams never joined back and the allocator can reuse
+ * blocks once their side streams joined), which objects a capture holds, and whether a call on
+ * this thread would break one of them.
+ *
+ * The registry is process-wide rather than per thread because a capture may span threads
+ * (Relaxed mode, or side streams driven from other threads), as in PyTorch's CUDAGraph.cpp.
+ * One mutex guards it all; it is never held across a driver call that waits for the GPU. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "src/internal.h"
+
+static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct cgc__capture* registry; /* guarded by registry_lock, as is everything below */
+static uint64_t bookkeeping_seq;      /* orders records and waits for the join analysis */
+/* The number of records in `registry`: written under the lock, read without it by fast paths
+ * that only need to know whether any capture might be under way. */
+static atomic_int underway;
+
+int cgc__captures_underway(void) { return atomic_load_explicit(&underway, memory_order_acquire); }
+
+/* ---- lookups (registry_lock held) ---- */
+
+static struct cgc__capture* find_by_origin(uint64_t key) {
+  for (struct cgc__capture* c = registry; c != NULL; c = c->next)
+    if (c->origin_key == key) return c;
+  return NULL;
+}
+
+static struct cgc__capture* find_by_id(uint64_t id) {
+  if (id == 0) return NULL;
+  for (struct cgc__capture* c = registry; c != NULL; c = c->next)
+    if (c->id == id) return c;
+  return NULL;
+}
+
+static struct cgc__side* find_side(struct cgc__capture* c, uint64_t key) {
+  for (size_t i = 0; i < c->n_sides; i++)
+    if (c->sides[i].key == key) return &c->sides[i];
+  return NULL;
+}
+
+/* The capture `key` takes part in (origin or known side stream), if any. */
+static struct cgc__capture* find_by_member(uint64_t key) {
+  for (struct cgc__capture* c = registry; c != NULL; c = c->next)
+    if (c->origin_key == key || find_side(c, key) != NULL) return c;
+  return NULL;
+}
+
+/* Grows *items (of *cap elements of `size` bytes) to hold one more; false when out of memory. */
+static bool reserve_one(void** items, size_t* cap, size_t count, size_t size) {
+  if (count < *cap) return true;
+  size_t n = *cap ? *cap * 2 : 4;
+  void* grown = realloc(*items, n * size);
+  if (grown == NULL) return false;
+  *items = grown;
+  *cap = n;
+  return true;
+}
+
+/* ---- the records ---- */
+
+cgc_status_t cgc__registry_add(struct cgc__capture* c, const char* func) {
+  cgc_status_t st = CGC_SUCCESS;
+  pthread_mutex_lock(&registry_lock);
+  struct cgc__capture* same = find_by_origin(c->origin_key);
+  if (same != NULL) {
+    st = cgc__fail(CGC_ERROR_INVALID_STATE, func, "stream %p is already capturing (capture id %llu)",
+                   (void*)c->origin, (unsigned long long)same->id);
+  } else {
+    c->state = CGC__CAPTURE_BEGINNING;
+    c->next = registry;
+    registry = c;
+    atomic_fetch_add_explicit(&underway, 1, memory_order_acq_rel);
+  }
+  pthread_mutex_unlock(&registry_lock);
+  return st;
+}
+
+void cgc__registry_activate(struct cgc__capture* c, uint64_t id) {
+  pthread_mutex_lock(&registry_lock);
+  c->id = id;
+  c->state = CGC__CAPTURE_ACTIVE;
+  pthread_mutex_unlock(&registry_lock);
+}
+
+void cgc__registry_remove(struct cgc__capture* c) {
+  pthread_mutex_lock(&registry_lock);
+  for (struct cgc__capture** p = &registry; *p != NULL; p = &(*p)->next) {
+    if (*p == c) {
+      *p = c->next;
+      atomic_fetch_sub_explicit(&underway, 1, memory_order_acq_rel);
+      break;
+    }
+  }
+  c->next = NULL;
+  pthread_mutex_unlock(&registry_lock);
+}
+
+cgc_status_t cgc__registry_claim_end(const cgc__stream_ref_t* ref, struct cgc__capture** out, const char* func) {
+  *out = NULL;
+  cgc_status_t st = CGC_SUCCESS;
+  pthread_mutex_lock(&registry_lock);
+  struct cgc__capture* c = ref->special && ref->cu == NULL ? NULL : find_by_origin(ref->key);
+  if (c == NULL) {
+    struct cgc__capture* member = ref->cu == NULL ? NULL : find_by_member(ref->key);
+    if (member != NULL)
+      st = cgc__fail(CGC_ERROR_INVALID_STATE, func,
+                     "stream %p is a side stream of the capture begun on stream %p: end it there", (void*)ref->cu,
+                     (void*)member->origin);
+    else if (ref->capturing)
+      st = cgc__fail(CGC_ERROR_INVALID_STATE, func, "the capture on stream %p was not begun with cgc_capture_begin",
+                     (void*)ref->cu);
+    else
+      st = cgc__fail(CGC_ERROR_INVALID_STATE, func,
+                     "no capture is under way on stream %p (cgc_capture_end without cgc_capture_begin)",
+                     (void*)ref->cu);
+  } else if (c->state == CGC__CAPTURE_ENDING) {
+    st = cgc__fail(CGC_ERROR_INVALID_STATE, func,
+                   "the capture on stream %p (capture id %llu) is being ended by another call: one end only",
+                   (void*)c->origin, (unsigned long long)c->id);
+  } else if (c->state == CGC__CAPTURE_BEGINNING) {
+    st = cgc__fail(CGC_ERROR_INVALID_STATE, func, "the capture on stream %p is still being begun by another thread",
+                   (void*)c->origin);
+  } else if (c->mode != CGC_CAPTURE_MODE_RELAXED && !pthread_equal(c->thread, pthread_self())) {
+    /* The driver refuses it too (CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD); refusing first leaves
+     * the capture untouched. */
+    st = cgc__fail(CGC_ERROR_INVALID_STATE, func,
+                   "the capture on stream %p (capture id %llu) was begun by another thread in %s mode: only that "
+                   "thread can end it (a Relaxed capture can be ended by any thread); the capture is still under way",
+                   (void*)c->origin, (unsigned long long)c->id,
+                   c->mode == CGC_CAPTURE_MODE_GLOBAL ? "Global" : "ThreadLocal");
+  } else {
+    c->state = CGC__CAPTURE_ENDING;
+    *out = c;
+  }
+  pthread_mutex_unlock(&registry_lock);
+  return st;
+}
+
+void cgc__registry_unclaim(struct cgc__capture* c) {
+  pthread_mutex_lock(&registry_lock);
+  c->state = CGC__CAPTURE_ACTIVE;
+  pthread_mutex_unlock(&registry_lock);
+}
+
+/* ---- fork/join bookkeeping ---- */
+
+static struct cgc__side* add_side(struct cgc__capture* c, const cgc__stream_ref_t* ref) {
+  if (!reserve_one((void**)&c->sides, &c->cap_sides, c->n_sides, sizeof *c->sides)) return NULL;
+  struct cgc__side* s = &c->sides[c->n_sides++];
+  memset(s, 0, sizeof *s);
+  s->key = ref->key;
+  s->cu = ref->cu;
+  return s;
+}
+
+/* The origin waited on a record of `from` made at `event_seq`: `from` is joined up to there, and
+ * so is every stream `from` had absorbed (waited on) before that record. */
+static void join(struct cgc__capture* c, uint64_t from, uint64_t event_seq) {
+  struct cgc__side* s = find_side(c, from);
+  if (s == NULL || event_seq <= s->joined_seq) return;
+  s->joined_seq = event_seq;
+  /* Recursion only reads and updates sides (it never adds one), so `s` stays valid. */
+  for (size_t i = 0; i < s->n_absorbed; i++) {
+    struct cgc__absorbed a = s->absorbed[i];
+    if (a.at_seq < event_seq) join(c, a.from, a.event_seq);
+  }
+}
+
+cgc_status_t cgc__registry_record(cgc_event_t ev, const cgc__stream_ref_t* ref, const char* func) {
+  /* With no capture under way no record can matter to one: the bookkeeping of an older record
+   * names a capture id that no capture has any more. */
+  if (cgc__captures_underway() == 0) return cgc__cu_fail(cgc__drv.cuEventRecord(ev->cu, ref->cu), func, "cuEventRecord");
+  pthread_mutex_lock(&registry_lock);
+  cgc_status_t st = cgc__cu_fail(cgc__drv.cuEventRecord(ev->cu, ref->cu), func, "cuEventRecord");
+  if (st == CGC_SUCCESS) {
+    struct cgc__capture* c = ref->special && ref->cu == NULL ? NULL : find_by_member(ref->key);
+    /* A stream forked in without cgc_stream_wait_event (a raw cuStreamWaitEvent) is still part
+     * of the capture: the driver knows. */
+    if (c == NULL && ref->capturing) c = find_by_id(ref->capture_id);
+    ev->capture_id = c ? c->id : 0;
+    ev->recorded_on = ref->key;
+    ev->record_seq = ++bookkeeping_seq;
+  }
+  pthread_mutex_unlock(&registry_lock);
+  return st;
+}
+
+cgc_status_t cgc__registry_wait(const cgc__stream_ref_t* ref, cgc_event_t ev, const char* func) {
+  if (cgc__captures_underway() == 0) return cgc__cu_fail(cgc__drv.cuStreamWaitEvent(ref->cu, ev->cu, 0), func, "cuStreamWaitEvent");
+  pthread_mutex_lock(&registry_lock);
+  cgc_status_t st = cgc__cu_fail(cgc__drv.cuStreamWaitEvent(ref->cu, ev->cu, 0), func, "cuStreamWaitEvent");
+  struct cgc__capture* c = st == CGC_SUCCESS ? find_by_id(ev->capture_id) : NULL;
+  if (c != NULL && !(ref->special && ref->cu == NULL)) {
+    uint64_t now = ++bookkeeping_seq;
+    if (ref->key == c->origin_key) {
+      join(c, ev->recorded_on, ev->record_seq);
+    } else {
+      struct cgc__side* s = find_side(c, ref->key);
+      if (s == NULL) s = add_side(c, ref);
+      if (s != NULL) {
+        s->fork_seq = now; /* new work may follow on it: it must be joined again */
+        if (ev->recorded_on != c->origin_key && ev->recorded_on != ref->key &&
+            reserve_one((void**)&s->absorbed, &s->cap_absorbed, s->n_absorbed, sizeof *s->absorbed))
+          s->absorbed[s->n_absorbed++] = (struct cgc__absorbed){ev->recorded_on, ev->record_seq, now};
+      }
+    }
+  }
+  pthread_mutex_unlock(&registry_lock);
+  return st;
+}
+
+bool cgc__registry_side_joined(uint64_t id, uint64_t key, uint64_t since) {
+  pthread_mutex_lock(&registry_lock);
+  struct cgc__capture* c = find_by_id(id);
+  struct cgc__side* s = c ? find_side(c, key) : NULL;
+  bool joined = s != NULL && s->joined_seq > since && s->joined_seq > s->fork_seq;
+  pthread_mutex_unlock(&registry_lock);
+  return joined;
+}
+
+uint64_t cgc__registry_seq(void) {
+  pthread_mutex_lock(&registry_lock);
+  uint64_t seq = ++bookkeeping_seq;
+  pthread_mutex_unlock(&registry_lock);
+  return seq;
+}
+
+/* ---- what captures hold ---- */
+
+cgc_status_t cgc__registry_capture_of(const cgc__stream_ref_t* ref, uint64_t* id, const char* func) {
+  *id = 0;
+  if (!ref->capturing) return CGC_SUCCESS;
+  pthread_mutex_lock(&registry_lock);
+  bool ours = find_by_id(ref->capture_id) != NULL;
+  pthread_mutex_unlock(&registry_lock);
+  if (!ours)
+    return cgc__fail(CGC_ERROR_INVALID_STATE, func,
+                     "stream %p is capturing (capture id %llu) but the capture was not begun with "
+                     "cgc_capture_begin: cgc cannot record this call into it",
+                     (void*)ref->cu, (unsigned long long)ref->capture_id);
+  *id = ref->capture_id;
+  return CGC_SUCCESS;
+}
+
+cgc_status_t cgc__registry_add_use(uint64_t id, const cgc__use_ops_t* ops, void* object, const char* func) {
+  cgc_status_t st = CGC_SUCCESS;
+  pthread_mutex_lock(&registry_lock);
+  struct cgc__capture* c = find_by_id(id);
+  if (c == NULL || c->state == CGC__CAPTURE_ENDING) {
+    st = cgc__fail(CGC_ERROR_INVALID_STATE, func, "capture %llu has ended", (unsigned long long)id);
+  } else {
+    bool known = false;
+    for (size_t i = 0; i < c->n_uses && !known; i++) known = c->uses[i].object == object;
+    if (!known) {
+      if (!reserve_one((void**)&c->uses, &c->cap_uses, c->n_uses, sizeof *c->uses)) {
+        st = cgc__fail(CGC_ERROR_OUT_OF_MEMORY, func, "out of host memory");
+      } else {
+        /* Retained here, under the lock, so that the reference exists before any thread can
+         * end the capture and hand its uses on. */
+        ops->retain(object);
+        c->uses[c->n_uses++] = (struct cgc__use){ops, object, 0};
+      }
+    }
+  }
+  pthread_mutex_unlock(&registry_lock);
+  return st;
+}
+
+/* ---- calls that would break a capture ---- */
+
+static const char* mode_name(cgc_capture_mode_t mode) {
+  return mode == CGC_CAPTURE_MODE_GLOBAL ? "Global" : mode == CGC_CAPTURE_MODE_THREAD_LOCAL ? "ThreadLocal" : "Relaxed";
+}
+
+cgc_status_t cgc__capture_guard(struct cgc__device* dev, cgc__guard_t kind, const char* call, const char* func) {
+  if (cgc__captures_underway() == 0) return CGC_SUCCESS;
+  bool any_mode = kind == CGC__GUARD_DEVICE;
+  /* The calling thread's capture-interaction mode (cuThreadExchangeStreamCaptureMode twice:
+   * the mode may have been set through the driver directly). */
+  CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_GLOBAL;
+  if (kind == CGC__GUARD_THIS_THREAD) {
+    cgc__drv.cuThreadExchangeStreamCaptureMode(&mode);
+    CUstreamCaptureMode back = mode;
+    cgc__drv.cuThreadExchangeStreamCaptureMode(&back);
+    if (mode == CU_STREAM_CAPTURE_MODE_RELAXED) return CGC_SUCCESS; /* the driver checks nothing */
+  }
+  pthread_t self = pthread_self();
+  struct cgc__capture* broken = NULL;
+  bool own = false;
+  pthread_mutex_lock(&registry_lock);
+  for (struct cgc__capture* c = registry; c != NULL && broken == NULL; c = c->next) {
+    bool mine = pthread_equal(c->thread, self);
+    if (any_mode) {
+      if (c->dev == dev) broken = c;
+    } else if (mine && c->mode != CGC_CAPTURE_MODE_RELAXED) {
+      broken = c; /* this thread's own capture: Global and ThreadLocal both forbid it */
+    } else if (!mine && mode == CU_STREAM_CAPTURE_MODE_GLOBAL && c->mode == CGC_CAPTURE_MODE_GLOBAL) {
+      broken = c; /* another thread's Global capture, and this thread is in Global mode */
+    }
+    if (broken != NULL) own = mine;
+  }
+  cgc_status_t st = CGC_SUCCESS;
+  if (broken != NULL) {
+    if (any_mode)
+      st = cgc__fail(CGC_ERROR_CAPTURE_UNSUPPORTED, func,
+                     "%s waits for every stream of device %d, and a capture is under way on stream %p (capture id "
+                     "%llu, %s mode): the driver would break it from any thread; call it after cgc_capture_end",
+                     call, dev->ordinal, (void*)broken->origin, (unsigned long long)broken->id,
+                     mode_name(broken->mode));
+    else if (own)
+      st = cgc__fail(CGC_ERROR_CAPTURE_UNSUPPORTED, func,
+                     "%s is not allowed while this thread's %s-mode capture on stream %p (capture id %llu) is under "
+                     "way: it would break the capture; call it after cgc_capture_end",
+                     call, mode_name(broken->mode), (void*)broken->origin, (unsigned long long)broken->id);
+    else
+      st = cgc__fail(CGC_ERROR_CAPTURE_UNSUPPORTED, func,
+                     "%s would break the Global-mode capture under way on stream %p (capture id %llu, begun by "
+                     "another thread): in Global mode the driver forbids it from every thread. Wait for "
+                     "cgc_capture_end, begin that capture in CGC_CAPTURE_MODE_THREAD_LOCAL, or switch this thread "
+                     "to Relaxed with cgc_capture_mode_exchange",
+                     call, (void*)broken->origin, (unsigned long long)broken->id);
+  }
+  pthread_mutex_unlock(&registry_lock);
+  return st;
+}
+
+int cgc__registry_count_on(struct cgc__device* dev, CUstream* origin) {
+  int n = 0;
+  *origin = NULL;
+  pthread_mutex_lock(&registry_lock);
+  for (struct cgc__capture* c = registry; c != NULL; c = c->next) {
+    if (c->dev != dev) continue;
+    if (n++ == 0) *origin = c->origin;
+  }
+  pthread_mutex_unlock(&registry_lock);
+  return n;
+}
