@@ -2,6 +2,7 @@
 // bad frees, empty_cache, the out-of-memory retry, the PyTorch entry points, and a stress test
 // from 8 threads on 4 streams that checks every block's contents.
 #include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <random>
 #include <string>
@@ -17,6 +18,11 @@ using cgc_test::GpuTest;
 using cgc_test::MemoryTest;
 
 using Allocator = MemoryTest;
+
+cgc_capture_options_t Options(cgc_capture_mode_t mode) {
+  cgc_capture_options_t o = {sizeof o, mode, nullptr, 0};
+  return o;
+}
 
 TEST_F(Allocator, FreedBlockIsReusedOnItsStreamWithoutTheDriver) {
   void* a = Malloc(1000, stream);
@@ -150,6 +156,243 @@ TEST_F(Allocator, TorchEntryPointsAllocateOnTheDeviceState) {
   EXPECT_EQ(cgc_torch_malloc(-1, 0, nullptr), nullptr);
   EXPECT_EQ(cgc_torch_malloc(16, 999, nullptr), nullptr);
   EXPECT_NE(std::string(cgc_last_error()).find("cgc_torch_malloc"), std::string::npos);
+}
+
+// Issue 11, item 2: a block that recorded a use of a stream destroyed later must not make
+// cgc_free record on the dead stream.
+TEST_F(Allocator, FreeAfterTheRecordedStreamWasDestroyedDoesNotTouchIt) {
+  cgc_stream_t user = nullptr;
+  CGC_ASSERT_OK(cgc_stream_create(ctx, CGC_STREAM_NON_BLOCKING, 0, &user));
+  void* p = Malloc(8192, stream);
+  Spin(user, 200LL * 1000 * 1000);
+  Fill(user, Dev(p), 1.0f, 2048);
+  CUevent work_done = nullptr;  // when the stream's use of p is over
+  CU_ASSERT_OK(cuEventCreate(&work_done, CU_EVENT_DISABLE_TIMING));
+  CU_ASSERT_OK(cuEventRecord(work_done, static_cast<CUstream>(cgc_stream_native(user))));
+  CGC_ASSERT_OK(cgc_record_stream(p, user));
+  CGC_ASSERT_OK(cgc_stream_destroy(user));  // its work still runs
+  CGC_ASSERT_OK(cgc_free(p));
+  void* q = Malloc(8192, stream);
+  // Reuse is right only once the work is over (under compute-sanitizer, whose calls are slow,
+  // it may be by now): never while it may still run.
+  if (q == p) {
+    EXPECT_EQ(cgc__drv.cuEventQuery(work_done), CUDA_SUCCESS)
+        << "reused while the destroyed stream's work may still use it";
+  }
+  CU_ASSERT_OK(cuCtxSynchronize());
+  void* r = Malloc(8192, stream);
+  if (q != p) {
+    EXPECT_EQ(r, p) << "reusable once the destroyed stream's work is done";
+  }
+  for (void* x : {q, r}) CGC_ASSERT_OK(cgc_free(x));
+  CU_ASSERT_OK(cuEventDestroy(work_done));
+}
+
+// The same with the free during a capture (the block waits for the end of captures first): the
+// dead stream must not be touched later either, from an unrelated call.
+TEST_F(Allocator, ABlockFreedDuringACaptureWithADestroyedUseStreamSettlesSafely) {
+  cgc_stream_t user = nullptr, capturing = nullptr;
+  CGC_ASSERT_OK(cgc_stream_create(ctx, CGC_STREAM_NON_BLOCKING, 0, &user));
+  CGC_ASSERT_OK(cgc_stream_create(ctx, CGC_STREAM_NON_BLOCKING, 0, &capturing));
+  void* p = Malloc(8192, stream);
+  CGC_ASSERT_OK(cgc_record_stream(p, user));
+  cgc_capture_options_t o = Options(CGC_CAPTURE_MODE_RELAXED);
+  CGC_ASSERT_OK(cgc_capture_begin(capturing, &o));
+  Fill(capturing, Dev(p), 1.0f, 2048);
+  CGC_ASSERT_OK(cgc_free(p));  // during a capture
+  CGC_ASSERT_OK(cgc_stream_destroy(user));
+  cgc_graph_t g = nullptr;
+  CGC_ASSERT_OK(cgc_capture_end(capturing, &g));
+  CGC_ASSERT_OK(cgc_graph_destroy(g));
+  CGC_ASSERT_OK(cgc_empty_cache(ctx));  // settles what waited
+  void* q = Malloc(8192, stream);
+  CGC_ASSERT_OK(cgc_free(q));
+  CGC_ASSERT_OK(cgc_stream_destroy(capturing));
+  CGC_ASSERT_OK(cgc_empty_cache(ctx));
+  EXPECT_EQ(Stats().bytes_allocated, baseline_.bytes_allocated);
+}
+
+// Issue 11, item 3: a new stream that gets a destroyed stream's address must not get the blocks
+// the old stream freed while its work may still run.
+TEST_F(Allocator, ANewStreamAtADestroyedStreamsAddressGetsNoneOfItsBlocks) {
+  void* freed = nullptr;
+  void* old_address = nullptr;
+  cgc_stream_t next = nullptr;
+  CUevent work_done = nullptr;  // when the first stream's use of `freed` is over
+  CU_ASSERT_OK(cuEventCreate(&work_done, CU_EVENT_DISABLE_TIMING));
+  for (int attempt = 0; attempt < 8 && next == nullptr; attempt++) {
+    cgc_stream_t old = nullptr;
+    CGC_ASSERT_OK(cgc_stream_create(ctx, CGC_STREAM_NON_BLOCKING, 0, &old));
+    if (freed == nullptr) {
+      freed = Malloc(64 << 10, old);
+      Spin(old, 2000LL * 1000 * 1000);  // about a second
+      Fill(old, Dev(freed), 1.0f, 1024);
+      CU_ASSERT_OK(cuEventRecord(work_done, static_cast<CUstream>(cgc_stream_native(old))));
+      CGC_ASSERT_OK(cgc_free(freed));  // reusable on `old` at once: its work is ordered there
+    }
+    old_address = cgc_stream_native(old);
+    CGC_ASSERT_OK(cgc_stream_destroy(old));
+    cgc_stream_t s = nullptr;
+    CGC_ASSERT_OK(cgc_stream_create(ctx, CGC_STREAM_NON_BLOCKING, 0, &s));
+    if (cgc_stream_native(s) == old_address) {
+      next = s;
+    } else {
+      CGC_ASSERT_OK(cgc_stream_destroy(s));
+    }
+  }
+  if (next == nullptr) {
+    CU_ASSERT_OK(cuEventDestroy(work_done));
+    GTEST_SKIP() << "the driver never gave a new stream a destroyed stream's address";
+  }
+  void* q = Malloc(64 << 10, next);
+  // Once the old stream's work is over its memory may serve any stream (under compute-sanitizer,
+  // whose calls are slow, it may be by now); before, never.
+  if (q == freed) {
+    EXPECT_EQ(cgc__drv.cuEventQuery(work_done), CUDA_SUCCESS)
+        << "the new stream at the old address got the old stream's block while its work may still run";
+  }
+  CGC_ASSERT_OK(cgc_free(q));
+  CGC_ASSERT_OK(cgc_stream_destroy(next));
+  CU_ASSERT_OK(cuEventDestroy(work_done));
+}
+
+// Issue 11, item 4: cudaStreamPerThread is a different stream on every thread: a block freed on
+// one thread's must not go to another thread's while the first thread's work may run.
+TEST_F(Allocator, PerThreadStreamsOfTwoThreadsDoNotShareBlocks) {
+  cgc_stream_t per_thread = nullptr;
+  CGC_ASSERT_OK(cgc_stream_wrap(ctx, reinterpret_cast<void*>(0x2) /* cudaStreamPerThread */, &per_thread));
+  void* freed = nullptr;
+  std::thread a([&] {
+    void* p = nullptr;
+    if (cgc_malloc(ctx, 64 << 10, per_thread, &p) != CGC_SUCCESS) return;
+    cgc__drv.cuCtxPushCurrent(primary);
+    long long cycles = 300LL * 1000 * 1000;
+    void* args[] = {&cycles};
+    cgc__drv.cuLaunchKernel(k_spin, 1, 1, 1, 1, 1, 1, 0, CU_STREAM_PER_THREAD, args, nullptr);
+    CUcontext popped;
+    cgc__drv.cuCtxPopCurrent(&popped);
+    cgc_free(p);
+    freed = p;
+  });
+  a.join();
+  ASSERT_NE(freed, nullptr);
+  void* mine = nullptr;
+  std::thread b([&] { cgc_malloc(ctx, 64 << 10, per_thread, &mine); });
+  b.join();
+  ASSERT_NE(mine, nullptr) << cgc_last_error();
+  EXPECT_NE(mine, freed) << "thread B's per-thread stream got a block thread A's may still use";
+  CGC_ASSERT_OK(cgc_free(mine));
+  CGC_ASSERT_OK(cgc_stream_destroy(per_thread));
+}
+
+// Issue 11, item 8: an allocation on a stream capturing under a capture cgc did not begin must
+// not come from the eager cache. PyTorch's entry point, through which other frameworks' captures
+// arrive, always asks the driver; cgc_malloc asks while a capture cgc began is under way (its hit
+// path makes no driver call otherwise).
+TEST_F(Allocator, AllocationsIntoACaptureCgcDidNotBeginAreRefused) {
+  void* warm = Malloc(4096, stream);
+  CGC_ASSERT_OK(cgc_free(warm));  // a cached block that would fit
+  CUstream cs = static_cast<CUstream>(cgc_stream_native(stream));
+  int device = cgc_test::TestDevice();
+  // PyTorch's entry point, with no cgc capture anywhere.
+  CU_ASSERT_OK(cuStreamBeginCapture(cs, CU_STREAM_CAPTURE_MODE_RELAXED));
+  EXPECT_EQ(cgc_torch_malloc(4096, device, cs), nullptr) << "an allocation for torch.cuda.graph on cgc's eager cache";
+  EXPECT_NE(std::string(cgc_last_error()).find("capture cgc did not begin"), std::string::npos) << cgc_last_error();
+  CUgraph g = nullptr;
+  CU_ASSERT_OK(cuStreamEndCapture(cs, &g));
+  if (g != nullptr) cgc__drv.cuGraphDestroy(g);
+  // cgc_malloc, while a cgc capture runs on another stream.
+  cgc_stream_t other = nullptr;
+  CGC_ASSERT_OK(cgc_stream_create(ctx, CGC_STREAM_NON_BLOCKING, 0, &other));
+  cgc_capture_options_t o = Options(CGC_CAPTURE_MODE_RELAXED);
+  CGC_ASSERT_OK(cgc_capture_begin(other, &o));
+  CU_ASSERT_OK(cuStreamBeginCapture(cs, CU_STREAM_CAPTURE_MODE_RELAXED));
+  void* p = reinterpret_cast<void*>(0x1);
+  EXPECT_EQ(cgc_malloc(ctx, 4096, stream, &p), CGC_ERROR_CAPTURE_UNSUPPORTED);
+  EXPECT_EQ(p, nullptr);
+  std::string msg = cgc_last_error();
+  EXPECT_NE(msg.find("capture cgc did not begin"), std::string::npos) << msg;
+  g = nullptr;
+  CU_ASSERT_OK(cuStreamEndCapture(cs, &g));
+  if (g != nullptr) cgc__drv.cuGraphDestroy(g);
+  cgc_graph_t empty = nullptr;
+  CGC_ASSERT_OK(cgc_capture_end(other, &empty));
+  CGC_ASSERT_OK(cgc_graph_destroy(empty));
+  CGC_ASSERT_OK(cgc_stream_destroy(other));
+  EXPECT_EQ(Stats().bytes_allocated, baseline_.bytes_allocated);
+}
+
+// Issue 11, item 9: a cache hit on one thread must not wait while another thread gives memory
+// back to the driver (cuMemFree waits for unrelated work on the device).
+TEST_F(Allocator, ACacheHitDoesNotWaitForEmptyCacheOnAnotherThread) {
+  cgc_stream_t busy = nullptr, hot = nullptr;
+  CGC_ASSERT_OK(cgc_stream_create(ctx, CGC_STREAM_NON_BLOCKING, 0, &busy));
+  CGC_ASSERT_OK(cgc_stream_create(ctx, CGC_STREAM_NON_BLOCKING, 0, &hot));
+  void* spare = Malloc(32 << 20, stream);
+  CGC_ASSERT_OK(cgc_free(spare));  // a cached segment for empty_cache to give back
+  // The hot stream's segment stays in use, so that empty_cache cannot give it back: the loop
+  // below measures cgc's locks, not a cuMemAlloc that the driver queues behind cuMemFree.
+  void* keep = Malloc(4096, hot);
+  void* warm = Malloc(4096, hot);
+  CGC_ASSERT_OK(cgc_free(warm));
+  Spin(busy, 2000LL * 1000 * 1000);  // about a second of unrelated work
+  std::atomic<bool> emptying{false}, done{false};
+  std::thread trimmer([&] {
+    emptying = true;
+    cgc_empty_cache(ctx);
+    done = true;
+  });
+  while (!emptying) std::this_thread::yield();
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  double worst_ms = 0;
+  int pairs = 0;
+  while (!done && pairs < 100000) {
+    auto t0 = std::chrono::steady_clock::now();
+    void* p = nullptr;
+    ASSERT_EQ(cgc_malloc(ctx, 4096, hot, &p), CGC_SUCCESS) << cgc_last_error();
+    ASSERT_EQ(cgc_free(p), CGC_SUCCESS);
+    double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    if (ms > worst_ms) worst_ms = ms;
+    pairs++;
+  }
+  trimmer.join();
+  std::printf("cache-hit pairs while empty_cache ran: %d, slowest %.3f ms\n", pairs, worst_ms);
+  EXPECT_LT(worst_ms, 50.0) << "a cache hit waited for empty_cache's cuMemFree";
+  CGC_ASSERT_OK(cgc_free(keep));
+  for (cgc_stream_t s : {busy, hot}) CGC_ASSERT_OK(cgc_stream_destroy(s));
+}
+
+// Issue 11, item 11: the last context handle of a device gives back what cgc holds on it.
+TEST(AllocatorLifetime, TheLastContextDestroyGivesTheCacheBack) {
+  CGC_REQUIRE_GPU();
+  int device = cgc_test::TestDevice();
+  cgc_context_t ctx = nullptr;
+  CGC_ASSERT_OK(cgc_context_create(device, &ctx));
+  cgc_stream_t s = nullptr;
+  CGC_ASSERT_OK(cgc_stream_create(ctx, CGC_STREAM_NON_BLOCKING, 0, &s));
+  std::vector<void*> blocks;
+  for (size_t bytes : {size_t(512), size_t(2) << 20, size_t(48) << 20}) {
+    void* p = nullptr;
+    CGC_ASSERT_OK(cgc_malloc(ctx, bytes, s, &p));
+    blocks.push_back(p);
+  }
+  cgc_rng_t rng = nullptr;
+  CGC_ASSERT_OK(cgc_rng_create(ctx, 7, &rng));
+  CGC_ASSERT_OK(cgc_rng_uniform(rng, static_cast<float*>(blocks[1]), 1024, s));
+  CGC_ASSERT_OK(cgc_stream_synchronize(s));
+  for (void* p : blocks) CGC_ASSERT_OK(cgc_free(p));
+  CGC_ASSERT_OK(cgc_rng_destroy(rng));
+  CGC_ASSERT_OK(cgc_stream_destroy(s));
+  cgc_memory_stats_t before = {sizeof before, 0, 0, 0, 0, 0, 0};
+  CGC_ASSERT_OK(cgc_memory_stats(ctx, nullptr, &before));
+  EXPECT_GT(before.bytes_reserved, size_t(48) << 20);
+  CGC_ASSERT_OK(cgc_context_destroy(ctx));
+  CGC_ASSERT_OK(cgc_context_create(device, &ctx));
+  cgc_memory_stats_t after = {sizeof after, 0, 0, 0, 0, 0, 0};
+  CGC_ASSERT_OK(cgc_memory_stats(ctx, nullptr, &after));
+  EXPECT_EQ(after.bytes_reserved, 0u) << "cached segments outlived the last context handle";
+  EXPECT_EQ(after.num_driver_frees - before.num_driver_frees, before.num_driver_allocs - before.num_driver_frees);
+  CGC_ASSERT_OK(cgc_context_destroy(ctx));
 }
 
 TEST_F(Allocator, ConcurrentMallocFreeFromEightThreadsOnFourStreamsKeepsEveryBlockIntact) {

@@ -1,8 +1,14 @@
 // Every entry point's NULL and invalid-argument paths: a clear status and a message naming the
 // function, never a crash. Runs with or without a GPU (arguments are checked first).
 #include <gtest/gtest.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <sys/mman.h>
 
+#include <atomic>
+#include <chrono>
 #include <functional>
+#include <thread>
 #include <string>
 #include <vector>
 
@@ -181,6 +187,42 @@ TEST(Args, OutOfRangeValuesAreInvalidArguments) {
   EXPECT_EQ(cgc_capture_mode_exchange(&bad), CGC_ERROR_INVALID_ARGUMENT);
   EXPECT_NE(std::string(cgc_last_error()).find("*mode is 3"), std::string::npos) << cgc_last_error();
   EXPECT_EQ(bad, 3) << "the mode is untouched on failure";
+}
+
+// Issue 11, item 6: a handle is read before any lock is taken. A runtime that recovers from
+// faults (Go, the JVM, a crash handler) and goes on must find cgc usable, not a lock left held
+// by the call that faulted.
+sigjmp_buf fault_jump;
+void JumpBack(int) { siglongjmp(fault_jump, 1); }
+
+TEST(Args, AnUnreadableHandleFaultsBeforeAnyLockIsTaken) {
+  void* page = mmap(nullptr, 4096, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(page, MAP_FAILED);
+  struct sigaction jump = {}, previous = {};
+  jump.sa_handler = JumpBack;
+  sigemptyset(&jump.sa_mask);
+  ASSERT_EQ(sigaction(SIGSEGV, &jump, &previous), 0);
+  int recovered = 0;
+  for (int call = 0; call < 2; call++) {
+    auto finished = std::make_shared<std::atomic<bool>>(false);
+    std::thread t([&recovered, finished, page] {
+      if (sigsetjmp(fault_jump, 1) == 0)
+        cgc_pool_retain(static_cast<cgc_pool_t>(page));
+      else
+        recovered++;
+      *finished = true;
+    });
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(3);
+    while (!*finished && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    if (!*finished) {
+      t.detach();  // it spins on the lock the first call left held: let the process end it
+      ADD_FAILURE() << "call " << call << " hung: the faulting call had left a lock held";
+      break;
+    }
+    t.join();
+  }
+  sigaction(SIGSEGV, &previous, nullptr);
+  EXPECT_EQ(recovered, 2);
 }
 
 }  // namespace

@@ -128,20 +128,48 @@ cgc_status_t QueryFromAnotherThread(cgc_event_t ev) {
   return st;
 }
 
-TEST_F(Capture, GlobalIsTheDefaultAndOtherThreadsUnsafeCallsBreakIt) {
+// Issue 11, item 7: a cgc call on another thread that would break a Global capture (the driver's
+// rule) is refused before it reaches the driver, naming the capture, and the capture survives.
+TEST_F(Capture, GlobalIsTheDefaultAndOtherThreadsUnsafeCallsAreRefusedNotBreakingIt) {
   cgc_event_t unrelated = nullptr;
+  cgc_stream_t other = nullptr;
   CGC_ASSERT_OK(cgc_event_create(ctx, 0, &unrelated));
+  CGC_ASSERT_OK(cgc_stream_create(ctx, CGC_STREAM_NON_BLOCKING, 0, &other));
   CUdeviceptr a = Alloc(kN * 4);
+  void* cached = nullptr;
+  CGC_ASSERT_OK(cgc_malloc(ctx, 4 << 20, other, &cached));
+  CGC_ASSERT_OK(cgc_free(cached));
   CGC_ASSERT_OK(cgc_capture_begin(stream, nullptr));  // NULL options: Global
   Fill(stream, a, 1.0f, kN);
   EXPECT_EQ(QueryFromAnotherThread(unrelated), CGC_ERROR_CAPTURE_UNSUPPORTED) << cgc_last_error();
+  std::string why;
+  std::vector<cgc_status_t> refused;
+  std::thread t([&] {
+    int done = 0;
+    refused.push_back(cgc_event_query(unrelated, &done));
+    why = cgc_last_error();
+    refused.push_back(cgc_event_synchronize(unrelated));
+    refused.push_back(cgc_stream_synchronize(other));
+    refused.push_back(cgc_stream_query(other, &done));
+    refused.push_back(cgc_context_synchronize(ctx));
+    refused.push_back(cgc_empty_cache(ctx));
+  });
+  t.join();
+  for (size_t i = 0; i < refused.size() - 1; i++) EXPECT_EQ(refused[i], CGC_ERROR_CAPTURE_UNSUPPORTED) << i;
+  EXPECT_EQ(refused.back(), CGC_ERROR_INVALID_STATE) << "cgc_empty_cache waits for the capture's end";
+  EXPECT_NE(why.find("Global-mode capture"), std::string::npos) << why;
+  EXPECT_NE(why.find(Hex(cgc_stream_native(stream))), std::string::npos) << "the message names the capture: " << why;
+  EXPECT_NE(why.find("CGC_CAPTURE_MODE_THREAD_LOCAL"), std::string::npos) << "and how to proceed: " << why;
   cgc_graph_t g = nullptr;
-  EXPECT_EQ(cgc_capture_end(stream, &g), CGC_ERROR_CAPTURE_INVALIDATED) << cgc_last_error();
-  EXPECT_EQ(g, nullptr);
+  CGC_ASSERT_OK(cgc_capture_end(stream, &g));  // it survived
+  CGC_ASSERT_OK(cgc_graph_launch(g, stream));
+  EXPECT_EQ(Download(a, kN)[5], 1.0f);
+  CGC_ASSERT_OK(cgc_graph_destroy(g));
   CGC_ASSERT_OK(cgc_event_destroy(unrelated));
+  CGC_ASSERT_OK(cgc_stream_destroy(other));
 }
 
-TEST_F(Capture, ThreadLocalIgnoresOtherThreadsUnsafeCalls) {
+TEST_F(Capture, ThreadLocalIgnoresOtherThreadsUnsafeCallsButRefusesTheCapturingThreads) {
   cgc_event_t unrelated = nullptr;
   CGC_ASSERT_OK(cgc_event_create(ctx, 0, &unrelated));
   CUdeviceptr a = Alloc(kN * 4);
@@ -149,11 +177,14 @@ TEST_F(Capture, ThreadLocalIgnoresOtherThreadsUnsafeCalls) {
   CGC_ASSERT_OK(cgc_capture_begin(stream, &o));
   Fill(stream, a, 1.0f, kN);
   EXPECT_EQ(QueryFromAnotherThread(unrelated), CGC_SUCCESS) << cgc_last_error();
-  // ...but the capturing thread's own unsafe call still breaks it.
+  // The capturing thread's own unsafe call would break it: refused, and the capture lives on.
   int done = 0;
   EXPECT_EQ(cgc_event_query(unrelated, &done), CGC_ERROR_CAPTURE_UNSUPPORTED) << cgc_last_error();
+  EXPECT_NE(std::string(cgc_last_error()).find("this thread's ThreadLocal-mode capture"), std::string::npos)
+      << cgc_last_error();
   cgc_graph_t g = nullptr;
-  EXPECT_EQ(cgc_capture_end(stream, &g), CGC_ERROR_CAPTURE_INVALIDATED) << cgc_last_error();
+  CGC_ASSERT_OK(cgc_capture_end(stream, &g));
+  CGC_ASSERT_OK(cgc_graph_destroy(g));
   CGC_ASSERT_OK(cgc_event_destroy(unrelated));
 }
 
@@ -354,10 +385,14 @@ TEST_F(Capture, InvalidatedCaptureEndsCleanlyAndTheStreamCapturesAgain) {
   CUdeviceptr a = Alloc(kN * 4);
   CGC_ASSERT_OK(cgc_capture_begin(stream, nullptr));
   Fill(stream, a, 1.0f, kN);
-  // A host synchronisation of a capturing stream is illegal and breaks the capture.
+  // cgc refuses to synchronise a capturing stream, leaving the capture intact...
   EXPECT_EQ(cgc_stream_synchronize(stream), CGC_ERROR_CAPTURE_UNSUPPORTED) << cgc_last_error();
   EXPECT_NE(std::string(cgc_last_error()).find("cuStreamSynchronize"), std::string::npos);
   cgc_capture_status_t st;
+  CGC_ASSERT_OK(cgc_stream_capture_status(stream, &st, nullptr));
+  EXPECT_EQ(st, CGC_CAPTURE_ACTIVE);
+  // ...but the driver itself, called directly, breaks it.
+  EXPECT_NE(cgc__drv.cuStreamSynchronize(static_cast<CUstream>(cgc_stream_native(stream))), CUDA_SUCCESS);
   CGC_ASSERT_OK(cgc_stream_capture_status(stream, &st, nullptr));
   EXPECT_EQ(st, CGC_CAPTURE_BROKEN);
   cgc_graph_t g = nullptr;
@@ -460,6 +495,119 @@ TEST_F(Capture, EndOnASideStreamPointsAtTheOrigin) {
   CGC_ASSERT_OK(cgc_stream_destroy(side));
   CGC_ASSERT_OK(cgc_event_destroy(fork));
   CGC_ASSERT_OK(cgc_event_destroy(join));
+}
+
+// Issue 11, item 5: two threads ending one capture at once: exactly one succeeds, the other is
+// told the capture is being ended; nothing is freed or released twice.
+TEST_F(Capture, TwoThreadsEndingOneCaptureAtOnceGetOneGraph) {
+  CUdeviceptr a = Alloc(kN * 4);
+  cgc_capture_options_t o = Options(CGC_CAPTURE_MODE_RELAXED);  // any thread may end it
+  for (int round = 0; round < 200; round++) {
+    CGC_ASSERT_OK(cgc_capture_begin(stream, &o));
+    void* p = nullptr;
+    CGC_ASSERT_OK(cgc_malloc(ctx, 4096, stream, &p));
+    Fill(stream, a, float(round), kN);
+    std::atomic<int> ready{0};
+    cgc_status_t st[2] = {CGC_ERROR_INTERNAL, CGC_ERROR_INTERNAL};
+    cgc_graph_t g[2] = {nullptr, nullptr};
+    auto end = [&](int i) {
+      ready++;
+      while (ready < 2) {
+      }
+      st[i] = cgc_capture_end(stream, &g[i]);
+    };
+    std::thread t0(end, 0), t1(end, 1);
+    t0.join();
+    t1.join();
+    int ok = (st[0] == CGC_SUCCESS) + (st[1] == CGC_SUCCESS);
+    ASSERT_EQ(ok, 1) << "round " << round << ": " << cgc_status_string(st[0]) << " / " << cgc_status_string(st[1]);
+    ASSERT_TRUE(st[0] == CGC_ERROR_INVALID_STATE || st[1] == CGC_ERROR_INVALID_STATE);
+    cgc_graph_t graph = g[0] ? g[0] : g[1];
+    ASSERT_NE(graph, nullptr);
+    CGC_ASSERT_OK(cgc_free(p));
+    CGC_ASSERT_OK(cgc_graph_destroy(graph));
+  }
+  cgc_capture_status_t cs;
+  CGC_ASSERT_OK(cgc_stream_capture_status(stream, &cs, nullptr));
+  EXPECT_EQ(cs, CGC_CAPTURE_NONE);
+}
+
+// Issue 11, item 4: each thread's cudaStreamPerThread is its own stream, and captures on two of
+// them are two captures.
+TEST_F(Capture, PerThreadStreamsOfTwoThreadsCaptureAtOnce) {
+  cgc_stream_t per_thread = nullptr;
+  CGC_ASSERT_OK(cgc_stream_wrap(ctx, reinterpret_cast<void*>(0x2) /* cudaStreamPerThread */, &per_thread));
+  CUdeviceptr out[2] = {Alloc(kN * 4), Alloc(kN * 4)};
+  std::atomic<int> begun{0};
+  cgc_status_t begin_st[2], end_st[2];
+  std::string why[2];
+  cgc_graph_t g[2] = {nullptr, nullptr};
+  auto capture = [&](int i) {
+    cgc_capture_options_t o = Options(CGC_CAPTURE_MODE_THREAD_LOCAL);
+    begin_st[i] = cgc_capture_begin(per_thread, &o);
+    why[i] = cgc_last_error();
+    begun++;
+    while (begun < 2) {
+    }
+    if (begin_st[i] != CGC_SUCCESS) return;
+    cgc__drv.cuCtxPushCurrent(primary);
+    CUdeviceptr p = out[i];
+    float v = float(10 + i);
+    unsigned n = kN;
+    void* args[] = {&p, &v, &n};
+    cgc__drv.cuLaunchKernel(k_fill, kN / 256, 1, 1, 256, 1, 1, 0, CU_STREAM_PER_THREAD, args, nullptr);
+    CUcontext popped;
+    cgc__drv.cuCtxPopCurrent(&popped);
+    end_st[i] = cgc_capture_end(per_thread, &g[i]);
+    why[i] = cgc_last_error();
+  };
+  std::thread t0(capture, 0), t1(capture, 1);
+  t0.join();
+  t1.join();
+  for (int i = 0; i < 2; i++) {
+    ASSERT_EQ(begin_st[i], CGC_SUCCESS) << why[i];
+    ASSERT_EQ(end_st[i], CGC_SUCCESS) << why[i];
+    cgc_graph_info_t info = {sizeof info, 0, 0, 0, 0};
+    CGC_ASSERT_OK(cgc_graph_info(g[i], &info));
+    EXPECT_EQ(info.node_count, 1u) << "each capture holds its own thread's kernel";
+    CGC_ASSERT_OK(cgc_graph_launch(g[i], stream));
+  }
+  for (int i = 0; i < 2; i++) {
+    EXPECT_EQ(Download(out[i], kN)[kN - 1], float(10 + i));
+    CGC_ASSERT_OK(cgc_graph_destroy(g[i]));
+  }
+  CGC_ASSERT_OK(cgc_stream_destroy(per_thread));
+}
+
+// Issue 11, item 6: cache trimming on one thread never breaks Global captures on another, however
+// the two interleave.
+TEST_F(Capture, EmptyCacheOnAnotherThreadNeverBreaksAGlobalCapture) {
+  CUdeviceptr a = Alloc(kN * 4);
+  cgc_stream_t other = nullptr;
+  CGC_ASSERT_OK(cgc_stream_create(ctx, CGC_STREAM_NON_BLOCKING, 0, &other));
+  std::atomic<bool> stop{false};
+  std::thread trimmer([&] {
+    while (!stop) {
+      void* p = nullptr;
+      if (cgc_malloc(ctx, 3 << 20, other, &p) == CGC_SUCCESS) cgc_free(p);
+      cgc_empty_cache(ctx);  // refused while a capture is under way, else gives segments back
+    }
+  });
+  int broken = 0;
+  for (int round = 0; round < 300; round++) {
+    CGC_ASSERT_OK(cgc_capture_begin(stream, nullptr));
+    Fill(stream, a, float(round), kN);
+    cgc_graph_t g = nullptr;
+    if (cgc_capture_end(stream, &g) != CGC_SUCCESS) {
+      broken++;
+      continue;
+    }
+    CGC_ASSERT_OK(cgc_graph_destroy(g));
+  }
+  stop = true;
+  trimmer.join();
+  EXPECT_EQ(broken, 0) << "captures broken by cache trimming on another thread";
+  CGC_ASSERT_OK(cgc_stream_destroy(other));
 }
 
 }  // namespace

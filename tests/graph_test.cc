@@ -113,7 +113,10 @@ TEST_F(Graph, NativeHandlesAreThoseOfTheCapture) {
   ASSERT_NE(cgc_graph_native_exec(g), nullptr);
   size_t nodes = 0;
   CU_ASSERT_OK(cuGraphGetNodes(native, nullptr, &nodes));
-  EXPECT_EQ(nodes, 2u);
+  EXPECT_EQ(nodes, 3u) << "the two captured kernels and cgc's completion record (the graph's last node)";
+  cgc_graph_info_t info = {sizeof info, 0, 0, 0, 0};
+  CGC_ASSERT_OK(cgc_graph_info(g, &info));
+  EXPECT_EQ(info.node_count, 2u) << "cgc_graph_info counts the captured nodes only";
   // The exec launches directly through the driver as well.
   CU_ASSERT_OK(cuGraphLaunch(static_cast<CUgraphExec>(cgc_graph_native_exec(g)), (CUstream)cgc_stream_native(stream)));
   CGC_ASSERT_OK(cgc_graph_destroy(g));

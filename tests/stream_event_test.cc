@@ -1,6 +1,7 @@
 // Streams and events on a real GPU: owned and borrowed streams, queries, timing, waits,
 // context handles.
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "tests/gpu_test_util.h"
@@ -37,6 +38,31 @@ TEST_F(StreamEvent, WrappingTheLegacyStreamSpelledAsCudaStreamLegacyWorks) {
   CGC_ASSERT_OK(cgc_stream_wrap(ctx, reinterpret_cast<void*>(0x1), &s));
   EXPECT_EQ(cgc_stream_native(s), nullptr);
   CGC_ASSERT_OK(cgc_stream_synchronize(s));
+  CGC_ASSERT_OK(cgc_stream_destroy(s));
+}
+
+// Issue 11, item 4: the per-thread stream is resolved through the current context, which a
+// thread that never touched CUDA does not have.
+TEST_F(StreamEvent, PerThreadStreamWorksFromAThreadWithNoCurrentContext) {
+  cgc_stream_t s = nullptr;
+  CGC_ASSERT_OK(cgc_stream_wrap(ctx, reinterpret_cast<void*>(0x2) /* cudaStreamPerThread */, &s));
+  EXPECT_EQ(cgc_stream_native(s), reinterpret_cast<void*>(0x2));
+  cgc_status_t st[4];
+  std::string why;
+  std::thread t([&] {
+    CUcontext current = reinterpret_cast<CUcontext>(0x1);
+    cgc__drv.cuCtxGetCurrent(&current);
+    st[0] = current == nullptr ? CGC_SUCCESS : CGC_ERROR_INTERNAL;  // the premise
+    st[1] = cgc_stream_synchronize(s);
+    int done = 0;
+    st[2] = cgc_stream_query(s, &done);
+    void* p = nullptr;
+    st[3] = cgc_malloc(ctx, 1024, s, &p);
+    why = cgc_last_error();
+    if (p != nullptr) cgc_free(p);
+  });
+  t.join();
+  for (int i = 0; i < 4; i++) EXPECT_EQ(st[i], CGC_SUCCESS) << i << ": " << why;
   CGC_ASSERT_OK(cgc_stream_destroy(s));
 }
 
