@@ -24,8 +24,10 @@ for f in "${@:1:$#-1}"; do
   esac
 done
 chmod -R u+w "$out"
-# The bindings' tests and examples, built with their own tools (cargo, go) from the workspace.
+# The bindings' tests and examples, built with their own tools (cargo, go) from the workspace,
+# and the ThreadSanitizer build of the stress test (another Bazel configuration).
 if [ -n "${BUILD_WORKSPACE_DIRECTORY:-}" ]; then
   "$BUILD_WORKSPACE_DIRECTORY/tools/bundle_bindings.sh" "$out"
+  "$BUILD_WORKSPACE_DIRECTORY/tools/bundle_tsan.sh" "$out"
 fi
 echo "bundle written to $out ($(ls "$out/bin" | wc -l) binaries); run $out/run_tests.sh on a GPU machine"

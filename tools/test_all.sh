@@ -1,6 +1,7 @@
 #!/bin/bash
 # Every test of the project, as CI runs them (README's test command):
-#   1. bazel test //...      the library's C/C++ tests and the Python binding's unittests
+#   1. bazel test //...      the library's C/C++ tests and the Python binding's unittests, then
+#      the C/C++ tests again under ASan and UBSan
 #   2. the Rust and Go bindings with their own tools (cargo, go), which this offline Bazel 4
 #      cannot drive, against the libcgc.so that Bazel built; warnings are errors.
 # GPU tests skip with the reason on machines without a GPU (run the bundle there instead).
@@ -8,6 +9,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 bazel test //...
+# The C/C++ tests again under AddressSanitizer and UndefinedBehaviorSanitizer (GPU tests skip
+# here as above; they run under compute-sanitizer on a GPU: run_tests.sh --sanitize).
+bazel test --config=asan //tests/...
 
 bazel build //:libcgc.so
 export CGC_LIBRARY="$PWD/bazel-bin/libcgc.so"

@@ -1,0 +1,549 @@
+// A multi-thread random API-sequence test of the whole library on a real GPU.
+//
+//   stress_test [--seed N] [--seconds S] [--threads T] [--illegal]
+//
+// Threads share one context, the device cache and some streams; each runs a random sequence of:
+// allocations with known contents (checked before every free), cgc_record_stream on another
+// stream followed by an immediate free, captures (ThreadLocal and Relaxed; with --illegal also
+// Global, while other threads synchronise) with fork/join, side-stream allocations, blocks freed
+// inside the capture, deliberate unjoined forks and bad calls, replays on several streams with
+// outputs checked, graphs destroyed while their replay still runs, streams created and destroyed
+// with work pending, and cgc_empty_cache. At the end every block is freed and the device's stats
+// must read bytes_allocated == 0 and, after cgc_empty_cache, bytes_reserved == 0.
+//
+// Exit status: 0 when every check held (or there is no GPU: "skipped"), 1 otherwise. The last
+// line is a summary the bundle's runner reads: "STRESS: ok|FAILED ...".
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <array>
+#include <cstring>
+#include <mutex>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "capi/cgc.h"
+#include "src/driver.h"
+
+extern "C" const unsigned char cgc_test_kernels_fatbin[];
+
+namespace {
+
+struct Options {
+  uint64_t seed = 1;
+  double seconds = 10;
+  int threads = 8;
+  bool illegal = false;
+};
+
+struct Counters {
+  std::atomic<long> ops{0}, mallocs{0}, frees{0}, checks{0}, captures{0}, captures_failed_on_purpose{0},
+      captures_broken{0}, replays{0}, replays_checked{0}, refused{0}, stream_swaps{0}, empty_caches{0},
+      destroyed_while_running{0};
+  std::atomic<long> bad_contents{0}, unexpected{0};
+};
+
+Counters counters;
+std::mutex report_lock;
+cgc_context_t ctx = nullptr;
+CUcontext primary = nullptr;
+CUfunction k_add = nullptr, k_stamp = nullptr, k_spin = nullptr;
+std::vector<cgc_stream_t> shared_streams;
+Options opts;
+
+constexpr unsigned kIn = 4096;  // floats a graph reads and writes
+
+// A status nobody expected: counted, and the first few are printed with the message.
+void Unexpected(const char* what, cgc_status_t st) {
+  long n = ++counters.unexpected;
+  if (n <= 20) {
+    std::lock_guard<std::mutex> g(report_lock);
+    std::fprintf(stderr, "UNEXPECTED %s: %s -- %s\n", what, cgc_status_string(st), cgc_last_error());
+  }
+}
+
+bool Expect(const char* what, cgc_status_t st, std::initializer_list<cgc_status_t> allowed) {
+  for (cgc_status_t a : allowed)
+    if (st == a) {
+      if (st == CGC_ERROR_CAPTURE_UNSUPPORTED) counters.refused++;
+      return st == CGC_SUCCESS;
+    }
+  Unexpected(what, st);
+  return false;
+}
+
+CUresult Launch(CUfunction f, CUstream s, unsigned n, void** args) {
+  unsigned block = 256, grid = (n + block - 1) / block;
+  return cgc__drv.cuLaunchKernel(f, grid ? grid : 1, 1, 1, block, 1, 1, 0, s, args, nullptr);
+}
+
+CUstream Native(cgc_stream_t s) { return static_cast<CUstream>(cgc_stream_native(s)); }
+
+// Synchronises `s` through cgc; while another thread's Global capture makes that illegal cgc
+// refuses, and we wait and try again.
+bool Sync(cgc_stream_t s) {
+  for (;;) {
+    cgc_status_t st = cgc_stream_synchronize(s);
+    if (st == CGC_SUCCESS) return true;
+    if (st != CGC_ERROR_CAPTURE_UNSUPPORTED) {
+      Unexpected("cgc_stream_synchronize", st);
+      return false;
+    }
+    counters.refused++;
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+}
+
+struct Block {
+  void* p;
+  unsigned words;
+  uint32_t seed;
+  cgc_stream_t stream;
+};
+
+struct Graph {
+  cgc_graph_t g;
+  void* out;       // the graph's output block (allocated in the capture)
+  bool shared_pool;
+};
+
+class Worker {
+ public:
+  explicit Worker(int index) : index_(index), rng_(opts.seed * 1000003u + index) {}
+
+  void Run() {
+    if (cgc__drv.cuCtxPushCurrent(primary) != CUDA_SUCCESS) {
+      Unexpected("cuCtxPushCurrent", CGC_ERROR_CUDA);
+      return;
+    }
+    Setup();
+    auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(opts.seconds);
+    while (host_ != nullptr && std::chrono::steady_clock::now() < end) {
+      Step();
+      counters.ops++;
+    }
+    Teardown();
+    CUcontext popped;
+    cgc__drv.cuCtxPopCurrent(&popped);
+  }
+
+ private:
+  void Setup() {
+    for (auto& s : own_) Expect("cgc_stream_create", cgc_stream_create(ctx, CGC_STREAM_NON_BLOCKING, 0, &s), {CGC_SUCCESS});
+    Expect("cgc_pool_create", cgc_pool_create(ctx, &pool_), {CGC_SUCCESS});
+    for (auto& e : events_) Expect("cgc_event_create", cgc_event_create(ctx, 0, &e), {CGC_SUCCESS});
+    // Page-locked memory: cuMemAllocHost would break another thread's Global capture, so this
+    // thread asks for it in Relaxed mode, as a well-behaved framework does.
+    cgc_capture_mode_t mode = CGC_CAPTURE_MODE_RELAXED;
+    cgc_capture_mode_exchange(&mode);
+    if (cgc__drv.cuMemAllocHost(&host_, 8 << 20) != CUDA_SUCCESS) host_ = nullptr;
+    cgc_capture_mode_exchange(&mode);
+    if (host_ == nullptr) {
+      Unexpected("cuMemAllocHost", CGC_ERROR_OUT_OF_MEMORY);
+      return;
+    }
+    // The graphs' input: random floats, eager memory of this thread.
+    Expect("cgc_malloc", cgc_malloc(ctx, kIn * 4, own_[0], &in_), {CGC_SUCCESS});
+    std::uniform_real_distribution<float> d(-1.0f, 1.0f);
+    auto* f = static_cast<float*>(host_);
+    for (unsigned i = 0; i < kIn; i++) f[i] = input_[i] = d(rng_);
+    cgc__drv.cuMemcpyHtoDAsync(Dev(in_), host_, kIn * 4, Native(own_[0]));
+    Sync(own_[0]);
+    for (unsigned i = 0; i < kIn; i++) expected_[i] = ((input_[i] + 1.0f) + 2.0f) + 0.5f;
+  }
+
+  static CUdeviceptr Dev(const void* p) { return static_cast<CUdeviceptr>(reinterpret_cast<uintptr_t>(p)); }
+
+  cgc_stream_t AnyStream() {
+    if (rng_() % 3 == 0) return shared_streams[rng_() % shared_streams.size()];
+    return own_[rng_() % own_.size()];
+  }
+
+  void Step() {
+    unsigned r = rng_() % 100;
+    if (r < 28) return MallocStamp();
+    if (r < 50) return CheckFree(rng_() % 8 == 0);
+    if (r < 56) return UseElsewhere();
+    if (r < 70) return CaptureGraph();
+    if (r < 86) return Replay();
+    if (r < 93) return DestroyGraph();
+    if (r < 97) return SwapStream();
+    if (r < 99) return EmptyCache();
+    BadCalls();
+  }
+
+  void MallocStamp() {
+    size_t bytes = (rng_() % 10 == 0) ? (1 << 20) + rng_() % (5 << 20) : 256 + rng_() % (128 << 10);
+    cgc_stream_t s = AnyStream();
+    void* p = nullptr;
+    if (!Expect("cgc_malloc", cgc_malloc(ctx, bytes, s, &p), {CGC_SUCCESS})) return;
+    counters.mallocs++;
+    Block b{p, static_cast<unsigned>(bytes / 4), static_cast<uint32_t>(rng_()), s};
+    Stamp(b, b.stream);
+    live_.push_back(b);
+    if (live_.size() > 48) CheckFree(false);
+  }
+
+  void Stamp(const Block& b, cgc_stream_t s) {
+    CUdeviceptr d = Dev(b.p);
+    uint32_t seed = b.seed;
+    unsigned n = b.words;
+    void* args[] = {&d, &seed, &n};
+    if (Launch(k_stamp, Native(s), n, args) != CUDA_SUCCESS) Unexpected("stamp launch", CGC_ERROR_CUDA);
+  }
+
+  bool Check(const Block& b) {
+    if (host_ == nullptr) return true;
+    unsigned words = b.words < (8u << 20) / 4 ? b.words : (8u << 20) / 4;
+    if (cgc__drv.cuMemcpyDtoHAsync(host_, Dev(b.p), words * 4ull, Native(b.stream)) != CUDA_SUCCESS) {
+      Unexpected("cuMemcpyDtoHAsync", CGC_ERROR_CUDA);
+      return false;
+    }
+    if (!Sync(b.stream)) return false;
+    counters.checks++;
+    const uint32_t* w = static_cast<const uint32_t*>(host_);
+    for (unsigned i = 0; i < words; i += 1 + i / 64) {
+      if (w[i] != b.seed * 2654435761u + i) {
+        if (++counters.bad_contents <= 5) {
+          std::lock_guard<std::mutex> g(report_lock);
+          std::fprintf(stderr, "BAD CONTENTS: block %p word %u is %08x, expected %08x\n", b.p, i, w[i],
+                       b.seed * 2654435761u + i);
+        }
+        return false;
+      }
+    }
+    return true;
+  }
+
+  void CheckFree(bool all) {
+    while (!live_.empty()) {
+      size_t k = rng_() % live_.size();
+      Block b = live_[k];
+      live_.erase(live_.begin() + long(k));
+      Check(b);
+      if (Expect("cgc_free", cgc_free(b.p), {CGC_SUCCESS})) counters.frees++;
+      if (!all) return;
+    }
+  }
+
+  // A stream other than `not_this`: one of this thread's or a shared one.
+  cgc_stream_t OtherStream(cgc_stream_t not_this) {
+    for (;;) {
+      cgc_stream_t s = AnyStream();
+      if (s != not_this) return s;
+    }
+  }
+
+  // The block is rewritten on another stream after a while and marked used there. Freed at once,
+  // it must not be handed out before that work is done (a later owner's check would see the late
+  // write); kept, its use stream may be destroyed before the free, which must then not touch it.
+  void UseElsewhere() {
+    if (live_.empty()) return;
+    size_t k = rng_() % live_.size();
+    Block b = live_[k];
+    live_.erase(live_.begin() + long(k));
+    cgc_stream_t other = OtherStream(b.stream);
+    Expect("cgc_event_record", cgc_event_record(events_[0], b.stream), {CGC_SUCCESS});
+    Expect("cgc_stream_wait_event", cgc_stream_wait_event(other, events_[0]), {CGC_SUCCESS});
+    long long cycles = 200000 + rng_() % 2000000;
+    void* args[] = {&cycles};
+    cgc__drv.cuLaunchKernel(k_spin, 1, 1, 1, 1, 1, 1, 0, Native(other), args, nullptr);
+    Block late{b.p, b.words, b.seed ^ 0x5a5a5a5au, other};
+    Stamp(late, other);
+    Expect("cgc_record_stream", cgc_record_stream(b.p, other), {CGC_SUCCESS});
+    if (rng_() % 3 == 0) {
+      live_.push_back(late);  // checked on `other`, after the late write
+      return;
+    }
+    if (Expect("cgc_free", cgc_free(b.p), {CGC_SUCCESS})) counters.frees++;
+  }
+
+  cgc_capture_mode_t PickMode() {
+    if (opts.illegal && rng_() % 2 == 0) return CGC_CAPTURE_MODE_GLOBAL;
+    return rng_() % 2 ? CGC_CAPTURE_MODE_THREAD_LOCAL : CGC_CAPTURE_MODE_RELAXED;
+  }
+
+  // What a call inside a capture may return: in the illegal mix another thread may have broken
+  // the capture.
+  std::initializer_list<cgc_status_t> InCapture() const {
+    static const std::initializer_list<cgc_status_t> legal = {CGC_SUCCESS};
+    static const std::initializer_list<cgc_status_t> illegal = {CGC_SUCCESS, CGC_ERROR_CAPTURE_INVALIDATED};
+    return opts.illegal ? illegal : legal;
+  }
+
+  // in -> t = in + 1 (origin) -> u = t + 2 (side) -> out = u + 0.5 (origin), t and u freed inside.
+  void CaptureGraph() {
+    if (graphs_.size() >= 12) return DestroyGraph();
+    // Graphs sharing the thread's pool are captured on its two stable streams (own_[0] and
+    // own_[3] are never swapped), as frameworks capture on fixed streams: a pool's free blocks
+    // serve later captures on the stream they were freed on. Graphs with a private pool use
+    // the streams that come and go.
+    bool shared_pool = rng_() % 2 == 0;
+    cgc_stream_t origin = shared_pool ? own_[0] : own_[1 + rng_() % 2];
+    cgc_stream_t side = shared_pool ? own_[3] : (origin == own_[1] ? own_[2] : own_[1]);
+    cgc_capture_options_t o = {sizeof o, PickMode(), shared_pool ? pool_ : nullptr,
+                               rng_() % 4 == 0 ? CGC_CAPTURE_UPLOAD : 0u};
+    if (!Expect("cgc_capture_begin", cgc_capture_begin(origin, &o), {CGC_SUCCESS})) return;
+    bool unjoined = rng_() % 16 == 0;
+    std::vector<void*> allocated;
+    void *t = nullptr, *u = nullptr, *out = nullptr;
+    bool ok = Expect("cgc_malloc (capture)", cgc_malloc(ctx, kIn * 4, origin, &t), {CGC_SUCCESS});
+    if (ok) allocated.push_back(t);
+    ok = ok && Add(t, in_, 1.0f, origin);
+    ok = ok && Expect("cgc_event_record", cgc_event_record(events_[1], origin), InCapture());
+    ok = ok && Expect("cgc_stream_wait_event", cgc_stream_wait_event(side, events_[1]), InCapture());
+    ok = ok && Expect("cgc_malloc (side)", cgc_malloc(ctx, kIn * 4, side, &u), {CGC_SUCCESS});
+    if (u) allocated.push_back(u);
+    ok = ok && Add(u, t, 2.0f, side);
+    ok = ok && Expect("cgc_record_stream", cgc_record_stream(t, side), {CGC_SUCCESS});
+    if (ok && !unjoined) {
+      ok = Expect("cgc_event_record", cgc_event_record(events_[2], side), InCapture()) &&
+           Expect("cgc_stream_wait_event", cgc_stream_wait_event(origin, events_[2]), InCapture());
+    }
+    ok = ok && Expect("cgc_malloc (capture)", cgc_malloc(ctx, kIn * 4, origin, &out), {CGC_SUCCESS});
+    if (out) allocated.push_back(out);
+    ok = ok && (unjoined || Add(out, u, 0.5f, origin));
+    if (unjoined) ok = ok && Add(out, t, 0.5f, origin);
+    // Bad calls inside a capture: refused, and the capture goes on.
+    Expect("cgc_capture_begin (again)", cgc_capture_begin(origin, &o), {CGC_ERROR_INVALID_STATE});
+    cgc_graph_t wrong = nullptr;
+    Expect("cgc_capture_end (side)", cgc_capture_end(side, &wrong), {CGC_ERROR_INVALID_STATE});
+    Expect("cgc_stream_synchronize (capturing)", cgc_stream_synchronize(origin), {CGC_ERROR_CAPTURE_UNSUPPORTED});
+    // t and u are freed in the capture: their memory serves later allocations of this capture.
+    if (t) Expect("cgc_free (capture)", cgc_free(t), {CGC_SUCCESS});
+    if (u) Expect("cgc_free (capture)", cgc_free(u), {CGC_SUCCESS});
+    cgc_graph_t g = nullptr;
+    cgc_status_t st = cgc_capture_end(origin, &g);
+    counters.captures++;
+    if (unjoined) {
+      counters.captures_failed_on_purpose++;
+      Expect("cgc_capture_end (unjoined)", st,
+             opts.illegal ? std::initializer_list<cgc_status_t>{CGC_ERROR_CAPTURE_UNJOINED, CGC_ERROR_CAPTURE_INVALIDATED}
+                          : std::initializer_list<cgc_status_t>{CGC_ERROR_CAPTURE_UNJOINED});
+      if (g) cgc_graph_destroy(g);
+      if (out) Expect("cgc_free", cgc_free(out), {CGC_SUCCESS});
+      cgc_capture_status_t cs = CGC_CAPTURE_ACTIVE;
+      cgc_stream_capture_status(side, &cs, nullptr);
+      if (cs != CGC_CAPTURE_NONE) Unexpected("side stream left capturing", CGC_ERROR_INVALID_STATE);
+      return;
+    }
+    if (opts.illegal && st == CGC_ERROR_CAPTURE_INVALIDATED) counters.captures_broken++;
+    if (!Expect("cgc_capture_end", st, InCapture()) || !ok) {
+      if (g) cgc_graph_destroy(g);
+      if (out) cgc_free(out);
+      return;
+    }
+    graphs_.push_back(Graph{g, out, shared_pool});
+  }
+
+  bool Add(void* out, void* in, float v, cgc_stream_t s) {
+    CUdeviceptr o = Dev(out), i = Dev(in);
+    unsigned n = kIn;
+    void* args[] = {&o, &i, &v, &n};
+    CUresult r = Launch(k_add, Native(s), n, args);
+    if (r != CUDA_SUCCESS && !opts.illegal) Unexpected("add launch", CGC_ERROR_CUDA);
+    return r == CUDA_SUCCESS;
+  }
+
+  void Replay() {
+    if (graphs_.empty()) return CaptureGraph();
+    Graph& gr = graphs_[rng_() % graphs_.size()];
+    cgc_stream_t s = AnyStream();
+    if (!Expect("cgc_graph_launch", cgc_graph_launch(gr.g, s), {CGC_SUCCESS})) return;
+    counters.replays++;
+    if (rng_() % 3 == 0) {
+      // Destroyed while its replay may still run: a private pool's memory must wait for it.
+      if (!gr.shared_pool) {
+        counters.destroyed_while_running++;
+        Expect("cgc_graph_destroy", cgc_graph_destroy(gr.g), {CGC_SUCCESS});
+        gr.g = nullptr;
+        // The output is written by that replay: hand it out again only once it is done.
+        Expect("cgc_record_stream", cgc_record_stream(gr.out, s), {CGC_SUCCESS});
+        Expect("cgc_free", cgc_free(gr.out), {CGC_SUCCESS});
+        graphs_.erase(graphs_.begin() + (&gr - graphs_.data()));
+        return;
+      }
+    }
+    if (host_ == nullptr) return;
+    if (cgc__drv.cuMemcpyDtoHAsync(host_, Dev(gr.out), kIn * 4, Native(s)) != CUDA_SUCCESS) {
+      Unexpected("cuMemcpyDtoHAsync", CGC_ERROR_CUDA);
+      return;
+    }
+    if (!Sync(s)) return;
+    counters.replays_checked++;
+    const float* f = static_cast<const float*>(host_);
+    for (unsigned i = 0; i < kIn; i += 7)
+      if (f[i] != expected_[i]) {
+        if (++counters.bad_contents <= 5) {
+          std::lock_guard<std::mutex> g(report_lock);
+          std::fprintf(stderr, "BAD REPLAY OUTPUT: %u is %g, expected %g\n", i, f[i], expected_[i]);
+        }
+        break;
+      }
+  }
+
+  void DestroyGraph() {
+    if (graphs_.empty()) return;
+    size_t k = rng_() % graphs_.size();
+    Graph gr = graphs_[k];
+    graphs_.erase(graphs_.begin() + long(k));
+    if (rng_() % 2) Expect("cgc_graph_reset", cgc_graph_reset(gr.g), {CGC_SUCCESS});
+    Expect("cgc_graph_destroy", cgc_graph_destroy(gr.g), {CGC_SUCCESS});
+    // Replays of this graph may run on any stream: wait for the device's work on this thread's
+    // streams before the output goes back (it is the user's block, freed like any other).
+    for (cgc_stream_t s : shared_streams) Sync(s);
+    for (cgc_stream_t s : own_) Sync(s);
+    Expect("cgc_free", cgc_free(gr.out), {CGC_SUCCESS});
+  }
+
+  // A stream destroyed with work pending and blocks allocated on it or marked used by it.
+  void SwapStream() {
+    size_t k = 1 + rng_() % 2;  // own_[0] (`in_` was allocated on it) and own_[3] stay
+    cgc_stream_t old = own_[k];
+    // Blocks of this stream move to another stream for their checks (after a wait on an event).
+    Expect("cgc_event_record", cgc_event_record(events_[0], old), {CGC_SUCCESS});
+    Expect("cgc_stream_wait_event", cgc_stream_wait_event(own_[0], events_[0]), {CGC_SUCCESS});
+    for (Block& b : live_)
+      if (b.stream == old) b.stream = own_[0];
+    if (!Expect("cgc_stream_destroy", cgc_stream_destroy(old), {CGC_SUCCESS})) return;
+    counters.stream_swaps++;
+    Expect("cgc_stream_create", cgc_stream_create(ctx, CGC_STREAM_NON_BLOCKING, 0, &own_[k]), {CGC_SUCCESS});
+  }
+
+  void EmptyCache() {
+    counters.empty_caches++;
+    Expect("cgc_empty_cache", cgc_empty_cache(ctx), {CGC_SUCCESS, CGC_ERROR_INVALID_STATE});
+  }
+
+  void BadCalls() {
+    Expect("cgc_free (foreign)", cgc_free(this), {CGC_ERROR_INVALID_ARGUMENT});
+    cgc_graph_t g = nullptr;
+    Expect("cgc_capture_end (none)", cgc_capture_end(own_[1], &g), {CGC_ERROR_INVALID_STATE});
+    Expect("cgc_record_stream (foreign)", cgc_record_stream(this, own_[0]), {CGC_ERROR_INVALID_ARGUMENT});
+  }
+
+  void Teardown() {
+    for (Graph& gr : graphs_) Expect("cgc_graph_destroy", cgc_graph_destroy(gr.g), {CGC_SUCCESS});
+    for (cgc_stream_t s : own_) Sync(s);
+    for (cgc_stream_t s : shared_streams) Sync(s);
+    for (Graph& gr : graphs_) Expect("cgc_free", cgc_free(gr.out), {CGC_SUCCESS});
+    graphs_.clear();
+    CheckFree(true);
+    Expect("cgc_free", cgc_free(in_), {CGC_SUCCESS});
+    for (cgc_stream_t s : own_) Expect("cgc_stream_destroy", cgc_stream_destroy(s), {CGC_SUCCESS});
+    for (cgc_event_t e : events_) Expect("cgc_event_destroy", cgc_event_destroy(e), {CGC_SUCCESS});
+    Expect("cgc_pool_release", cgc_pool_release(pool_), {CGC_SUCCESS});
+    if (host_ != nullptr) {
+      cgc_capture_mode_t mode = CGC_CAPTURE_MODE_RELAXED;
+      cgc_capture_mode_exchange(&mode);
+      cgc__drv.cuMemFreeHost(host_);
+      cgc_capture_mode_exchange(&mode);
+    }
+  }
+
+  int index_;
+  std::mt19937_64 rng_;
+  std::array<cgc_stream_t, 4> own_{};
+  std::array<cgc_event_t, 3> events_{};
+  cgc_pool_t pool_ = nullptr;  // shared by this thread's graphs (replayed in order, never at once)
+  void* host_ = nullptr;       // page-locked: copies out of it never synchronise by surprise
+  void* in_ = nullptr;
+  float input_[kIn];
+  float expected_[kIn];
+  std::vector<Block> live_;
+  std::vector<Graph> graphs_;
+};
+
+bool ParseArgs(int argc, char** argv) {
+  for (int i = 1; i < argc; i++) {
+    std::string a = argv[i];
+    auto next = [&](const char* name) -> const char* {
+      if (i + 1 >= argc) {
+        std::fprintf(stderr, "stress_test: %s needs a value\n", name);
+        std::exit(2);
+      }
+      return argv[++i];
+    };
+    if (a == "--seed") opts.seed = std::strtoull(next("--seed"), nullptr, 0);
+    else if (a == "--seconds") opts.seconds = std::atof(next("--seconds"));
+    else if (a == "--threads") opts.threads = std::atoi(next("--threads"));
+    else if (a == "--illegal") opts.illegal = true;
+    else {
+      std::fprintf(stderr, "usage: stress_test [--seed N] [--seconds S] [--threads T] [--illegal]\n");
+      return false;
+    }
+  }
+  return opts.threads > 0 && opts.seconds >= 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (!ParseArgs(argc, argv)) return 2;
+  int devices = 0;
+  cgc_status_t st = cgc_device_count(&devices);
+  if (st != CGC_SUCCESS || devices == 0) {
+    std::printf("skipped: no usable GPU (%s -- %s)\nSTRESS: skipped\n", cgc_status_string(st), cgc_last_error());
+    return 0;
+  }
+  if (cgc_context_create(0, &ctx) != CGC_SUCCESS) {
+    std::printf("cgc_context_create: %s\nSTRESS: FAILED\n", cgc_last_error());
+    return 1;
+  }
+  CUdevice dev;
+  CUmodule module = nullptr;
+  if (cgc__drv.cuDeviceGet(&dev, 0) != CUDA_SUCCESS || cgc__drv.cuDevicePrimaryCtxRetain(&primary, dev) != CUDA_SUCCESS ||
+      cgc__drv.cuCtxPushCurrent(primary) != CUDA_SUCCESS ||
+      cgc__drv.cuModuleLoadData(&module, cgc_test_kernels_fatbin) != CUDA_SUCCESS ||
+      cgc__drv.cuModuleGetFunction(&k_add, module, "cgc_test_add") != CUDA_SUCCESS ||
+      cgc__drv.cuModuleGetFunction(&k_stamp, module, "cgc_test_stamp") != CUDA_SUCCESS ||
+      cgc__drv.cuModuleGetFunction(&k_spin, module, "cgc_test_spin") != CUDA_SUCCESS) {
+    std::printf("setting up the test kernels failed\nSTRESS: FAILED\n");
+    return 1;
+  }
+  for (int i = 0; i < 4; i++) {
+    cgc_stream_t s = nullptr;
+    Expect("cgc_stream_create", cgc_stream_create(ctx, CGC_STREAM_NON_BLOCKING, 0, &s), {CGC_SUCCESS});
+    shared_streams.push_back(s);
+  }
+  std::printf("stress_test: %d threads, %.0f s, seed %llu%s\n", opts.threads, opts.seconds,
+              (unsigned long long)opts.seed, opts.illegal ? ", illegal mix (Global captures while others synchronise)" : "");
+  std::fflush(stdout);
+  auto t0 = std::chrono::steady_clock::now();
+  std::vector<std::thread> threads;
+  for (int t = 0; t < opts.threads; t++) threads.emplace_back([t] { Worker(t).Run(); });
+  for (auto& th : threads) th.join();
+  double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+
+  for (cgc_stream_t s : shared_streams) Expect("cgc_stream_destroy", cgc_stream_destroy(s), {CGC_SUCCESS});
+  cgc__drv.cuCtxSynchronize();
+  cgc_memory_stats_t before = {sizeof before, 0, 0, 0, 0, 0, 0};
+  cgc_memory_stats(ctx, nullptr, &before);
+  Expect("cgc_empty_cache", cgc_empty_cache(ctx), {CGC_SUCCESS});
+  cgc_memory_stats_t after = {sizeof after, 0, 0, 0, 0, 0, 0};
+  cgc_memory_stats(ctx, nullptr, &after);
+  cgc__drv.cuModuleUnload(module);
+  CUcontext popped;
+  cgc__drv.cuCtxPopCurrent(&popped);
+  cgc_context_destroy(ctx);
+  cgc__drv.cuDevicePrimaryCtxRelease(dev);
+
+  const Counters& c = counters;
+  std::printf("ops %ld (%.0f/s): mallocs %ld, frees %ld, blocks checked %ld; captures %ld (%ld unjoined on purpose, "
+              "%ld broken by the illegal mix), replays %ld (%ld checked), graphs destroyed while replaying %ld, "
+              "streams destroyed with work pending %ld, empty_cache %ld, calls refused %ld\n",
+              c.ops.load(), c.ops.load() / elapsed, c.mallocs.load(), c.frees.load(), c.checks.load(),
+              c.captures.load(), c.captures_failed_on_purpose.load(), c.captures_broken.load(), c.replays.load(),
+              c.replays_checked.load(), c.destroyed_while_running.load(), c.stream_swaps.load(),
+              c.empty_caches.load(), c.refused.load());
+  std::printf("end: %zu bytes allocated, %zu reserved before cgc_empty_cache, %zu after; peak reserved %zu\n",
+              before.bytes_allocated, before.bytes_reserved, after.bytes_reserved, after.peak_bytes_reserved);
+  bool ok = c.bad_contents == 0 && c.unexpected == 0 && before.bytes_allocated == 0 && after.bytes_reserved == 0 &&
+            c.captures > 0 && c.replays_checked > 0;
+  std::printf("STRESS: %s (bad contents %ld, unexpected statuses %ld)\n", ok ? "ok" : "FAILED", c.bad_contents.load(),
+              c.unexpected.load());
+  return ok ? 0 : 1;
+}
