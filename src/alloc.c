@@ -176,8 +176,7 @@ static void drain_dying_segment(struct cgc__allocator* a, cgc__block_t* s) {
 }
 
 /* Gives every block of the segment starting at `head` the dying key of `f` (lock held). */
-static void mark_dying(struct cgc__allocator* a, cgc__block_t* head, cgc__fence_t* f) {
-  (void)a;
+static void mark_dying(cgc__block_t* head, cgc__fence_t* f) {
   uint64_t key = dying_key(f);
   for (cgc__block_t* x = head; x != NULL; x = x->next) {
     if (x->state == CGC_BLOCK_FREE) {
@@ -817,8 +816,7 @@ static bool owes_uses(const cgc__block_t* b, const cgc__stream_ref_t* ref) {
   return false;
 }
 
-static void attach_fence(struct cgc__allocator* a, cgc__block_t* b, const cgc__stream_ref_t* ref, cgc__fence_t* f) {
-  (void)a;
+static void attach_fence(cgc__block_t* b, const cgc__stream_ref_t* ref, cgc__fence_t* f) {
   for (size_t i = 0; i < b->n_uses; i++) {
     if (!is_use_of(&b->uses[i], ref)) continue;
     b->uses[i].fence = f;
@@ -835,19 +833,19 @@ static bool visit_owing(struct cgc__allocator* a, const cgc__stream_ref_t* ref, 
       cgc__block_t* b = a->live.slots[i];
       if (b == NULL || b->n_uses == 0 || !owes_uses(b, ref)) continue;
       any = true;
-      if (f != NULL) attach_fence(a, b, ref, f);
+      if (f != NULL) attach_fence(b, ref, f);
     }
   }
   for (cgc__block_t* b = a->deferred; b != NULL; b = b->next_waiting) {
     if (!owes_uses(b, ref)) continue;
     any = true;
-    if (f != NULL) attach_fence(a, b, ref, f);
+    if (f != NULL) attach_fence(b, ref, f);
   }
   for (cgc_pool_t p = a->recording; p != NULL; p = p->next_recording) {
     for (cgc__block_t* b = p->deferred; b != NULL; b = b->next_waiting) {
       if (!owes_uses(b, ref)) continue;
       any = true;
-      if (f != NULL) attach_fence(a, b, ref, f);
+      if (f != NULL) attach_fence(b, ref, f);
     }
   }
   return any;
@@ -884,7 +882,7 @@ static void retire_stream_segments(struct cgc__allocator* a, uint64_t key, cgc__
         b->next_waiting = whole->segments;
         whole->segments = b;
       } else {
-        mark_dying(a, head, f);
+        mark_dying(head, f);
       }
     }
   }
@@ -899,12 +897,12 @@ static void retire_stream_segments(struct cgc__allocator* a, uint64_t key, cgc__
   /* Segments in use everywhere: found through their allocated and waiting blocks. */
   for (size_t i = 0; i < a->live.cap; i++) {
     cgc__block_t* b = a->live.slots[i];
-    if (b != NULL && b->owner == &a->cache && b->stream == key) mark_dying(a, segment_head(b), f);
+    if (b != NULL && b->owner == &a->cache && b->stream == key) mark_dying(segment_head(b), f);
   }
   cgc__block_t* lists[2] = {a->pending, a->deferred};
   for (int l = 0; l < 2; l++)
     for (cgc__block_t* b = lists[l]; b != NULL; b = b->next_waiting)
-      if (b->owner == &a->cache && b->stream == key) mark_dying(a, segment_head(b), f);
+      if (b->owner == &a->cache && b->stream == key) mark_dying(segment_head(b), f);
 }
 
 cgc_status_t cgc__alloc_stream_ending(struct cgc__device* dev, const cgc__stream_ref_t* ref, const char* func) {
