@@ -1,4 +1,5 @@
-/* The caching allocator's shared state, private to alloc.c and pool.c.
+/* The caching allocator's shared state: heap.c owns it; alloc.c and pool.c, the public entry
+ * points, call down into heap.c and never into each other.
  *
  * One allocator per device, with its own lock: devices never wait for each other. cgc_free
  * gets only a pointer, so it asks each device's pointer map in turn (the calling thread's last
@@ -97,8 +98,22 @@ static inline void cgc__alloc_unlock(struct cgc__allocator* a) {
   atomic_store_explicit(&a->lock_word, 0, memory_order_release);
 }
 
+/* ---- heap.c: what alloc.c and pool.c call ---- */
+
 /* The device's allocator, created on first use. NULL when out of host memory. */
 struct cgc__allocator* cgc__allocator_of(struct cgc__device* dev);
+/* The allocator whose map holds `ptr`, returned with its lock held, and the block (left in the
+ * map); NULL (no lock held) when no allocator has it. */
+struct cgc__allocator* cgc__alloc_find(void* ptr, cgc__block_t** out);
+/* The same, the block taken out of the map unless it has recorded uses (*has_uses), whose free
+ * must take uses_lock first. One probe of the calling thread's last allocator on the hot path. */
+struct cgc__allocator* cgc__alloc_take(void* ptr, cgc__block_t** out, bool* has_uses);
+/* (lock held) Allocated bytes of the block's owner and of the device change by `delta`. */
+void cgc__alloc_account(struct cgc__allocator* a, cgc__block_t* b, long long delta);
+/* A fence recorded now on `cu` (context current, `cu` not capturing); NULL on failure. */
+cgc__fence_t* cgc__alloc_record_fence(struct cgc__allocator* a, CUstream cu);
+/* Settles what has finished, then gives every whole free cached segment back to the driver. */
+void cgc__alloc_give_back(struct cgc__allocator* a);
 
 /* (lock held) A block back to its owner's free set; dissolves an orphaned pool whose last block
  * it was. */

@@ -7,7 +7,8 @@
  *   device.c                          per-device state, the current-context scope
  *   stream_ref.c                      what a stream handle means on the calling thread
  *   registry.c                        the captures under way, fork/join bookkeeping, refusals
- *   blocks.c, alloc.c, pool.c         the caching allocator and private pools
+ *   blocks.c, heap.c                  the caching allocator's state and mechanisms
+ *   alloc.c, pool.c                   its entry points: allocations, private pools
  *   graph.c, rng.c, nccl.c            graphs and the objects graphs hold
  *   capture.c, stream.c, event.c, context.c, api.c   the public entry points that drive the rest
  *
@@ -292,7 +293,7 @@ cgc_status_t cgc__capture_guard(struct cgc__device* dev, cgc__guard_t kind, cons
  * them for messages. */
 int cgc__registry_count_on(struct cgc__device* dev, CUstream* origin);
 
-/* ---- pools and the allocator (alloc.c, pool.c; their shared state is in alloc.h) ---- */
+/* ---- pools and the allocator (heap.c below alloc.c and pool.c; shared state in alloc.h) ---- */
 
 /* Takes the pool a capture records into (`requested`, or a new one), marks it recording and
  * routes allocations of streams capturing from `origin` (key `origin_key`) to it from now on;

@@ -9,7 +9,8 @@
  * references are counted apart from internal ones, so that releasing a pool obtained from
  * cgc_graph_pool without retaining it is refused instead of dropping a graph's reference.
  *
- * Every field of a pool is guarded by its device's allocator lock (alloc.h). */
+ * Every field of a pool is guarded by its device's allocator lock (alloc.h). What the allocator
+ * itself does to pools (routing allocations to them, dissolving them) is in heap.c. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -23,59 +24,6 @@ static cgc_pool_t new_pool(struct cgc__allocator* a) {
   pool->state.pool = pool;
   pool->state.allocator = a;
   return pool;
-}
-
-/* Moves the pool's blocks (all free) into the device cache and frees the pool (lock held), once
- * the graphs' last replays are over (in a drain while they may run). Memory only its graphs
- * used then serves any stream. Memory eager work used too (an output freed after its capture:
- * `escaped`) serves the stream each segment was allocated on, as eagerly freed memory does:
- * that is the stream its free was ordered on. */
-static void dissolve(cgc_pool_t pool) {
-  struct cgc__allocator* a = pool->state.allocator;
-  cgc__state_coalesce(&pool->state, cgc__alloc_recycle_block, a);
-  cgc__drain_t* drain = NULL;
-  bool had_fences = pool->n_fences > 0;
-  if (had_fences && (drain = calloc(1, sizeof *drain)) != NULL) {
-    drain->fences = pool->fences;
-    drain->n_fences = pool->n_fences;
-    drain->keep_keys = pool->escaped;
-    pool->fences = NULL;
-    pool->n_fences = 0;
-  }
-  cgc__block_set_t* sets[2] = {&pool->state.small, &pool->state.large};
-  for (int s = 0; s < 2; s++) {
-    for (size_t i = 0; i < sets[s]->n; i++) {
-      cgc__block_t* b = sets[s]->items[i];
-      b->owner = &a->cache;
-      cgc__stats_add_reserved(&a->cache.stats, (long long)b->size);
-      if (drain != NULL) {
-        b->state = CGC_BLOCK_WAITING;
-        b->next_waiting = drain->segments;
-        drain->segments = b;
-        continue;
-      }
-      /* With fences but no memory for a drain: a key no stream has (only cgc_empty_cache, whose
-       * cuMemFree waits for the device, takes it back). */
-      if (had_fences)
-        b->stream = CGC__KEY_OF_ADDRESS(pool);
-      else if (!pool->escaped)
-        b->stream = CGC_ANY_STREAM;
-      if (!cgc__set_insert(cgc__state_set(&a->cache, b->small), b)) cgc__log("out of host memory: a segment is lost");
-    }
-    cgc__set_free(sets[s]);
-  }
-  if (drain != NULL) cgc__alloc_add_drain(a, drain);
-  for (size_t i = 0; i < pool->n_fences; i++) cgc__fence_put(a, pool->fences[i]);
-  free(pool->fences);
-  cgc__log("pool %p dissolved: %zu bytes back to device %d's cache%s", (void*)pool, pool->state.stats.reserved,
-           pool->dev->ordinal, drain != NULL ? " once its graphs' last replays are done" : "");
-  cgc__retire(pool);
-}
-
-void cgc__pool_dissolve_if_unused(cgc_pool_t pool) {
-  if (pool->user_refs + pool->internal_refs > 0) return;
-  pool->magic = CGC_MAGIC_DEAD; /* no caller may reach it any more */
-  if (pool->state.outstanding == 0 && !pool->recording && pool->deferred == NULL) dissolve(pool);
 }
 
 cgc_status_t cgc_pool_create(cgc_context_t ctx, cgc_pool_t* out) {
@@ -163,40 +111,6 @@ void cgc__pool_capture_started(cgc_pool_t pool, uint64_t capture_id) {
   cgc__alloc_lock(a);
   pool->capture_id = capture_id;
   cgc__alloc_unlock(a);
-}
-
-cgc_pool_t cgc__pool_recording(struct cgc__allocator* a, const cgc__stream_ref_t* ref) {
-  for (cgc_pool_t p = a->recording; p != NULL; p = p->next_recording)
-    if (p->capture_id != 0 && p->capture_id == ref->capture_id) return p;
-  /* Between the driver's begin and the capture's id reaching the pool: its origin. */
-  for (cgc_pool_t p = a->recording; p != NULL; p = p->next_recording)
-    if (p->capture_id == 0 && p->capture_origin == ref->cu && p->capture_origin_key == ref->key) return p;
-  return NULL;
-}
-
-void cgc__pool_note_free(cgc__block_t* b) {
-  cgc_pool_t pool = b->owner->pool;
-  if (pool == NULL) return;
-  bool in_its_capture = pool->recording && b->capture_id != 0 && b->capture_id == pool->capture_id;
-  if (!in_its_capture) pool->escaped = true;
-}
-
-void cgc__pool_reclaim_joined(cgc_pool_t pool) {
-  struct cgc__allocator* a = pool->state.allocator;
-  for (cgc__block_t** p = &pool->deferred; *p != NULL;) {
-    cgc__block_t* b = *p;
-    /* Only blocks of the origin stream qualify: a join orders the side stream before the
-     * origin's later work, not before another side stream's. */
-    bool safe = b->stream == pool->capture_origin_key;
-    for (size_t i = 0; safe && i < b->n_uses; i++)
-      safe = cgc__registry_side_joined(pool->capture_id, b->uses[i].key, b->free_seq);
-    if (!safe) {
-      p = &b->next_waiting;
-      continue;
-    }
-    *p = b->next_waiting;
-    cgc__alloc_release_block(a, b);
-  }
 }
 
 static bool is_member(uint64_t key, const uint64_t* members, size_t n) {

@@ -13,22 +13,11 @@ uint32_t cgc_version(void) { return CGC_VERSION; }
 
 const char* cgc_status_string(cgc_status_t status) {
   switch (status) {
-    case CGC_SUCCESS: return "CGC_SUCCESS: no error";
-    case CGC_ERROR_INVALID_ARGUMENT: return "CGC_ERROR_INVALID_ARGUMENT: an argument is NULL, out of range or inconsistent";
-    case CGC_ERROR_INVALID_HANDLE: return "CGC_ERROR_INVALID_HANDLE: the handle was destroyed or is of another kind";
-    case CGC_ERROR_INVALID_STATE: return "CGC_ERROR_INVALID_STATE: the object is not in a state that allows this call";
-    case CGC_ERROR_NO_DRIVER: return "CGC_ERROR_NO_DRIVER: the CUDA driver (libcuda.so.1) could not be loaded";
-    case CGC_ERROR_NO_DEVICE: return "CGC_ERROR_NO_DEVICE: no usable CUDA device";
-    case CGC_ERROR_OUT_OF_MEMORY: return "CGC_ERROR_OUT_OF_MEMORY: the device is out of memory";
-    case CGC_ERROR_CAPTURE_UNSUPPORTED: return "CGC_ERROR_CAPTURE_UNSUPPORTED: the call is not allowed while a capture is under way";
-    case CGC_ERROR_CAPTURE_INVALIDATED: return "CGC_ERROR_CAPTURE_INVALIDATED: the capture was invalidated by an earlier call";
-    case CGC_ERROR_CAPTURE_UNJOINED: return "CGC_ERROR_CAPTURE_UNJOINED: a stream forked into the capture was not joined back";
-    case CGC_ERROR_CAPTURE_LEGACY_STREAM: return "CGC_ERROR_CAPTURE_LEGACY_STREAM: graphs cannot be captured on the legacy default stream";
-    case CGC_ERROR_NCCL_UNAVAILABLE: return "CGC_ERROR_NCCL_UNAVAILABLE: NCCL (libnccl.so.2 >= 2.9.6) could not be loaded";
-    case CGC_ERROR_NCCL: return "CGC_ERROR_NCCL: an NCCL call failed";
-    case CGC_ERROR_CUDA: return "CGC_ERROR_CUDA: a CUDA driver call failed";
-    case CGC_ERROR_NOT_SUPPORTED: return "CGC_ERROR_NOT_SUPPORTED: the driver or device is too old for the request";
-    case CGC_ERROR_INTERNAL: return "CGC_ERROR_INTERNAL: an internal error in cgc";
+#define CGC_STATUS_CASE_(name, value, text) \
+  case name:                                \
+    return #name ": " text;
+    CGC_STATUS_LIST(CGC_STATUS_CASE_)
+#undef CGC_STATUS_CASE_
   }
   return "CGC_ERROR_UNKNOWN: a status this version of cgc does not know";
 }
