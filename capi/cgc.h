@@ -56,25 +56,32 @@ extern "C" {
 #define CGC_VERSION_PATCH 0
 #define CGC_VERSION ((CGC_VERSION_MAJOR << 16) | (CGC_VERSION_MINOR << 8) | CGC_VERSION_PATCH)
 
-/* Status codes are pinned forever: values are never renumbered or reused. */
-typedef enum cgc_status {
-  CGC_SUCCESS = 0,
-  CGC_ERROR_INVALID_ARGUMENT = 1,
-  CGC_ERROR_INVALID_HANDLE = 2,
-  CGC_ERROR_INVALID_STATE = 3,          /* e.g. capture_end without begin, launch after reset */
-  CGC_ERROR_NO_DRIVER = 4,              /* libcuda.so.1 could not be loaded */
-  CGC_ERROR_NO_DEVICE = 5,              /* the driver sees no usable GPU */
-  CGC_ERROR_OUT_OF_MEMORY = 6,
-  CGC_ERROR_CAPTURE_UNSUPPORTED = 7,    /* a call not allowed while a capture is under way */
-  CGC_ERROR_CAPTURE_INVALIDATED = 8,    /* the capture was broken by an earlier call */
-  CGC_ERROR_CAPTURE_UNJOINED = 9,       /* a forked stream was not joined before capture_end */
-  CGC_ERROR_CAPTURE_LEGACY_STREAM = 10, /* capture on the legacy default stream */
-  CGC_ERROR_NCCL_UNAVAILABLE = 11,
-  CGC_ERROR_NCCL = 12,
-  CGC_ERROR_CUDA = 13,                  /* any other driver error; cgc_last_error names it */
-  CGC_ERROR_NOT_SUPPORTED = 14,         /* driver or device too old for the request */
-  CGC_ERROR_INTERNAL = 15
-} cgc_status_t;
+/* Every status code, once: X(name, value, what it means). The list generates the enum here and
+ * the strings of cgc_status_string; bindings check theirs against it (tools/abi_describe.c).
+ * Codes are pinned forever: values are never renumbered or reused, new ones are appended. */
+#define CGC_STATUS_LIST(X)                                                                                     \
+  X(CGC_SUCCESS, 0, "no error")                                                                                \
+  X(CGC_ERROR_INVALID_ARGUMENT, 1, "an argument is NULL, out of range or inconsistent")                        \
+  X(CGC_ERROR_INVALID_HANDLE, 2, "the handle was destroyed or is of another kind")                             \
+  /* e.g. capture_end without begin, launch after reset */                                                     \
+  X(CGC_ERROR_INVALID_STATE, 3, "the object is not in a state that allows this call")                          \
+  X(CGC_ERROR_NO_DRIVER, 4, "the CUDA driver (libcuda.so.1) could not be loaded")                              \
+  X(CGC_ERROR_NO_DEVICE, 5, "no usable CUDA device")                                                           \
+  X(CGC_ERROR_OUT_OF_MEMORY, 6, "the device is out of memory")                                                 \
+  X(CGC_ERROR_CAPTURE_UNSUPPORTED, 7, "the call is not allowed while a capture is under way")                  \
+  X(CGC_ERROR_CAPTURE_INVALIDATED, 8, "the capture was invalidated by an earlier call")                        \
+  X(CGC_ERROR_CAPTURE_UNJOINED, 9, "a stream forked into the capture was not joined back")                     \
+  X(CGC_ERROR_CAPTURE_LEGACY_STREAM, 10, "graphs cannot be captured on the legacy default stream")             \
+  X(CGC_ERROR_NCCL_UNAVAILABLE, 11, "NCCL (libnccl.so.2 >= 2.9.6) could not be loaded")                        \
+  X(CGC_ERROR_NCCL, 12, "an NCCL call failed")                                                                 \
+  /* any other driver error; cgc_last_error names it */                                                        \
+  X(CGC_ERROR_CUDA, 13, "a CUDA driver call failed")                                                           \
+  X(CGC_ERROR_NOT_SUPPORTED, 14, "the driver or device is too old for the request")                            \
+  X(CGC_ERROR_INTERNAL, 15, "an internal error in cgc")
+
+#define CGC_STATUS_ENUMERATOR_(name, value, text) name = value,
+typedef enum cgc_status { CGC_STATUS_LIST(CGC_STATUS_ENUMERATOR_) } cgc_status_t;
+#undef CGC_STATUS_ENUMERATOR_
 
 #define CGC_FUNCTIONS_STATUS(X)                                                                                \
   /* The library's version, (major << 16) | (minor << 8) | patch. Compare with CGC_VERSION to detect           \

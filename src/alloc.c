@@ -87,25 +87,51 @@ cgc_status_t cgc_free(void* ptr) {
   return CGC_SUCCESS;
 }
 
+/* The use of `b` by stream `ref`, added unless `ref` is its allocation stream or already known;
+ * *use is where it is (NULL for the allocation stream). Lock held. */
+static cgc_status_t add_use(struct cgc__allocator* a, cgc__block_t* b, const cgc__stream_ref_t* ref,
+                            struct cgc__block_use** use, const char* func) {
+  *use = NULL;
+  if (ref->key == b->stream) return CGC_SUCCESS;
+  for (size_t i = 0; i < b->n_uses; i++) {
+    if (b->uses[i].key == ref->key) {
+      *use = &b->uses[i];
+      return CGC_SUCCESS;
+    }
+  }
+  if (b->n_uses == b->cap_uses) {
+    size_t cap = b->cap_uses ? b->cap_uses * 2 : 4;
+    struct cgc__block_use* grown = realloc(b->uses, cap * sizeof *grown);
+    if (grown == NULL) return cgc__fail(CGC_ERROR_OUT_OF_MEMORY, func, "out of host memory");
+    b->uses = grown;
+    b->cap_uses = cap;
+  }
+  if (b->n_uses == 0) a->blocks_with_uses++;
+  *use = &b->uses[b->n_uses++];
+  **use = (struct cgc__block_use){ref->key, ref->cu, NULL};
+  return CGC_SUCCESS;
+}
+
 cgc_status_t cgc_record_stream(void* ptr, cgc_stream_t stream) {
   CGC_CHECK_ARG(ptr != NULL, "ptr is NULL");
   CGC_CHECK_HANDLE(stream, CGC_MAGIC_STREAM);
+  bool per_thread = stream->kind == CGC__STREAM_PER_THREAD;
   cgc__stream_ref_t ref;
-  cgc_status_t st = cgc__stream_resolve(stream, stream->kind == CGC__STREAM_PER_THREAD, &ref, __func__);
+  cgc_status_t st = cgc__stream_resolve(stream, per_thread, &ref, __func__);
   if (st != CGC_SUCCESS) return st;
+  struct cgc__allocator* own = cgc__allocator_of(stream->dev);
+  if (own == NULL) return cgc__fail(CGC_ERROR_OUT_OF_MEMORY, __func__, "out of host memory");
   /* The per-thread stream is another stream on every thread: no other thread can record on it
    * later, so its fence is recorded now and covers the work enqueued on it so far. */
   cgc__fence_t* now = NULL;
-  if (stream->kind == CGC__STREAM_PER_THREAD) {
+  if (per_thread) {
     if (ref.capturing)
       return cgc__fail(CGC_ERROR_INVALID_STATE, __func__,
                        "the per-thread stream is capturing: record the use on a created stream instead");
-    struct cgc__allocator* sa = cgc__allocator_of(stream->dev);
     cgc__ctx_scope_t scope;
-    if (sa == NULL) return cgc__fail(CGC_ERROR_OUT_OF_MEMORY, __func__, "out of host memory");
     st = cgc__ctx_enter(stream->dev, &scope, __func__);
     if (st != CGC_SUCCESS) return st;
-    now = cgc__alloc_record_fence(sa, CU_STREAM_PER_THREAD);
+    now = cgc__alloc_record_fence(own, CU_STREAM_PER_THREAD);
     cgc__ctx_leave(&scope);
     if (now == NULL) return cgc__fail(CGC_ERROR_CUDA, __func__, "recording an event on the per-thread stream failed");
   }
@@ -113,48 +139,29 @@ cgc_status_t cgc_record_stream(void* ptr, cgc_stream_t stream) {
   struct cgc__allocator* a = cgc__alloc_find(ptr, &b);
   if (a == NULL) {
     st = cgc__fail(CGC_ERROR_INVALID_ARGUMENT, __func__, "%p is not a live allocation of cgc_malloc", ptr);
-  } else if (a->dev != stream->dev) {
+    cgc__alloc_lock(own); /* where the unused fence goes back */
+    a = own;
+  } else if (a != own) {
     st = cgc__fail(CGC_ERROR_INVALID_ARGUMENT, __func__, "%p is memory of device %d, stream %p of device %d", ptr,
                    a->dev->ordinal, (void*)stream->cu, stream->dev->ordinal);
-  } else if (ref.key != b->stream) {
-    struct cgc__block_use* known = NULL;
-    for (size_t i = 0; i < b->n_uses && known == NULL; i++)
-      if (b->uses[i].key == ref.key) known = &b->uses[i];
-    if (known == NULL) {
-      if (b->n_uses == b->cap_uses) {
-        size_t cap = b->cap_uses ? b->cap_uses * 2 : 4;
-        struct cgc__block_use* grown = realloc(b->uses, cap * sizeof *grown);
-        if (grown == NULL) {
-          st = cgc__fail(CGC_ERROR_OUT_OF_MEMORY, __func__, "out of host memory");
-        } else {
-          b->uses = grown;
-          b->cap_uses = cap;
-        }
-      }
-      if (st == CGC_SUCCESS) {
-        if (b->n_uses == 0) a->blocks_with_uses++;
-        known = &b->uses[b->n_uses++];
-        *known = (struct cgc__block_use){ref.key, ref.cu, NULL};
-      }
-    }
-    if (known != NULL && now != NULL) { /* the newer record covers more work */
-      if (known->fence != NULL) cgc__fence_put(a, known->fence);
-      known->fence = now;
+  } else {
+    struct cgc__block_use* use = NULL;
+    st = add_use(a, b, &ref, &use, __func__);
+    if (use != NULL && now != NULL) { /* the newer record covers more work */
+      if (use->fence != NULL) cgc__fence_put(a, use->fence);
+      use->fence = now;
       now = NULL;
     }
   }
   if (now != NULL) {
-    struct cgc__allocator* sa = cgc__allocator_of(stream->dev);
-    if (a != sa) {
-      if (a != NULL) cgc__alloc_unlock(a);
-      cgc__alloc_lock(sa);
-      cgc__fence_put(sa, now);
-      cgc__alloc_unlock(sa);
-      return st;
+    if (a != own) { /* fences live with their stream's allocator */
+      cgc__alloc_unlock(a);
+      cgc__alloc_lock(own);
+      a = own;
     }
-    cgc__fence_put(a, now);
+    cgc__fence_put(own, now);
   }
-  if (a != NULL) cgc__alloc_unlock(a);
+  cgc__alloc_unlock(a);
   return st;
 }
 

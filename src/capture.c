@@ -176,21 +176,17 @@ cgc_status_t cgc_capture_end(cgc_stream_t stream, cgc_graph_t* out) {
 
   cgc__ctx_scope_t scope;
   st = cgc__ctx_enter(c->dev, &scope, __func__);
-  if (st != CGC_SUCCESS) {
-    cgc__registry_unclaim(c);
-    return st;
-  }
+  if (st != CGC_SUCCESS) goto still_capturing;
   bool has_done_node = add_done_node(c);
   CUgraph graph = NULL;
   CUresult r = cgc__drv.cuStreamEndCapture(c->origin, &graph);
   cgc__ctx_leave(&scope);
   if (r == CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD) {
-    /* The capture goes on (registry.c refuses this case first; the driver has the last word). */
-    cgc__registry_unclaim(c);
-    return cgc__fail(CGC_ERROR_INVALID_STATE, __func__,
-                     "cuStreamEndCapture failed: CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD: a Global or "
-                     "ThreadLocal capture must be ended by the thread that began it; the capture is still "
-                     "under way");
+    /* registry.c refuses this case first; the driver has the last word. */
+    st = cgc__fail(CGC_ERROR_INVALID_STATE, __func__,
+                   "cuStreamEndCapture failed: CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD: a Global or ThreadLocal "
+                   "capture must be ended by the thread that began it; the capture is still under way");
+    goto still_capturing;
   }
   cgc__registry_remove(c);
 
@@ -230,6 +226,10 @@ cgc_status_t cgc_capture_end(cgc_stream_t stream, cgc_graph_t* out) {
     cgc__warn(__func__, "the graph is empty: captured on the wrong stream or device?");
   cgc__log("capture %llu ended: %zu nodes, status %d", (unsigned long long)c->id, nodes, (int)st);
   free_capture(c);
+  return st;
+
+still_capturing: /* the driver capture goes on: its record stays for a later end */
+  cgc__registry_unclaim(c);
   return st;
 }
 

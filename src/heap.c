@@ -514,10 +514,18 @@ static bool hand_out(struct cgc__allocator* a, cgc__block_t* b, size_t size) {
 static cgc_status_t new_segment(struct cgc__allocator* a, cgc_pool_t pool, uint64_t key, size_t rounded,
                                 cgc__block_t** out, const char* func) {
   size_t size = cgc__segment_size(rounded);
-  cgc__ctx_scope_t scope;
-  cgc_status_t st = cgc__ctx_enter(a->dev, &scope, func);
-  if (st != CGC_SUCCESS) return st;
+  cgc__ctx_scope_t scope = {false};
   CUdeviceptr p = 0;
+  cgc_status_t st;
+  cgc__alloc_lock(a);
+  cgc__block_t* b = new_block_struct(a); /* taken first: nothing to undo on the device later */
+  cgc__alloc_unlock(a);
+  if (b == NULL) {
+    st = cgc__fail(CGC_ERROR_OUT_OF_MEMORY, func, "out of host memory");
+    goto fail;
+  }
+  st = cgc__ctx_enter(a->dev, &scope, func);
+  if (st != CGC_SUCCESS) goto fail;
   CUresult r = cgc__relaxed_mem_alloc(&p, size);
   if (r == CUDA_ERROR_OUT_OF_MEMORY) {
     sweep(a);
@@ -535,17 +543,10 @@ static cgc_status_t new_segment(struct cgc__allocator* a, cgc_pool_t pool, uint6
                   "%zu; cgc holds %zu reserved, %zu allocated (its free cached segments were given back first)",
                   rounded, size, a->dev->ordinal, free_bytes, total_bytes, reserved, allocated);
     }
-    cgc__ctx_leave(&scope);
-    return st;
+    goto fail;
   }
   cgc__ctx_leave(&scope);
   cgc__alloc_lock(a);
-  cgc__block_t* b = new_block_struct(a);
-  if (b == NULL) {
-    cgc__alloc_unlock(a);
-    cgc__relaxed_mem_free(p); /* never reached with a usable context: out of host memory */
-    return cgc__fail(CGC_ERROR_OUT_OF_MEMORY, func, "out of host memory");
-  }
   cgc__pool_state_t* owner = pool ? &pool->state : &a->cache;
   cgc__block_init(b, p, size, key, owner, cgc__is_small(rounded));
   cgc__stats_add_reserved(&owner->stats, (long long)size);
@@ -558,6 +559,15 @@ static cgc_status_t new_segment(struct cgc__allocator* a, cgc_pool_t pool, uint6
   }
   *out = b;
   return CGC_SUCCESS;
+
+fail:
+  cgc__ctx_leave(&scope);
+  if (b != NULL) {
+    cgc__alloc_lock(a);
+    cgc__alloc_recycle_block(b, a);
+    cgc__alloc_unlock(a);
+  }
+  return st;
 }
 
 static cgc_status_t refuse_foreign_capture(const cgc__stream_ref_t* ref, const char* func) {

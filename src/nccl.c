@@ -219,20 +219,22 @@ static cgc_status_t note_capture(cgc_comm_t comm, cgc_stream_t stream, const cha
 static cgc_status_t connect_eagerly(cgc_comm_t comm, const char* func) {
   CUstream s = NULL;
   CUdeviceptr buf = 0;
+  CUresult cr;
   cgc_status_t st = cgc__cu_fail(cgc__drv.cuStreamCreateWithPriority(&s, CU_STREAM_NON_BLOCKING, 0), func,
                                  "cuStreamCreateWithPriority");
-  if (st == CGC_SUCCESS) st = cgc__cu_fail(cgc__relaxed_mem_alloc(&buf, sizeof(float)), func, "cuMemAlloc");
-  if (st == CGC_SUCCESS)
-    st = cgc__cu_fail(cgc__drv.cuMemsetD32Async(buf, 0x3f800000u /* 1.0f */, 1, s), func, "cuMemsetD32Async");
-  if (st == CGC_SUCCESS) {
-    ncclResult_t r = nccl.ncclAllReduce((void*)buf, (void*)buf, 1, 7 /* float32 */, 0 /* sum */, comm->nccl, s);
-    if (r != 0) st = nccl_fail(r, comm->nccl, func, "ncclAllReduce (connection warm-up)");
+  if (st != CGC_SUCCESS) goto done;
+  st = cgc__cu_fail(cgc__relaxed_mem_alloc(&buf, sizeof(float)), func, "cuMemAlloc");
+  if (st != CGC_SUCCESS) goto done;
+  st = cgc__cu_fail(cgc__drv.cuMemsetD32Async(buf, 0x3f800000u /* 1.0f */, 1, s), func, "cuMemsetD32Async");
+  if (st != CGC_SUCCESS) goto done;
+  ncclResult_t r = nccl.ncclAllReduce((void*)buf, (void*)buf, 1, 7 /* float32 */, 0 /* sum */, comm->nccl, s);
+  if (r != 0) {
+    st = nccl_fail(r, comm->nccl, func, "ncclAllReduce (connection warm-up)");
+    goto done;
   }
-  if (st == CGC_SUCCESS) {
-    CUresult r;
-    NCCL_RELAXED(r, cgc__drv.cuStreamSynchronize(s));
-    st = cgc__cu_fail(r, func, "cuStreamSynchronize");
-  }
+  NCCL_RELAXED(cr, cgc__drv.cuStreamSynchronize(s));
+  st = cgc__cu_fail(cr, func, "cuStreamSynchronize");
+done: /* success and failure release the same things */
   if (buf != 0) cgc__relaxed_mem_free(buf);
   if (s != NULL) cgc__drv.cuStreamDestroy(s);
   return st;
@@ -249,38 +251,39 @@ cgc_status_t cgc_comm_create(cgc_context_t ctx, int nranks, const cgc_comm_id_t*
   CGC_CHECK_ARG(rank >= 0 && rank < nranks, "rank %d is outside [0, %d)", rank, nranks);
   st = cgc__capture_guard(ctx->dev, CGC__GUARD_AS_GLOBAL, "ncclCommInitRank (it allocates and synchronises)", __func__);
   if (st != CGC_SUCCESS) return st;
+  cgc__ctx_scope_t scope = {false};
+  bool initialised = false;
+  ncclResult_t r;
   cgc_comm_t comm = calloc(1, sizeof *comm);
-  if (comm == NULL) return cgc__fail(CGC_ERROR_OUT_OF_MEMORY, __func__, "out of host memory");
-  cgc__ctx_scope_t scope;
-  st = cgc__ctx_enter(ctx->dev, &scope, __func__); /* NCCL takes the device from the current context */
-  if (st != CGC_SUCCESS) {
-    free(comm);
-    return st;
+  if (comm == NULL) {
+    st = cgc__fail(CGC_ERROR_OUT_OF_MEMORY, __func__, "out of host memory");
+    goto fail;
   }
+  st = cgc__ctx_enter(ctx->dev, &scope, __func__); /* NCCL takes the device from the current context */
+  if (st != CGC_SUCCESS) goto fail;
   ncclUniqueId nid;
   memcpy(nid.internal, id->internal, sizeof nid.internal);
-  ncclResult_t r;
   NCCL_RELAXED(r, nccl.ncclCommInitRank(&comm->nccl, nranks, nid, rank));
   if (r != 0) {
     st = nccl_fail(r, NULL, __func__, "ncclCommInitRank");
-  } else {
-    comm->magic = CGC_MAGIC_COMM;
-    comm->dev = ctx->dev;
-    comm->rank = rank;
-    comm->nranks = nranks;
-    st = connect_eagerly(comm, __func__);
-    if (st != CGC_SUCCESS) {
-      NCCL_RELAXED(r, nccl.ncclCommAbort(comm->nccl));
-      comm->magic = 0;
-    }
+    goto fail;
   }
+  initialised = true;
+  comm->dev = ctx->dev;
+  comm->rank = rank;
+  comm->nranks = nranks;
+  st = connect_eagerly(comm, __func__);
+  if (st != CGC_SUCCESS) goto fail;
   cgc__ctx_leave(&scope);
-  if (st != CGC_SUCCESS) {
-    free(comm);
-    return st;
-  }
+  comm->magic = CGC_MAGIC_COMM;
   *out = comm;
   return CGC_SUCCESS;
+
+fail:
+  if (initialised) NCCL_RELAXED(r, nccl.ncclCommAbort(comm->nccl));
+  cgc__ctx_leave(&scope);
+  free(comm);
+  return st;
 }
 
 /* NCCL loaded, a live comm that was not aborted. */

@@ -123,29 +123,24 @@ cgc_status_t cgc_rng_create(cgc_context_t ctx, uint64_t seed, cgc_rng_t* out) {
   *out = NULL;
   CGC_CHECK_HANDLE(ctx, CGC_MAGIC_CONTEXT);
   free_dead_slots();
+  cgc__ctx_scope_t scope = {false};
+  struct cgc__kernels* k = NULL; /* non-NULL: this generator is counted in k->generators */
+  cgc_status_t st;
   cgc_rng_t rng = calloc(1, sizeof *rng);
-  if (rng == NULL) return cgc__fail(CGC_ERROR_OUT_OF_MEMORY, __func__, "out of host memory");
-  cgc__ctx_scope_t scope;
-  cgc_status_t st = cgc__ctx_enter(ctx->dev, &scope, __func__);
-  if (st != CGC_SUCCESS) {
-    free(rng);
-    return st;
+  if (rng == NULL) {
+    st = cgc__fail(CGC_ERROR_OUT_OF_MEMORY, __func__, "out of host memory");
+    goto fail;
   }
-  struct cgc__kernels* k;
+  st = cgc__ctx_enter(ctx->dev, &scope, __func__);
+  if (st != CGC_SUCCESS) goto fail;
   st = device_kernels(ctx->dev, &k, __func__);
-  if (st == CGC_SUCCESS) {
-    st = cgc__cu_fail(cgc__relaxed_mem_alloc(&rng->slots, 2 * sizeof(uint64_t)), __func__, "cuMemAlloc");
-    if (st != CGC_SUCCESS) {
-      pthread_mutex_lock(&kernels_lock);
-      k->generators--;
-      pthread_mutex_unlock(&kernels_lock);
-    }
-  }
-  cgc__ctx_leave(&scope);
   if (st != CGC_SUCCESS) {
-    free(rng);
-    return st;
+    k = NULL;
+    goto fail;
   }
+  st = cgc__cu_fail(cgc__relaxed_mem_alloc(&rng->slots, 2 * sizeof(uint64_t)), __func__, "cuMemAlloc");
+  if (st != CGC_SUCCESS) goto fail;
+  cgc__ctx_leave(&scope);
   pthread_mutex_init(&rng->lock, NULL);
   rng->magic = CGC_MAGIC_RNG;
   rng->dev = ctx->dev;
@@ -153,6 +148,16 @@ cgc_status_t cgc_rng_create(cgc_context_t ctx, uint64_t seed, cgc_rng_t* out) {
   atomic_store(&rng->refs, 1);
   *out = rng;
   return CGC_SUCCESS;
+
+fail:
+  if (k != NULL) {
+    pthread_mutex_lock(&kernels_lock);
+    k->generators--;
+    pthread_mutex_unlock(&kernels_lock);
+  }
+  cgc__ctx_leave(&scope);
+  free(rng);
+  return st;
 }
 
 static void rng_release(void* object) {
