@@ -2,7 +2,8 @@
  *
  * This is the only public header. It includes no CUDA header: native CUDA handles (CUstream,
  * CUgraph, CUgraphExec) pass as void*, so a C, C++, Rust or Go program needs only this file and
- * libcgc.so.1. The contract is ../shared/design/ABI.md; docs/ holds the rules in short.
+ * libcgc.so.1. docs/CONTRACT.md states the contract, docs/SEMANTICS.md the behaviour (its rules
+ * are cited below as "SEMANTICS n").
  *
  * Conventions
  * - Every function returns cgc_status_t unless stated; outputs go through pointer arguments and
@@ -27,7 +28,7 @@
  *   breaks a capture. The user's own driver calls still follow the driver's rule.
  *
  * Every function is listed once, in X-macro lists (CGC_FUNCTIONS_<SECTION>(X), entries
- * X(return type, name, (parameters)) in ABI.md's order): the lists generate the declarations
+ * X(return type, name, (parameters)) in docs/CONTRACT.md's order): the lists generate the declarations
  * here and the function table of cgc_get_api at the end, so nothing is written twice.
  */
 #ifndef CGC_H_
@@ -395,7 +396,7 @@ CGC_FUNCTIONS_RNG(CGC_DECLARE_FUNCTION_)
  * struct_size tells the caller how much of it this library has (an older library's table is a
  * prefix of a newer header's struct). */
 
-/* Every function of the library but cgc_get_api, in ABI.md's order. */
+/* Every function of the library but cgc_get_api, in docs/CONTRACT.md's order. */
 #define CGC_FUNCTIONS(X) \
   CGC_FUNCTIONS_STATUS(X) CGC_FUNCTIONS_DEVICES(X) CGC_FUNCTIONS_CAPTURE(X) CGC_FUNCTIONS_GRAPHS(X) \
   CGC_FUNCTIONS_POOLS(X) CGC_FUNCTIONS_NCCL(X) CGC_FUNCTIONS_RNG(X)

@@ -3,7 +3,7 @@
  * Destroyed objects are poisoned and kept for a while in a quarantine ring before their memory
  * is freed: a second destroy, or a call with a stale handle, then reads CGC_MAGIC_DEAD from
  * memory that is still ours and fails cleanly. Once evicted the memory may be reused, so
- * detection is "the common case", as ABI.md promises, not a guarantee. */
+ * detection is "the common case", as docs/CONTRACT.md promises, not a guarantee. */
 #include <stdlib.h>
 
 #include "src/internal.h"

@@ -1,5 +1,6 @@
 /* What the files of src/ share: object layouts, magics, error helpers, context scopes.
- * Names shared across files are cgc__<object>_<verb>; nothing here is exported.
+ * Names shared across files are cgc__<object>_<verb>; nothing here is exported. Comments cite
+ * the rules of docs/SEMANTICS.md as "SEMANTICS n" and the contract as docs/CONTRACT.md.
  *
  * Sections follow the layers, lowest first; a file calls only into its own layer and the ones
  * above it in this header:

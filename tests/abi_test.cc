@@ -78,11 +78,11 @@ class Abi : public ::testing::Test {
 
 TEST(AbiHeader, ListsEveryContractFunctionOnce) {
   std::set<std::string> declared = DeclaredFunctions();
-  EXPECT_EQ(declared.size(), 64u);  // ABI.md v1: 63 functions and cgc_get_api
+  EXPECT_EQ(declared.size(), 64u);  // contract v1: 63 functions and cgc_get_api
   EXPECT_TRUE(declared.count("cgc_graph_launch"));
   EXPECT_EQ(sizeof(cgc_api_t), sizeof(size_t) + 63 * sizeof(void (*)()));
   EXPECT_EQ(offsetof(cgc_api_t, struct_size), 0u);
-  EXPECT_EQ(offsetof(cgc_api_t, cgc_version), sizeof(size_t)) << "ABI.md's order: versions first";
+  EXPECT_EQ(offsetof(cgc_api_t, cgc_version), sizeof(size_t)) << "docs/CONTRACT.md's order: versions first";
   EXPECT_EQ(offsetof(cgc_api_t, cgc_rng_set_state), sizeof(size_t) + 62 * sizeof(void (*)()));
 }
 

@@ -1,5 +1,5 @@
 /* capi/cgc.h compiles alone as strict C (C99 and C11 builds of this file, -pedantic -Werror),
- * and the values it pins are the ones ABI.md fixes forever. */
+ * and the values it pins are the ones docs/CONTRACT.md fixes forever. */
 #include "capi/cgc.h"
 
 #include <stdio.h>
