@@ -49,6 +49,10 @@ extern "C" {
 #endif
 
 #define CGC_DECLARE_FUNCTION_(ret, name, params) CGC_API ret name params;
+/* Public structs are listed field by field too, X(type, name, array suffix), in order (fields are
+ * only ever appended): the lists generate the definitions here and the layouts that
+ * tools/abi_describe reports for the bindings to check. */
+#define CGC_DECLARE_FIELD_(type, name, array) type name array;
 
 /* ---- versions, status ---------------------------------------------------------------------- */
 
@@ -174,12 +178,12 @@ typedef enum cgc_capture_status {
   CGC_CAPTURE_BROKEN = 2  /* capturing, but invalidated: capture_end will fail */
 } cgc_capture_status_t;
 
-typedef struct cgc_capture_options {
-  size_t struct_size;      /* sizeof(cgc_capture_options_t) */
-  cgc_capture_mode_t mode; /* default GLOBAL */
-  cgc_pool_t pool;         /* NULL: a new private pool; else allocate into (share) this pool */
-  unsigned flags;          /* CGC_CAPTURE_* below */
-} cgc_capture_options_t;
+#define CGC_CAPTURE_OPTIONS_FIELDS(X)                                                                          \
+  X(size_t, struct_size, )      /* sizeof(cgc_capture_options_t) */                                            \
+  X(cgc_capture_mode_t, mode, ) /* default GLOBAL */                                                           \
+  X(cgc_pool_t, pool, )         /* NULL: a new private pool; else allocate into (share) this pool */           \
+  X(unsigned, flags, )          /* CGC_CAPTURE_* below */
+typedef struct cgc_capture_options { CGC_CAPTURE_OPTIONS_FIELDS(CGC_DECLARE_FIELD_) } cgc_capture_options_t;
 
 #define CGC_CAPTURE_UPLOAD 0x1u              /* upload the executable at capture_end */
 #define CGC_CAPTURE_AUTO_FREE_ON_LAUNCH 0x2u /* cudaGraphInstantiateFlagAutoFreeOnLaunch (always on) */
@@ -214,13 +218,13 @@ CGC_FUNCTIONS_CAPTURE(CGC_DECLARE_FUNCTION_)
 
 /* ---- graphs -------------------------------------------------------------------------------- */
 
-typedef struct cgc_graph_info {
-  size_t struct_size;
-  size_t node_count;
-  uint64_t replay_count;      /* successful launches */
-  int uploaded;               /* 1 after cgc_graph_upload or CGC_CAPTURE_UPLOAD */
-  size_t pool_bytes_reserved; /* bytes its pool holds */
-} cgc_graph_info_t;
+#define CGC_GRAPH_INFO_FIELDS(X)                                                                               \
+  X(size_t, struct_size, )                                                                                     \
+  X(size_t, node_count, )          /* the captured nodes (not cgc's completion record) */                      \
+  X(uint64_t, replay_count, )      /* successful launches */                                                   \
+  X(int, uploaded, )               /* 1 after cgc_graph_upload or CGC_CAPTURE_UPLOAD */                        \
+  X(size_t, pool_bytes_reserved, ) /* bytes its pool holds */
+typedef struct cgc_graph_info { CGC_GRAPH_INFO_FIELDS(CGC_DECLARE_FIELD_) } cgc_graph_info_t;
 
 #define CGC_FUNCTIONS_GRAPHS(X)                                                                                \
   /* Replays `graph` on `stream` (any stream of the graph's device, the legacy default stream                  \
@@ -261,15 +265,15 @@ CGC_FUNCTIONS_GRAPHS(CGC_DECLARE_FUNCTION_)
  * replayed in capture order and never concurrently. Blocks allocated in a capture and never
  * freed are the graph's outputs: they stay valid after the graph is destroyed. */
 
-typedef struct cgc_memory_stats {
-  size_t struct_size;
-  size_t bytes_reserved;       /* obtained from the driver */
-  size_t bytes_allocated;      /* handed out and not yet freed (block sizes, 512-byte rounded) */
-  size_t peak_bytes_allocated;
-  size_t peak_bytes_reserved;
-  uint64_t num_driver_allocs; /* cuMemAlloc calls so far */
-  uint64_t num_driver_frees;
-} cgc_memory_stats_t;
+#define CGC_MEMORY_STATS_FIELDS(X)                                                                             \
+  X(size_t, struct_size, )                                                                                     \
+  X(size_t, bytes_reserved, )    /* obtained from the driver */                                                \
+  X(size_t, bytes_allocated, )   /* handed out and not yet freed (block sizes, 512-byte rounded) */            \
+  X(size_t, peak_bytes_allocated, )                                                                            \
+  X(size_t, peak_bytes_reserved, )                                                                             \
+  X(uint64_t, num_driver_allocs, ) /* cuMemAlloc calls so far */                                               \
+  X(uint64_t, num_driver_frees, )
+typedef struct cgc_memory_stats { CGC_MEMORY_STATS_FIELDS(CGC_DECLARE_FIELD_) } cgc_memory_stats_t;
 
 #define CGC_FUNCTIONS_POOLS(X)                                                                                 \
   /* A new pool (like torch.cuda.graph_pool_handle()) holding one reference of the caller's. */                \
@@ -319,9 +323,9 @@ CGC_FUNCTIONS_POOLS(CGC_DECLARE_FUNCTION_)
  * rank must enqueue eager collectives and launch graphs holding collectives in the same order
  * (docs/NCCL.md). */
 
-typedef struct cgc_comm_id {
-  char internal[128];
-} cgc_comm_id_t; /* an ncclUniqueId: make it on one rank, pass it to the others */
+/* An ncclUniqueId: make it on one rank, pass it to the others. */
+#define CGC_COMM_ID_FIELDS(X) X(char, internal, [128])
+typedef struct cgc_comm_id { CGC_COMM_ID_FIELDS(CGC_DECLARE_FIELD_) } cgc_comm_id_t;
 typedef enum cgc_dtype { /* the values of ncclDataType_t */
   CGC_INT8, CGC_UINT8, CGC_INT32, CGC_UINT32, CGC_INT64, CGC_UINT64,
   CGC_FLOAT16, CGC_FLOAT32, CGC_FLOAT64, CGC_BFLOAT16
@@ -395,6 +399,13 @@ CGC_FUNCTIONS_RNG(CGC_DECLARE_FUNCTION_)
  * The table is append-only: a minor version adds fields at the end, never moves or removes one.
  * struct_size tells the caller how much of it this library has (an older library's table is a
  * prefix of a newer header's struct). */
+
+/* Every public struct, X(type, its field list). */
+#define CGC_STRUCTS(X)                                 \
+  X(cgc_capture_options_t, CGC_CAPTURE_OPTIONS_FIELDS) \
+  X(cgc_graph_info_t, CGC_GRAPH_INFO_FIELDS)           \
+  X(cgc_memory_stats_t, CGC_MEMORY_STATS_FIELDS)       \
+  X(cgc_comm_id_t, CGC_COMM_ID_FIELDS)
 
 /* Every function of the library but cgc_get_api, in docs/CONTRACT.md's order. */
 #define CGC_FUNCTIONS(X) \

@@ -18,6 +18,7 @@ fi
 stress_seconds=${CGC_STRESS_SECONDS:-60}
 export CGC_TEST_DATA="$here/data"
 export CGC_LIBRARY="$here/data/libcgc.so.1" # how the bindings find the library
+export CGC_ABI_DESCRIPTION="$here/data/abi.txt" # what their ABI tests compare with
 logs="${CGC_TEST_LOGS:-$(mktemp -d)}"
 mkdir -p "$logs"
 pattern="${1:-.}"

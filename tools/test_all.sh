@@ -3,7 +3,8 @@
 #   1. bazel test //...      the library's C/C++ tests and the Python binding's unittests, then
 #      the C/C++ tests again under ASan and UBSan
 #   2. the Rust and Go bindings with their own tools (cargo, go), which this offline Bazel 4
-#      cannot drive, against the libcgc.so that Bazel built; warnings are errors.
+#      cannot drive, against the libcgc.so that Bazel built and the header's ABI description;
+#      warnings are errors.
 # GPU tests skip with the reason on machines without a GPU (run the bundle there instead).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -13,8 +14,10 @@ bazel test //...
 # here as above; they run under compute-sanitizer on a GPU: run_tests.sh --sanitize).
 bazel test --config=asan //tests/...
 
-bazel build //:libcgc.so
+bazel build //:libcgc.so //tools:abi_description
 export CGC_LIBRARY="$PWD/bazel-bin/libcgc.so"
+# The header's functions, structs and status codes, which the bindings' CI tests compare with.
+export CGC_ABI_DESCRIPTION="$PWD/bazel-bin/tools/abi.txt"
 export RUSTFLAGS="-D warnings"
 export GOFLAGS=-buildvcs=false GOPROXY=off
 

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -176,6 +177,42 @@ func TestUnknownStatusIsKept(t *testing.T) {
 	}
 	if lib, err := cgc.StatusString(s); err != nil || lib == "" {
 		t.Errorf("cgc_status_string(99) = %q, %v", lib, err)
+	}
+}
+
+// TestStatusCodesMatchTheHeader compares the binding's statuses with the header's list as
+// tools/abi_describe.c wrote it (bazel build //tools:abi_description; tools/test_all.sh exports
+// its path as CGC_ABI_DESCRIPTION).
+func TestStatusCodesMatchTheHeader(t *testing.T) {
+	path := os.Getenv("CGC_ABI_DESCRIPTION")
+	if path == "" {
+		t.Skip("CGC_ABI_DESCRIPTION is not set (tools/test_all.sh sets it)")
+	}
+	text, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("CGC_ABI_DESCRIPTION: %v", err)
+	}
+	count := 0
+	for _, line := range strings.Split(string(text), "\n") {
+		f := strings.Fields(line)
+		if len(f) != 3 || f[0] != "status" {
+			continue
+		}
+		code, err := strconv.Atoi(f[2])
+		if err != nil {
+			t.Fatalf("bad line %q", line)
+		}
+		s := cgc.Status(code)
+		if !s.Known() || s.String() != f[1] {
+			t.Errorf("header: %s = %d; binding: Known %v, String %q", f[1], code, s.Known(), s)
+		}
+		if back, ok := cgc.ParseStatus(f[1]); !ok || back != s {
+			t.Errorf("ParseStatus(%q) = %v, %v; header says %d", f[1], back, ok, code)
+		}
+		count++
+	}
+	if count == 0 || cgc.Status(count).Known() || !cgc.Status(count-1).Known() {
+		t.Errorf("the header lists %d statuses; the binding knows another number", count)
 	}
 }
 

@@ -1,5 +1,10 @@
 package cgc
 
+/*
+#include "shim.h"
+*/
+import "C"
+
 import (
 	"fmt"
 	"strings"
@@ -10,47 +15,37 @@ import (
 // Values this binding does not know are kept as they are (see Known).
 type Status int32
 
-// The 16 status codes of cgc_status_t, with the same values.
+// The status codes of cgc_status_t. The values come from the header's enum through cgo, so they
+// cannot drift from it; TestStatusCodesMatchTheHeader checks the names.
 const (
-	Success                Status = 0  // CGC_SUCCESS
-	ErrInvalidArgument     Status = 1  // CGC_ERROR_INVALID_ARGUMENT
-	ErrInvalidHandle       Status = 2  // CGC_ERROR_INVALID_HANDLE
-	ErrInvalidState        Status = 3  // CGC_ERROR_INVALID_STATE, e.g. EndCapture without BeginCapture
-	ErrNoDriver            Status = 4  // CGC_ERROR_NO_DRIVER: libcuda.so.1 could not be loaded
-	ErrNoDevice            Status = 5  // CGC_ERROR_NO_DEVICE: the driver sees no usable GPU
-	ErrOutOfMemory         Status = 6  // CGC_ERROR_OUT_OF_MEMORY
-	ErrCaptureUnsupported  Status = 7  // CGC_ERROR_CAPTURE_UNSUPPORTED: not allowed during a capture
-	ErrCaptureInvalidated  Status = 8  // CGC_ERROR_CAPTURE_INVALIDATED: broken by an earlier call
-	ErrCaptureUnjoined     Status = 9  // CGC_ERROR_CAPTURE_UNJOINED: a forked stream was not joined
-	ErrCaptureLegacyStream Status = 10 // CGC_ERROR_CAPTURE_LEGACY_STREAM: capture on the legacy stream
-	ErrNCCLUnavailable     Status = 11 // CGC_ERROR_NCCL_UNAVAILABLE: libnccl.so.2 could not be loaded
-	ErrNCCL                Status = 12 // CGC_ERROR_NCCL
-	ErrCUDA                Status = 13 // CGC_ERROR_CUDA: any other driver error
-	ErrNotSupported        Status = 14 // CGC_ERROR_NOT_SUPPORTED: driver or device too old
-	ErrInternal            Status = 15 // CGC_ERROR_INTERNAL
-	statusCount                   = 16
+	Success                Status = C.CGC_SUCCESS
+	ErrInvalidArgument     Status = C.CGC_ERROR_INVALID_ARGUMENT
+	ErrInvalidHandle       Status = C.CGC_ERROR_INVALID_HANDLE
+	ErrInvalidState        Status = C.CGC_ERROR_INVALID_STATE // e.g. EndCapture without BeginCapture
+	ErrNoDriver            Status = C.CGC_ERROR_NO_DRIVER     // libcuda.so.1 could not be loaded
+	ErrNoDevice            Status = C.CGC_ERROR_NO_DEVICE     // the driver sees no usable GPU
+	ErrOutOfMemory         Status = C.CGC_ERROR_OUT_OF_MEMORY
+	ErrCaptureUnsupported  Status = C.CGC_ERROR_CAPTURE_UNSUPPORTED   // not allowed during a capture
+	ErrCaptureInvalidated  Status = C.CGC_ERROR_CAPTURE_INVALIDATED   // broken by an earlier call
+	ErrCaptureUnjoined     Status = C.CGC_ERROR_CAPTURE_UNJOINED      // a forked stream was not joined
+	ErrCaptureLegacyStream Status = C.CGC_ERROR_CAPTURE_LEGACY_STREAM // capture on the legacy stream
+	ErrNCCLUnavailable     Status = C.CGC_ERROR_NCCL_UNAVAILABLE      // libnccl.so.2 could not be loaded
+	ErrNCCL                Status = C.CGC_ERROR_NCCL
+	ErrCUDA                Status = C.CGC_ERROR_CUDA          // any other driver error
+	ErrNotSupported        Status = C.CGC_ERROR_NOT_SUPPORTED // driver or device too old
+	ErrInternal            Status = C.CGC_ERROR_INTERNAL
+	statusCount                   = C.CGCGO_STATUS_COUNT // how many the header lists
 )
 
-var statusNames = [statusCount]string{
-	"CGC_SUCCESS",
-	"CGC_ERROR_INVALID_ARGUMENT",
-	"CGC_ERROR_INVALID_HANDLE",
-	"CGC_ERROR_INVALID_STATE",
-	"CGC_ERROR_NO_DRIVER",
-	"CGC_ERROR_NO_DEVICE",
-	"CGC_ERROR_OUT_OF_MEMORY",
-	"CGC_ERROR_CAPTURE_UNSUPPORTED",
-	"CGC_ERROR_CAPTURE_INVALIDATED",
-	"CGC_ERROR_CAPTURE_UNJOINED",
-	"CGC_ERROR_CAPTURE_LEGACY_STREAM",
-	"CGC_ERROR_NCCL_UNAVAILABLE",
-	"CGC_ERROR_NCCL",
-	"CGC_ERROR_CUDA",
-	"CGC_ERROR_NOT_SUPPORTED",
-	"CGC_ERROR_INTERNAL",
-}
+// statusNames holds the C enum names, in code order, taken from the header's list by the shim.
+var statusNames = func() (names [statusCount]string) {
+	for i := range names {
+		names[i] = C.GoString(C.cgcgo_status_name(C.int(i)))
+	}
+	return names
+}()
 
-// Known reports whether s is one of the 16 codes this binding was written for.
+// Known reports whether s is one of the codes this binding was written for.
 func (s Status) Known() bool { return s >= 0 && s < statusCount }
 
 // String is the C enum name ("CGC_ERROR_NO_DRIVER"), or "CGC_STATUS_UNKNOWN(99)" for a value

@@ -80,6 +80,17 @@ static void take_error(char** msg) {
 uint32_t cgcgo_version(void) { return api->cgc_version(); }
 const char* cgcgo_status_string(int status) { return api->cgc_status_string((cgc_status_t)status); }
 
+const char* cgcgo_status_name(int status) {
+  switch (status) {
+#define CGCGO_STATUS_NAME_CASE_(name, value, text) \
+  case value:                                      \
+    return #name;
+    CGC_STATUS_LIST(CGCGO_STATUS_NAME_CASE_)
+#undef CGCGO_STATUS_NAME_CASE_
+  }
+  return NULL;
+}
+
 cgc_status_t cgcgo_device_count(int* count, char** msg) { CALL(api->cgc_device_count(count)); }
 cgc_status_t cgcgo_context_create(int device, cgc_context_t* out, char** msg) {
   CALL(api->cgc_context_create(device, out));

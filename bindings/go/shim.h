@@ -23,6 +23,13 @@ int cgcgo_load(const char* path, char** msg);
 uint32_t cgcgo_version(void);
 const char* cgcgo_status_string(int status);
 
+/* The header's status list seen from Go: how many codes, and each one's enum name ("CGC_SUCCESS";
+ * NULL outside 0..CGCGO_STATUS_COUNT-1). The codes are 0..count-1 with no gaps. */
+#define CGCGO_COUNT_STATUS_(name, value, text) +1
+enum { CGCGO_STATUS_COUNT = 0 CGC_STATUS_LIST(CGCGO_COUNT_STATUS_) };
+#undef CGCGO_COUNT_STATUS_
+const char* cgcgo_status_name(int status);
+
 cgc_status_t cgcgo_device_count(int* count, char** msg);
 cgc_status_t cgcgo_context_create(int device, cgc_context_t* out, char** msg);
 cgc_status_t cgcgo_context_destroy(cgc_context_t ctx, char** msg);

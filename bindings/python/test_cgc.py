@@ -31,6 +31,108 @@ def run_child(code, **env):
     return json.loads(r.stdout.strip().splitlines()[-1])
 
 
+def read_abi_description(path):
+    """tools/abi_describe's lines: (functions [(name, ret class, [param classes])],
+    statuses {name: value}, structs {name: (size, [(field, class, offset, size)])})."""
+    functions, statuses, structs = [], {}, {}
+    with open(path) as f:
+        for line in f:
+            words = line.split()
+            if not words:
+                continue
+            if words[0] == "function":
+                functions.append((words[2], words[3], [w.split(":", 1)[1] for w in words[4:]]))
+            elif words[0] == "status":
+                statuses[words[1]] = int(words[2])
+            elif words[0] == "struct":
+                structs[words[1]] = (int(words[2]), [])
+            elif words[0] == "field":
+                structs[words[1]][1].append((words[3], words[4], int(words[5]), int(words[6])))
+    return functions, statuses, structs
+
+
+def abi_key(cls):
+    """A class as the ABI sees it: size_t and uint64_t are one 64-bit type on every platform cgc
+    supports, so are ssize_t and int64 (ctypes cannot tell them apart either)."""
+    return {"usize": "u64", "isize": "i64"}.get(cls, cls)
+
+
+def compatible(binding, header):
+    """True when a binding's class passes what the header's class expects. "ptr(?)" is a
+    pointer whose pointee the binding leaves open (ctypes.c_void_p)."""
+    binding, header = abi_key(binding), abi_key(header)
+    if binding == header:
+        return True
+    if binding == "ptr(?)":
+        return header.startswith("ptr(") or header in ("handle", "fnptr")
+    if binding.startswith("ptr(") and header.startswith("ptr("):
+        return compatible(binding[4:-1], header[4:-1])
+    return False
+
+
+STRUCT_NAMES = {cgc.capture_options_t: "cgc_capture_options_t", cgc.graph_info_t: "cgc_graph_info_t",
+                cgc.memory_stats_t: "cgc_memory_stats_t", cgc.comm_id_t: "cgc_comm_id_t"}
+
+
+def ctypes_class(t):
+    """The class (as tools/abi_describe names them) of a ctypes type."""
+    if t is None:
+        return "void"
+    if t is ctypes.c_void_p:
+        return "ptr(?)"
+    if t is ctypes.c_char_p:
+        return "ptr(i8)"
+    if t in STRUCT_NAMES:
+        return "struct:" + STRUCT_NAMES[t]
+    if isinstance(t, type) and issubclass(t, ctypes._Pointer):
+        return "ptr(%s)" % ctypes_class(t._type_)
+    if isinstance(t, type) and issubclass(t, ctypes._CFuncPtr):
+        return "fnptr"
+    if isinstance(t, type) and issubclass(t, ctypes.Array):
+        return "array(%d,%s)" % (t._length_, ctypes_class(t._type_))
+    if t is ctypes.c_float:
+        return "f32"
+    if t is ctypes.c_char:
+        return "i8"
+    signed = t(-1).value < 0
+    return ("i%d" if signed else "u%d") % (8 * ctypes.sizeof(t))
+
+
+class AbiDescriptionTest(unittest.TestCase):
+    """The module's function table, structs and status codes against capi/cgc.h's own lists, as
+    tools/abi_describe prints them: a parameter changed in one place only fails here."""
+
+    @classmethod
+    def setUpClass(cls):
+        path = os.environ.get("CGC_ABI_DESCRIPTION")
+        if not path:
+            raise unittest.SkipTest("CGC_ABI_DESCRIPTION is not set (Bazel's test and the GPU bundle set it)")
+        cls.functions, cls.statuses, cls.structs = read_abi_description(path)
+
+    def test_the_table_has_the_header_functions_in_order_with_their_types(self):
+        self.assertEqual([p[0] for p in cgc._PROTOTYPES], [f[0] for f in self.functions])
+        for (name, restype, argtypes), (_, ret, params) in zip(cgc._PROTOTYPES, self.functions):
+            self.assertTrue(compatible(ctypes_class(restype), ret),
+                            "%s returns %s in the header, %s here" % (name, ret, ctypes_class(restype)))
+            self.assertEqual(len(argtypes), len(params), "%s: number of parameters" % name)
+            for i, (argtype, param) in enumerate(zip(argtypes, params)):
+                self.assertTrue(compatible(ctypes_class(argtype), param),
+                                "%s parameter %d is %s in the header, %s here" % (name, i, param, ctypes_class(argtype)))
+
+    def test_structs_have_the_header_layout(self):
+        for struct, c_name in STRUCT_NAMES.items():
+            size, fields = self.structs[c_name]
+            self.assertEqual(ctypes.sizeof(struct), size, c_name)
+            self.assertEqual([f[0] for f in struct._fields_], [f[0] for f in fields], c_name)
+            for (name, ctype), (_, cls, offset, field_size) in zip(struct._fields_, fields):
+                self.assertEqual(getattr(struct, name).offset, offset, "%s.%s" % (c_name, name))
+                self.assertEqual(getattr(struct, name).size, field_size, "%s.%s" % (c_name, name))
+                self.assertTrue(compatible(ctypes_class(ctype), cls), "%s.%s is %s" % (c_name, name, cls))
+
+    def test_status_codes_are_the_header_ones(self):
+        self.assertEqual({s.c_name: int(s) for s in cgc.Status}, self.statuses)
+
+
 class LoadingTest(unittest.TestCase):
     def test_library_loads_and_is_version_1(self):
         major, minor, patch = cgc.version()

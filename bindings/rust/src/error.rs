@@ -6,7 +6,7 @@ use std::fmt;
 use crate::sys;
 
 macro_rules! statuses {
-    ($($(#[$doc:meta])* $variant:ident = $code:expr, $c_name:expr;)*) => {
+    ($($(#[$doc:meta])* $variant:ident = $code:expr, $c_name:ident;)*) => {
         /// A `cgc_status_t`. Codes are pinned forever by the C ABI; a code this crate does not
         /// know (a newer library) is kept as [`Status::Unknown`].
         #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -40,7 +40,7 @@ macro_rules! statuses {
             /// (`"CGC_ERROR_UNKNOWN"` for an unknown code, as `cgc_status_string` says).
             pub fn c_name(self) -> &'static str {
                 match self {
-                    $(Status::$variant => $c_name,)*
+                    $(Status::$variant => stringify!($c_name),)*
                     Status::Unknown(_) => "CGC_ERROR_UNKNOWN",
                 }
             }
@@ -48,40 +48,7 @@ macro_rules! statuses {
     };
 }
 
-statuses! {
-    /// `CGC_SUCCESS`.
-    Success = 0, "CGC_SUCCESS";
-    /// An argument is NULL, out of range or inconsistent.
-    InvalidArgument = 1, "CGC_ERROR_INVALID_ARGUMENT";
-    /// The handle was destroyed or is of another kind.
-    InvalidHandle = 2, "CGC_ERROR_INVALID_HANDLE";
-    /// The object is not in a state that allows the call (e.g. launch after reset).
-    InvalidState = 3, "CGC_ERROR_INVALID_STATE";
-    /// libcuda.so.1 could not be loaded.
-    NoDriver = 4, "CGC_ERROR_NO_DRIVER";
-    /// The driver sees no usable GPU.
-    NoDevice = 5, "CGC_ERROR_NO_DEVICE";
-    /// The device is out of memory.
-    OutOfMemory = 6, "CGC_ERROR_OUT_OF_MEMORY";
-    /// A call not allowed while a capture is under way.
-    CaptureUnsupported = 7, "CGC_ERROR_CAPTURE_UNSUPPORTED";
-    /// The capture was broken by an earlier call.
-    CaptureInvalidated = 8, "CGC_ERROR_CAPTURE_INVALIDATED";
-    /// A forked stream was not joined back before capture end.
-    CaptureUnjoined = 9, "CGC_ERROR_CAPTURE_UNJOINED";
-    /// Capture on the legacy default stream.
-    CaptureLegacyStream = 10, "CGC_ERROR_CAPTURE_LEGACY_STREAM";
-    /// NCCL could not be loaded.
-    NcclUnavailable = 11, "CGC_ERROR_NCCL_UNAVAILABLE";
-    /// An NCCL call failed.
-    Nccl = 12, "CGC_ERROR_NCCL";
-    /// Any other CUDA driver error (the message names it).
-    Cuda = 13, "CGC_ERROR_CUDA";
-    /// The driver or device is too old for the request.
-    NotSupported = 14, "CGC_ERROR_NOT_SUPPORTED";
-    /// An internal error in cgc.
-    Internal = 15, "CGC_ERROR_INTERNAL";
-}
+sys::with_status_list!(statuses);
 
 impl Status {
     /// The library's own description (`cgc_status_string`), e.g.

@@ -28,22 +28,56 @@ pub const CGC_VERSION: u32 =
 
 /// `cgc_status_t`. A C enum is passed as an `int` on every ABI cgc supports.
 pub type cgc_status_t = c_int;
-pub const CGC_SUCCESS: cgc_status_t = 0;
-pub const CGC_ERROR_INVALID_ARGUMENT: cgc_status_t = 1;
-pub const CGC_ERROR_INVALID_HANDLE: cgc_status_t = 2;
-pub const CGC_ERROR_INVALID_STATE: cgc_status_t = 3;
-pub const CGC_ERROR_NO_DRIVER: cgc_status_t = 4;
-pub const CGC_ERROR_NO_DEVICE: cgc_status_t = 5;
-pub const CGC_ERROR_OUT_OF_MEMORY: cgc_status_t = 6;
-pub const CGC_ERROR_CAPTURE_UNSUPPORTED: cgc_status_t = 7;
-pub const CGC_ERROR_CAPTURE_INVALIDATED: cgc_status_t = 8;
-pub const CGC_ERROR_CAPTURE_UNJOINED: cgc_status_t = 9;
-pub const CGC_ERROR_CAPTURE_LEGACY_STREAM: cgc_status_t = 10;
-pub const CGC_ERROR_NCCL_UNAVAILABLE: cgc_status_t = 11;
-pub const CGC_ERROR_NCCL: cgc_status_t = 12;
-pub const CGC_ERROR_CUDA: cgc_status_t = 13;
-pub const CGC_ERROR_NOT_SUPPORTED: cgc_status_t = 14;
-pub const CGC_ERROR_INTERNAL: cgc_status_t = 15;
+
+/// Every status code once, as the header's `CGC_STATUS_LIST` has them: `$m!` is called with
+/// (variant, value, C name) for each. It makes the raw constants here and [`crate::Status`];
+/// a CI test checks the list against the header (tools/abi_describe).
+macro_rules! with_status_list {
+    ($m:ident) => {
+        $m! {
+            /// `CGC_SUCCESS`.
+            Success = 0, CGC_SUCCESS;
+            /// An argument is NULL, out of range or inconsistent.
+            InvalidArgument = 1, CGC_ERROR_INVALID_ARGUMENT;
+            /// The handle was destroyed or is of another kind.
+            InvalidHandle = 2, CGC_ERROR_INVALID_HANDLE;
+            /// The object is not in a state that allows the call (e.g. launch after reset).
+            InvalidState = 3, CGC_ERROR_INVALID_STATE;
+            /// libcuda.so.1 could not be loaded.
+            NoDriver = 4, CGC_ERROR_NO_DRIVER;
+            /// The driver sees no usable GPU.
+            NoDevice = 5, CGC_ERROR_NO_DEVICE;
+            /// The device is out of memory.
+            OutOfMemory = 6, CGC_ERROR_OUT_OF_MEMORY;
+            /// A call not allowed while a capture is under way.
+            CaptureUnsupported = 7, CGC_ERROR_CAPTURE_UNSUPPORTED;
+            /// The capture was broken by an earlier call.
+            CaptureInvalidated = 8, CGC_ERROR_CAPTURE_INVALIDATED;
+            /// A forked stream was not joined back before capture end.
+            CaptureUnjoined = 9, CGC_ERROR_CAPTURE_UNJOINED;
+            /// Capture on the legacy default stream.
+            CaptureLegacyStream = 10, CGC_ERROR_CAPTURE_LEGACY_STREAM;
+            /// NCCL could not be loaded.
+            NcclUnavailable = 11, CGC_ERROR_NCCL_UNAVAILABLE;
+            /// An NCCL call failed.
+            Nccl = 12, CGC_ERROR_NCCL;
+            /// Any other CUDA driver error (the message names it).
+            Cuda = 13, CGC_ERROR_CUDA;
+            /// The driver or device is too old for the request.
+            NotSupported = 14, CGC_ERROR_NOT_SUPPORTED;
+            /// An internal error in cgc.
+            Internal = 15, CGC_ERROR_INTERNAL;
+        }
+    };
+}
+pub(crate) use with_status_list;
+
+macro_rules! raw_status_constants {
+    ($($(#[$doc:meta])* $variant:ident = $code:expr, $c_name:ident;)*) => {
+        $($(#[$doc])* pub const $c_name: cgc_status_t = $code;)*
+    };
+}
+with_status_list!(raw_status_constants);
 
 // ---- handles -----------------------------------------------------------------------------------
 
@@ -191,6 +225,11 @@ macro_rules! api_table {
 
         /// The names of the table's functions, in order.
         pub const FUNCTION_NAMES: &[&str] = &[$(stringify!($name)),*];
+
+        /// Every function's (name, return type, parameter types) as written here, for the test
+        /// that checks them against the header (an empty return type is C's void).
+        pub const SIGNATURES: &[(&str, &str, &[&str])] =
+            &[$((stringify!($name), stringify!($($ret)?), &[$(stringify!($ty)),*])),*];
 
         impl cgc_api_t {
             /// (name, address) of every function in the table, in order.

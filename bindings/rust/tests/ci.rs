@@ -191,13 +191,9 @@ fn bad_calls_give_the_right_status() {
 }
 
 #[test]
-fn layouts_match_the_header() {
+fn function_table_matches_the_library() {
     use std::mem::size_of;
-    // Sizes on LP64 Linux, as the C compiler lays the structs out.
-    assert_eq!(size_of::<sys::cgc_capture_options_t>(), 32);
-    assert_eq!(size_of::<sys::cgc_graph_info_t>(), 40);
-    assert_eq!(size_of::<sys::cgc_memory_stats_t>(), 56);
-    assert_eq!(size_of::<sys::cgc_comm_id_t>(), 128);
+    // (Struct layouts and parameter types are checked against the header below.)
     let api = cgc::api().unwrap();
     // A 1.0 library's table is exactly ours.
     assert_eq!(api.struct_size, size_of::<sys::cgc_api_t>());
@@ -213,4 +209,161 @@ fn layouts_match_the_header() {
         assert_ne!(sym, 0, "libcgc exports no {}", name);
         assert_eq!(sym, addr, "table field {} holds another function", name);
     }
+}
+
+// ---- the binding against the header ------------------------------------------------------------
+//
+// tools/abi_describe.c, compiled against capi/cgc.h, writes every function's parameter classes,
+// every struct's field offsets and every status code (`bazel build //tools:abi_description`;
+// tools/test_all.sh exports its path as CGC_ABI_DESCRIPTION). A field, parameter or status that
+// changes in the header and not here fails these tests.
+
+/// The lines of the description, or None (with the reason printed) when it was not given.
+fn abi_description() -> Option<Vec<Vec<String>>> {
+    let path = match std::env::var("CGC_ABI_DESCRIPTION") {
+        Ok(p) => p,
+        Err(_) => {
+            println!("skipping: CGC_ABI_DESCRIPTION is not set (tools/test_all.sh sets it)");
+            return None;
+        }
+    };
+    let text = std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("CGC_ABI_DESCRIPTION={}: {}", path, e));
+    Some(
+        text.lines()
+            .map(|l| l.split_whitespace().map(str::to_owned).collect())
+            .collect(),
+    )
+}
+
+/// The description's class of a Rust type as `stringify!` wrote it in sys.rs.
+fn class_of_rust_type(ty: &str) -> String {
+    let ty: String = ty.split_whitespace().collect::<Vec<_>>().join(" ");
+    let ty = ty.replace("* mut ", "*mut ").replace("* const ", "*const ");
+    if let Some(inner) = ty.strip_prefix("*mut ").or_else(|| ty.strip_prefix("*const ")) {
+        return format!("ptr({})", class_of_rust_type(inner));
+    }
+    match ty.as_str() {
+        "" | "c_void" => "void".into(),
+        "c_char" => "i8".into(),
+        "c_int" | "cgc_status_t" | "cgc_capture_mode_t" | "cgc_capture_status_t"
+        | "cgc_dtype_t" | "cgc_reduce_op_t" => "i32".into(),
+        "c_uint" => "u32".into(),
+        "u32" | "u64" | "usize" | "isize" | "f32" => ty.clone(),
+        "cgc_context_t" | "cgc_stream_t" | "cgc_event_t" | "cgc_graph_t" | "cgc_pool_t"
+        | "cgc_comm_t" | "cgc_rng_t" => "handle".into(),
+        "cgc_capture_fn" => "fnptr".into(),
+        "cgc_capture_options_t" | "cgc_graph_info_t" | "cgc_memory_stats_t" | "cgc_comm_id_t" => {
+            format!("struct:{}", ty)
+        }
+        other => panic!("sys.rs uses a type this test cannot classify: {}", other),
+    }
+}
+
+#[test]
+fn function_signatures_match_the_header() {
+    let Some(lines) = abi_description() else { return };
+    let header: Vec<&Vec<String>> = lines.iter().filter(|l| l[0] == "function").collect();
+    assert_eq!(header.len(), sys::SIGNATURES.len(), "number of functions");
+    for (index, (line, (name, ret, params))) in header.iter().zip(sys::SIGNATURES).enumerate() {
+        assert_eq!(line[1], index.to_string());
+        assert_eq!(line[2], *name, "function {} (order of cgc_api_t)", index);
+        assert_eq!(line[3], class_of_rust_type(ret), "{}: return type {:?}", name, ret);
+        let c_params: Vec<&str> = line[4..]
+            .iter()
+            .map(|p| p.split_once(':').map(|(_, class)| class).unwrap())
+            .collect();
+        let rust_params: Vec<String> = params.iter().map(|t| class_of_rust_type(t)).collect();
+        assert_eq!(c_params, rust_params, "{}: parameters {:?}", name, params);
+    }
+}
+
+/// The description's class of a field type as `std::any::type_name` writes it.
+fn class_of_field_type(name: &str) -> String {
+    if name.starts_with("*mut ") && name.ends_with("_s") {
+        return "handle".into();
+    }
+    if let Some(array) = name.strip_prefix('[').and_then(|a| a.strip_suffix(']')) {
+        let (element, n) = array.split_once("; ").unwrap();
+        return format!("array({},{})", n, class_of_field_type(element));
+    }
+    name.into()
+}
+
+fn type_name_of<T>(_: *const T) -> &'static str {
+    std::any::type_name::<T>()
+}
+
+fn size_of_pointee<T>(_: *const T) -> usize {
+    std::mem::size_of::<T>()
+}
+
+/// (size, [(field, offset, size, class)]) of a `#[repr(C)]` struct of sys.rs.
+macro_rules! layout {
+    ($s:ident { $($field:ident),* }) => {{
+        let value = std::mem::MaybeUninit::<sys::$s>::uninit();
+        let base = value.as_ptr();
+        // SAFETY: addr_of! takes field addresses without reading the uninitialised value.
+        let fields: Vec<(String, usize, usize, String)> = vec![$(unsafe {
+            let field = ptr::addr_of!((*base).$field);
+            (
+                stringify!($field).to_string(),
+                field as usize - base as usize,
+                size_of_pointee(field),
+                class_of_field_type(type_name_of(field)),
+            )
+        }),*];
+        (stringify!($s), std::mem::size_of::<sys::$s>(), fields)
+    }};
+}
+
+#[test]
+fn struct_layouts_match_the_header() {
+    let Some(lines) = abi_description() else { return };
+    let rust = vec![
+        layout!(cgc_capture_options_t { struct_size, mode, pool, flags }),
+        layout!(cgc_graph_info_t { struct_size, node_count, replay_count, uploaded,
+                                   pool_bytes_reserved }),
+        layout!(cgc_memory_stats_t { struct_size, bytes_reserved, bytes_allocated,
+                                     peak_bytes_allocated, peak_bytes_reserved,
+                                     num_driver_allocs, num_driver_frees }),
+        layout!(cgc_comm_id_t { internal }),
+    ];
+    let c_structs: Vec<&Vec<String>> = lines.iter().filter(|l| l[0] == "struct").collect();
+    assert_eq!(c_structs.len(), rust.len(), "number of structs");
+    for (name, size, fields) in &rust {
+        let c = c_structs
+            .iter()
+            .find(|l| l[1] == *name)
+            .unwrap_or_else(|| panic!("{} is not in the header", name));
+        assert_eq!(c[2], size.to_string(), "sizeof({})", name);
+        let c_fields: Vec<(String, usize, usize, String)> = lines
+            .iter()
+            .filter(|l| l[0] == "field" && l[1] == *name)
+            .map(|l| (l[3].clone(), l[5].parse().unwrap(), l[6].parse().unwrap(), l[4].clone()))
+            .collect();
+        let c_fields: Vec<_> = c_fields
+            .into_iter()
+            .map(|(f, off, sz, class)| {
+                let class = class.replace("struct:", "");
+                (f, off, sz, class)
+            })
+            .collect();
+        assert_eq!(&c_fields, fields, "fields of {} (name, offset, size, class)", name);
+    }
+}
+
+#[test]
+fn status_codes_match_the_header() {
+    let Some(lines) = abi_description() else { return };
+    let c: Vec<(String, i32)> = lines
+        .iter()
+        .filter(|l| l[0] == "status")
+        .map(|l| (l[1].clone(), l[2].parse().unwrap()))
+        .collect();
+    let rust: Vec<(String, i32)> = Status::ALL
+        .iter()
+        .map(|s| (s.c_name().to_string(), s.to_raw()))
+        .collect();
+    assert_eq!(c, rust, "status codes (name, value)");
 }
