@@ -364,9 +364,4 @@ extern const cgc__use_ops_t cgc__comm_use_ops;
  * kernels module too when no generator of the device is alive. */
 void cgc__rng_device_release(struct cgc__device* dev);
 
-/* For bench/nccl_bench.c's floor: the ncclComm_t behind a communicator (NULL if dead or
- * aborted) and an NCCL function of the library cgc loaded (NULL without NCCL). */
-void* cgc__comm_native(cgc_comm_t comm);
-void* cgc__nccl_function(const char* name);
-
 #endif /* CGC_INTERNAL_H_ */

@@ -296,14 +296,6 @@ static cgc_status_t check_comm(cgc_comm_t comm, const char* func) {
   return st;
 }
 
-void* cgc__comm_native(cgc_comm_t comm) {
-  return cgc__is_live(comm, CGC_MAGIC_COMM) && !atomic_load(&comm->aborted) ? (void*)comm->nccl : NULL;
-}
-
-void* cgc__nccl_function(const char* name) {
-  return nccl_load("cgc__nccl_function") == CGC_SUCCESS ? dlsym(nccl_library, name) : NULL;
-}
-
 cgc_status_t cgc_comm_destroy(cgc_comm_t comm) {
   cgc_status_t st = nccl_load(__func__);
   if (st != CGC_SUCCESS) return st;
