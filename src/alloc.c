@@ -72,19 +72,10 @@ static cgc_status_t free_used(struct cgc__allocator* a, void* ptr, const char* f
 
 cgc_status_t cgc_free(void* ptr) {
   if (ptr == NULL) return CGC_SUCCESS;
-  cgc__block_t* b = NULL;
   bool has_uses = false;
-  struct cgc__allocator* a = cgc__alloc_take(ptr, &b, &has_uses);
+  struct cgc__allocator* a = cgc__alloc_free_plain(ptr, &has_uses);
   if (a == NULL) return not_ours(ptr, __func__);
-  if (has_uses) {
-    cgc__alloc_unlock(a);
-    return free_used(a, ptr, __func__);
-  }
-  cgc__alloc_account(a, b, -(long long)b->size);
-  cgc__pool_note_free(b);
-  cgc__alloc_release_block(a, b);
-  cgc__alloc_unlock(a);
-  return CGC_SUCCESS;
+  return has_uses ? free_used(a, ptr, __func__) : CGC_SUCCESS;
 }
 
 /* The use of `b` by stream `ref`, added unless `ref` is its allocation stream or already known;

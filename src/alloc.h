@@ -105,9 +105,11 @@ struct cgc__allocator* cgc__allocator_of(struct cgc__device* dev);
 /* The allocator whose map holds `ptr`, returned with its lock held, and the block (left in the
  * map); NULL (no lock held) when no allocator has it. */
 struct cgc__allocator* cgc__alloc_find(void* ptr, cgc__block_t** out);
-/* The same, the block taken out of the map unless it has recorded uses (*has_uses), whose free
- * must take uses_lock first. One probe of the calling thread's last allocator on the hot path. */
-struct cgc__allocator* cgc__alloc_take(void* ptr, cgc__block_t** out, bool* has_uses);
+/* cgc_free's hot path, whole under one hold of the lock (one probe of the calling thread's last
+ * allocator first): frees the block at `ptr` unless it has recorded uses. Returns the allocator
+ * that holds it (NULL: none), lock not held; *has_uses: nothing was done, because its free must
+ * take uses_lock first. */
+struct cgc__allocator* cgc__alloc_free_plain(void* ptr, bool* has_uses);
 /* (lock held) Allocated bytes of the block's owner and of the device change by `delta`. */
 void cgc__alloc_account(struct cgc__allocator* a, cgc__block_t* b, long long delta);
 /* A fence recorded now on `cu` (context current, `cu` not capturing); NULL on failure. */

@@ -167,11 +167,20 @@ cgc_status_t cgc_capture_end(cgc_stream_t stream, cgc_graph_t* out) {
   CGC_CHECK_ARG(out != NULL, "out is NULL");
   *out = NULL;
   CGC_CHECK_HANDLE(stream, CGC_MAGIC_STREAM);
+  /* The capture is claimed by the stream's key without asking the driver first: another thread
+   * may be ending this very capture, and the driver can crash in cuStreamGetCaptureInfo on a
+   * stream whose capture another thread ends at that moment (seen on driver 580 with two threads
+   * ending one Relaxed capture). The driver is asked only when cgc has no capture on the stream,
+   * so that the message can say whether a capture cgc did not begin is under way there. */
   cgc__stream_ref_t ref;
-  cgc_status_t st = cgc__stream_resolve(stream, true, &ref, __func__);
+  cgc_status_t st = cgc__stream_resolve(stream, false, &ref, __func__);
   if (st != CGC_SUCCESS) return st;
   struct cgc__capture* c = NULL;
   st = cgc__registry_claim_end(&ref, &c, __func__);
+  if (st != CGC_SUCCESS && !cgc__registry_has_stream(ref.key)) {
+    st = cgc__stream_resolve(stream, true, &ref, __func__);
+    if (st == CGC_SUCCESS) st = cgc__registry_claim_end(&ref, &c, __func__);
+  }
   if (st != CGC_SUCCESS) return st;
 
   cgc__ctx_scope_t scope;

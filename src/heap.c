@@ -571,6 +571,12 @@ fail:
 }
 
 static cgc_status_t refuse_foreign_capture(const cgc__stream_ref_t* ref, const char* func) {
+  /* An invalidated capture has no id left to find it by, cgc's or not: say what happened. */
+  if (ref->invalidated)
+    return cgc__fail(CGC_ERROR_CAPTURE_INVALIDATED, func,
+                     "stream %p is in a capture that an earlier call invalidated: nothing can be allocated "
+                     "into it; end it (cgc_capture_end says what broke it) and capture again",
+                     (void*)ref->cu);
   return cgc__fail(CGC_ERROR_CAPTURE_UNSUPPORTED, func,
                    "stream %p is capturing (capture id %llu) under a capture cgc did not begin: its allocation "
                    "cannot come from the eager cache, whose blocks eager work reuses while the graph's replays "
@@ -643,29 +649,32 @@ struct cgc__allocator* cgc__alloc_find(void* ptr, cgc__block_t** out) {
   return NULL;
 }
 
-
-struct cgc__allocator* cgc__alloc_take(void* ptr, cgc__block_t** out, bool* has_uses) {
-  /* The calling thread's last allocator first: one lock, one probe on the common path. */
+struct cgc__allocator* cgc__alloc_free_plain(void* ptr, bool* has_uses) {
   uint64_t key = (uint64_t)(uintptr_t)ptr;
   struct cgc__allocator* first = last_used;
   int n = atomic_load(&n_allocators);
+  *has_uses = false;
   for (int i = -1; i < n && i < kMaxAllocators; i++) {
     struct cgc__allocator* a = i < 0 ? first : atomic_load_explicit(&allocators[i], memory_order_acquire);
     if (a == NULL || (i >= 0 && a == first)) continue;
     cgc__alloc_lock(a);
     cgc__block_t* b = cgc__map_take(&a->live, key);
-    if (b != NULL) {
-      /* A block with recorded uses goes back in: its free takes uses_lock first. */
-      *has_uses = b->n_uses > 0;
-      if (*has_uses) cgc__map_put(&a->live, b); /* cannot fail: its slot was just freed */
-      *out = b;
-      last_used = a;
-      return a;
+    if (b == NULL) {
+      cgc__alloc_unlock(a);
+      continue;
+    }
+    *has_uses = b->n_uses > 0;
+    if (*has_uses) {
+      cgc__map_put(&a->live, b); /* cannot fail: its slot was just freed */
+    } else {
+      cgc__alloc_account(a, b, -(long long)b->size);
+      cgc__pool_note_free(b);
+      cgc__alloc_release_block(a, b);
     }
     cgc__alloc_unlock(a);
+    last_used = a;
+    return a;
   }
-  *out = NULL;
-  *has_uses = false;
   return NULL;
 }
 

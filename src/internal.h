@@ -153,6 +153,7 @@ typedef struct cgc__stream_ref {
   uint64_t key;        /* the driver's stream id, or CGC__KEY_OF_ADDRESS while capturing */
   uint64_t capture_id; /* the capture it takes part in (0: none, or not asked) */
   bool capturing;      /* in a capture (active or invalidated) */
+  bool invalidated;    /* ...and that capture was invalidated (the driver then reports id 0) */
   bool special;        /* legacy or per-thread */
 } cgc__stream_ref_t;
 
@@ -259,6 +260,8 @@ void cgc__registry_remove(struct cgc__capture* c);
 /* The capture whose origin is `ref`'s stream, claimed for ending (ACTIVE -> ENDING): exactly
  * one of several threads ending it at once gets it; the others get INVALID_STATE. */
 cgc_status_t cgc__registry_claim_end(const cgc__stream_ref_t* ref, struct cgc__capture** out, const char* func);
+/* Whether a recorded capture has the stream of `key` as its origin or a side stream. */
+bool cgc__registry_has_stream(uint64_t key);
 /* Gives a claimed capture back (ENDING -> ACTIVE): the driver kept it going. */
 void cgc__registry_unclaim(struct cgc__capture* c);
 
@@ -356,10 +359,10 @@ cgc_status_t cgc__graph_create(struct cgc__device* dev, CUgraph graph, CUevent d
 /* Drops the references of uses that no graph will take (a failed capture). */
 void cgc__release_uses(struct cgc__use* uses, size_t n_uses);
 
-/* ---- what generators and communicators give graphs (rng.c, nccl.c) ---- */
+/* ---- generators (rng.c) ----
+ * Generators and communicators hand graphs their cgc__use_ops_t through cgc__registry_add_use;
+ * the tables stay private to rng.c and nccl.c: a new kind of graph-held object is one file. */
 
-extern const cgc__use_ops_t cgc__rng_use_ops;
-extern const cgc__use_ops_t cgc__comm_use_ops;
 /* The last context handle of the device is gone: the generators' freed slots go back, and the
  * kernels module too when no generator of the device is alive. */
 void cgc__rng_device_release(struct cgc__device* dev);

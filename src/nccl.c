@@ -187,7 +187,7 @@ static uint64_t comm_capture_done(void* object, bool kept) {
 /* What a graph holding collectives does with the communicator: hold it, so that destroying it
  * first is refused rather than left to hang (NCCL >= 2.26 waits in ncclCommDestroy for every
  * graph that references the communicator). Nothing to do at launch. */
-const cgc__use_ops_t cgc__comm_use_ops = {"communicator", comm_retain, comm_release, comm_capture_done, NULL};
+static const cgc__use_ops_t comm_use_ops = {"communicator", comm_retain, comm_release, comm_capture_done, NULL};
 
 /* A collective enqueued into a cgc capture: the capture (then its graph) holds the communicator. */
 static cgc_status_t note_capture(cgc_comm_t comm, cgc_stream_t stream, const char* func) {
@@ -200,7 +200,7 @@ static cgc_status_t note_capture(cgc_comm_t comm, cgc_stream_t stream, const cha
      * same; nothing to hold. */
     return CGC_SUCCESS;
   }
-  return cgc__registry_add_use(id, &cgc__comm_use_ops, comm, func);
+  return cgc__registry_add_use(id, &comm_use_ops, comm, func);
 }
 
 /* NCCL's setup and teardown allocate, free and synchronise: calls that would break a Global

@@ -141,6 +141,13 @@ cgc_status_t cgc__registry_claim_end(const cgc__stream_ref_t* ref, struct cgc__c
   return st;
 }
 
+bool cgc__registry_has_stream(uint64_t key) {
+  pthread_mutex_lock(&registry_lock);
+  bool has = find_by_origin(key) != NULL || find_by_member(key) != NULL;
+  pthread_mutex_unlock(&registry_lock);
+  return has;
+}
+
 void cgc__registry_unclaim(struct cgc__capture* c) {
   pthread_mutex_lock(&registry_lock);
   c->state = CGC__CAPTURE_ACTIVE;
@@ -193,8 +200,25 @@ cgc_status_t cgc__registry_record(cgc_event_t ev, const cgc__stream_ref_t* ref, 
 cgc_status_t cgc__registry_wait(const cgc__stream_ref_t* ref, cgc_event_t ev, const char* func) {
   if (cgc__captures_underway() == 0) return cgc__cu_fail(cgc__drv.cuStreamWaitEvent(ref->cu, ev->cu, 0), func, "cuStreamWaitEvent");
   pthread_mutex_lock(&registry_lock);
-  cgc_status_t st = cgc__cu_fail(cgc__drv.cuStreamWaitEvent(ref->cu, ev->cu, 0), func, "cuStreamWaitEvent");
-  struct cgc__capture* c = st == CGC_SUCCESS ? find_by_id(ev->capture_id) : NULL;
+  CUresult r = cgc__drv.cuStreamWaitEvent(ref->cu, ev->cu, 0);
+  cgc_status_t st = cgc__cu_fail(r, func, "cuStreamWaitEvent");
+  struct cgc__capture* c = find_by_id(ev->capture_id);
+  if (st != CGC_SUCCESS && c != NULL && c->state == CGC__CAPTURE_ACTIVE) {
+    /* The driver refuses a wait on a record of a capture that was invalidated meanwhile (with
+     * CUDA_ERROR_INVALID_VALUE on driver 580): say so. Asking the driver is safe here: the
+     * capture is ACTIVE under the lock, so no thread is inside its cuStreamEndCapture. */
+    CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_ACTIVE;
+    if (cgc__drv.cuStreamGetCaptureInfo(c->origin, &status, NULL, NULL, NULL, NULL) == CUDA_SUCCESS &&
+        status == CU_STREAM_CAPTURE_STATUS_INVALIDATED) {
+      const char* name = "an error";
+      cgc__drv.cuGetErrorName(r, &name);
+      st = cgc__fail(CGC_ERROR_CAPTURE_INVALIDATED, func,
+                     "event %p was recorded in the capture on stream %p, which an earlier call invalidated "
+                     "(cuStreamWaitEvent failed: %s): end that capture and capture again",
+                     (void*)ev, (void*)c->origin, name);
+    }
+  }
+  if (st != CGC_SUCCESS) c = NULL;
   if (c != NULL && !(ref->special && ref->cu == NULL)) {
     uint64_t now = ++bookkeeping_seq;
     if (ref->key == c->origin_key) {

@@ -211,7 +211,7 @@ static CUresult rng_before_launch(void* object, uint64_t amount, CUstream stream
   return cgc__drv.cuLaunchKernel(rng->dev->kernels->set_state, 1, 1, 1, 1, 1, 1, 0, stream, args, NULL);
 }
 
-const cgc__use_ops_t cgc__rng_use_ops = {"generator", rng_retain, rng_release, rng_capture_done, rng_before_launch};
+static const cgc__use_ops_t rng_use_ops = {"generator", rng_retain, rng_release, rng_capture_done, rng_before_launch};
 
 static uint64_t round4(uint64_t n) { return (n + 3) & ~(uint64_t)3; }
 
@@ -247,7 +247,7 @@ static cgc_status_t draw(cgc_rng_t rng, float* out, size_t n, bool normal, float
   } else {
     /* The capture's first draw registers the generator as one of its uses (holding a
      * reference) under this lock, before any other thread can draw into the same capture. */
-    if (rng->capture_id == 0) st = cgc__registry_add_use(capture_id, &cgc__rng_use_ops, rng, func);
+    if (rng->capture_id == 0) st = cgc__registry_add_use(capture_id, &rng_use_ops, rng, func);
     if (st == CGC_SUCCESS) {
       rng->capture_id = capture_id;
       slots = rng->slots;

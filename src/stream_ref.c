@@ -48,6 +48,7 @@ static cgc_status_t resolve_ordinary(CUstream cu, bool ask_capture, atomic_uint_
     CUresult r = cgc__drv.cuStreamGetCaptureInfo(cu, &status, &id, NULL, NULL, NULL);
     if (r != CUDA_SUCCESS) return cgc__cu_fail(r, func, "cuStreamGetCaptureInfo");
     out->capturing = status != CU_STREAM_CAPTURE_STATUS_NONE;
+    out->invalidated = status == CU_STREAM_CAPTURE_STATUS_INVALIDATED;
     out->capture_id = out->capturing ? id : 0;
   }
   if (key == 0 && !out->capturing) {

@@ -289,6 +289,31 @@ TEST_F(Allocator, PerThreadStreamsOfTwoThreadsDoNotShareBlocks) {
 // not come from the eager cache. PyTorch's entry point, through which other frameworks' captures
 // arrive, always asks the driver; cgc_malloc asks while a capture cgc began is under way (its hit
 // path makes no driver call otherwise).
+// A defect found by the stress test's illegal mix: an allocation on a stream whose cgc capture
+// another call had invalidated was refused as "a capture cgc did not begin" (the driver reports
+// no capture id for an invalidated capture), which misled the user. It is the invalidation.
+TEST_F(Allocator, AnAllocationIntoAnInvalidatedCaptureSaysItWasInvalidated) {
+  CGC_ASSERT_OK(cgc_capture_begin(stream, nullptr));
+  void* before = nullptr;
+  CGC_ASSERT_OK(cgc_malloc(ctx, 4096, stream, &before));
+  // The driver, called directly, breaks the capture (cgc itself would refuse the call).
+  EXPECT_NE(cgc__drv.cuStreamSynchronize(static_cast<CUstream>(cgc_stream_native(stream))), CUDA_SUCCESS);
+  void* p = reinterpret_cast<void*>(0x1);
+  EXPECT_EQ(cgc_malloc(ctx, 4096, stream, &p), CGC_ERROR_CAPTURE_INVALIDATED) << cgc_last_error();
+  EXPECT_EQ(p, nullptr);
+  std::string msg = cgc_last_error();
+  EXPECT_NE(msg.find("invalidated"), std::string::npos) << msg;
+  EXPECT_EQ(msg.find("did not begin"), std::string::npos) << msg;
+  EXPECT_EQ(cgc_torch_malloc(4096, cgc_test::TestDevice(), cgc_stream_native(stream)), nullptr);
+  EXPECT_NE(std::string(cgc_last_error()).find("invalidated"), std::string::npos) << cgc_last_error();
+  CGC_ASSERT_OK(cgc_free(before));
+  cgc_graph_t g = nullptr;
+  EXPECT_EQ(cgc_capture_end(stream, &g), CGC_ERROR_CAPTURE_INVALIDATED);
+  EXPECT_EQ(g, nullptr);
+  CGC_ASSERT_OK(cgc_empty_cache(ctx));
+  EXPECT_EQ(Stats().bytes_allocated, baseline_.bytes_allocated);
+}
+
 TEST_F(Allocator, AllocationsIntoACaptureCgcDidNotBeginAreRefused) {
   void* warm = Malloc(4096, stream);
   CGC_ASSERT_OK(cgc_free(warm));  // a cached block that would fit

@@ -290,12 +290,12 @@ class Worker {
     bool unjoined = rng_() % 16 == 0;
     std::vector<void*> allocated;
     void *t = nullptr, *u = nullptr, *out = nullptr;
-    bool ok = Expect("cgc_malloc (capture)", cgc_malloc(ctx, kIn * 4, origin, &t), {CGC_SUCCESS});
+    bool ok = Expect("cgc_malloc (capture)", cgc_malloc(ctx, kIn * 4, origin, &t), InCapture());
     if (ok) allocated.push_back(t);
     ok = ok && Add(t, in_, 1.0f, origin);
     ok = ok && Expect("cgc_event_record", cgc_event_record(events_[1], origin), InCapture());
     ok = ok && Expect("cgc_stream_wait_event", cgc_stream_wait_event(side, events_[1]), InCapture());
-    ok = ok && Expect("cgc_malloc (side)", cgc_malloc(ctx, kIn * 4, side, &u), {CGC_SUCCESS});
+    ok = ok && Expect("cgc_malloc (side)", cgc_malloc(ctx, kIn * 4, side, &u), InCapture());
     if (u) allocated.push_back(u);
     ok = ok && Add(u, t, 2.0f, side);
     ok = ok && Expect("cgc_record_stream", cgc_record_stream(t, side), {CGC_SUCCESS});
@@ -303,7 +303,7 @@ class Worker {
       ok = Expect("cgc_event_record", cgc_event_record(events_[2], side), InCapture()) &&
            Expect("cgc_stream_wait_event", cgc_stream_wait_event(origin, events_[2]), InCapture());
     }
-    ok = ok && Expect("cgc_malloc (capture)", cgc_malloc(ctx, kIn * 4, origin, &out), {CGC_SUCCESS});
+    ok = ok && Expect("cgc_malloc (capture)", cgc_malloc(ctx, kIn * 4, origin, &out), InCapture());
     if (out) allocated.push_back(out);
     ok = ok && (unjoined || Add(out, u, 0.5f, origin));
     if (unjoined) ok = ok && Add(out, t, 0.5f, origin);
