@@ -2,13 +2,24 @@
 #include "bench/harness.h"
 
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 const char* bench_tool = "cgc bench";
 int bench_failed_checks;
 
+/* The first failing thread prints and exits; another failing at the same time waits for the
+ * process to end instead of running exit()'s handlers a second time concurrently. */
+static void one_failure_at_a_time(void) {
+  static atomic_flag failing = ATOMIC_FLAG_INIT;
+  if (atomic_flag_test_and_set(&failing))
+    for (;;) pause();
+}
+
 void fail_cgc(const char* call, cgc_status_t st) {
+  one_failure_at_a_time();
   fflush(stdout);
   fprintf(stderr, "%s: %s failed: %s\n  cgc_last_error: %s\n", bench_tool, call, cgc_status_string(st),
           cgc_last_error());
@@ -16,6 +27,7 @@ void fail_cgc(const char* call, cgc_status_t st) {
 }
 
 void fail_cu(const char* call, CUresult r) {
+  one_failure_at_a_time();
   const char* name = NULL;
   if (drv.cuGetErrorName == NULL || drv.cuGetErrorName(r, &name) != CUDA_SUCCESS) name = "unknown";
   fflush(stdout);
@@ -25,6 +37,7 @@ void fail_cu(const char* call, CUresult r) {
 }
 
 void fail_with(const char* fmt, ...) {
+  one_failure_at_a_time();
   fflush(stdout);
   fprintf(stderr, "%s: ", bench_tool);
   va_list ap;

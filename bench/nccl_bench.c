@@ -158,6 +158,10 @@ static void* run_rank(void* arg) {
     CGC(cgc_graph_upload(g, r->stream));
     summary_t graph = time_variant(r, CGC_GRAPH, count, g, NULL, samples, gpu_samples, &graph_gpu);
 
+    /* One eager all-reduce of this size on the raw communicator first, as the eager variant did
+     * on cgc's: NCCL sets up connections lazily at a first use, which a capture must not see. */
+    NCCL(ncclAllReduce(r->send, r->recv, count, kNcclFloat32, kNcclSum, r->raw_comm, cs));
+    CU(cuStreamSynchronize(cs));
     CUgraph raw = NULL;
     CUgraphExec raw_exec = NULL;
     CU(cuStreamBeginCapture(cs, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL));
