@@ -8,8 +8,6 @@
 #ifndef CGC_BENCH_HARNESS_H_
 #define CGC_BENCH_HARNESS_H_
 
-#define _POSIX_C_SOURCE 200809L /* clock_gettime */
-
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
