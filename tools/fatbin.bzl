@@ -1,6 +1,6 @@
 """Compiles CUDA C to one fatbin with nvcc and embeds it as a byte array in a C source.
 
-SASS for sm_80 and sm_90 plus PTX for newer chips, as ARCHITECTURE.md asks, so that the
+SASS for sm_80 and sm_90 plus PTX for newer chips (docs/DESIGN.md, kernels), so that the
 embedded kernels run on Ampere, Hopper and (through the driver's PTX JIT) later GPUs without
 nvcc or libcudart at run time.
 """
