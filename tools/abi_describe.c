@@ -8,9 +8,11 @@
  *   status <name> <value>
  *   struct <name> <size>
  *   field <struct> <index> <name> <class> <offset> <size>
+ *   callback <type> <return class> [<parameter name>:<class> ...]
  *
- * Classes: i8 i32 u32 u64 usize isize f32 void (by value), handle (an opaque cgc_*_t), fnptr (a
- * callback), struct:<name>, ptr(<class>) (a pointer to that class), array(<count>,<class>).
+ * Classes: i8 i32 u32 u64 usize isize f32 void (by value), handle:<type> (an opaque cgc_*_t),
+ * fnptr:<type> (a callback, whose signature is its `callback` line), struct:<name>,
+ * ptr(<class>) (a pointer to that class), array(<count>,<class>).
  * A type this program does not know makes it fail: a new type needs its class here first.
  * Function indexes are the positions in cgc_api_t (after struct_size). */
 #include <ctype.h>
@@ -33,10 +35,10 @@ static const struct {
     {"float", "f32"},         {"cgc_status_t", "i32"},
     {"cgc_capture_mode_t", "i32"}, {"cgc_capture_status_t", "i32"},
     {"cgc_dtype_t", "i32"},   {"cgc_reduce_op_t", "i32"},
-    {"cgc_context_t", "handle"}, {"cgc_stream_t", "handle"},
-    {"cgc_event_t", "handle"},   {"cgc_graph_t", "handle"},
-    {"cgc_pool_t", "handle"},    {"cgc_comm_t", "handle"},
-    {"cgc_rng_t", "handle"},     {"cgc_capture_fn", "fnptr"},
+    {"cgc_context_t", "handle:cgc_context_t"}, {"cgc_stream_t", "handle:cgc_stream_t"},
+    {"cgc_event_t", "handle:cgc_event_t"},     {"cgc_graph_t", "handle:cgc_graph_t"},
+    {"cgc_pool_t", "handle:cgc_pool_t"},       {"cgc_comm_t", "handle:cgc_comm_t"},
+    {"cgc_rng_t", "handle:cgc_rng_t"},         {"cgc_capture_fn", "fnptr:cgc_capture_fn"},
     {"cgc_capture_options_t", "struct:cgc_capture_options_t"},
     {"cgc_graph_info_t", "struct:cgc_graph_info_t"},
     {"cgc_memory_stats_t", "struct:cgc_memory_stats_t"},
@@ -138,6 +140,10 @@ int main(void) {
     fprintf(stderr, "abi_describe: cgc_api_t is not struct_size plus %d function pointers\n", index);
     failed = 1;
   }
+  /* The one callback type, written out here and checked against the header by the compiler. */
+  _Static_assert(__builtin_types_compatible_p(cgc_capture_fn, cgc_status_t (*)(cgc_stream_t, void*)),
+                 "cgc_capture_fn changed: update its callback line");
+  printf("callback cgc_capture_fn i32 stream:handle:cgc_stream_t user:ptr(void)\n");
 #define PRINT_STATUS(name, value, text) printf("status %s %d\n", #name, (int)(value));
   CGC_STATUS_LIST(PRINT_STATUS)
 #undef PRINT_STATUS

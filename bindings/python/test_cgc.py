@@ -63,8 +63,10 @@ def compatible(binding, header):
     binding, header = abi_key(binding), abi_key(header)
     if binding == header:
         return True
-    if binding == "ptr(?)":
-        return header.startswith("ptr(") or header in ("handle", "fnptr")
+    if binding == "ptr(?)":  # ctypes passes every handle as c_void_p: its kind is not checked here
+        return header.startswith(("ptr(", "handle:", "fnptr:"))
+    if binding == "fnptr":
+        return header.startswith("fnptr:")
     if binding.startswith("ptr(") and header.startswith("ptr("):
         return compatible(binding[4:-1], header[4:-1])
     return False
@@ -120,6 +122,7 @@ class AbiDescriptionTest(unittest.TestCase):
                                 "%s parameter %d is %s in the header, %s here" % (name, i, param, ctypes_class(argtype)))
 
     def test_structs_have_the_header_layout(self):
+        self.assertEqual(sorted(STRUCT_NAMES.values()), sorted(self.structs), "the header's public structs")
         for struct, c_name in STRUCT_NAMES.items():
             size, fields = self.structs[c_name]
             self.assertEqual(ctypes.sizeof(struct), size, c_name)

@@ -226,10 +226,10 @@ macro_rules! api_table {
         /// The names of the table's functions, in order.
         pub const FUNCTION_NAMES: &[&str] = &[$(stringify!($name)),*];
 
-        /// Every function's (name, return type, parameter types) as written here, for the test
-        /// that checks them against the header (an empty return type is C's void).
-        pub const SIGNATURES: &[(&str, &str, &[&str])] =
-            &[$((stringify!($name), stringify!($($ret)?), &[$(stringify!($ty)),*])),*];
+        /// Every function's (name, return type, [(parameter name, type)]) as written here, for
+        /// the test that checks them against the header (an empty return type is C's void).
+        pub const SIGNATURES: &[(&str, &str, &[(&str, &str)])] =
+            &[$((stringify!($name), stringify!($($ret)?), &[$((stringify!($arg), stringify!($ty))),*])),*];
 
         impl cgc_api_t {
             /// (name, address) of every function in the table, in order.

@@ -251,8 +251,8 @@ fn class_of_rust_type(ty: &str) -> String {
         "c_uint" => "u32".into(),
         "u32" | "u64" | "usize" | "isize" | "f32" => ty.clone(),
         "cgc_context_t" | "cgc_stream_t" | "cgc_event_t" | "cgc_graph_t" | "cgc_pool_t"
-        | "cgc_comm_t" | "cgc_rng_t" => "handle".into(),
-        "cgc_capture_fn" => "fnptr".into(),
+        | "cgc_comm_t" | "cgc_rng_t" => format!("handle:{}", ty),
+        "cgc_capture_fn" => "fnptr:cgc_capture_fn".into(),
         "cgc_capture_options_t" | "cgc_graph_info_t" | "cgc_memory_stats_t" | "cgc_comm_id_t" => {
             format!("struct:{}", ty)
         }
@@ -260,34 +260,80 @@ fn class_of_rust_type(ty: &str) -> String {
     }
 }
 
+/// The description's class of a type as `std::any::type_name` writes it (struct fields and the
+/// callback's parameters).
+fn class_of_type_name(name: &str) -> String {
+    let name = name.trim();
+    if let Some(inner) = name.strip_prefix("*mut ").or_else(|| name.strip_prefix("*const ")) {
+        let last = inner.rsplit("::").next().unwrap();
+        if last.starts_with("cgc_") && last.ends_with("_s") {
+            return format!("handle:{}_t", &last[..last.len() - 2]);
+        }
+        return format!("ptr({})", class_of_type_name(inner));
+    }
+    if let Some(array) = name.strip_prefix('[').and_then(|a| a.strip_suffix(']')) {
+        let (element, n) = array.split_once("; ").unwrap();
+        return format!("array({},{})", n, class_of_type_name(element));
+    }
+    match name.rsplit("::").next().unwrap() {
+        "c_void" | "()" => "void".into(),
+        "u8" => "i8".into(), // c_char is u8 where char is unsigned (aarch64); the ABI has no uint8
+        other => other.into(),
+    }
+}
+
+/// The (name, class) parameters of a description line, from word `first` on.
+fn described_params(line: &[String], first: usize) -> Vec<(String, String)> {
+    line[first..]
+        .iter()
+        .map(|p| {
+            let (name, class) = p.split_once(':').unwrap();
+            (name.to_string(), class.to_string())
+        })
+        .collect()
+}
+
 #[test]
 fn function_signatures_match_the_header() {
-    let Some(lines) = abi_description() else { return };
+    let lines = match abi_description() {
+        Some(l) => l,
+        None => return,
+    };
     let header: Vec<&Vec<String>> = lines.iter().filter(|l| l[0] == "function").collect();
     assert_eq!(header.len(), sys::SIGNATURES.len(), "number of functions");
     for (index, (line, (name, ret, params))) in header.iter().zip(sys::SIGNATURES).enumerate() {
         assert_eq!(line[1], index.to_string());
         assert_eq!(line[2], *name, "function {} (order of cgc_api_t)", index);
         assert_eq!(line[3], class_of_rust_type(ret), "{}: return type {:?}", name, ret);
-        let c_params: Vec<&str> = line[4..]
+        // Names too: two parameters of one type swapped in one place only would pass the types.
+        let rust_params: Vec<(String, String)> = params
             .iter()
-            .map(|p| p.split_once(':').map(|(_, class)| class).unwrap())
+            .map(|(n, t)| (n.to_string(), class_of_rust_type(t)))
             .collect();
-        let rust_params: Vec<String> = params.iter().map(|t| class_of_rust_type(t)).collect();
-        assert_eq!(c_params, rust_params, "{}: parameters {:?}", name, params);
+        assert_eq!(described_params(line, 4), rust_params, "{}: parameters {:?}", name, params);
     }
 }
 
-/// The description's class of a field type as `std::any::type_name` writes it.
-fn class_of_field_type(name: &str) -> String {
-    if name.starts_with("*mut ") && name.ends_with("_s") {
-        return "handle".into();
-    }
-    if let Some(array) = name.strip_prefix('[').and_then(|a| a.strip_suffix(']')) {
-        let (element, n) = array.split_once("; ").unwrap();
-        return format!("array({},{})", n, class_of_field_type(element));
-    }
-    name.into()
+#[test]
+fn the_callback_type_matches_the_header() {
+    let lines = match abi_description() {
+        Some(l) => l,
+        None => return,
+    };
+    let line = lines
+        .iter()
+        .find(|l| l[0] == "callback" && l[1] == "cgc_capture_fn")
+        .expect("the header describes cgc_capture_fn");
+    // "core::option::Option<unsafe extern \"C\" fn(*mut cgc::sys::cgc_stream_s, *mut
+    // core::ffi::c_void) -> i32>": the parameter and return types, by position.
+    let name = std::any::type_name::<sys::cgc_capture_fn>();
+    let inside = &name[name.find("fn(").expect(name) + 3..];
+    let (params, ret) = inside.split_once(") -> ").expect(name);
+    let ret = ret.trim_end_matches('>');
+    let rust: Vec<String> = params.split(", ").map(class_of_type_name).collect();
+    let c: Vec<String> = described_params(line, 3).into_iter().map(|(_, class)| class).collect();
+    assert_eq!(c, rust, "cgc_capture_fn parameters ({})", name);
+    assert_eq!(line[2], class_of_type_name(ret), "cgc_capture_fn return type ({})", name);
 }
 
 fn type_name_of<T>(_: *const T) -> &'static str {
@@ -310,7 +356,7 @@ macro_rules! layout {
                 stringify!($field).to_string(),
                 field as usize - base as usize,
                 size_of_pointee(field),
-                class_of_field_type(type_name_of(field)),
+                class_of_type_name(type_name_of(field)),
             )
         }),*];
         (stringify!($s), std::mem::size_of::<sys::$s>(), fields)
@@ -319,7 +365,10 @@ macro_rules! layout {
 
 #[test]
 fn struct_layouts_match_the_header() {
-    let Some(lines) = abi_description() else { return };
+    let lines = match abi_description() {
+        Some(l) => l,
+        None => return,
+    };
     let rust = vec![
         layout!(cgc_capture_options_t { struct_size, mode, pool, flags }),
         layout!(cgc_graph_info_t { struct_size, node_count, replay_count, uploaded,
@@ -342,20 +391,16 @@ fn struct_layouts_match_the_header() {
             .filter(|l| l[0] == "field" && l[1] == *name)
             .map(|l| (l[3].clone(), l[5].parse().unwrap(), l[6].parse().unwrap(), l[4].clone()))
             .collect();
-        let c_fields: Vec<_> = c_fields
-            .into_iter()
-            .map(|(f, off, sz, class)| {
-                let class = class.replace("struct:", "");
-                (f, off, sz, class)
-            })
-            .collect();
         assert_eq!(&c_fields, fields, "fields of {} (name, offset, size, class)", name);
     }
 }
 
 #[test]
 fn status_codes_match_the_header() {
-    let Some(lines) = abi_description() else { return };
+    let lines = match abi_description() {
+        Some(l) => l,
+        None => return,
+    };
     let c: Vec<(String, i32)> = lines
         .iter()
         .filter(|l| l[0] == "status")
