@@ -57,7 +57,7 @@ extern "C" {
 /* ---- versions, status ---------------------------------------------------------------------- */
 
 #define CGC_VERSION_MAJOR 1 /* also the soname: libcgc.so.1 */
-#define CGC_VERSION_MINOR 0
+#define CGC_VERSION_MINOR 1 /* 1.1: the work a graph is made of (copies, sets, host functions, memory operations, kernels) */
 #define CGC_VERSION_PATCH 0
 #define CGC_VERSION ((CGC_VERSION_MAJOR << 16) | (CGC_VERSION_MINOR << 8) | CGC_VERSION_PATCH)
 
@@ -218,12 +218,31 @@ CGC_FUNCTIONS_CAPTURE(CGC_DECLARE_FUNCTION_)
 
 /* ---- graphs -------------------------------------------------------------------------------- */
 
+/* The kinds of node cgc_graph_info counts, K(X, field, the driver's CUgraphNodeType value). */
+#define CGC_GRAPH_NODE_KINDS(K, X)                                                                             \
+  K(X, kernel_nodes, 0)                                                                                        \
+  K(X, memcpy_nodes, 1)                                                                                        \
+  K(X, memset_nodes, 2)                                                                                        \
+  K(X, host_nodes, 3)                                                                                          \
+  K(X, child_graph_nodes, 4)                                                                                   \
+  K(X, empty_nodes, 5)                                                                                         \
+  K(X, event_wait_nodes, 6)                                                                                    \
+  K(X, event_record_nodes, 7) /* cgc's own completion record is not counted */                                 \
+  K(X, mem_alloc_nodes, 10)                                                                                    \
+  K(X, mem_free_nodes, 11)                                                                                     \
+  K(X, mem_op_nodes, 12) /* stream write/wait-value operations and batches of them */                          \
+  K(X, conditional_nodes, 13)
+#define CGC_GRAPH_NODE_KIND_FIELD_(X, field, node_type) X(size_t, field, )
+
 #define CGC_GRAPH_INFO_FIELDS(X)                                                                               \
   X(size_t, struct_size, )                                                                                     \
   X(size_t, node_count, )          /* the captured nodes (not cgc's completion record) */                      \
   X(uint64_t, replay_count, )      /* successful launches */                                                   \
   X(int, uploaded, )               /* 1 after cgc_graph_upload or CGC_CAPTURE_UPLOAD */                        \
-  X(size_t, pool_bytes_reserved, ) /* bytes its pool holds */
+  X(size_t, pool_bytes_reserved, ) /* bytes its pool holds */                                                \
+  /* since 1.1: the captured nodes by kind (CGC_GRAPH_NODE_KINDS below; 0 after reset) */                      \
+  CGC_GRAPH_NODE_KINDS(CGC_GRAPH_NODE_KIND_FIELD_, X)                                                          \
+  X(size_t, other_nodes, ) /* kinds not listed (external semaphores, kinds newer than this header) */
 typedef struct cgc_graph_info { CGC_GRAPH_INFO_FIELDS(CGC_DECLARE_FIELD_) } cgc_graph_info_t;
 
 #define CGC_FUNCTIONS_GRAPHS(X)                                                                                \
@@ -235,6 +254,8 @@ typedef struct cgc_graph_info { CGC_GRAPH_INFO_FIELDS(CGC_DECLARE_FIELD_) } cgc_
   /* Uploads the executable on `stream` ahead of the first launch, so that launch is as fast as                \
    * the rest. */                                                                                              \
   X(cgc_status_t, cgc_graph_upload, (cgc_graph_t graph, cgc_stream_t stream))                                  \
+  /* Fills as much of *info as its struct_size has room for. The node counts (1.1) are asked of the           \
+   * driver at this call; not while another thread resets the graph. */                                        \
   X(cgc_status_t, cgc_graph_info, (cgc_graph_t graph, cgc_graph_info_t* info))                                 \
   /* The pool the graph allocated into (borrowed: cgc_pool_retain it to keep it beyond the graph's             \
    * reset or destroy). Passing it in cgc_capture_options_t.pool shares it, like                               \
@@ -390,6 +411,178 @@ CGC_FUNCTIONS_NCCL(CGC_DECLARE_FUNCTION_)
   X(cgc_status_t, cgc_rng_set_state, (cgc_rng_t rng, uint64_t seed, uint64_t offset))
 CGC_FUNCTIONS_RNG(CGC_DECLARE_FUNCTION_)
 
+/* ---- version 1.1: the work a graph is made of ------------------------------------------------
+ *
+ * Everything below is usable eagerly and inside a capture, where it becomes a graph node that
+ * runs at every replay (SEMANTICS 21-25): copies and sets, host functions, stream memory
+ * operations and kernels of the caller's own modules. Copies, sets, memory operations and
+ * kernel launches are not unsafe calls: they are legal while another thread captures in Global
+ * mode. Pointers are device pointers (cgc_malloc, or any memory of the device) unless a
+ * parameter says host. */
+
+typedef struct cgc_module_s* cgc_module_t;     /* a loaded fatbin, cubin or PTX image */
+typedef struct cgc_function_s* cgc_function_t; /* a kernel of a module; lives as long as the module */
+
+/* A host function: runs on a driver thread, in stream order. It must not call cgc or CUDA
+ * (the driver forbids it: cgc refuses such calls with CGC_ERROR_INVALID_STATE where it can
+ * see them, the driver with CUDA_ERROR_NOT_PERMITTED or worse elsewhere). */
+typedef void (*cgc_host_fn)(void* user);
+
+/* The L2 access-policy window of a stream (CUaccessPolicyWindow). */
+typedef enum cgc_access_property { /* the values of CUaccessProperty */
+  CGC_ACCESS_NORMAL = 0,
+  CGC_ACCESS_STREAMING = 1,
+  CGC_ACCESS_PERSISTING = 2
+} cgc_access_property_t;
+#define CGC_ACCESS_POLICY_FIELDS(X)                                                                            \
+  X(size_t, struct_size, )                                                                                     \
+  X(void*, base, )                 /* start of the window (device memory) */                                   \
+  X(size_t, bytes, )               /* its size; 0 turns the window off */                                      \
+  X(float, hit_ratio, )            /* the fraction of accesses that get hit_property, in [0, 1] */             \
+  X(cgc_access_property_t, hit_property, )                                                                     \
+  X(cgc_access_property_t, miss_property, )
+typedef struct cgc_access_policy { CGC_ACCESS_POLICY_FIELDS(CGC_DECLARE_FIELD_) } cgc_access_policy_t;
+
+/* Host memory (cgc_host_alloc flags, cgc_host_register flags). */
+#define CGC_HOST_WRITE_COMBINED 0x1u /* alloc: fast for the GPU to read, very slow for the CPU to read */
+#define CGC_HOST_READ_ONLY 0x2u      /* register: the device only reads it */
+
+/* Stream memory operations: the flags of wait operations (CUstreamWaitValue_flags) ... */
+#define CGC_WAIT_GEQ 0x0u   /* until (int32_t)(*addr - value) >= 0: a counter that wraps */
+#define CGC_WAIT_EQ 0x1u    /* until *addr == value */
+#define CGC_WAIT_AND 0x2u   /* until (*addr & value) != 0 */
+#define CGC_WAIT_NOR 0x3u   /* until ~(*addr | value) != 0 (devices with the NOR capability) */
+#define CGC_WAIT_FLUSH 0x40000000u /* also make remote writes before the wait visible */
+/* ... and of write operations (CUstreamWriteValue_flags). */
+#define CGC_WRITE_NO_MEMORY_BARRIER 0x1u /* no barrier before the write: earlier writes may land later */
+
+typedef enum cgc_mem_op_kind { /* the values of CUstreamBatchMemOpType */
+  CGC_MEM_OP_WAIT_VALUE_32 = 1,
+  CGC_MEM_OP_WRITE_VALUE_32 = 2,
+  CGC_MEM_OP_FLUSH_REMOTE_WRITES = 3,
+  CGC_MEM_OP_WAIT_VALUE_64 = 4,
+  CGC_MEM_OP_WRITE_VALUE_64 = 5
+} cgc_mem_op_kind_t;
+/* One operation of a batch. Its layout is fixed forever (arrays of it are passed): no
+ * struct_size. flags: CGC_WAIT_* for waits, CGC_WRITE_* for writes, 0 for a flush. */
+#define CGC_MEM_OP_FIELDS(X)   \
+  X(cgc_mem_op_kind_t, kind, ) \
+  X(unsigned, flags, )         \
+  X(void*, address, )          \
+  X(uint64_t, value, )
+typedef struct cgc_mem_op { CGC_MEM_OP_FIELDS(CGC_DECLARE_FIELD_) } cgc_mem_op_t;
+
+typedef enum cgc_function_attribute { /* the values of CUfunction_attribute */
+  CGC_FUNC_MAX_THREADS_PER_BLOCK = 0,      /* read only */
+  CGC_FUNC_SHARED_SIZE_BYTES = 1,          /* static shared memory; read only */
+  CGC_FUNC_CONST_SIZE_BYTES = 2,           /* read only */
+  CGC_FUNC_LOCAL_SIZE_BYTES = 3,           /* read only */
+  CGC_FUNC_NUM_REGS = 4,                   /* read only */
+  CGC_FUNC_PTX_VERSION = 5,                /* read only */
+  CGC_FUNC_BINARY_VERSION = 6,             /* read only */
+  CGC_FUNC_CACHE_MODE_CA = 7,              /* read only */
+  CGC_FUNC_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8, /* settable: needed above 48 KiB of dynamic shared memory */
+  CGC_FUNC_PREFERRED_SHARED_MEMORY_CARVEOUT = 9 /* settable: percent of L1 given to shared memory */
+} cgc_function_attribute_t;
+
+#define CGC_FUNCTIONS_STREAMS_1_1(X)                                                                           \
+  /* The priorities streams of ctx's device can have: `greatest` is the highest priority (the                  \
+   * lowest number), `least` the lowest (0). cgc_stream_create clamps into [greatest, least]. */               \
+  X(cgc_status_t, cgc_stream_priority_range, (cgc_context_t ctx, int* least, int* greatest))                   \
+  X(cgc_status_t, cgc_stream_priority, (cgc_stream_t stream, int* priority))                                   \
+  /* The driver's id of the stream (cuStreamGetId: unique in the process, never reused; for the                \
+   * per-thread stream, the calling thread's). Refused (CGC_ERROR_CAPTURE_UNSUPPORTED) for a                   \
+   * borrowed stream whose id cgc has not learnt while it captures: asking would break the capture. */         \
+  X(cgc_status_t, cgc_stream_id, (cgc_stream_t stream, uint64_t* id))                                          \
+  /* The stream's device ordinal and its CUcontext (the device's primary context). Either output               \
+   * may be NULL. */                                                                                           \
+  X(cgc_status_t, cgc_stream_device, (cgc_stream_t stream, int* device, void** native_context))                \
+  /* Copies the driver's attributes of `src` (access-policy window, synchronisation policy,                    \
+   * priority where settable) onto `dst` (cuStreamCopyAttributes). Both of one device. */                      \
+  X(cgc_status_t, cgc_stream_copy_attributes, (cgc_stream_t dst, cgc_stream_t src))                            \
+  /* Sets the stream's L2 access-policy window; kernels launched (or captured) on it afterwards                \
+   * carry it. bytes above the device's maximum window size or hit_ratio outside [0, 1] are                    \
+   * CGC_ERROR_INVALID_ARGUMENT. */                                                                            \
+  X(cgc_status_t, cgc_stream_set_access_policy, (cgc_stream_t stream, const cgc_access_policy_t* policy))      \
+  X(cgc_status_t, cgc_stream_get_access_policy, (cgc_stream_t stream, cgc_access_policy_t* policy))
+
+#define CGC_FUNCTIONS_COPIES(X)                                                                                \
+  /* Page-locked host memory of `bytes` (portable, mapped), which copies in captures need (a                   \
+   * captured copy reads or writes it at every replay: SEMANTICS 21). flags: CGC_HOST_WRITE_COMBINED. */       \
+  X(cgc_status_t, cgc_host_alloc, (cgc_context_t ctx, size_t bytes, unsigned flags, void** out))               \
+  /* Frees cgc_host_alloc memory. The caller makes sure no work (no graph) still uses it. */                   \
+  X(cgc_status_t, cgc_host_free, (void* ptr))                                                                  \
+  /* Page-locks the caller's buffer [ptr, ptr + bytes) (portable, mapped) so that copies in                    \
+   * captures may use it. flags: CGC_HOST_READ_ONLY. */                                                        \
+  X(cgc_status_t, cgc_host_register, (cgc_context_t ctx, void* ptr, size_t bytes, unsigned flags))             \
+  X(cgc_status_t, cgc_host_unregister, (void* ptr))                                                            \
+  /* Copies `bytes` from host memory to the device, ordered on `stream`. Inside a capture `src`                \
+   * must be page-locked (cgc_host_alloc / cgc_host_register): a captured copy reads it again at               \
+   * every replay, which the driver cannot do from pageable memory; such a copy is refused                     \
+   * (CGC_ERROR_CAPTURE_UNSUPPORTED) before it can break the capture. Eagerly, pageable memory                 \
+   * is fine (the copy is staged and the call returns once `src` may be reused). bytes 0 is a no-op. */        \
+  X(cgc_status_t, cgc_memcpy_htod_async, (void* dst, const void* src, size_t bytes, cgc_stream_t stream))      \
+  /* Copies from the device to host memory `dst` (page-locked inside a capture, as above). */                  \
+  X(cgc_status_t, cgc_memcpy_dtoh_async, (void* dst, const void* src, size_t bytes, cgc_stream_t stream))      \
+  X(cgc_status_t, cgc_memcpy_dtod_async, (void* dst, const void* src, size_t bytes, cgc_stream_t stream))      \
+  /* Sets `count` 8-, 16- or 32-bit elements at `dst` (aligned to the element) to `value`. */                  \
+  X(cgc_status_t, cgc_memset_d8_async, (void* dst, uint8_t value, size_t count, cgc_stream_t stream))          \
+  X(cgc_status_t, cgc_memset_d16_async, (void* dst, uint16_t value, size_t count, cgc_stream_t stream))        \
+  X(cgc_status_t, cgc_memset_d32_async, (void* dst, uint32_t value, size_t count, cgc_stream_t stream))
+
+#define CGC_FUNCTIONS_HOST_FUNCS(X)                                                                            \
+  /* Runs fn(user) on a driver thread once the stream's earlier work is done; later work waits for             \
+   * it. Eagerly it runs once; inside a capture it becomes a host node that runs at every replay.              \
+   * `release` (may be NULL) is called with `user` exactly once, when nothing can call fn any more:            \
+   * after the eager call, when the graph is reset or destroyed (after its last replay), when the              \
+   * capture fails, and at once if this call fails. A host node needs a capture begun with cgc                 \
+   * (CGC_ERROR_CAPTURE_UNSUPPORTED in another one: nothing would release `user`). */                          \
+  X(cgc_status_t, cgc_launch_host_func, (cgc_stream_t stream, cgc_host_fn fn, void* user, cgc_host_fn release))
+
+#define CGC_FUNCTIONS_MEM_OPS(X)                                                                               \
+  /* Stream memory operations (cuStreamWriteValue32 and its kin): a write of `value` to the                    \
+   * 4- or 8-byte aligned `address`, or a wait until the value there meets a CGC_WAIT_* condition,             \
+   * in stream order; captured they become memory-operation nodes. Streams and graphs hand work                \
+   * over through a flag this way without the host. CGC_ERROR_NOT_SUPPORTED (with the reason) where            \
+   * the device lacks them (64-bit operations, CGC_WAIT_NOR, CGC_WAIT_FLUSH have their own                     \
+   * capabilities). A wait for a value no work will write hangs the stream, as with the driver. */             \
+  X(cgc_status_t, cgc_stream_write_value32, (cgc_stream_t stream, void* address, uint32_t value, unsigned flags)) \
+  X(cgc_status_t, cgc_stream_write_value64, (cgc_stream_t stream, void* address, uint64_t value, unsigned flags)) \
+  X(cgc_status_t, cgc_stream_wait_value32, (cgc_stream_t stream, void* address, uint32_t value, unsigned flags))  \
+  X(cgc_status_t, cgc_stream_wait_value64, (cgc_stream_t stream, void* address, uint64_t value, unsigned flags))  \
+  /* `count` operations (1 to 256) in one call, in order. */                                                   \
+  X(cgc_status_t, cgc_stream_batch_mem_op, (cgc_stream_t stream, const cgc_mem_op_t* ops, size_t count))
+
+#define CGC_FUNCTIONS_KERNELS(X)                                                                               \
+  /* Loads a module from an image in memory: a fatbin, a cubin or NUL-terminated PTX text (which               \
+   * the driver compiles for the device; its compile log is in the error message). The image may               \
+   * be freed once this returns. */                                                                            \
+  X(cgc_status_t, cgc_module_load, (cgc_context_t ctx, const void* image, cgc_module_t* out))                  \
+  /* Drops the caller's module: its function handles become invalid now; the code stays loaded                 \
+   * until the graphs whose captures launched its kernels are reset or destroyed. */                           \
+  X(cgc_status_t, cgc_module_unload, (cgc_module_t module))                                                    \
+  /* The kernel named `name` (its extern "C" or mangled name); CGC_ERROR_INVALID_ARGUMENT naming it            \
+   * when the module has none. Asking twice gives the same handle, owned by the module. */                     \
+  X(cgc_status_t, cgc_module_get_function, (cgc_module_t module, const char* name, cgc_function_t* out))       \
+  X(cgc_status_t, cgc_function_get_attribute, (cgc_function_t function, cgc_function_attribute_t attribute, int* value)) \
+  /* Only CGC_FUNC_MAX_DYNAMIC_SHARED_SIZE_BYTES and CGC_FUNC_PREFERRED_SHARED_MEMORY_CARVEOUT                 \
+   * can be set; the others are CGC_ERROR_INVALID_ARGUMENT. */                                                 \
+  X(cgc_status_t, cgc_function_set_attribute, (cgc_function_t function, cgc_function_attribute_t attribute, int value)) \
+  /* Launches `function` on a grid of grid_x*grid_y*grid_z blocks of block_x*block_y*block_z                   \
+   * threads with `shared_bytes` of dynamic shared memory, ordered on `stream` (captured as a                  \
+   * kernel node inside a capture: the graph then keeps the module loaded). `args` points at one               \
+   * pointer per kernel parameter, each to the parameter's value (as cuLaunchKernel); the values               \
+   * are copied at the call. Zero dimensions are CGC_ERROR_INVALID_ARGUMENT. */                                \
+  X(cgc_status_t, cgc_launch_kernel,                                                                           \
+    (cgc_function_t function, uint32_t grid_x, uint32_t grid_y, uint32_t grid_z, uint32_t block_x,             \
+     uint32_t block_y, uint32_t block_z, uint32_t shared_bytes, cgc_stream_t stream, void** args))
+
+CGC_FUNCTIONS_STREAMS_1_1(CGC_DECLARE_FUNCTION_)
+CGC_FUNCTIONS_COPIES(CGC_DECLARE_FUNCTION_)
+CGC_FUNCTIONS_HOST_FUNCS(CGC_DECLARE_FUNCTION_)
+CGC_FUNCTIONS_MEM_OPS(CGC_DECLARE_FUNCTION_)
+CGC_FUNCTIONS_KERNELS(CGC_DECLARE_FUNCTION_)
+
 /* ---- one symbol for dlopen users -------------------------------------------------------------
  *
  * A dlopen user resolves cgc_get_api alone and calls everything through the table:
@@ -405,12 +598,17 @@ CGC_FUNCTIONS_RNG(CGC_DECLARE_FUNCTION_)
   X(cgc_capture_options_t, CGC_CAPTURE_OPTIONS_FIELDS) \
   X(cgc_graph_info_t, CGC_GRAPH_INFO_FIELDS)           \
   X(cgc_memory_stats_t, CGC_MEMORY_STATS_FIELDS)       \
-  X(cgc_comm_id_t, CGC_COMM_ID_FIELDS)
+  X(cgc_comm_id_t, CGC_COMM_ID_FIELDS)                 \
+  X(cgc_access_policy_t, CGC_ACCESS_POLICY_FIELDS)     \
+  X(cgc_mem_op_t, CGC_MEM_OP_FIELDS)
 
 /* Every function of the library but cgc_get_api, in docs/CONTRACT.md's order. */
 #define CGC_FUNCTIONS(X) \
   CGC_FUNCTIONS_STATUS(X) CGC_FUNCTIONS_DEVICES(X) CGC_FUNCTIONS_CAPTURE(X) CGC_FUNCTIONS_GRAPHS(X) \
-  CGC_FUNCTIONS_POOLS(X) CGC_FUNCTIONS_NCCL(X) CGC_FUNCTIONS_RNG(X)
+  CGC_FUNCTIONS_POOLS(X) CGC_FUNCTIONS_NCCL(X) CGC_FUNCTIONS_RNG(X)                                   \
+  /* 1.1 */                                                                                          \
+  CGC_FUNCTIONS_STREAMS_1_1(X) CGC_FUNCTIONS_COPIES(X) CGC_FUNCTIONS_HOST_FUNCS(X) CGC_FUNCTIONS_MEM_OPS(X) \
+  CGC_FUNCTIONS_KERNELS(X)
 
 #define CGC_API_FIELD_(ret, name, params) ret(*name) params;
 typedef struct cgc_api {

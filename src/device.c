@@ -55,8 +55,17 @@ cgc_status_t cgc__device_get(int ordinal, struct cgc__device** out, const char* 
   return create_device(ordinal, out, func);
 }
 
+_Thread_local int cgc__host_function_depth;
+
+cgc_status_t cgc__refuse_in_host_function(const char* func) {
+  return cgc__fail(CGC_ERROR_INVALID_STATE, func,
+                   "called from inside a host function (cgc_launch_host_func), where the driver forbids CUDA "
+                   "calls: do the work before or after it on the stream instead");
+}
+
 cgc_status_t cgc__ctx_enter(struct cgc__device* dev, cgc__ctx_scope_t* scope, const char* func) {
   scope->pushed = false;
+  if (__builtin_expect(cgc__host_function_depth > 0, 0)) return cgc__refuse_in_host_function(func);
   CUcontext current = NULL;
   CUresult r = cgc__drv.cuCtxGetCurrent(&current);
   if (r != CUDA_SUCCESS) return cgc__cu_fail(r, func, "cuCtxGetCurrent");

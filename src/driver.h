@@ -78,6 +78,27 @@ extern "C" {
   X(cuModuleUnload, PFN_cuModuleUnload_v2000, 2000)                                          \
   X(cuModuleGetFunction, PFN_cuModuleGetFunction_v2000, 2000)                                \
   X(cuLaunchKernel, PFN_cuLaunchKernel_v4000, 4000)                                          \
+  /* 1.1: the work a graph is made of (copy.c, hostfn.c, memop.c, module.c, stream.c) */     \
+  X(cuMemHostAlloc, PFN_cuMemHostAlloc_v2020, 2020)                                          \
+  X(cuMemHostRegister, PFN_cuMemHostRegister_v6050, 6050)                                    \
+  X(cuMemHostUnregister, PFN_cuMemHostUnregister_v4000, 4000)                                \
+  X(cuPointerGetAttribute, PFN_cuPointerGetAttribute_v4000, 4000)                            \
+  X(cuMemsetD8Async, PFN_cuMemsetD8Async_v3020, 3020)                                        \
+  X(cuMemsetD16Async, PFN_cuMemsetD16Async_v3020, 3020)                                      \
+  X(cuLaunchHostFunc, PFN_cuLaunchHostFunc_v10000, 10000)                                    \
+  X(cuStreamWriteValue32, PFN_cuStreamWriteValue32_v11070, 12000)                            \
+  X(cuStreamWriteValue64, PFN_cuStreamWriteValue64_v11070, 12000)                            \
+  X(cuStreamWaitValue32, PFN_cuStreamWaitValue32_v11070, 12000)                              \
+  X(cuStreamWaitValue64, PFN_cuStreamWaitValue64_v11070, 12000)                              \
+  X(cuStreamBatchMemOp, PFN_cuStreamBatchMemOp_v11070, 12000)                                \
+  X(cuStreamGetPriority, PFN_cuStreamGetPriority_v5050, 5050)                                \
+  X(cuStreamCopyAttributes, PFN_cuStreamCopyAttributes_v11000, 11000)                        \
+  X(cuStreamGetAttribute, PFN_cuStreamGetAttribute_v11000, 11000)                            \
+  X(cuStreamSetAttribute, PFN_cuStreamSetAttribute_v11000, 11000)                            \
+  X(cuModuleLoadDataEx, PFN_cuModuleLoadDataEx_v2010, 2010)                                  \
+  X(cuFuncGetAttribute, PFN_cuFuncGetAttribute_v2020, 2020)                                  \
+  X(cuFuncSetAttribute, PFN_cuFuncSetAttribute_v9000, 9000)                                  \
+  X(cuGraphNodeGetType, PFN_cuGraphNodeGetType_v10000, 10000)                                \
   OPT(cuMemAllocAsync, PFN_cuMemAllocAsync_v11020, 11020)                                    \
   OPT(cuMemFreeAsync, PFN_cuMemFreeAsync_v11020, 11020)                                      \
   OPT(cuDeviceGetDefaultMemPool, PFN_cuDeviceGetDefaultMemPool_v11020, 11020)                \

@@ -10,6 +10,7 @@
  * graph's `done` event (capture.c), and the driver runs the launches of one executable one after
  * another, so once `done` has completed every replay launched so far has too. At reset the
  * event goes to the pool as a fence: the pool's memory serves other work only after it. */
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -39,6 +40,12 @@ static bool take_uses(cgc_graph_t g, const struct cgc__use* uses, size_t n_uses)
     }
   }
   return true;
+}
+
+static bool releases_after_replays(cgc_graph_t g) {
+  for (size_t i = 0; i < g->n_uses; i++)
+    if (g->uses[i].ops->release_after_replays) return true;
+  return false;
 }
 
 static void drop_uses(cgc_graph_t g) {
@@ -160,6 +167,41 @@ cgc_status_t cgc_graph_upload(cgc_graph_t graph, cgc_stream_t stream) {
   return st;
 }
 
+/* The header's node kinds are the driver's CUgraphNodeType values. */
+_Static_assert(CU_GRAPH_NODE_TYPE_KERNEL == 0 && CU_GRAPH_NODE_TYPE_HOST == 3 && CU_GRAPH_NODE_TYPE_EVENT_RECORD == 7 &&
+                   CU_GRAPH_NODE_TYPE_MEM_ALLOC == 10 && CU_GRAPH_NODE_TYPE_BATCH_MEM_OP == 12 &&
+                   CU_GRAPH_NODE_TYPE_CONDITIONAL == 13,
+               "CGC_GRAPH_NODE_KINDS names the driver's CUgraphNodeType values");
+
+/* Counts the graph's nodes by kind into `info` (cgc's completion record left out). Asked of the
+ * driver at each call, so that capture pays nothing for it. */
+static cgc_status_t count_nodes(cgc_graph_t graph, cgc_graph_info_t* info, const char* func) {
+  size_t n = 0;
+  cgc_status_t st = cgc__cu_fail(cgc__drv.cuGraphGetNodes(graph->graph, NULL, &n), func, "cuGraphGetNodes");
+  if (st != CGC_SUCCESS || n == 0) return st;
+  CUgraphNode* nodes = malloc(n * sizeof *nodes);
+  if (nodes == NULL) return cgc__fail(CGC_ERROR_OUT_OF_MEMORY, func, "out of host memory");
+  st = cgc__cu_fail(cgc__drv.cuGraphGetNodes(graph->graph, nodes, &n), func, "cuGraphGetNodes");
+  for (size_t i = 0; i < n && st == CGC_SUCCESS; i++) {
+    CUgraphNodeType type;
+    st = cgc__cu_fail(cgc__drv.cuGraphNodeGetType(nodes[i], &type), func, "cuGraphNodeGetType");
+    if (st != CGC_SUCCESS) break;
+    switch ((int)type) {
+#define COUNT_NODE_KIND_(X, field, node_type) \
+  case node_type:                            \
+    info->field++;                           \
+    break;
+      CGC_GRAPH_NODE_KINDS(COUNT_NODE_KIND_, unused)
+#undef COUNT_NODE_KIND_
+      default:
+        info->other_nodes++;
+    }
+  }
+  free(nodes);
+  if (graph->done != NULL && info->event_record_nodes > 0) info->event_record_nodes--; /* cgc's own */
+  return st;
+}
+
 cgc_status_t cgc_graph_info(cgc_graph_t graph, cgc_graph_info_t* info) {
   CGC_CHECK_ARG(info != NULL, "info is NULL");
   CGC_CHECK_HANDLE(graph, CGC_MAGIC_GRAPH);
@@ -172,6 +214,17 @@ cgc_status_t cgc_graph_info(cgc_graph_t graph, cgc_graph_info_t* info) {
   full.replay_count = atomic_load_explicit(&graph->replays, memory_order_relaxed);
   full.uploaded = atomic_load(&graph->uploaded);
   full.pool_bytes_reserved = cgc__pool_reserved(graph->pool);
+  /* The counts are asked of the driver only for a caller whose struct has room for them. */
+  cgc_status_t st = CGC_SUCCESS;
+  if (info->struct_size > offsetof(cgc_graph_info_t, kernel_nodes) && graph->graph != NULL) {
+    cgc__ctx_scope_t scope;
+    st = cgc__ctx_enter(graph->dev, &scope, __func__);
+    if (st == CGC_SUCCESS) {
+      st = count_nodes(graph, &full, __func__);
+      cgc__ctx_leave(&scope);
+    }
+  }
+  if (st != CGC_SUCCESS) return st;
   memcpy(info, &full, full.struct_size);
   return CGC_SUCCESS;
 }
@@ -212,9 +265,13 @@ cgc_status_t cgc_graph_reset(cgc_graph_t graph) {
   if (st == CGC_SUCCESS) st = st2;
   graph->exec = NULL;
   graph->graph = NULL;
-  /* Replays that already completed need no fence. */
+  /* Replays that already completed need no fence. A graph holding objects that a running replay
+   * may still call (a host function's data, a module's code) waits for its last replay here:
+   * with no lock held, in Relaxed mode, so nothing else waits and no capture breaks. */
   CUevent fence = graph->done;
   graph->done = NULL;
+  if (fence != NULL && releases_after_replays(graph)) st2 = CGC_CU(cuEventSynchronize(fence));
+  if (st == CGC_SUCCESS) st = st2;
   if (fence != NULL && cgc__drv.cuEventQuery(fence) != CUDA_ERROR_NOT_READY) {
     cgc__drv.cuEventDestroy(fence);
     fence = NULL;

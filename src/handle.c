@@ -22,6 +22,8 @@ static const char* kind_name(uint32_t magic) {
     case CGC_MAGIC_POOL: return "pool";
     case CGC_MAGIC_COMM: return "communicator";
     case CGC_MAGIC_RNG: return "generator";
+    case CGC_MAGIC_MODULE: return "module";
+    case CGC_MAGIC_FUNCTION: return "function";
   }
   return "object";
 }

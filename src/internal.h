@@ -8,15 +8,18 @@
  *   device.c                          per-device state, the current-context scope
  *   stream_ref.c                      what a stream handle means on the calling thread
  *   registry.c                        the captures under way, fork/join bookkeeping, refusals
+ *   enqueue.c                         what every call that enqueues work on a stream does first
  *   blocks.c, heap.c                  the caching allocator's state and mechanisms
  *   alloc.c, pool.c                   its entry points: allocations, private pools
- *   graph.c, rng.c, nccl.c            graphs and the objects graphs hold
- *   capture.c, stream.c, event.c, context.c, api.c   the public entry points that drive the rest
+ *   graph.c, rng.c, nccl.c, module.c, hostfn.c   graphs and the objects graphs hold
+ *   capture.c, stream.c, event.c, context.c, copy.c, memop.c, api.c
+ *                                     the public entry points that drive the rest
  *
  * Lock order (a lock may be taken while holding only locks to its left):
  *   allocator uses_lock (mutex) -> allocator lock (spinlock) -> registry_lock (mutex)
  *     -> kernels_lock, devices_lock, quarantine_lock;
- *   a generator's lock -> registry_lock (a capture's first draw registers its use under it).
+ *   a generator's lock -> registry_lock (a capture's first draw registers its use under it);
+ *   a module's functions_lock is taken alone (no driver call that waits under it).
  * No lock that cgc_malloc, cgc_free or cgc_graph_launch takes is held across a driver call that
  * can wait for the GPU (cuMemFree, synchronisations, cuMemAlloc): those run with every lock
  * dropped. The registry lock is held across cuEventRecord / cuStreamWaitEvent (which never wait
@@ -63,6 +66,8 @@ enum {
   CGC_MAGIC_POOL = 0x4347504Fu,
   CGC_MAGIC_COMM = 0x4347434Du,
   CGC_MAGIC_RNG = 0x4347524Eu,
+  CGC_MAGIC_MODULE = 0x43474D44u,
+  CGC_MAGIC_FUNCTION = 0x43474655u,
   CGC_MAGIC_DEAD = 0xDEADC6C0u,
 };
 
@@ -97,6 +102,8 @@ struct cgc__device {
   struct cgc__kernels* kernels;           /* rng.c, guarded by its kernels_lock */
   atomic_uint_fast64_t legacy_stream_id;  /* the legacy stream's driver id; 0 until asked */
   atomic_int contexts;                    /* live cgc_context_t handles of the device */
+  /* CGC__MEMOP_* capabilities for stream memory operations (memop.c); 0 until asked. */
+  atomic_uint memop_caps;
 };
 
 /* A context handle is the user's ticket to a device; objects made from it point at the device,
@@ -118,6 +125,12 @@ typedef struct cgc__ctx_scope {
 } cgc__ctx_scope_t;
 cgc_status_t cgc__ctx_enter(struct cgc__device* dev, cgc__ctx_scope_t* scope, const char* func);
 void cgc__ctx_leave(cgc__ctx_scope_t* scope);
+
+/* > 0 while this thread runs a host function of cgc_launch_host_func (hostfn.c): the driver
+ * forbids CUDA calls there, so cgc__ctx_enter and cgc__stream_resolve refuse with
+ * INVALID_STATE instead of letting the driver fail (or deadlock). */
+extern _Thread_local int cgc__host_function_depth;
+cgc_status_t cgc__refuse_in_host_function(const char* func);
 
 /* ---- streams as the calling thread sees them (stream_ref.c) ---- */
 
@@ -196,6 +209,9 @@ typedef struct cgc__use_ops {
   /* Run before each launch of a graph holding the object, on the launch stream with the
    * device's context current; NULL when the object needs nothing at launch. */
   CUresult (*before_launch)(void* object, uint64_t amount, CUstream stream);
+  /* True when the object may be released only after the graph's last replay is over (a host
+   * function's data, a module's code): reset then waits for the graph's completion event. */
+  bool release_after_replays;
 } cgc__use_ops_t;
 
 struct cgc__use {
@@ -260,6 +276,8 @@ void cgc__registry_remove(struct cgc__capture* c);
 /* The capture whose origin is `ref`'s stream, claimed for ending (ACTIVE -> ENDING): exactly
  * one of several threads ending it at once gets it; the others get INVALID_STATE. */
 cgc_status_t cgc__registry_claim_end(const cgc__stream_ref_t* ref, struct cgc__capture** out, const char* func);
+/* Whether driver capture `id` is one cgc began and has not ended yet. */
+bool cgc__registry_is_cgc_capture(uint64_t id);
 /* Whether a recorded capture has the stream of `key` as its origin or a side stream. */
 bool cgc__registry_has_stream(uint64_t key);
 /* Gives a claimed capture back (ENDING -> ACTIVE): the driver kept it going. */
@@ -296,6 +314,18 @@ cgc_status_t cgc__capture_guard(struct cgc__device* dev, cgc__guard_t kind, cons
 /* The number of cgc captures under way on `dev` (exact, under the registry lock), and one of
  * them for messages. */
 int cgc__registry_count_on(struct cgc__device* dev, CUstream* origin);
+
+/* ---- calls that enqueue work on a stream (enqueue.c) ---- */
+
+/* What a call that enqueues work on `s` does first: refuses it inside a host function, resolves
+ * the stream (asking the driver whether it captures only while a cgc capture is under way:
+ * otherwise ref->capturing is false without a driver call) and makes the device's context
+ * current (leave `scope` with cgc__ctx_leave, also on failure). */
+cgc_status_t cgc__enqueue_begin(cgc_stream_t s, cgc__stream_ref_t* ref, cgc__ctx_scope_t* scope, const char* func);
+/* The cgc capture that `ref` (from cgc__enqueue_begin) records into, or 0 when it does not
+ * capture; CAPTURE_UNSUPPORTED, naming `what`, when it captures under a capture cgc did not
+ * begin or one already invalidated (no graph would hold what `what` needs). */
+cgc_status_t cgc__enqueue_capture(const cgc__stream_ref_t* ref, const char* what, uint64_t* id, const char* func);
 
 /* ---- pools and the allocator (heap.c below alloc.c and pool.c; shared state in alloc.h) ---- */
 

@@ -141,6 +141,13 @@ cgc_status_t cgc__registry_claim_end(const cgc__stream_ref_t* ref, struct cgc__c
   return st;
 }
 
+bool cgc__registry_is_cgc_capture(uint64_t id) {
+  pthread_mutex_lock(&registry_lock);
+  bool ours = find_by_id(id) != NULL;
+  pthread_mutex_unlock(&registry_lock);
+  return ours;
+}
+
 bool cgc__registry_has_stream(uint64_t key) {
   pthread_mutex_lock(&registry_lock);
   bool has = find_by_origin(key) != NULL || find_by_member(key) != NULL;

@@ -169,3 +169,124 @@ cgc_status_t cgc_stream_wait_event(cgc_stream_t stream, cgc_event_t event) {
   cgc__ctx_leave(&scope);
   return st;
 }
+
+/* ---- what the driver knows of a stream (1.1) ---- */
+
+cgc_status_t cgc_stream_priority_range(cgc_context_t ctx, int* least, int* greatest) {
+  CGC_CHECK_ARG(least != NULL && greatest != NULL, "least or greatest is NULL");
+  *least = *greatest = 0;
+  CGC_CHECK_HANDLE(ctx, CGC_MAGIC_CONTEXT);
+  cgc__ctx_scope_t scope;
+  cgc_status_t st = cgc__ctx_enter(ctx->dev, &scope, __func__);
+  if (st != CGC_SUCCESS) return st;
+  st = CGC_CU(cuCtxGetStreamPriorityRange(least, greatest));
+  cgc__ctx_leave(&scope);
+  return st;
+}
+
+cgc_status_t cgc_stream_priority(cgc_stream_t stream, int* priority) {
+  CGC_CHECK_ARG(priority != NULL, "priority is NULL");
+  *priority = 0;
+  CGC_CHECK_HANDLE(stream, CGC_MAGIC_STREAM);
+  cgc__ctx_scope_t scope;
+  cgc_status_t st = cgc__ctx_enter(stream->dev, &scope, __func__);
+  if (st != CGC_SUCCESS) return st;
+  st = CGC_CU(cuStreamGetPriority(stream->cu, priority));
+  cgc__ctx_leave(&scope);
+  return st;
+}
+
+cgc_status_t cgc_stream_id(cgc_stream_t stream, uint64_t* id) {
+  CGC_CHECK_ARG(id != NULL, "id is NULL");
+  *id = 0;
+  CGC_CHECK_HANDLE(stream, CGC_MAGIC_STREAM);
+  /* The key stream_ref.c keeps is the driver's id, learnt only while the stream was seen not
+   * capturing: asking for a capturing stream's id would invalidate its capture. */
+  cgc__stream_ref_t ref;
+  cgc_status_t st = cgc__stream_resolve(stream, false, &ref, __func__);
+  if (st != CGC_SUCCESS) return st;
+  if (ref.key & ((uint64_t)1 << 63))
+    return cgc__fail(CGC_ERROR_CAPTURE_UNSUPPORTED, __func__,
+                     "stream %p is capturing and its id was never learnt: asking the driver now would break the "
+                     "capture; ask after cgc_capture_end",
+                     (void*)stream->cu);
+  *id = ref.key;
+  return CGC_SUCCESS;
+}
+
+cgc_status_t cgc_stream_device(cgc_stream_t stream, int* device, void** native_context) {
+  if (device != NULL) *device = -1;
+  if (native_context != NULL) *native_context = NULL;
+  CGC_CHECK_HANDLE(stream, CGC_MAGIC_STREAM);
+  if (device != NULL) *device = stream->dev->ordinal;
+  if (native_context != NULL) *native_context = (void*)stream->dev->cu;
+  return CGC_SUCCESS;
+}
+
+cgc_status_t cgc_stream_copy_attributes(cgc_stream_t dst, cgc_stream_t src) {
+  CGC_CHECK_HANDLE(dst, CGC_MAGIC_STREAM);
+  CGC_CHECK_HANDLE(src, CGC_MAGIC_STREAM);
+  if (dst->dev != src->dev)
+    return cgc__fail(CGC_ERROR_INVALID_ARGUMENT, __func__, "dst is on device %d, src on device %d", dst->dev->ordinal,
+                     src->dev->ordinal);
+  cgc__ctx_scope_t scope;
+  cgc_status_t st = cgc__ctx_enter(dst->dev, &scope, __func__);
+  if (st != CGC_SUCCESS) return st;
+  st = CGC_CU(cuStreamCopyAttributes(dst->cu, src->cu));
+  cgc__ctx_leave(&scope);
+  return st;
+}
+
+cgc_status_t cgc_stream_set_access_policy(cgc_stream_t stream, const cgc_access_policy_t* policy) {
+  CGC_CHECK_HANDLE(stream, CGC_MAGIC_STREAM);
+  CGC_CHECK_ARG(policy != NULL, "policy is NULL");
+  CGC_CHECK_ARG(policy->struct_size >= sizeof(cgc_access_policy_t),
+                "policy->struct_size is %zu: set it to sizeof(cgc_access_policy_t)", policy->struct_size);
+  CGC_CHECK_ARG(policy->hit_ratio >= 0.0f && policy->hit_ratio <= 1.0f, "policy->hit_ratio (%g) is outside [0, 1]",
+                (double)policy->hit_ratio);
+  for (int i = 0; i < 2; i++) {
+    cgc_access_property_t p = i == 0 ? policy->hit_property : policy->miss_property;
+    CGC_CHECK_ARG(p >= CGC_ACCESS_NORMAL && p <= CGC_ACCESS_PERSISTING, "policy->%s_property (%d) is not a cgc_access_property_t",
+                  i == 0 ? "hit" : "miss", (int)p);
+  }
+  int max_bytes = 0;
+  cgc_status_t st = CGC_CU(cuDeviceGetAttribute(&max_bytes, CU_DEVICE_ATTRIBUTE_MAX_ACCESS_POLICY_WINDOW_SIZE,
+                                                stream->dev->cu_device));
+  if (st != CGC_SUCCESS) return st;
+  if (policy->bytes > (size_t)max_bytes)
+    return cgc__fail(max_bytes == 0 ? CGC_ERROR_NOT_SUPPORTED : CGC_ERROR_INVALID_ARGUMENT, __func__,
+                     "policy->bytes (%zu) is above the device's largest access-policy window (%d bytes)", policy->bytes,
+                     max_bytes);
+  CUstreamAttrValue value = {0};
+  value.accessPolicyWindow.base_ptr = policy->base;
+  value.accessPolicyWindow.num_bytes = policy->bytes;
+  value.accessPolicyWindow.hitRatio = policy->hit_ratio;
+  value.accessPolicyWindow.hitProp = (CUaccessProperty)policy->hit_property;
+  value.accessPolicyWindow.missProp = (CUaccessProperty)policy->miss_property;
+  cgc__ctx_scope_t scope;
+  st = cgc__ctx_enter(stream->dev, &scope, __func__);
+  if (st != CGC_SUCCESS) return st;
+  st = CGC_CU(cuStreamSetAttribute(stream->cu, CU_STREAM_ATTRIBUTE_ACCESS_POLICY_WINDOW, &value));
+  cgc__ctx_leave(&scope);
+  return st;
+}
+
+cgc_status_t cgc_stream_get_access_policy(cgc_stream_t stream, cgc_access_policy_t* policy) {
+  CGC_CHECK_ARG(policy != NULL, "policy is NULL");
+  CGC_CHECK_HANDLE(stream, CGC_MAGIC_STREAM);
+  CGC_CHECK_ARG(policy->struct_size >= sizeof(cgc_access_policy_t),
+                "policy->struct_size is %zu: set it to sizeof(cgc_access_policy_t)", policy->struct_size);
+  CUstreamAttrValue value = {0};
+  cgc__ctx_scope_t scope;
+  cgc_status_t st = cgc__ctx_enter(stream->dev, &scope, __func__);
+  if (st != CGC_SUCCESS) return st;
+  st = CGC_CU(cuStreamGetAttribute(stream->cu, CU_STREAM_ATTRIBUTE_ACCESS_POLICY_WINDOW, &value));
+  cgc__ctx_leave(&scope);
+  if (st != CGC_SUCCESS) return st;
+  policy->base = value.accessPolicyWindow.base_ptr;
+  policy->bytes = value.accessPolicyWindow.num_bytes;
+  policy->hit_ratio = value.accessPolicyWindow.hitRatio;
+  policy->hit_property = (cgc_access_property_t)value.accessPolicyWindow.hitProp;
+  policy->miss_property = (cgc_access_property_t)value.accessPolicyWindow.missProp;
+  return CGC_SUCCESS;
+}

@@ -68,6 +68,7 @@ static cgc_status_t resolve_ordinary(CUstream cu, bool ask_capture, atomic_uint_
 static cgc_status_t resolve(struct cgc__device* dev, CUstream cu, cgc__stream_kind_t kind, atomic_uint_fast64_t* cached,
                             bool ask_capture, cgc__stream_ref_t* out, const char* func) {
   *out = (cgc__stream_ref_t){0};
+  if (__builtin_expect(cgc__host_function_depth > 0, 0)) return cgc__refuse_in_host_function(func);
   if (kind == CGC__STREAM_OWNED || kind == CGC__STREAM_BORROWED)
     return resolve_ordinary(cu, ask_capture, cached, NULL, out, func);
   /* The legacy and per-thread streams resolve through the current context. */

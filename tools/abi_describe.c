@@ -10,7 +10,7 @@
  *   field <struct> <index> <name> <class> <offset> <size>
  *   callback <type> <return class> [<parameter name>:<class> ...]
  *
- * Classes: i8 i32 u32 u64 usize isize f32 void (by value), handle:<type> (an opaque cgc_*_t),
+ * Classes: i8 u8 u16 i32 u32 u64 usize isize f32 void (by value), handle:<type> (an opaque cgc_*_t),
  * fnptr:<type> (a callback, whose signature is its `callback` line), struct:<name>,
  * ptr(<class>) (a pointer to that class), array(<count>,<class>).
  * A type this program does not know makes it fail: a new type needs its class here first.
@@ -43,6 +43,14 @@ static const struct {
     {"cgc_graph_info_t", "struct:cgc_graph_info_t"},
     {"cgc_memory_stats_t", "struct:cgc_memory_stats_t"},
     {"cgc_comm_id_t", "struct:cgc_comm_id_t"},
+    /* 1.1 */
+    {"uint8_t", "u8"},        {"uint16_t", "u16"},
+    {"cgc_access_property_t", "i32"}, {"cgc_mem_op_kind_t", "i32"},
+    {"cgc_function_attribute_t", "i32"},
+    {"cgc_module_t", "handle:cgc_module_t"},   {"cgc_function_t", "handle:cgc_function_t"},
+    {"cgc_host_fn", "fnptr:cgc_host_fn"},
+    {"cgc_access_policy_t", "struct:cgc_access_policy_t"},
+    {"cgc_mem_op_t", "struct:cgc_mem_op_t"},
 };
 
 static int failed;
@@ -140,10 +148,12 @@ int main(void) {
     fprintf(stderr, "abi_describe: cgc_api_t is not struct_size plus %d function pointers\n", index);
     failed = 1;
   }
-  /* The one callback type, written out here and checked against the header by the compiler. */
+  /* The callback types, written out here and checked against the header by the compiler. */
   _Static_assert(__builtin_types_compatible_p(cgc_capture_fn, cgc_status_t (*)(cgc_stream_t, void*)),
                  "cgc_capture_fn changed: update its callback line");
   printf("callback cgc_capture_fn i32 stream:handle:cgc_stream_t user:ptr(void)\n");
+  _Static_assert(__builtin_types_compatible_p(cgc_host_fn, void (*)(void*)), "cgc_host_fn changed: update its callback line");
+  printf("callback cgc_host_fn void user:ptr(void)\n");
 #define PRINT_STATUS(name, value, text) printf("status %s %d\n", #name, (int)(value));
   CGC_STATUS_LIST(PRINT_STATUS)
 #undef PRINT_STATUS

@@ -1,0 +1,209 @@
+/* Copies, sets and page-locked host memory: the data movement a graph is made of.
+ *
+ * A captured copy is a memcpy node that the driver runs again at every replay, reading (or
+ * writing) the same host address each time: that is how a graph takes per-replay values (the
+ * caller writes page-locked memory between replays, SEMANTICS 21). The driver can do that only
+ * with page-locked memory; a pageable buffer inside a capture is refused here, before the
+ * driver could invalidate the capture. Outside captures pageable memory is fine, except that
+ * such a copy may synchronise, which the driver counts as unsafe while another thread captures
+ * in Global mode: cgc__capture_guard decides, as for any unsafe call. */
+#include <stdint.h>
+
+#include "src/internal.h"
+
+typedef enum copy_direction { HOST_TO_DEVICE, DEVICE_TO_HOST, DEVICE_TO_DEVICE } copy_direction_t;
+
+/* True when [p, p + bytes) starts and ends in page-locked host memory (cgc_host_alloc,
+ * cgc_host_register, or the runtime's equivalents). A pageable pointer is not one the driver
+ * knows: it answers CUDA_ERROR_INVALID_VALUE. */
+static bool page_locked(const void* p, size_t bytes) {
+  const uintptr_t ends[2] = {(uintptr_t)p, (uintptr_t)p + bytes - 1};
+  for (int i = 0; i < 2; i++) {
+    unsigned int type = 0;
+    if (cgc__drv.cuPointerGetAttribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, (CUdeviceptr)ends[i]) != CUDA_SUCCESS ||
+        type != CU_MEMORYTYPE_HOST)
+      return false;
+  }
+  return true;
+}
+
+static cgc_status_t copy(void* dst, const void* src, size_t bytes, cgc_stream_t stream, copy_direction_t dir,
+                         const char* func) {
+  cgc_status_t st = cgc__check_handle(stream, CGC_MAGIC_STREAM, func, "stream");
+  if (st != CGC_SUCCESS) return st;
+  if (dst == NULL) return cgc__fail(CGC_ERROR_INVALID_ARGUMENT, func, "dst is NULL");
+  if (src == NULL) return cgc__fail(CGC_ERROR_INVALID_ARGUMENT, func, "src is NULL");
+  if (bytes == 0) return CGC_SUCCESS;
+  if (bytes > UINTPTR_MAX - (uintptr_t)dst || bytes > UINTPTR_MAX - (uintptr_t)src)
+    return cgc__fail(CGC_ERROR_INVALID_ARGUMENT, func, "bytes (%zu) runs past the end of the address space", bytes);
+  cgc__stream_ref_t ref;
+  cgc__ctx_scope_t scope;
+  st = cgc__enqueue_begin(stream, &ref, &scope, func);
+  const void* host = dir == HOST_TO_DEVICE ? src : dir == DEVICE_TO_HOST ? dst : NULL;
+  if (st == CGC_SUCCESS && host != NULL && cgc__captures_underway() > 0 && !page_locked(host, bytes)) {
+    const char* name = dir == HOST_TO_DEVICE ? "src" : "dst";
+    if (ref.capturing)
+      st = cgc__fail(CGC_ERROR_CAPTURE_UNSUPPORTED, func,
+                     "%s (%p, %zu bytes) is pageable host memory and stream %p is capturing: a captured copy reads "
+                     "or writes its host buffer again at every replay, which the driver can do only with "
+                     "page-locked memory; use cgc_host_alloc or cgc_host_register for it",
+                     name, host, bytes, (void*)ref.cu);
+    else
+      st = cgc__capture_guard(stream->dev, CGC__GUARD_THIS_THREAD, "a copy with pageable host memory", func);
+  }
+  if (st == CGC_SUCCESS) {
+    CUdeviceptr d = (CUdeviceptr)(uintptr_t)dst, s = (CUdeviceptr)(uintptr_t)src;
+    switch (dir) {
+      case HOST_TO_DEVICE: st = cgc__cu_fail(cgc__drv.cuMemcpyHtoDAsync(d, src, bytes, ref.cu), func, "cuMemcpyHtoDAsync"); break;
+      case DEVICE_TO_HOST: st = cgc__cu_fail(cgc__drv.cuMemcpyDtoHAsync(dst, s, bytes, ref.cu), func, "cuMemcpyDtoHAsync"); break;
+      case DEVICE_TO_DEVICE: st = cgc__cu_fail(cgc__drv.cuMemcpyDtoDAsync(d, s, bytes, ref.cu), func, "cuMemcpyDtoDAsync"); break;
+    }
+    if (st != CGC_SUCCESS) cgc__append(" (dst %p, src %p, %zu bytes)", dst, src, bytes);
+  }
+  cgc__ctx_leave(&scope);
+  return st;
+}
+
+cgc_status_t cgc_memcpy_htod_async(void* dst, const void* src, size_t bytes, cgc_stream_t stream) {
+  return copy(dst, src, bytes, stream, HOST_TO_DEVICE, __func__);
+}
+
+cgc_status_t cgc_memcpy_dtoh_async(void* dst, const void* src, size_t bytes, cgc_stream_t stream) {
+  return copy(dst, src, bytes, stream, DEVICE_TO_HOST, __func__);
+}
+
+cgc_status_t cgc_memcpy_dtod_async(void* dst, const void* src, size_t bytes, cgc_stream_t stream) {
+  return copy(dst, src, bytes, stream, DEVICE_TO_DEVICE, __func__);
+}
+
+/* The three sets differ in the element size and the driver call only. */
+static cgc_status_t set(void* dst, uint32_t value, size_t count, size_t element, cgc_stream_t stream,
+                        const char* func) {
+  cgc_status_t st = cgc__check_handle(stream, CGC_MAGIC_STREAM, func, "stream");
+  if (st != CGC_SUCCESS) return st;
+  if (dst == NULL) return cgc__fail(CGC_ERROR_INVALID_ARGUMENT, func, "dst is NULL");
+  if ((uintptr_t)dst % element != 0)
+    return cgc__fail(CGC_ERROR_INVALID_ARGUMENT, func, "dst (%p) is not aligned to the %zu-byte element", dst, element);
+  if (count > (UINTPTR_MAX - (uintptr_t)dst) / element)
+    return cgc__fail(CGC_ERROR_INVALID_ARGUMENT, func, "count (%zu) elements of %zu bytes run past the end of the address space",
+                     count, element);
+  if (count == 0) return CGC_SUCCESS;
+  cgc__stream_ref_t ref;
+  cgc__ctx_scope_t scope;
+  st = cgc__enqueue_begin(stream, &ref, &scope, func);
+  if (st == CGC_SUCCESS) {
+    CUdeviceptr d = (CUdeviceptr)(uintptr_t)dst;
+    if (element == 1)
+      st = cgc__cu_fail(cgc__drv.cuMemsetD8Async(d, (unsigned char)value, count, ref.cu), func, "cuMemsetD8Async");
+    else if (element == 2)
+      st = cgc__cu_fail(cgc__drv.cuMemsetD16Async(d, (unsigned short)value, count, ref.cu), func, "cuMemsetD16Async");
+    else
+      st = cgc__cu_fail(cgc__drv.cuMemsetD32Async(d, value, count, ref.cu), func, "cuMemsetD32Async");
+    if (st != CGC_SUCCESS) cgc__append(" (dst %p, %zu elements)", dst, count);
+  }
+  cgc__ctx_leave(&scope);
+  return st;
+}
+
+cgc_status_t cgc_memset_d8_async(void* dst, uint8_t value, size_t count, cgc_stream_t stream) {
+  return set(dst, value, count, 1, stream, __func__);
+}
+
+cgc_status_t cgc_memset_d16_async(void* dst, uint16_t value, size_t count, cgc_stream_t stream) {
+  return set(dst, value, count, 2, stream, __func__);
+}
+
+cgc_status_t cgc_memset_d32_async(void* dst, uint32_t value, size_t count, cgc_stream_t stream) {
+  return set(dst, value, count, 4, stream, __func__);
+}
+
+/* ---- page-locked host memory ----
+ * Allocation, registration and their undoing may synchronise with the device: they run in
+ * Relaxed mode (SEMANTICS 5), like cgc's other internal calls, so no capture breaks. */
+
+cgc_status_t cgc_host_alloc(cgc_context_t ctx, size_t bytes, unsigned flags, void** out) {
+  CGC_CHECK_ARG(out != NULL, "out is NULL");
+  *out = NULL;
+  CGC_CHECK_HANDLE(ctx, CGC_MAGIC_CONTEXT);
+  CGC_CHECK_ARG((flags & ~CGC_HOST_WRITE_COMBINED) == 0, "unknown flag bits 0x%x", flags & ~CGC_HOST_WRITE_COMBINED);
+  if (bytes == 0) return CGC_SUCCESS;
+  cgc__ctx_scope_t scope;
+  cgc_status_t st = cgc__ctx_enter(ctx->dev, &scope, __func__);
+  if (st != CGC_SUCCESS) return st;
+  unsigned cu_flags = CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP |
+                      ((flags & CGC_HOST_WRITE_COMBINED) ? CU_MEMHOSTALLOC_WRITECOMBINED : 0);
+  CUstreamCaptureMode previous = cgc__relaxed_begin();
+  st = CGC_CU(cuMemHostAlloc(out, bytes, cu_flags));
+  cgc__relaxed_end(previous);
+  cgc__ctx_leave(&scope);
+  if (st != CGC_SUCCESS) {
+    *out = NULL;
+    cgc__append(" (%zu bytes)", bytes);
+  }
+  return st;
+}
+
+/* Runs a host-memory release (free or unregister) of `ptr` in the context that page-locked it. */
+static cgc_status_t release_host(void* ptr, bool registered, const char* func) {
+  if (cgc__host_function_depth > 0) return cgc__refuse_in_host_function(func);
+  cgc_status_t st = cgc__driver_load(func);
+  if (st != CGC_SUCCESS) return st;
+  unsigned int type = 0;
+  CUdeviceptr p = (CUdeviceptr)(uintptr_t)ptr;
+  if (cgc__drv.cuPointerGetAttribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, p) != CUDA_SUCCESS || type != CU_MEMORYTYPE_HOST)
+    return cgc__fail(CGC_ERROR_INVALID_ARGUMENT, func, "ptr (%p) is not page-locked host memory of %s", ptr,
+                     registered ? "cgc_host_register" : "cgc_host_alloc");
+  /* The driver wants a context current; the one that page-locked it where it says, else the
+   * caller's, else device 0's primary context (portable memory belongs to every context). */
+  CUcontext owner = NULL, current = NULL;
+  if (cgc__drv.cuPointerGetAttribute(&owner, CU_POINTER_ATTRIBUTE_CONTEXT, p) != CUDA_SUCCESS) owner = NULL;
+  if (owner == NULL && cgc__drv.cuCtxGetCurrent(&current) == CUDA_SUCCESS && current == NULL) {
+    struct cgc__device* dev = NULL;
+    st = cgc__device_get(0, &dev, func);
+    if (st != CGC_SUCCESS) return st;
+    owner = dev->cu;
+  }
+  bool pushed = false;
+  if (owner != NULL) {
+    CUresult r = cgc__drv.cuCtxPushCurrent(owner);
+    if (r != CUDA_SUCCESS) return cgc__cu_fail(r, func, "cuCtxPushCurrent");
+    pushed = true;
+  }
+  CUstreamCaptureMode previous = cgc__relaxed_begin();
+  st = registered ? cgc__cu_fail(cgc__drv.cuMemHostUnregister(ptr), func, "cuMemHostUnregister")
+                  : cgc__cu_fail(cgc__drv.cuMemFreeHost(ptr), func, "cuMemFreeHost");
+  cgc__relaxed_end(previous);
+  CUcontext popped;
+  if (pushed) cgc__drv.cuCtxPopCurrent(&popped);
+  if (st != CGC_SUCCESS) cgc__append(" (ptr %p)", ptr);
+  return st;
+}
+
+cgc_status_t cgc_host_free(void* ptr) {
+  if (ptr == NULL) return CGC_SUCCESS;
+  return release_host(ptr, false, __func__);
+}
+
+cgc_status_t cgc_host_register(cgc_context_t ctx, void* ptr, size_t bytes, unsigned flags) {
+  CGC_CHECK_HANDLE(ctx, CGC_MAGIC_CONTEXT);
+  CGC_CHECK_ARG(ptr != NULL, "ptr is NULL");
+  CGC_CHECK_ARG(bytes > 0, "bytes is 0");
+  CGC_CHECK_ARG(bytes <= UINTPTR_MAX - (uintptr_t)ptr, "bytes (%zu) runs past the end of the address space", bytes);
+  CGC_CHECK_ARG((flags & ~CGC_HOST_READ_ONLY) == 0, "unknown flag bits 0x%x", flags & ~CGC_HOST_READ_ONLY);
+  cgc__ctx_scope_t scope;
+  cgc_status_t st = cgc__ctx_enter(ctx->dev, &scope, __func__);
+  if (st != CGC_SUCCESS) return st;
+  unsigned cu_flags = CU_MEMHOSTREGISTER_PORTABLE | CU_MEMHOSTREGISTER_DEVICEMAP |
+                      ((flags & CGC_HOST_READ_ONLY) ? CU_MEMHOSTREGISTER_READ_ONLY : 0);
+  CUstreamCaptureMode previous = cgc__relaxed_begin();
+  st = CGC_CU(cuMemHostRegister(ptr, bytes, cu_flags));
+  cgc__relaxed_end(previous);
+  cgc__ctx_leave(&scope);
+  if (st != CGC_SUCCESS) cgc__append(" (ptr %p, %zu bytes)", ptr, bytes);
+  return st;
+}
+
+cgc_status_t cgc_host_unregister(void* ptr) {
+  CGC_CHECK_ARG(ptr != NULL, "ptr is NULL");
+  return release_host(ptr, true, __func__);
+}

@@ -1,0 +1,37 @@
+/* What every call that enqueues work on a stream (a copy, a set, a host function, a memory
+ * operation, a kernel) does before its driver call, so that each of them refuses the same
+ * things with the same words. The common case (no cgc capture under way) costs two loads and
+ * cuCtxGetCurrent: no lock, no capture query. */
+#include "src/internal.h"
+
+cgc_status_t cgc__enqueue_begin(cgc_stream_t s, cgc__stream_ref_t* ref, cgc__ctx_scope_t* scope, const char* func) {
+  scope->pushed = false;
+  if (cgc__captures_underway() > 0 && s->kind != CGC__STREAM_LEGACY) {
+    /* Whether this stream takes part in a capture decides what the call may do (a pageable
+     * copy, a host node). Asked only while cgc captures: a capture begun with the driver
+     * alone is its caller's business (docs/SEMANTICS.md, rule 21). */
+    cgc_status_t st = cgc__stream_resolve(s, true, ref, func);
+    if (st != CGC_SUCCESS) return st;
+  } else {
+    if (__builtin_expect(cgc__host_function_depth > 0, 0)) return cgc__refuse_in_host_function(func);
+    *ref = (cgc__stream_ref_t){.cu = s->cu, .special = s->special};
+  }
+  /* Modules, and the special streams, belong to the device's context: make it current. */
+  return cgc__ctx_enter(s->dev, scope, func);
+}
+
+cgc_status_t cgc__enqueue_capture(const cgc__stream_ref_t* ref, const char* what, uint64_t* id, const char* func) {
+  *id = 0;
+  if (!ref->capturing) return CGC_SUCCESS;
+  if (ref->invalidated)
+    return cgc__fail(CGC_ERROR_CAPTURE_INVALIDATED, func,
+                     "stream %p takes part in a capture that an earlier call invalidated: end it (cgc_capture_end "
+                     "on its origin stream reports why) before enqueueing %s",
+                     (void*)ref->cu, what);
+  if (cgc__registry_capture_of(ref, id, func) != CGC_SUCCESS)
+    return cgc__fail(CGC_ERROR_CAPTURE_UNSUPPORTED, func,
+                     "stream %p captures (capture id %llu) under a capture cgc did not begin: %s needs a capture "
+                     "begun with cgc_capture_begin, whose graph holds it",
+                     (void*)ref->cu, (unsigned long long)ref->capture_id, what);
+  return CGC_SUCCESS;
+}

@@ -1,0 +1,109 @@
+/* Host functions on a stream (cuLaunchHostFunc), eager or captured as host nodes.
+ *
+ * Each call wraps the caller's function in a small record that also carries the release
+ * callback for its user data. Eagerly the driver calls the record once and it frees itself.
+ * Captured, the host node calls it at every replay, so the record belongs to the capture and
+ * then the graph, through the same use table as generators and communicators: the graph
+ * releases it at reset, after its last replay is over (release_after_replays), and a failed
+ * capture releases it when it ends. While the caller's function (or an eager release) runs,
+ * cgc__host_function_depth makes every cgc call on that thread refuse instead of reaching a
+ * driver that forbids it there. */
+#include <stdlib.h>
+
+#include "src/internal.h"
+
+struct host_call {
+  cgc_host_fn fn;
+  void* user;
+  cgc_host_fn release; /* may be NULL */
+  atomic_int refs;     /* of the captures and graphs holding a host node of it */
+};
+
+static void call_release(struct host_call* call) {
+  if (call->release != NULL) call->release(call->user);
+  free(call);
+}
+
+/* The eager call: once, then nothing can call fn again. */
+static void CUDA_CB run_once(void* data) {
+  struct host_call* call = data;
+  cgc__host_function_depth++;
+  call->fn(call->user);
+  if (call->release != NULL) call->release(call->user);
+  cgc__host_function_depth--;
+  free(call);
+}
+
+/* A host node's call, at every replay. */
+static void CUDA_CB run_node(void* data) {
+  struct host_call* call = data;
+  cgc__host_function_depth++;
+  call->fn(call->user);
+  cgc__host_function_depth--;
+}
+
+static void call_retain(void* object) {
+  atomic_fetch_add_explicit(&((struct host_call*)object)->refs, 1, memory_order_relaxed);
+}
+
+static void call_drop(void* object) {
+  struct host_call* call = object;
+  if (atomic_fetch_sub_explicit(&call->refs, 1, memory_order_acq_rel) == 1) call_release(call);
+}
+
+static uint64_t call_capture_done(void* object, bool kept) {
+  (void)object;
+  (void)kept;
+  return 0;
+}
+
+static const cgc__use_ops_t host_call_use_ops = {
+    .kind = "host function",
+    .retain = call_retain,
+    .release = call_drop,
+    .capture_done = call_capture_done,
+    .before_launch = NULL,
+    .release_after_replays = true, /* a replay still running may call it */
+};
+
+cgc_status_t cgc_launch_host_func(cgc_stream_t stream, cgc_host_fn fn, void* user, cgc_host_fn release) {
+  cgc_status_t st = cgc__check_handle(stream, CGC_MAGIC_STREAM, __func__, "stream");
+  if (st == CGC_SUCCESS && fn == NULL) st = cgc__fail(CGC_ERROR_INVALID_ARGUMENT, __func__, "fn is NULL");
+  struct host_call* call = NULL;
+  if (st == CGC_SUCCESS) {
+    call = calloc(1, sizeof *call);
+    if (call == NULL) st = cgc__fail(CGC_ERROR_OUT_OF_MEMORY, __func__, "out of host memory");
+  }
+  if (st != CGC_SUCCESS) {
+    /* The contract: release runs exactly once, also when the call fails (not inside a host
+     * function, where it would be another forbidden call's victim: nothing was queued). */
+    if (release != NULL) release(user);
+    return st;
+  }
+  *call = (struct host_call){.fn = fn, .user = user, .release = release};
+  atomic_init(&call->refs, 1);
+  cgc__stream_ref_t ref;
+  cgc__ctx_scope_t scope;
+  uint64_t capture = 0;
+  st = cgc__enqueue_begin(stream, &ref, &scope, __func__);
+  if (st == CGC_SUCCESS) st = cgc__enqueue_capture(&ref, "a host node", &capture, __func__);
+  if (st == CGC_SUCCESS && capture != 0) {
+    /* The capture holds the record before the node exists; our reference goes at the end. */
+    st = cgc__registry_add_use(capture, &host_call_use_ops, call, __func__);
+    if (st == CGC_SUCCESS) {
+      cgc_status_t launched = CGC_CU(cuLaunchHostFunc(ref.cu, run_node, call));
+      call_drop(call); /* the capture's reference remains: released when it ends or its graph goes */
+      cgc__ctx_leave(&scope);
+      return launched;
+    }
+  } else if (st == CGC_SUCCESS) {
+    st = CGC_CU(cuLaunchHostFunc(ref.cu, run_once, call));
+    if (st == CGC_SUCCESS) {
+      cgc__ctx_leave(&scope);
+      return CGC_SUCCESS; /* run_once frees it */
+    }
+  }
+  cgc__ctx_leave(&scope);
+  call_drop(call);
+  return st;
+}
