@@ -89,6 +89,9 @@ static void print_summary(const targets_t* t) {
   if (t->have_capture)
     printf("capture + instantiate, cgc / raw <= 1.05:  worst %.3f  %s\n", t->capture_worst_ratio,
            t->capture_worst_ratio <= 1.05 ? "met" : "MISSED");
+  if (t->have_mixed)
+    printf("mixed graph capture, cgc / raw <= 1.05:   worst %.3f  %s\n", t->mixed_worst_ratio,
+           t->mixed_worst_ratio <= 1.05 ? "met" : "MISSED");
   if (t->have_alloc)
     printf("allocator pair on a hit < 100 ns:           worst %.1f ns  %s\n", t->alloc_worst_ns,
            t->alloc_worst_ns < 100 ? "met" : "MISSED");

@@ -46,6 +46,7 @@
   X(cuModuleUnload, PFN_cuModuleUnload_v2000, 2000)                                         \
   X(cuModuleGetFunction, PFN_cuModuleGetFunction_v2000, 2000)                               \
   X(cuLaunchKernel, PFN_cuLaunchKernel_v4000, 4000)                                         \
+  X(cuLaunchHostFunc, PFN_cuLaunchHostFunc_v10000, 10000)                                    \
   OPT(cuMemAllocAsync, PFN_cuMemAllocAsync_v11020, 11020)                                   \
   OPT(cuMemFreeAsync, PFN_cuMemFreeAsync_v11020, 11020)                                     \
   OPT(cuDeviceGetDefaultMemPool, PFN_cuDeviceGetDefaultMemPool_v11020, 11020)               \

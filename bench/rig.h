@@ -33,7 +33,8 @@ typedef struct targets {
   double alloc_worst_ns;      /* scenario 4, worst cgc case */
   double memory_ratio;        /* scenario 5, (c) / largest alone */
   double memory_ratio_released;
-  bool have_launch, have_capture, have_alloc, have_memory;
+  double mixed_worst_ratio;   /* scenario 7, worst size */
+  bool have_launch, have_capture, have_alloc, have_memory, have_mixed;
 } targets_t;
 
 /* The scenarios, one file each (scenario_<name>.c): X(number, name, what it compares). A new
@@ -44,7 +45,8 @@ typedef struct targets {
   X(3, capture, "capture + instantiate (+ upload): cgc vs the driver's calls")              \
   X(4, alloc, "allocator pair on a cache hit: cgc_malloc+cgc_free vs cuMemAllocAsync/Alloc") \
   X(5, memory, "memory of 35 graphs: private pools vs one shared pool, both orders")         \
-  X(6, multistream, "fork/join over 4 streams vs the same work on one stream")
+  X(6, multistream, "fork/join over 4 streams vs the same work on one stream")                \
+  X(7, mixed, "capture + instantiate of copies, sets, kernels, host functions: cgc vs the driver")
 
 typedef void scenario_fn(const rig_t* r, const opts_t* o, json_t* j, targets_t* t);
 #define BENCH_DECLARE_SCENARIO(number, name, what) scenario_fn scenario_##name;

@@ -173,8 +173,9 @@ cgc_status_t cgc_stream_wait_event(cgc_stream_t stream, cgc_event_t event) {
 /* ---- what the driver knows of a stream (1.1) ---- */
 
 cgc_status_t cgc_stream_priority_range(cgc_context_t ctx, int* least, int* greatest) {
+  if (least != NULL) *least = 0;
+  if (greatest != NULL) *greatest = 0;
   CGC_CHECK_ARG(least != NULL && greatest != NULL, "least or greatest is NULL");
-  *least = *greatest = 0;
   CGC_CHECK_HANDLE(ctx, CGC_MAGIC_CONTEXT);
   cgc__ctx_scope_t scope;
   cgc_status_t st = cgc__ctx_enter(ctx->dev, &scope, __func__);
@@ -238,8 +239,8 @@ cgc_status_t cgc_stream_copy_attributes(cgc_stream_t dst, cgc_stream_t src) {
 }
 
 cgc_status_t cgc_stream_set_access_policy(cgc_stream_t stream, const cgc_access_policy_t* policy) {
-  CGC_CHECK_HANDLE(stream, CGC_MAGIC_STREAM);
   CGC_CHECK_ARG(policy != NULL, "policy is NULL");
+  CGC_CHECK_HANDLE(stream, CGC_MAGIC_STREAM);
   CGC_CHECK_ARG(policy->struct_size >= sizeof(cgc_access_policy_t),
                 "policy->struct_size is %zu: set it to sizeof(cgc_access_policy_t)", policy->struct_size);
   CGC_CHECK_ARG(policy->hit_ratio >= 0.0f && policy->hit_ratio <= 1.0f, "policy->hit_ratio (%g) is outside [0, 1]",

@@ -78,12 +78,18 @@ class Abi : public ::testing::Test {
 
 TEST(AbiHeader, ListsEveryContractFunctionOnce) {
   std::set<std::string> declared = DeclaredFunctions();
-  EXPECT_EQ(declared.size(), 64u);  // contract v1: 63 functions and cgc_get_api
+  // 1.0: 63 functions and cgc_get_api; 1.1 appended 29.
+  EXPECT_EQ(declared.size(), 64u + 29u);
   EXPECT_TRUE(declared.count("cgc_graph_launch"));
-  EXPECT_EQ(sizeof(cgc_api_t), sizeof(size_t) + 63 * sizeof(void (*)()));
+  EXPECT_EQ(sizeof(cgc_api_t), sizeof(size_t) + (63 + 29) * sizeof(void (*)()));
   EXPECT_EQ(offsetof(cgc_api_t, struct_size), 0u);
   EXPECT_EQ(offsetof(cgc_api_t, cgc_version), sizeof(size_t)) << "docs/CONTRACT.md's order: versions first";
+  // 1.0's table is a prefix of every later one: its last function stays where it was.
   EXPECT_EQ(offsetof(cgc_api_t, cgc_rng_set_state), sizeof(size_t) + 62 * sizeof(void (*)()));
+  EXPECT_EQ(offsetof(cgc_api_t, cgc_stream_priority_range), sizeof(size_t) + 63 * sizeof(void (*)()))
+      << "1.1's functions start right after 1.0's";
+  EXPECT_EQ(offsetof(cgc_graph_info_t, pool_bytes_reserved), 32u) << "1.0's graph info fields stay where they were";
+  EXPECT_EQ(offsetof(cgc_graph_info_t, kernel_nodes), 40u);
 }
 
 TEST_F(Abi, SonameIsLibcgcSo1) { EXPECT_EQ(elf_.soname, "libcgc.so.1"); }

@@ -102,4 +102,61 @@ cgc_status_t cgcgo_rng_normal(cgc_rng_t rng, uintptr_t out, size_t n, float mean
 cgc_status_t cgcgo_rng_get_state(cgc_rng_t rng, uint64_t* seed, uint64_t* offset, char** msg);
 cgc_status_t cgcgo_rng_set_state(cgc_rng_t rng, uint64_t seed, uint64_t offset, char** msg);
 
+/* ---- 1.1: the work a graph is made of ---- */
+
+cgc_status_t cgcgo_stream_priority_range(cgc_context_t ctx, int* least, int* greatest, char** msg);
+cgc_status_t cgcgo_stream_priority(cgc_stream_t stream, int* priority, char** msg);
+cgc_status_t cgcgo_stream_id(cgc_stream_t stream, uint64_t* id, char** msg);
+cgc_status_t cgcgo_stream_device(cgc_stream_t stream, int* device, uintptr_t* native_context, char** msg);
+cgc_status_t cgcgo_stream_copy_attributes(cgc_stream_t dst, cgc_stream_t src, char** msg);
+/* The policy crosses field by field: its base is a device address (uintptr_t), and the struct
+ * with its struct_size is built on the C side. */
+cgc_status_t cgcgo_stream_set_access_policy(cgc_stream_t stream, uintptr_t base, size_t bytes, float hit_ratio,
+                                            int hit_property, int miss_property, char** msg);
+cgc_status_t cgcgo_stream_get_access_policy(cgc_stream_t stream, uintptr_t* base, size_t* bytes, float* hit_ratio,
+                                            int* hit_property, int* miss_property, char** msg);
+
+/* Host memory is void*: it is host memory, C's (cgc_host_alloc) or the caller's. */
+cgc_status_t cgcgo_host_alloc(cgc_context_t ctx, size_t bytes, unsigned flags, void** out, char** msg);
+cgc_status_t cgcgo_host_free(void* ptr, char** msg);
+cgc_status_t cgcgo_host_register(cgc_context_t ctx, void* ptr, size_t bytes, unsigned flags, char** msg);
+cgc_status_t cgcgo_host_unregister(void* ptr, char** msg);
+
+/* An empty Go slice has no address (NULL here); the library wants a real pointer even for a
+ * copy of 0 bytes, so the shims lend one (nothing is read or written at 0 bytes). */
+cgc_status_t cgcgo_memcpy_htod_async(uintptr_t dst, const void* src, size_t bytes, cgc_stream_t stream, char** msg);
+cgc_status_t cgcgo_memcpy_dtoh_async(void* dst, uintptr_t src, size_t bytes, cgc_stream_t stream, char** msg);
+cgc_status_t cgcgo_memcpy_dtod_async(uintptr_t dst, uintptr_t src, size_t bytes, cgc_stream_t stream, char** msg);
+cgc_status_t cgcgo_memset_d8_async(uintptr_t dst, uint8_t value, size_t count, cgc_stream_t stream, char** msg);
+cgc_status_t cgcgo_memset_d16_async(uintptr_t dst, uint16_t value, size_t count, cgc_stream_t stream, char** msg);
+cgc_status_t cgcgo_memset_d32_async(uintptr_t dst, uint32_t value, size_t count, cgc_stream_t stream, char** msg);
+
+/* Enqueues the Go function behind `handle` (a runtime/cgo.Handle) through C trampolines that
+ * call the package's exported Go functions; the release trampoline deletes the handle. */
+cgc_status_t cgcgo_launch_host_func(cgc_stream_t stream, uintptr_t handle, char** msg);
+
+cgc_status_t cgcgo_stream_write_value32(cgc_stream_t stream, uintptr_t address, uint32_t value, unsigned flags,
+                                        char** msg);
+cgc_status_t cgcgo_stream_write_value64(cgc_stream_t stream, uintptr_t address, uint64_t value, unsigned flags,
+                                        char** msg);
+cgc_status_t cgcgo_stream_wait_value32(cgc_stream_t stream, uintptr_t address, uint32_t value, unsigned flags,
+                                       char** msg);
+cgc_status_t cgcgo_stream_wait_value64(cgc_stream_t stream, uintptr_t address, uint64_t value, unsigned flags,
+                                       char** msg);
+/* `ops` is the Go slice of MemOp, whose layout is cgc_mem_op_t's (memops.go checks it at compile
+ * time); void* because Go's MemOp keeps the address as a number, not a pointer. */
+cgc_status_t cgcgo_stream_batch_mem_op(cgc_stream_t stream, const void* ops, size_t count, char** msg);
+
+cgc_status_t cgcgo_module_load(cgc_context_t ctx, const void* image, cgc_module_t* out, char** msg);
+cgc_status_t cgcgo_module_unload(cgc_module_t module, char** msg);
+cgc_status_t cgcgo_module_get_function(cgc_module_t module, const char* name, cgc_function_t* out, char** msg);
+cgc_status_t cgcgo_function_get_attribute(cgc_function_t function, int attribute, int* value, char** msg);
+cgc_status_t cgcgo_function_set_attribute(cgc_function_t function, int attribute, int value, char** msg);
+/* `slots` holds `count` 8-byte slots (C memory), one per kernel parameter with its value at the
+ * start; the shim builds the array of pointers to them that cgc_launch_kernel takes. */
+cgc_status_t cgcgo_launch_kernel(cgc_function_t function, uint32_t grid_x, uint32_t grid_y, uint32_t grid_z,
+                                 uint32_t block_x, uint32_t block_y, uint32_t block_z, uint32_t shared_bytes,
+                                 cgc_stream_t stream, void* slots, size_t count, char** msg);
+enum { CGCGO_KERNEL_SLOT_BYTES = 8 };
+
 #endif /* CGCGO_SHIM_H_ */

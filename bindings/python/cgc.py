@@ -21,6 +21,8 @@ same thread). Each status has its subclass, e.g. ``cgc.CaptureUnjoinedError``.
 import ctypes
 import enum
 import gc
+import itertools
+import operator
 import os
 import sys
 import threading
@@ -33,17 +35,34 @@ __all__ = [
     "malloc", "free", "record_stream", "memory_stats", "empty_cache",
     "capture_mode", "exchange_capture_mode", "nccl_version", "nccl_group",
     "use_as_torch_allocator", "GraphInfo", "MemoryStats",
+    # 1.1: the work a graph is made of
+    "HostBuffer", "Module", "Function", "MemOp", "AccessPolicy",
+    "AccessProperty", "MemOpKind", "FunctionAttribute",
+    "HOST_WRITE_COMBINED", "HOST_READ_ONLY", "WAIT_GEQ", "WAIT_EQ", "WAIT_AND", "WAIT_NOR",
+    "WAIT_FLUSH", "WRITE_NO_MEMORY_BARRIER",
 ]
 
 # The header's CGC_VERSION that this module was written against: cgc_get_api hands an older
 # minor version's table to a newer library, and struct_size says how much of it there is.
-VERSION_MAJOR, VERSION_MINOR, VERSION_PATCH = 1, 0, 0
+VERSION_MAJOR, VERSION_MINOR, VERSION_PATCH = 1, 1, 0
 _HEADER_VERSION = (VERSION_MAJOR << 16) | (VERSION_MINOR << 8) | VERSION_PATCH
 
 STREAM_NON_BLOCKING = 0x1
 EVENT_TIMING = 0x1
 CAPTURE_UPLOAD = 0x1
 CAPTURE_AUTO_FREE_ON_LAUNCH = 0x2
+# 1.1: page-locked host memory (HostBuffer) ...
+HOST_WRITE_COMBINED = 0x1  # allocate: fast for the GPU to read, very slow for the CPU to read
+HOST_READ_ONLY = 0x2  # register: the device only reads it
+# ... and the flags of stream memory operations: a wait's condition (one of them, optionally
+# | WAIT_FLUSH) ...
+WAIT_GEQ = 0x0  # until (int32)(*address - value) >= 0: a counter that wraps
+WAIT_EQ = 0x1  # until *address == value
+WAIT_AND = 0x2  # until (*address & value) != 0
+WAIT_NOR = 0x3  # until ~(*address | value) != 0 (devices with the NOR capability)
+WAIT_FLUSH = 0x40000000  # also make remote writes before the wait visible
+# ... and a write's.
+WRITE_NO_MEMORY_BARRIER = 0x1  # no barrier before the write: earlier writes may land later
 
 
 # ---- status and errors ---------------------------------------------------------------------
@@ -159,6 +178,33 @@ class ReduceOp(enum.IntEnum):
     SUM, PROD, MAX, MIN, AVG = range(5)
 
 
+class AccessProperty(enum.IntEnum):  # CUaccessProperty's values
+    NORMAL = 0
+    STREAMING = 1
+    PERSISTING = 2
+
+
+class MemOpKind(enum.IntEnum):  # CUstreamBatchMemOpType's values
+    WAIT_VALUE_32 = 1
+    WRITE_VALUE_32 = 2
+    FLUSH_REMOTE_WRITES = 3
+    WAIT_VALUE_64 = 4
+    WRITE_VALUE_64 = 5
+
+
+class FunctionAttribute(enum.IntEnum):  # CUfunction_attribute's values
+    MAX_THREADS_PER_BLOCK = 0  # read only
+    SHARED_SIZE_BYTES = 1  # static shared memory; read only
+    CONST_SIZE_BYTES = 2  # read only
+    LOCAL_SIZE_BYTES = 3  # read only
+    NUM_REGS = 4  # read only
+    PTX_VERSION = 5  # read only
+    BINARY_VERSION = 6  # read only
+    CACHE_MODE_CA = 7  # read only
+    MAX_DYNAMIC_SHARED_SIZE_BYTES = 8  # settable: needed above 48 KiB of dynamic shared memory
+    PREFERRED_SHARED_MEMORY_CARVEOUT = 9  # settable: percent of L1 given to shared memory
+
+
 # ---- C structs -----------------------------------------------------------------------------
 
 
@@ -175,10 +221,17 @@ class capture_options_t(_Sized):
                 ("pool", ctypes.c_void_p), ("flags", ctypes.c_uint)]
 
 
+# The header's CGC_GRAPH_NODE_KINDS, in order: cgc_graph_info_t's counts of nodes by kind (1.1).
+GRAPH_NODE_KINDS = ("kernel_nodes", "memcpy_nodes", "memset_nodes", "host_nodes", "child_graph_nodes",
+                    "empty_nodes", "event_wait_nodes", "event_record_nodes", "mem_alloc_nodes",
+                    "mem_free_nodes", "mem_op_nodes", "conditional_nodes")
+
+
 class graph_info_t(_Sized):
     _fields_ = [("struct_size", ctypes.c_size_t), ("node_count", ctypes.c_size_t),
                 ("replay_count", ctypes.c_uint64), ("uploaded", ctypes.c_int),
-                ("pool_bytes_reserved", ctypes.c_size_t)]
+                ("pool_bytes_reserved", ctypes.c_size_t)] + [
+        (kind, ctypes.c_size_t) for kind in GRAPH_NODE_KINDS + ("other_nodes",)]
 
 
 class memory_stats_t(_Sized):
@@ -192,7 +245,22 @@ class comm_id_t(ctypes.Structure):
     _fields_ = [("internal", ctypes.c_char * 128)]
 
 
-GraphInfo = namedtuple("GraphInfo", "node_count replay_count uploaded pool_bytes_reserved")
+class access_policy_t(_Sized):
+    _fields_ = [("struct_size", ctypes.c_size_t), ("base", ctypes.c_void_p), ("bytes", ctypes.c_size_t),
+                ("hit_ratio", ctypes.c_float), ("hit_property", ctypes.c_int), ("miss_property", ctypes.c_int)]
+
+
+class mem_op_t(ctypes.Structure):
+    """cgc_mem_op_t: a fixed layout (arrays of it are passed), so no struct_size."""
+
+    _fields_ = [("kind", ctypes.c_int), ("flags", ctypes.c_uint), ("address", ctypes.c_void_p),
+                ("value", ctypes.c_uint64)]
+
+
+# node_count counts every captured node; the kinds split it (other_nodes: kinds the header does
+# not list). cgc's own completion record is in none of them.
+GraphInfo = namedtuple("GraphInfo", ("node_count", "replay_count", "uploaded", "pool_bytes_reserved")
+                       + GRAPH_NODE_KINDS + ("other_nodes",))
 MemoryStats = namedtuple("MemoryStats", "bytes_reserved bytes_allocated peak_bytes_allocated "
                          "peak_bytes_reserved num_driver_allocs num_driver_frees")
 
@@ -204,7 +272,9 @@ _hp = ctypes.POINTER(ctypes.c_void_p)
 _ip = ctypes.POINTER(ctypes.c_int)
 _u64p = ctypes.POINTER(ctypes.c_uint64)
 _sz = ctypes.c_size_t
+_u8, _u16, _u32, _u64 = ctypes.c_uint8, ctypes.c_uint16, ctypes.c_uint32, ctypes.c_uint64
 capture_fn = ctypes.CFUNCTYPE(_st, _h, _h)  # cgc_capture_fn(stream, user)
+host_fn = ctypes.CFUNCTYPE(None, _h)  # cgc_host_fn(user)
 
 _PROTOTYPES = [
     # status
@@ -277,6 +347,40 @@ _PROTOTYPES = [
     ("cgc_rng_normal", _st, (_h, _h, _sz, ctypes.c_float, ctypes.c_float, _h)),
     ("cgc_rng_get_state", _st, (_h, _u64p, _u64p)),
     ("cgc_rng_set_state", _st, (_h, ctypes.c_uint64, ctypes.c_uint64)),
+    # 1.1: streams
+    ("cgc_stream_priority_range", _st, (_h, _ip, _ip)),
+    ("cgc_stream_priority", _st, (_h, _ip)),
+    ("cgc_stream_id", _st, (_h, _u64p)),
+    ("cgc_stream_device", _st, (_h, _ip, _hp)),
+    ("cgc_stream_copy_attributes", _st, (_h, _h)),
+    ("cgc_stream_set_access_policy", _st, (_h, ctypes.POINTER(access_policy_t))),
+    ("cgc_stream_get_access_policy", _st, (_h, ctypes.POINTER(access_policy_t))),
+    # 1.1: page-locked host memory, copies and sets
+    ("cgc_host_alloc", _st, (_h, _sz, ctypes.c_uint, _hp)),
+    ("cgc_host_free", _st, (_h,)),
+    ("cgc_host_register", _st, (_h, _h, _sz, ctypes.c_uint)),
+    ("cgc_host_unregister", _st, (_h,)),
+    ("cgc_memcpy_htod_async", _st, (_h, _h, _sz, _h)),
+    ("cgc_memcpy_dtoh_async", _st, (_h, _h, _sz, _h)),
+    ("cgc_memcpy_dtod_async", _st, (_h, _h, _sz, _h)),
+    ("cgc_memset_d8_async", _st, (_h, _u8, _sz, _h)),
+    ("cgc_memset_d16_async", _st, (_h, _u16, _sz, _h)),
+    ("cgc_memset_d32_async", _st, (_h, _u32, _sz, _h)),
+    # 1.1: host functions
+    ("cgc_launch_host_func", _st, (_h, host_fn, _h, host_fn)),
+    # 1.1: stream memory operations
+    ("cgc_stream_write_value32", _st, (_h, _h, _u32, ctypes.c_uint)),
+    ("cgc_stream_write_value64", _st, (_h, _h, _u64, ctypes.c_uint)),
+    ("cgc_stream_wait_value32", _st, (_h, _h, _u32, ctypes.c_uint)),
+    ("cgc_stream_wait_value64", _st, (_h, _h, _u64, ctypes.c_uint)),
+    ("cgc_stream_batch_mem_op", _st, (_h, ctypes.POINTER(mem_op_t), _sz)),
+    # 1.1: modules and kernels
+    ("cgc_module_load", _st, (_h, _h, _hp)),
+    ("cgc_module_unload", _st, (_h,)),
+    ("cgc_module_get_function", _st, (_h, ctypes.c_char_p, _hp)),
+    ("cgc_function_get_attribute", _st, (_h, ctypes.c_int, _ip)),
+    ("cgc_function_set_attribute", _st, (_h, ctypes.c_int, ctypes.c_int)),
+    ("cgc_launch_kernel", _st, (_h, _u32, _u32, _u32, _u32, _u32, _u32, _u32, _h, _hp)),
 ]
 
 
@@ -332,8 +436,18 @@ def _load(path):
     table = ctypes.POINTER(api_t)()
     st = get_api(_HEADER_VERSION, ctypes.byref(table))
     if st != 0 or not table:
-        raise LibraryError(None, "%r: cgc_get_api(%#x) failed with status %d: a cgc library of "
-                           "another major version?" % (path, _HEADER_VERSION, st))
+        # Refused: another major version, or an older minor one that lacks functions this module
+        # calls. cgc_version (a plain symbol in every 1.x) says which, for the message.
+        try:
+            get_version = dll.cgc_version
+            get_version.restype, get_version.argtypes = ctypes.c_uint32, []
+            v = get_version()
+            found = "it is cgc %d.%d.%d" % (v >> 16, (v >> 8) & 0xFF, v & 0xFF)
+        except AttributeError:
+            found = "it has no cgc_version"
+        raise LibraryError(None, "%r: cgc_get_api(%#x) failed with status %d: %s; this module needs "
+                           "%d.%d or a newer %d.x" % (path, _HEADER_VERSION, st, found, VERSION_MAJOR,
+                                                       VERSION_MINOR, VERSION_MAJOR))
     if table.contents.struct_size < ctypes.sizeof(api_t):
         raise LibraryError(None, "%r: its function table has %d bytes, this module needs %d"
                            % (path, table.contents.struct_size, ctypes.sizeof(api_t)))
@@ -374,6 +488,96 @@ def _ptr(x):
 
 def _closed(what):
     return InvalidHandleError(Status.INVALID_HANDLE, "%s is closed" % what)
+
+
+def _bad_argument(func, text, *args):
+    """The InvalidArgumentError of a check done here, worded like the library's: the C function first."""
+    return InvalidArgumentError(Status.INVALID_ARGUMENT, "%s: %s" % (func, text % args))
+
+
+def _unsigned(value, bits, func, what):
+    """`value` as an int of `bits` unsigned bits. ctypes would silently keep only the low bits of
+    a larger or negative number (256 as a uint8_t is 0), so such a value is refused here."""
+    try:
+        v = operator.index(value)
+    except TypeError:
+        raise _bad_argument(func, "%s must be an integer, not %r", what, value) from None
+    if not 0 <= v < (1 << bits):
+        raise _bad_argument(func, "%s (%d) does not fit %d unsigned bits", what, v, bits)
+    return v
+
+
+def _enum_value(cls, value, func, what):
+    """An enum argument as the int the C call takes: a member, its name ("persisting") or an int.
+    Ints outside the enum are passed on for the library to judge (a newer library may know them)."""
+    if isinstance(value, str):
+        try:
+            return int(cls[value.upper()])
+        except KeyError:
+            raise _bad_argument(func, "%s %r is not one of %s", what, value,
+                                ", ".join(m.name.lower() for m in cls)) from None
+    try:
+        v = operator.index(value)
+    except TypeError:
+        raise _bad_argument(func, "%s must be a %s, its name or an int, not %r", what, cls.__name__, value) from None
+    if not -(1 << 31) <= v < (1 << 31):  # a C enum is int-sized
+        raise _bad_argument(func, "%s (%d) is not a %s", what, v, cls.__name__)
+    return v
+
+
+_CTYPES_DATA = (ctypes._SimpleCData, ctypes.Structure, ctypes.Union, ctypes.Array)
+
+
+def _host_memory(obj, func, what, writable):
+    """Host memory for a C call: (address, its size in bytes or None where unknown, the object that
+    keeps it valid until the call returns). obj: a HostBuffer, a ctypes object, an int address, a
+    tensor (data_ptr()), or a contiguous buffer (bytes, bytearray, memoryview, array.array, a
+    numpy array). A read-only buffer that is not bytes can only be read through a temporary copy,
+    so it is refused where the memory is written (writable=True)."""
+    if obj is None:
+        return None, None, None
+    if isinstance(obj, HostBuffer):
+        return obj.address, obj.nbytes, obj
+    if isinstance(obj, ctypes.c_void_p):
+        return obj.value, None, None
+    if isinstance(obj, _CTYPES_DATA):
+        return ctypes.addressof(obj), ctypes.sizeof(obj), obj
+    if isinstance(obj, int):
+        return obj, None, None
+    if hasattr(obj, "data_ptr"):
+        size = obj.numel() * obj.element_size() if hasattr(obj, "element_size") else None
+        return obj.data_ptr(), size, obj
+    try:
+        view = memoryview(obj)
+    except TypeError:
+        raise _bad_argument(func, "%s is a %s: pass a HostBuffer, a buffer (bytearray, array.array, a ctypes "
+                            "array, ...) or an address", what, type(obj).__name__) from None
+    if not view.c_contiguous:
+        raise _bad_argument(func, "%s is not a contiguous buffer", what)
+    if not view.readonly:
+        # The ctypes array holds an export of the buffer: a bytearray cannot be resized (moved)
+        # while it is alive.
+        exported = (ctypes.c_char * view.nbytes).from_buffer(view)
+        return ctypes.addressof(exported), view.nbytes, exported
+    if writable:
+        raise _bad_argument(func, "%s is a read-only buffer and the call writes it", what)
+    if isinstance(obj, bytes):  # its own bytes, without a copy
+        return ctypes.cast(ctypes.c_char_p(obj), ctypes.c_void_p).value, len(obj), obj
+    copy = (ctypes.c_char * view.nbytes).from_buffer_copy(view)
+    return ctypes.addressof(copy), view.nbytes, copy
+
+
+def _copy_size(nbytes, known, func, what):
+    """The bytes a copy moves: `nbytes`, or all of the host memory when it is None; never more
+    than the host memory holds."""
+    if nbytes is None:
+        if known is None:
+            raise _bad_argument(func, "nbytes is needed: the size of %s is not known", what)
+        return known
+    n = _unsigned(nbytes, 64, func, "nbytes")
+    if known is not None and n > known:
+        raise _bad_argument(func, "nbytes (%d) is more than %s holds (%d bytes)", n, what, known)
+    return n
 
 
 # ---- module functions ----------------------------------------------------------------------

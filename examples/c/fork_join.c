@@ -75,7 +75,7 @@ int main(void) {
   }
   CHECK(cgc_stream_synchronize(origin));
 
-  cgc_graph_info_t i1 = {sizeof i1, 0, 0, 0, 0}, i2 = {sizeof i2, 0, 0, 0, 0};
+  cgc_graph_info_t i1 = {.struct_size = sizeof i1}, i2 = {.struct_size = sizeof i2}; /* fields are appended: name the one set */
   cgc_pool_t p2;
   cgc_memory_stats_t pool_stats = {sizeof pool_stats, 0, 0, 0, 0, 0, 0};
   CHECK(cgc_graph_info(g1, &i1));

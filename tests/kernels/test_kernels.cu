@@ -32,3 +32,10 @@ extern "C" __global__ void cgc_test_spin(long long cycles) {
   while (clock64() - start < cycles) {
   }
 }
+
+// out[i] = in[i] * params[0] + params[1]: the per-replay values come from device memory that a
+// captured copy fills at every replay.
+extern "C" __global__ void cgc_test_scale_add(float* out, const float* in, const float* params, unsigned n) {
+  unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) out[i] = in[i] * params[0] + params[1];
+}

@@ -19,7 +19,7 @@ use std::sync::{Mutex, MutexGuard, Once};
 /// Major version of the header this crate was written against (also the soname: libcgc.so.1).
 pub const CGC_VERSION_MAJOR: u32 = 1;
 /// Minor version of the header this crate was written against.
-pub const CGC_VERSION_MINOR: u32 = 0;
+pub const CGC_VERSION_MINOR: u32 = 1;
 /// Patch version of the header this crate was written against.
 pub const CGC_VERSION_PATCH: u32 = 0;
 /// `(major << 16) | (minor << 8) | patch`, as `CGC_VERSION` in C.
@@ -108,6 +108,10 @@ opaque_handles! {
     cgc_comm_s => cgc_comm_t;
     /// A graph-safe Philox generator.
     cgc_rng_s => cgc_rng_t;
+    /// A loaded fatbin, cubin or PTX image (1.1).
+    cgc_module_s => cgc_module_t;
+    /// A kernel of a module; lives as long as the module (1.1).
+    cgc_function_s => cgc_function_t;
 }
 
 // ---- devices, streams, events ------------------------------------------------------------------
@@ -161,6 +165,20 @@ pub struct cgc_graph_info_t {
     pub replay_count: u64,
     pub uploaded: c_int,
     pub pool_bytes_reserved: usize,
+    // Since 1.1: the captured nodes by kind (the header's CGC_GRAPH_NODE_KINDS, in its order).
+    pub kernel_nodes: usize,
+    pub memcpy_nodes: usize,
+    pub memset_nodes: usize,
+    pub host_nodes: usize,
+    pub child_graph_nodes: usize,
+    pub empty_nodes: usize,
+    pub event_wait_nodes: usize,
+    pub event_record_nodes: usize,
+    pub mem_alloc_nodes: usize,
+    pub mem_free_nodes: usize,
+    pub mem_op_nodes: usize,
+    pub conditional_nodes: usize,
+    pub other_nodes: usize,
 }
 
 // ---- pools -------------------------------------------------------------------------------------
@@ -207,6 +225,80 @@ pub const CGC_PROD: cgc_reduce_op_t = 1;
 pub const CGC_MAX: cgc_reduce_op_t = 2;
 pub const CGC_MIN: cgc_reduce_op_t = 3;
 pub const CGC_AVG: cgc_reduce_op_t = 4;
+
+// ---- version 1.1: the work a graph is made of --------------------------------------------------
+
+/// `cgc_host_fn`: a host function, and the release callback of its user data. Runs on a driver
+/// thread; it must not call cgc or CUDA.
+pub type cgc_host_fn = Option<unsafe extern "C" fn(user: *mut c_void)>;
+
+/// `cgc_access_property_t` (the values of CUaccessProperty).
+pub type cgc_access_property_t = c_int;
+pub const CGC_ACCESS_NORMAL: cgc_access_property_t = 0;
+pub const CGC_ACCESS_STREAMING: cgc_access_property_t = 1;
+pub const CGC_ACCESS_PERSISTING: cgc_access_property_t = 2;
+
+/// `cgc_access_policy_t`: a stream's L2 access-policy window (CUaccessPolicyWindow).
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct cgc_access_policy_t {
+    pub struct_size: usize,
+    pub base: *mut c_void,
+    pub bytes: usize,
+    pub hit_ratio: f32,
+    pub hit_property: cgc_access_property_t,
+    pub miss_property: cgc_access_property_t,
+}
+
+/// Page-locked allocation: fast for the GPU to read, very slow for the CPU to read.
+pub const CGC_HOST_WRITE_COMBINED: c_uint = 0x1;
+/// Registration: the device only reads the memory.
+pub const CGC_HOST_READ_ONLY: c_uint = 0x2;
+
+/// Wait until `(int32_t)(*addr - value) >= 0` (a counter that wraps).
+pub const CGC_WAIT_GEQ: c_uint = 0x0;
+/// Wait until `*addr == value`.
+pub const CGC_WAIT_EQ: c_uint = 0x1;
+/// Wait until `(*addr & value) != 0`.
+pub const CGC_WAIT_AND: c_uint = 0x2;
+/// Wait until `~(*addr | value) != 0` (devices with the NOR capability).
+pub const CGC_WAIT_NOR: c_uint = 0x3;
+/// Also make remote writes before the wait visible.
+pub const CGC_WAIT_FLUSH: c_uint = 0x4000_0000;
+/// No memory barrier before a write: earlier writes may land later.
+pub const CGC_WRITE_NO_MEMORY_BARRIER: c_uint = 0x1;
+
+/// `cgc_mem_op_kind_t` (the values of CUstreamBatchMemOpType).
+pub type cgc_mem_op_kind_t = c_int;
+pub const CGC_MEM_OP_WAIT_VALUE_32: cgc_mem_op_kind_t = 1;
+pub const CGC_MEM_OP_WRITE_VALUE_32: cgc_mem_op_kind_t = 2;
+pub const CGC_MEM_OP_FLUSH_REMOTE_WRITES: cgc_mem_op_kind_t = 3;
+pub const CGC_MEM_OP_WAIT_VALUE_64: cgc_mem_op_kind_t = 4;
+pub const CGC_MEM_OP_WRITE_VALUE_64: cgc_mem_op_kind_t = 5;
+
+/// `cgc_mem_op_t`: one operation of a batch. Its layout is fixed forever (arrays of it are
+/// passed), so it has no `struct_size`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct cgc_mem_op_t {
+    pub kind: cgc_mem_op_kind_t,
+    pub flags: c_uint,
+    pub address: *mut c_void,
+    pub value: u64,
+}
+
+/// `cgc_function_attribute_t` (the values of CUfunction_attribute).
+pub type cgc_function_attribute_t = c_int;
+pub const CGC_FUNC_MAX_THREADS_PER_BLOCK: cgc_function_attribute_t = 0;
+pub const CGC_FUNC_SHARED_SIZE_BYTES: cgc_function_attribute_t = 1;
+pub const CGC_FUNC_CONST_SIZE_BYTES: cgc_function_attribute_t = 2;
+pub const CGC_FUNC_LOCAL_SIZE_BYTES: cgc_function_attribute_t = 3;
+pub const CGC_FUNC_NUM_REGS: cgc_function_attribute_t = 4;
+pub const CGC_FUNC_PTX_VERSION: cgc_function_attribute_t = 5;
+pub const CGC_FUNC_BINARY_VERSION: cgc_function_attribute_t = 6;
+pub const CGC_FUNC_CACHE_MODE_CA: cgc_function_attribute_t = 7;
+pub const CGC_FUNC_MAX_DYNAMIC_SHARED_SIZE_BYTES: cgc_function_attribute_t = 8;
+pub const CGC_FUNC_PREFERRED_SHARED_MEMORY_CARVEOUT: cgc_function_attribute_t = 9;
 
 // ---- the function table ------------------------------------------------------------------------
 
@@ -321,6 +413,45 @@ api_table! {
                       stream: cgc_stream_t) -> cgc_status_t;
     fn cgc_rng_get_state(rng: cgc_rng_t, seed: *mut u64, offset: *mut u64) -> cgc_status_t;
     fn cgc_rng_set_state(rng: cgc_rng_t, seed: u64, offset: u64) -> cgc_status_t;
+    // 1.1: streams
+    fn cgc_stream_priority_range(ctx: cgc_context_t, least: *mut c_int, greatest: *mut c_int) -> cgc_status_t;
+    fn cgc_stream_priority(stream: cgc_stream_t, priority: *mut c_int) -> cgc_status_t;
+    fn cgc_stream_id(stream: cgc_stream_t, id: *mut u64) -> cgc_status_t;
+    fn cgc_stream_device(stream: cgc_stream_t, device: *mut c_int, native_context: *mut *mut c_void) -> cgc_status_t;
+    fn cgc_stream_copy_attributes(dst: cgc_stream_t, src: cgc_stream_t) -> cgc_status_t;
+    fn cgc_stream_set_access_policy(stream: cgc_stream_t, policy: *const cgc_access_policy_t) -> cgc_status_t;
+    fn cgc_stream_get_access_policy(stream: cgc_stream_t, policy: *mut cgc_access_policy_t) -> cgc_status_t;
+    // 1.1: copies, sets and page-locked host memory
+    fn cgc_host_alloc(ctx: cgc_context_t, bytes: usize, flags: c_uint, out: *mut *mut c_void) -> cgc_status_t;
+    fn cgc_host_free(ptr: *mut c_void) -> cgc_status_t;
+    fn cgc_host_register(ctx: cgc_context_t, ptr: *mut c_void, bytes: usize, flags: c_uint) -> cgc_status_t;
+    fn cgc_host_unregister(ptr: *mut c_void) -> cgc_status_t;
+    fn cgc_memcpy_htod_async(dst: *mut c_void, src: *const c_void, bytes: usize, stream: cgc_stream_t) -> cgc_status_t;
+    fn cgc_memcpy_dtoh_async(dst: *mut c_void, src: *const c_void, bytes: usize, stream: cgc_stream_t) -> cgc_status_t;
+    fn cgc_memcpy_dtod_async(dst: *mut c_void, src: *const c_void, bytes: usize, stream: cgc_stream_t) -> cgc_status_t;
+    fn cgc_memset_d8_async(dst: *mut c_void, value: u8, count: usize, stream: cgc_stream_t) -> cgc_status_t;
+    fn cgc_memset_d16_async(dst: *mut c_void, value: u16, count: usize, stream: cgc_stream_t) -> cgc_status_t;
+    fn cgc_memset_d32_async(dst: *mut c_void, value: u32, count: usize, stream: cgc_stream_t) -> cgc_status_t;
+    // 1.1: host functions
+    fn cgc_launch_host_func(stream: cgc_stream_t, r#fn: cgc_host_fn, user: *mut c_void,
+                            release: cgc_host_fn) -> cgc_status_t;
+    // 1.1: stream memory operations
+    fn cgc_stream_write_value32(stream: cgc_stream_t, address: *mut c_void, value: u32, flags: c_uint) -> cgc_status_t;
+    fn cgc_stream_write_value64(stream: cgc_stream_t, address: *mut c_void, value: u64, flags: c_uint) -> cgc_status_t;
+    fn cgc_stream_wait_value32(stream: cgc_stream_t, address: *mut c_void, value: u32, flags: c_uint) -> cgc_status_t;
+    fn cgc_stream_wait_value64(stream: cgc_stream_t, address: *mut c_void, value: u64, flags: c_uint) -> cgc_status_t;
+    fn cgc_stream_batch_mem_op(stream: cgc_stream_t, ops: *const cgc_mem_op_t, count: usize) -> cgc_status_t;
+    // 1.1: modules and kernels
+    fn cgc_module_load(ctx: cgc_context_t, image: *const c_void, out: *mut cgc_module_t) -> cgc_status_t;
+    fn cgc_module_unload(module: cgc_module_t) -> cgc_status_t;
+    fn cgc_module_get_function(module: cgc_module_t, name: *const c_char, out: *mut cgc_function_t) -> cgc_status_t;
+    fn cgc_function_get_attribute(function: cgc_function_t, attribute: cgc_function_attribute_t,
+                                  value: *mut c_int) -> cgc_status_t;
+    fn cgc_function_set_attribute(function: cgc_function_t, attribute: cgc_function_attribute_t,
+                                  value: c_int) -> cgc_status_t;
+    fn cgc_launch_kernel(function: cgc_function_t, grid_x: u32, grid_y: u32, grid_z: u32, block_x: u32,
+                         block_y: u32, block_z: u32, shared_bytes: u32, stream: cgc_stream_t,
+                         args: *mut *mut c_void) -> cgc_status_t;
 }
 
 /// `cgc_get_api`, the one symbol resolved with `dlsym`.
@@ -467,8 +598,8 @@ fn load() -> Result<&'static cgc_api_t, String> {
     }
     // SAFETY: the library filled `table` with a pointer to its static table.
     let api: &'static cgc_api_t = unsafe { &*table };
-    // An older minor version would have a shorter table; this crate calls every field of the
-    // 1.0 table, so all of them must be there.
+    // An older minor version would have a shorter table (cgc_get_api already refuses one for
+    // CGC_VERSION); this crate calls every field of the 1.1 table, so all of them must be there.
     if api.struct_size < std::mem::size_of::<cgc_api_t>() {
         return Err(format!(
             "cgc: '{}' has a function table of {} bytes, shorter than the {} this crate needs; {}",
