@@ -1,15 +1,19 @@
 /* What every call that enqueues work on a stream (a copy, a set, a host function, a memory
  * operation, a kernel) does before its driver call, so that each of them refuses the same
  * things with the same words. The common case (no cgc capture under way) costs two loads and
- * cuCtxGetCurrent: no lock, no capture query. */
+ * cuCtxGetCurrent: no lock, no capture query. Inside captures each call asks only what it needs
+ * (a set or a memory operation nothing; a copy whether its host memory is page-locked; a host
+ * function or a kernel which capture holds its data or code): a capture through cgc costs
+ * about what it costs through the driver (cgc_bench scenario 7). */
 #include "src/internal.h"
 
-cgc_status_t cgc__enqueue_begin(cgc_stream_t s, cgc__stream_ref_t* ref, cgc__ctx_scope_t* scope, const char* func) {
+cgc_status_t cgc__enqueue_begin(cgc_stream_t s, bool ask_capture, cgc__stream_ref_t* ref, cgc__ctx_scope_t* scope,
+                                const char* func) {
   scope->pushed = false;
-  if (cgc__captures_underway() > 0 && s->kind != CGC__STREAM_LEGACY) {
+  if (ask_capture && cgc__captures_underway() > 0 && s->kind != CGC__STREAM_LEGACY) {
     /* Whether this stream takes part in a capture decides what the call may do (a pageable
      * copy, a host node). Asked only while cgc captures: a capture begun with the driver
-     * alone is its caller's business (docs/SEMANTICS.md, rule 21). */
+     * alone is its caller's business (SEMANTICS 21). */
     cgc_status_t st = cgc__stream_resolve(s, true, ref, func);
     if (st != CGC_SUCCESS) return st;
   } else {
@@ -28,10 +32,11 @@ cgc_status_t cgc__enqueue_capture(const cgc__stream_ref_t* ref, const char* what
                      "stream %p takes part in a capture that an earlier call invalidated: end it (cgc_capture_end "
                      "on its origin stream reports why) before enqueueing %s",
                      (void*)ref->cu, what);
-  if (cgc__registry_capture_of(ref, id, func) != CGC_SUCCESS)
+  if (!cgc__registry_is_cgc_capture(ref->capture_id))
     return cgc__fail(CGC_ERROR_CAPTURE_UNSUPPORTED, func,
                      "stream %p captures (capture id %llu) under a capture cgc did not begin: %s needs a capture "
                      "begun with cgc_capture_begin, whose graph holds it",
                      (void*)ref->cu, (unsigned long long)ref->capture_id, what);
+  *id = ref->capture_id;
   return CGC_SUCCESS;
 }

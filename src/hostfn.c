@@ -85,11 +85,11 @@ cgc_status_t cgc_launch_host_func(cgc_stream_t stream, cgc_host_fn fn, void* use
   cgc__stream_ref_t ref;
   cgc__ctx_scope_t scope;
   uint64_t capture = 0;
-  st = cgc__enqueue_begin(stream, &ref, &scope, __func__);
+  st = cgc__enqueue_begin(stream, true, &ref, &scope, __func__);
   if (st == CGC_SUCCESS) st = cgc__enqueue_capture(&ref, "a host node", &capture, __func__);
   if (st == CGC_SUCCESS && capture != 0) {
     /* The capture holds the record before the node exists; our reference goes at the end. */
-    st = cgc__registry_add_use(capture, &host_call_use_ops, call, __func__);
+    st = cgc__registry_add_new_use(capture, &host_call_use_ops, call, __func__);
     if (st == CGC_SUCCESS) {
       cgc_status_t launched = CGC_CU(cuLaunchHostFunc(ref.cu, run_node, call));
       call_drop(call); /* the capture's reference remains: released when it ends or its graph goes */

@@ -300,6 +300,8 @@ cgc_status_t cgc__registry_capture_of(const cgc__stream_ref_t* ref, uint64_t* id
 /* Records that capture `id` uses `object`, retaining it the first time (the capture, then its
  * graph, holds that reference). INVALID_STATE without such a capture. */
 cgc_status_t cgc__registry_add_use(uint64_t id, const cgc__use_ops_t* ops, void* object, const char* func);
+/* The same for an object made for this use (no capture can know it yet): no search. */
+cgc_status_t cgc__registry_add_new_use(uint64_t id, const cgc__use_ops_t* ops, void* object, const char* func);
 
 /* Whether the calling thread may make a call the driver counts as unsafe during a capture (a
  * synchronisation, a stream or event query, a communicator's setup or teardown):
@@ -318,10 +320,12 @@ int cgc__registry_count_on(struct cgc__device* dev, CUstream* origin);
 /* ---- calls that enqueue work on a stream (enqueue.c) ---- */
 
 /* What a call that enqueues work on `s` does first: refuses it inside a host function, resolves
- * the stream (asking the driver whether it captures only while a cgc capture is under way:
- * otherwise ref->capturing is false without a driver call) and makes the device's context
- * current (leave `scope` with cgc__ctx_leave, also on failure). */
-cgc_status_t cgc__enqueue_begin(cgc_stream_t s, cgc__stream_ref_t* ref, cgc__ctx_scope_t* scope, const char* func);
+ * the stream and makes the device's context current (leave `scope` with cgc__ctx_leave, also on
+ * failure). With `ask_capture`, and only while a cgc capture is under way, the driver is asked
+ * whether the stream captures (one cuStreamGetCaptureInfo, about 20 ns); otherwise
+ * ref->capturing is false and no driver call is made but cuCtxGetCurrent. */
+cgc_status_t cgc__enqueue_begin(cgc_stream_t s, bool ask_capture, cgc__stream_ref_t* ref, cgc__ctx_scope_t* scope,
+                                const char* func);
 /* The cgc capture that `ref` (from cgc__enqueue_begin) records into, or 0 when it does not
  * capture; CAPTURE_UNSUPPORTED, naming `what`, when it captures under a capture cgc did not
  * begin or one already invalidated (no graph would hold what `what` needs). */

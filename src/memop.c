@@ -129,7 +129,7 @@ static cgc_status_t mem_ops(cgc_stream_t stream, const cgc_mem_op_t* ops, size_t
   if (st != CGC_SUCCESS) return st;
   cgc__stream_ref_t ref;
   cgc__ctx_scope_t scope;
-  st = cgc__enqueue_begin(stream, &ref, &scope, func);
+  st = cgc__enqueue_begin(stream, false, &ref, &scope, func); /* the same captured or not */
   if (st == CGC_SUCCESS && !batch) {
     st = cgc__cu_fail(issue_one(&ops[0], ref.cu), func, call_name(ops[0].kind));
   } else if (st == CGC_SUCCESS) {

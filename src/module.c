@@ -17,6 +17,9 @@ struct module_code {
   struct cgc__device* dev;
   CUmodule cu;
   atomic_int refs;
+  /* The last capture a launch recorded a use of the code in: later launches into that capture
+   * skip the registry (capture ids are never reused, so a stale value only costs a lookup). */
+  atomic_uint_fast64_t held_by_capture;
 };
 
 struct cgc_function_s {
@@ -101,6 +104,7 @@ cgc_status_t cgc_module_load(cgc_context_t ctx, const void* image, cgc_module_t*
   }
   code->dev = ctx->dev;
   atomic_init(&code->refs, 1); /* the handle's */
+  atomic_init(&code->held_by_capture, 0);
   m->magic = CGC_MAGIC_MODULE;
   m->code = code;
   pthread_mutex_init(&m->functions_lock, NULL);
@@ -197,11 +201,16 @@ cgc_status_t cgc_launch_kernel(cgc_function_t function, uint32_t grid_x, uint32_
                      function->code->dev->ordinal, (void*)stream->cu, stream->dev->ordinal);
   cgc__stream_ref_t ref;
   cgc__ctx_scope_t scope;
-  cgc_status_t st = cgc__enqueue_begin(stream, &ref, &scope, __func__);
+  cgc_status_t st = cgc__enqueue_begin(stream, true, &ref, &scope, __func__);
   /* Captured into a cgc capture: its graph keeps the module's code loaded. (In a capture begun
    * with the driver alone the caller keeps the module loaded as long as that graph lives.) */
-  if (st == CGC_SUCCESS && ref.capturing && !ref.invalidated && cgc__registry_is_cgc_capture(ref.capture_id))
-    st = cgc__registry_add_use(ref.capture_id, &code_use_ops, function->code, __func__);
+  struct module_code* code = function->code;
+  if (st == CGC_SUCCESS && ref.capturing && !ref.invalidated &&
+      atomic_load_explicit(&code->held_by_capture, memory_order_relaxed) != ref.capture_id &&
+      cgc__registry_is_cgc_capture(ref.capture_id)) {
+    st = cgc__registry_add_use(ref.capture_id, &code_use_ops, code, __func__);
+    if (st == CGC_SUCCESS) atomic_store_explicit(&code->held_by_capture, ref.capture_id, memory_order_relaxed);
+  }
   if (st == CGC_SUCCESS) {
     st = CGC_CU(cuLaunchKernel(function->cu, grid_x, grid_y, grid_z, block_x, block_y, block_z, shared_bytes, ref.cu,
                                args, NULL));

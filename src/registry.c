@@ -278,7 +278,10 @@ cgc_status_t cgc__registry_capture_of(const cgc__stream_ref_t* ref, uint64_t* id
   return CGC_SUCCESS;
 }
 
-cgc_status_t cgc__registry_add_use(uint64_t id, const cgc__use_ops_t* ops, void* object, const char* func) {
+/* Both ways of recording a use: `fresh` objects were made for this call (a host function's
+ * record) and cannot be known yet, so the search for an earlier record is skipped: a capture of
+ * thousands of host nodes stays linear. */
+static cgc_status_t add_use(uint64_t id, const cgc__use_ops_t* ops, void* object, bool fresh, const char* func) {
   cgc_status_t st = CGC_SUCCESS;
   pthread_mutex_lock(&registry_lock);
   struct cgc__capture* c = find_by_id(id);
@@ -286,7 +289,7 @@ cgc_status_t cgc__registry_add_use(uint64_t id, const cgc__use_ops_t* ops, void*
     st = cgc__fail(CGC_ERROR_INVALID_STATE, func, "capture %llu has ended", (unsigned long long)id);
   } else {
     bool known = false;
-    for (size_t i = 0; i < c->n_uses && !known; i++) known = c->uses[i].object == object;
+    for (size_t i = 0; i < c->n_uses && !known && !fresh; i++) known = c->uses[i].object == object;
     if (!known) {
       if (!reserve_one((void**)&c->uses, &c->cap_uses, c->n_uses, sizeof *c->uses)) {
         st = cgc__fail(CGC_ERROR_OUT_OF_MEMORY, func, "out of host memory");
@@ -300,6 +303,14 @@ cgc_status_t cgc__registry_add_use(uint64_t id, const cgc__use_ops_t* ops, void*
   }
   pthread_mutex_unlock(&registry_lock);
   return st;
+}
+
+cgc_status_t cgc__registry_add_use(uint64_t id, const cgc__use_ops_t* ops, void* object, const char* func) {
+  return add_use(id, ops, object, false, func);
+}
+
+cgc_status_t cgc__registry_add_new_use(uint64_t id, const cgc__use_ops_t* ops, void* object, const char* func) {
+  return add_use(id, ops, object, true, func);
 }
 
 /* ---- calls that would break a capture ---- */
