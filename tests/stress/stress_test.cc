@@ -8,7 +8,8 @@
 // Global, while other threads synchronise) with fork/join, side-stream allocations, blocks freed
 // inside the capture, deliberate unjoined forks and bad calls, replays on several streams with
 // outputs checked, graphs destroyed while their replay still runs, streams created and destroyed
-// with work pending, and cgc_empty_cache. At the end every block is freed and the device's stats
+// with work pending, and cgc_empty_cache; host functions eagerly and in captures (their data must
+// be released exactly once each by the end), and copies out through cgc_memcpy_dtoh_async. At the end every block is freed and the device's stats
 // must read bytes_allocated == 0 and, after cgc_empty_cache, bytes_reserved == 0.
 //
 // Exit status: 0 when every check held (or there is no GPU: "skipped"), 1 otherwise. The last
@@ -43,6 +44,9 @@ struct Counters {
   std::atomic<long> ops{0}, mallocs{0}, frees{0}, checks{0}, captures{0}, captures_failed_on_purpose{0},
       captures_broken{0}, replays{0}, replays_checked{0}, refused{0}, stream_swaps{0}, empty_caches{0},
       destroyed_while_running{0};
+  // Host functions (1.1): launched (eager or captured; each call releases its data exactly once),
+  // released, and calls run (eager once, captured at every replay).
+  std::atomic<long> host_funcs{0}, host_releases{0}, host_calls{0};
   std::atomic<long> bad_contents{0}, unexpected{0};
 };
 
@@ -79,6 +83,9 @@ CUresult Launch(CUfunction f, CUstream s, unsigned n, void** args) {
   unsigned block = 256, grid = (n + block - 1) / block;
   return cgc__drv.cuLaunchKernel(f, grid ? grid : 1, 1, 1, block, 1, 1, 0, s, args, nullptr);
 }
+
+void CountHostCall(void*) { counters.host_calls++; }
+void CountHostRelease(void*) { counters.host_releases++; }
 
 CUstream Native(cgc_stream_t s) { return static_cast<CUstream>(cgc_stream_native(s)); }
 
@@ -170,7 +177,8 @@ class Worker {
     if (r < 70) return CaptureGraph();
     if (r < 86) return Replay();
     if (r < 93) return DestroyGraph();
-    if (r < 97) return SwapStream();
+    if (r < 95) return SwapStream();
+    if (r < 97) return EagerHostFunction();
     if (r < 99) return EmptyCache();
     BadCalls();
   }
@@ -307,6 +315,11 @@ class Worker {
     if (out) allocated.push_back(out);
     ok = ok && (unjoined || Add(out, u, 0.5f, origin));
     if (unjoined) ok = ok && Add(out, t, 0.5f, origin);
+    if (rng_() % 2 == 0) {  // a host node: its data goes when the graph (or the failed capture) does
+      counters.host_funcs++;
+      ok = ok && Expect("cgc_launch_host_func (capture)", cgc_launch_host_func(origin, CountHostCall, nullptr, CountHostRelease),
+                        InCapture());
+    }
     // Bad calls inside a capture: refused, and the capture goes on.
     Expect("cgc_capture_begin (again)", cgc_capture_begin(origin, &o), {CGC_ERROR_INVALID_STATE});
     cgc_graph_t wrong = nullptr;
@@ -368,10 +381,7 @@ class Worker {
       }
     }
     if (host_ == nullptr) return;
-    if (cgc__drv.cuMemcpyDtoHAsync(host_, Dev(gr.out), kIn * 4, Native(s)) != CUDA_SUCCESS) {
-      Unexpected("cuMemcpyDtoHAsync", CGC_ERROR_CUDA);
-      return;
-    }
+    if (!Expect("cgc_memcpy_dtoh_async", cgc_memcpy_dtoh_async(host_, gr.out, kIn * 4, s), {CGC_SUCCESS})) return;
     if (!Sync(s)) return;
     counters.replays_checked++;
     const float* f = static_cast<const float*>(host_);
@@ -411,6 +421,12 @@ class Worker {
     if (!Expect("cgc_stream_destroy", cgc_stream_destroy(old), {CGC_SUCCESS})) return;
     counters.stream_swaps++;
     Expect("cgc_stream_create", cgc_stream_create(ctx, CGC_STREAM_NON_BLOCKING, 0, &own_[k]), {CGC_SUCCESS});
+  }
+
+  void EagerHostFunction() {
+    counters.host_funcs++;
+    Expect("cgc_launch_host_func", cgc_launch_host_func(AnyStream(), CountHostCall, nullptr, CountHostRelease),
+           {CGC_SUCCESS});
   }
 
   void EmptyCache() {
@@ -539,10 +555,12 @@ int main(int argc, char** argv) {
               c.captures.load(), c.captures_failed_on_purpose.load(), c.captures_broken.load(), c.replays.load(),
               c.replays_checked.load(), c.destroyed_while_running.load(), c.stream_swaps.load(),
               c.empty_caches.load(), c.refused.load());
+  std::printf("host functions %ld launched, %ld released, %ld calls run\n", c.host_funcs.load(), c.host_releases.load(),
+              c.host_calls.load());
   std::printf("end: %zu bytes allocated, %zu reserved before cgc_empty_cache, %zu after; peak reserved %zu\n",
               before.bytes_allocated, before.bytes_reserved, after.bytes_reserved, after.peak_bytes_reserved);
   bool ok = c.bad_contents == 0 && c.unexpected == 0 && before.bytes_allocated == 0 && after.bytes_reserved == 0 &&
-            c.captures > 0 && c.replays_checked > 0;
+            c.captures > 0 && c.replays_checked > 0 && c.host_funcs == c.host_releases;
   std::printf("STRESS: %s (bad contents %ld, unexpected statuses %ld)\n", ok ? "ok" : "FAILED", c.bad_contents.load(),
               c.unexpected.load());
   return ok ? 0 : 1;
