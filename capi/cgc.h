@@ -264,7 +264,9 @@ typedef struct cgc_graph_info { CGC_GRAPH_INFO_FIELDS(CGC_DECLARE_FIELD_) } cgc_
   /* Writes the graph in Graphviz DOT form (verbose) to dot_path. */                                           \
   X(cgc_status_t, cgc_graph_debug_dump, (cgc_graph_t graph, const char* dot_path))                             \
   /* Like CUDAGraph.reset(): frees the executable and graph now and drops the pool reference; the              \
-   * handle stays valid (launch is then CGC_ERROR_INVALID_STATE). Resetting twice is fine. */                  \
+   * handle stays valid (launch is then CGC_ERROR_INVALID_STATE). Resetting twice is fine. A graph             \
+   * holding host functions or kernels of cgc modules (1.1) first waits for its replays launched so            \
+   * far to finish (they may still call them): not while one of them waits for work to come. */               \
   X(cgc_status_t, cgc_graph_reset, (cgc_graph_t graph))                                                        \
   /* reset + free the handle. */                                                                               \
   X(cgc_status_t, cgc_graph_destroy, (cgc_graph_t graph))                                                      \
@@ -414,11 +416,14 @@ CGC_FUNCTIONS_RNG(CGC_DECLARE_FUNCTION_)
 /* ---- version 1.1: the work a graph is made of ------------------------------------------------
  *
  * Everything below is usable eagerly and inside a capture, where it becomes a graph node that
- * runs at every replay (SEMANTICS 21-25): copies and sets, host functions, stream memory
+ * runs at every replay (SEMANTICS 21-26): copies and sets, host functions, stream memory
  * operations and kernels of the caller's own modules. Copies, sets, memory operations and
  * kernel launches are not unsafe calls: they are legal while another thread captures in Global
- * mode. Pointers are device pointers (cgc_malloc, or any memory of the device) unless a
- * parameter says host. */
+ * mode (on a created stream: the legacy default stream waits for blocking streams, and work on
+ * it while one of them captures breaks that capture, as with the driver). Pointers are device
+ * pointers (cgc_malloc, any memory of the device, or page-locked host memory, whose address is
+ * also its device address) unless a parameter says host. A graph launch into a capture is
+ * refused (CGC_ERROR_CAPTURE_UNSUPPORTED). */
 
 typedef struct cgc_module_s* cgc_module_t;     /* a loaded fatbin, cubin or PTX image */
 typedef struct cgc_function_s* cgc_function_t; /* a kernel of a module; lives as long as the module */
@@ -453,18 +458,23 @@ typedef struct cgc_access_policy { CGC_ACCESS_POLICY_FIELDS(CGC_DECLARE_FIELD_) 
 #define CGC_WAIT_AND 0x2u   /* until (*addr & value) != 0 */
 #define CGC_WAIT_NOR 0x3u   /* until ~(*addr | value) != 0 (devices with the NOR capability) */
 #define CGC_WAIT_FLUSH 0x40000000u /* also make remote writes before the wait visible */
-/* ... and of write operations (CUstreamWriteValue_flags). */
-#define CGC_WRITE_NO_MEMORY_BARRIER 0x1u /* no barrier before the write: earlier writes may land later */
+/* Writes take flags 0: a write is ordered after the stream's earlier writes (the driver's v2
+ * operations have no unordered write). A batch may hold a barrier, whose flags say its scope: */
+#define CGC_BARRIER_SYSTEM 0x0u /* earlier writes visible to the whole system (host, peers) */
+#define CGC_BARRIER_GPU 0x1u    /* earlier writes visible to the device */
 
 typedef enum cgc_mem_op_kind { /* the values of CUstreamBatchMemOpType */
   CGC_MEM_OP_WAIT_VALUE_32 = 1,
   CGC_MEM_OP_WRITE_VALUE_32 = 2,
   CGC_MEM_OP_FLUSH_REMOTE_WRITES = 3,
   CGC_MEM_OP_WAIT_VALUE_64 = 4,
-  CGC_MEM_OP_WRITE_VALUE_64 = 5
+  CGC_MEM_OP_WRITE_VALUE_64 = 5,
+  CGC_MEM_OP_BARRIER = 6 /* batches only: a memory barrier (flags CGC_BARRIER_*) */
 } cgc_mem_op_kind_t;
 /* One operation of a batch. Its layout is fixed forever (arrays of it are passed): no
- * struct_size. flags: CGC_WAIT_* for waits, CGC_WRITE_* for writes, 0 for a flush. */
+ * struct_size (24 bytes: cgc is 64-bit only, as CUDA 12 is). flags: CGC_WAIT_* for waits, 0 for
+ * writes and flushes, CGC_BARRIER_* for barriers; address and value are unused by flushes and
+ * barriers. */
 #define CGC_MEM_OP_FIELDS(X)   \
   X(cgc_mem_op_kind_t, kind, ) \
   X(unsigned, flags, )         \
@@ -510,7 +520,8 @@ typedef enum cgc_function_attribute { /* the values of CUfunction_attribute */
   /* Page-locked host memory of `bytes` (portable, mapped), which copies in captures need (a                   \
    * captured copy reads or writes it at every replay: SEMANTICS 21). flags: CGC_HOST_WRITE_COMBINED. */       \
   X(cgc_status_t, cgc_host_alloc, (cgc_context_t ctx, size_t bytes, unsigned flags, void** out))               \
-  /* Frees cgc_host_alloc memory. The caller makes sure no work (no graph) still uses it. */                   \
+  /* Frees cgc_host_alloc memory (NULL is a no-op, like free). The caller makes sure no work (no            \
+   * graph) still uses it. */                                                                            \
   X(cgc_status_t, cgc_host_free, (void* ptr))                                                                  \
   /* Page-locks the caller's buffer [ptr, ptr + bytes) (portable, mapped) so that copies in                    \
    * captures may use it. flags: CGC_HOST_READ_ONLY. */                                                        \
@@ -534,9 +545,12 @@ typedef enum cgc_function_attribute { /* the values of CUfunction_attribute */
   /* Runs fn(user) on a driver thread once the stream's earlier work is done; later work waits for             \
    * it. Eagerly it runs once; inside a capture it becomes a host node that runs at every replay.              \
    * `release` (may be NULL) is called with `user` exactly once, when nothing can call fn any more:            \
-   * after the eager call, when the graph is reset or destroyed (after its last replay), when the              \
-   * capture fails, and at once if this call fails. A host node needs a capture begun with cgc                 \
-   * (CGC_ERROR_CAPTURE_UNSUPPORTED in another one: nothing would release `user`). */                          \
+   * after the eager call (on the driver thread, under fn's rules; if earlier work on the stream               \
+   * failed, fn is skipped and release still runs), when the graph is reset or destroyed (on that              \
+   * thread, after the graph's last replay; it may call cgc but not reset the same graph), when the            \
+   * capture fails (in cgc_capture_end), and before this call returns if it fails (inside a capture:           \
+   * when the capture ends). A host node needs a capture begun with cgc (CGC_ERROR_CAPTURE_UNSUPPORTED         \
+   * in another one: nothing would release `user`). */                                                         \
   X(cgc_status_t, cgc_launch_host_func, (cgc_stream_t stream, cgc_host_fn fn, void* user, cgc_host_fn release))
 
 #define CGC_FUNCTIONS_MEM_OPS(X)                                                                               \
@@ -550,7 +564,7 @@ typedef enum cgc_function_attribute { /* the values of CUfunction_attribute */
   X(cgc_status_t, cgc_stream_write_value64, (cgc_stream_t stream, void* address, uint64_t value, unsigned flags)) \
   X(cgc_status_t, cgc_stream_wait_value32, (cgc_stream_t stream, void* address, uint32_t value, unsigned flags))  \
   X(cgc_status_t, cgc_stream_wait_value64, (cgc_stream_t stream, void* address, uint64_t value, unsigned flags))  \
-  /* `count` operations (1 to 256) in one call, in order. */                                                   \
+  /* `count` operations (1 to 255, the driver's limit) in one call, in order. */                                \
   X(cgc_status_t, cgc_stream_batch_mem_op, (cgc_stream_t stream, const cgc_mem_op_t* ops, size_t count))
 
 #define CGC_FUNCTIONS_KERNELS(X)                                                                               \
@@ -559,7 +573,8 @@ typedef enum cgc_function_attribute { /* the values of CUfunction_attribute */
    * be freed once this returns. */                                                                            \
   X(cgc_status_t, cgc_module_load, (cgc_context_t ctx, const void* image, cgc_module_t* out))                  \
   /* Drops the caller's module: its function handles become invalid now; the code stays loaded                 \
-   * until the graphs whose captures launched its kernels are reset or destroyed. */                           \
+   * until the graphs whose captures launched its kernels are reset or destroyed. Eager launches               \
+   * hold nothing: synchronise them before unloading. */                                                       \
   X(cgc_status_t, cgc_module_unload, (cgc_module_t module))                                                    \
   /* The kernel named `name` (its extern "C" or mangled name); CGC_ERROR_INVALID_ARGUMENT naming it            \
    * when the module has none. Asking twice gives the same handle, owned by the module. */                     \

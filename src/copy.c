@@ -13,43 +13,51 @@
 
 typedef enum copy_direction { HOST_TO_DEVICE, DEVICE_TO_HOST, DEVICE_TO_DEVICE } copy_direction_t;
 
-/* True when `p` is page-locked host memory (cgc_host_alloc, cgc_host_register, or the runtime's
- * equivalents): one cuPointerGetAttribute, about 40 ns. A pageable pointer is not one the driver
- * knows (it answers CUDA_ERROR_INVALID_VALUE, slowly: about 600 ns). Only the start is asked: a
- * buffer that runs past the end of its page-locked range is the driver's to refuse. */
-static bool page_locked(const void* p) {
+/* The driver's memory type of `p` (CU_MEMORYTYPE_HOST for page-locked host memory), or 0 for
+ * memory the driver does not know: pageable host memory, which it answers with
+ * CUDA_ERROR_INVALID_VALUE (slowly: about 600 ns, against 40 ns for memory it knows). */
+static unsigned memory_type(const void* p) {
   unsigned int type = 0;
-  return cgc__drv.cuPointerGetAttribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, (CUdeviceptr)(uintptr_t)p) ==
-             CUDA_SUCCESS &&
-         type == CU_MEMORYTYPE_HOST;
+  CUresult r = cgc__drv.cuPointerGetAttribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, (CUdeviceptr)(uintptr_t)p);
+  if (r == CUDA_ERROR_INVALID_VALUE) return 0;
+  /* Another failure says nothing about the memory: let the driver judge the copy itself. */
+  return r == CUDA_SUCCESS ? type : CU_MEMORYTYPE_UNIFIED;
+}
+
+/* True when [p, p + bytes) is pageable host memory, which a captured copy cannot use: its first
+ * byte, and its last where that lies in another page (page-locking works on whole pages). */
+static bool pageable(const void* p, size_t bytes) {
+  const uintptr_t first = (uintptr_t)p, last = first + bytes - 1;
+  if (memory_type(p) == 0) return true;
+  return (first >> 12) != (last >> 12) && memory_type((const void*)last) == 0;
 }
 
 static cgc_status_t copy(void* dst, const void* src, size_t bytes, cgc_stream_t stream, copy_direction_t dir,
                          const char* func) {
   cgc_status_t st = cgc__check_handle(stream, CGC_MAGIC_STREAM, func, "stream");
   if (st != CGC_SUCCESS) return st;
+  if (bytes == 0) return CGC_SUCCESS; /* nothing to copy: not even the pointers are looked at */
   if (dst == NULL) return cgc__fail(CGC_ERROR_INVALID_ARGUMENT, func, "dst is NULL");
   if (src == NULL) return cgc__fail(CGC_ERROR_INVALID_ARGUMENT, func, "src is NULL");
-  if (bytes == 0) return CGC_SUCCESS;
   if (bytes > UINTPTR_MAX - (uintptr_t)dst || bytes > UINTPTR_MAX - (uintptr_t)src)
     return cgc__fail(CGC_ERROR_INVALID_ARGUMENT, func, "bytes (%zu) runs past the end of the address space", bytes);
+  cgc__stream_ref_t ref;
+  cgc__ctx_scope_t scope;
+  st = cgc__enqueue_begin(stream, CGC__ASK_NEVER, &ref, &scope, func);
   /* While cgc captures, host memory that is not page-locked is looked at closer: the stream is
    * asked whether it captures (then the copy is refused) and otherwise the call may be unsafe
    * for another thread's capture. Page-locked memory (the common case) costs one query. */
   const void* host = dir == HOST_TO_DEVICE ? src : dir == DEVICE_TO_HOST ? dst : NULL;
-  bool pageable = host != NULL && cgc__captures_underway() > 0 && !page_locked(host);
-  cgc__stream_ref_t ref;
-  cgc__ctx_scope_t scope;
-  st = cgc__enqueue_begin(stream, pageable, &ref, &scope, func);
-  if (st == CGC_SUCCESS && pageable) {
+  if (st == CGC_SUCCESS && host != NULL && cgc__captures_underway() > 0 && pageable(host, bytes)) {
+    if (stream->kind != CGC__STREAM_LEGACY) st = cgc__stream_resolve(stream, true, &ref, func);
     const char* name = dir == HOST_TO_DEVICE ? "src" : "dst";
-    if (ref.capturing)
+    if (st == CGC_SUCCESS && ref.capturing)
       st = cgc__fail(CGC_ERROR_CAPTURE_UNSUPPORTED, func,
                      "%s (%p, %zu bytes) is pageable host memory and stream %p is capturing: a captured copy reads "
                      "or writes its host buffer again at every replay, which the driver can do only with "
                      "page-locked memory; use cgc_host_alloc or cgc_host_register for it",
                      name, host, bytes, (void*)ref.cu);
-    else
+    else if (st == CGC_SUCCESS)
       st = cgc__capture_guard(stream->dev, CGC__GUARD_THIS_THREAD, "a copy with pageable host memory", func);
   }
   if (st == CGC_SUCCESS) {
@@ -91,7 +99,7 @@ static cgc_status_t set(void* dst, uint32_t value, size_t count, size_t element,
   if (count == 0) return CGC_SUCCESS;
   cgc__stream_ref_t ref;
   cgc__ctx_scope_t scope;
-  st = cgc__enqueue_begin(stream, false, &ref, &scope, func); /* a set is the same captured or not */
+  st = cgc__enqueue_begin(stream, CGC__ASK_NEVER, &ref, &scope, func); /* a set is the same captured or not */
   if (st == CGC_SUCCESS) {
     CUdeviceptr d = (CUdeviceptr)(uintptr_t)dst;
     if (element == 1)
@@ -150,16 +158,17 @@ static cgc_status_t release_host(void* ptr, bool registered, const char* func) {
   cgc_status_t st = cgc__driver_load(func);
   if (st != CGC_SUCCESS) return st;
   CUdeviceptr p = (CUdeviceptr)(uintptr_t)ptr;
-  if (!page_locked(ptr))
+  if (memory_type(ptr) != CU_MEMORYTYPE_HOST)
     return cgc__fail(CGC_ERROR_INVALID_ARGUMENT, func, "ptr (%p) is not page-locked host memory of %s", ptr,
                      registered ? "cgc_host_register" : "cgc_host_alloc");
-  /* The driver wants a context current; the one that page-locked it where it says, else the
-   * caller's, else device 0's primary context (portable memory belongs to every context). */
+  /* The driver wants a context current: the caller's if there is one, else the primary context
+   * of the device the memory was page-locked on (portable memory serves every context). */
   CUcontext owner = NULL, current = NULL;
-  if (cgc__drv.cuPointerGetAttribute(&owner, CU_POINTER_ATTRIBUTE_CONTEXT, p) != CUDA_SUCCESS) owner = NULL;
-  if (owner == NULL && cgc__drv.cuCtxGetCurrent(&current) == CUDA_SUCCESS && current == NULL) {
+  if (cgc__drv.cuCtxGetCurrent(&current) == CUDA_SUCCESS && current == NULL) {
+    int ordinal = 0;
+    if (cgc__drv.cuPointerGetAttribute(&ordinal, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, p) != CUDA_SUCCESS) ordinal = 0;
     struct cgc__device* dev = NULL;
-    st = cgc__device_get(0, &dev, func);
+    st = cgc__device_get(ordinal, &dev, func);
     if (st != CGC_SUCCESS) return st;
     owner = dev->cu;
   }

@@ -86,6 +86,7 @@ extern "C" {
   X(cuMemsetD8Async, PFN_cuMemsetD8Async_v3020, 3020)                                        \
   X(cuMemsetD16Async, PFN_cuMemsetD16Async_v3020, 3020)                                      \
   X(cuLaunchHostFunc, PFN_cuLaunchHostFunc_v10000, 10000)                                    \
+  X(cuStreamAddCallback, PFN_cuStreamAddCallback_v5000, 5000)                                \
   X(cuStreamWriteValue32, PFN_cuStreamWriteValue32_v11070, 12000)                            \
   X(cuStreamWriteValue64, PFN_cuStreamWriteValue64_v11070, 12000)                            \
   X(cuStreamWaitValue32, PFN_cuStreamWaitValue32_v11070, 12000)                              \

@@ -7,13 +7,13 @@
  * about what it costs through the driver (cgc_bench scenario 7). */
 #include "src/internal.h"
 
-cgc_status_t cgc__enqueue_begin(cgc_stream_t s, bool ask_capture, cgc__stream_ref_t* ref, cgc__ctx_scope_t* scope,
+cgc_status_t cgc__enqueue_begin(cgc_stream_t s, cgc__ask_t ask, cgc__stream_ref_t* ref, cgc__ctx_scope_t* scope,
                                 const char* func) {
   scope->pushed = false;
-  if (ask_capture && cgc__captures_underway() > 0 && s->kind != CGC__STREAM_LEGACY) {
+  bool asked = ask == CGC__ASK_ALWAYS || (ask == CGC__ASK_WHILE_CAPTURES && cgc__captures_underway() > 0);
+  if (asked && s->kind != CGC__STREAM_LEGACY) {
     /* Whether this stream takes part in a capture decides what the call may do (a pageable
-     * copy, a host node). Asked only while cgc captures: a capture begun with the driver
-     * alone is its caller's business (SEMANTICS 21). */
+     * copy, a host node, which capture holds a kernel's code). */
     cgc_status_t st = cgc__stream_resolve(s, true, ref, func);
     if (st != CGC_SUCCESS) return st;
   } else {

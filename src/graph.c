@@ -2,9 +2,10 @@
  *
  * cgc_graph_launch is the path users time against cuGraphLaunch: it validates two handles with
  * plain loads, calls the driver, and bumps a relaxed atomic counter; no lock, no allocation, no
- * other driver call. Two cases take an out-of-line path: the default streams (the context must
- * be current) and graphs holding objects with something to do before each launch (a generator
- * writes its state); other graphs pay one predictable branch for them.
+ * other driver call. Three cases take an out-of-line path: the default streams (the context must
+ * be current), graphs holding objects with something to do before each launch (a generator
+ * writes its state), and launches while a cgc capture is under way (a launch into a capture is
+ * refused); other launches pay one predictable branch for them.
  *
  * Knowing when replays are over costs the launch nothing: the capture's last node records the
  * graph's `done` event (capture.c), and the driver runs the launches of one executable one after
@@ -96,6 +97,7 @@ cgc_status_t cgc__graph_create(struct cgc__device* dev, CUgraph graph, CUevent d
   g->done = done;
   g->pool = pool;
   g->node_count = node_count;
+  pthread_mutex_init(&g->inspect_lock, NULL);
   *out = g;
   return CGC_SUCCESS;
 
@@ -126,11 +128,26 @@ static __attribute__((noinline, cold)) cgc_status_t launch_refused(cgc_graph_t g
                    (void*)stream->cu, stream->dev->ordinal, (void*)graph, graph->dev->ordinal);
 }
 
-/* The slow launch: the default streams (the context must be current) and graphs whose objects
- * run a prologue on the launch stream first (a generator's state, SEMANTICS 17). */
-static __attribute__((noinline)) CUresult launch_with_prologue(cgc_graph_t graph, cgc_stream_t stream) {
+/* The slow launch: the default streams (the context must be current), graphs whose objects run
+ * a prologue on the launch stream first (a generator's state, SEMANTICS 17), and any launch while
+ * a cgc capture is under way, which must not go into a capture (SEMANTICS 10): the captured copy
+ * of this graph would run its host functions, module code, pool memory and completion event,
+ * which this graph alone owns and releases at its reset. */
+static __attribute__((noinline)) cgc_status_t launch_slow(cgc_graph_t graph, cgc_stream_t stream, const char* func) {
+  if (cgc__captures_underway() > 0 && stream->kind != CGC__STREAM_LEGACY) {
+    cgc__stream_ref_t ref;
+    cgc_status_t st = cgc__stream_resolve(stream, true, &ref, func);
+    if (st != CGC_SUCCESS) return st;
+    if (ref.capturing)
+      return cgc__fail(CGC_ERROR_CAPTURE_UNSUPPORTED, func,
+                       "stream %p is capturing (capture id %llu): a graph launched into a capture would become a "
+                       "child graph using what graph %p owns (its pool, host functions, kernels' code), which its "
+                       "reset frees; launch it after the capture ends, or capture its work again",
+                       (void*)stream->cu, (unsigned long long)ref.capture_id, (void*)graph);
+  }
   cgc__ctx_scope_t scope;
-  if (cgc__ctx_enter(graph->dev, &scope, "cgc_graph_launch") != CGC_SUCCESS) return CUDA_ERROR_INVALID_CONTEXT;
+  cgc_status_t st = cgc__ctx_enter(graph->dev, &scope, func);
+  if (st != CGC_SUCCESS) return st;
   CUresult r = CUDA_SUCCESS;
   for (size_t i = 0; i < graph->n_prologue && r == CUDA_SUCCESS; i++) {
     const struct cgc__use* u = &graph->uses[i];
@@ -138,7 +155,9 @@ static __attribute__((noinline)) CUresult launch_with_prologue(cgc_graph_t graph
   }
   if (r == CUDA_SUCCESS) r = cgc__drv.cuGraphLaunch(graph->exec, stream->cu);
   cgc__ctx_leave(&scope);
-  return r;
+  st = cgc__cu_fail(r, func, "cuGraphLaunch");
+  if (st == CGC_SUCCESS) atomic_fetch_add_explicit(&graph->replays, 1, memory_order_relaxed);
+  return st;
 }
 
 cgc_status_t cgc_graph_launch(cgc_graph_t graph, cgc_stream_t stream) {
@@ -146,9 +165,9 @@ cgc_status_t cgc_graph_launch(cgc_graph_t graph, cgc_stream_t stream) {
                            graph->exec == NULL || stream->dev != graph->dev,
                        0))
     return launch_refused(graph, stream, __func__);
-  CUresult r = __builtin_expect(stream->special || graph->n_prologue != 0, 0)
-                   ? launch_with_prologue(graph, stream)
-                   : cgc__drv.cuGraphLaunch(graph->exec, stream->cu);
+  if (__builtin_expect(stream->special || graph->n_prologue != 0 || cgc__captures_underway() > 0, 0))
+    return launch_slow(graph, stream, __func__);
+  CUresult r = cgc__drv.cuGraphLaunch(graph->exec, stream->cu);
   if (__builtin_expect(r != CUDA_SUCCESS, 0)) return cgc__cu_fail(r, __func__, "cuGraphLaunch");
   atomic_fetch_add_explicit(&graph->replays, 1, memory_order_relaxed);
   return CGC_SUCCESS;
@@ -174,7 +193,8 @@ _Static_assert(CU_GRAPH_NODE_TYPE_KERNEL == 0 && CU_GRAPH_NODE_TYPE_HOST == 3 &&
                "CGC_GRAPH_NODE_KINDS names the driver's CUgraphNodeType values");
 
 /* Counts the graph's nodes by kind into `info` (cgc's completion record left out). Asked of the
- * driver at each call, so that capture pays nothing for it. */
+ * driver at the first cgc_graph_info that wants them, so that capture pays nothing for it, and
+ * kept (the graph does not change); the caller holds graph->inspect_lock. */
 static cgc_status_t count_nodes(cgc_graph_t graph, cgc_graph_info_t* info, const char* func) {
   size_t n = 0;
   cgc_status_t st = cgc__cu_fail(cgc__drv.cuGraphGetNodes(graph->graph, NULL, &n), func, "cuGraphGetNodes");
@@ -215,14 +235,27 @@ cgc_status_t cgc_graph_info(cgc_graph_t graph, cgc_graph_info_t* info) {
   full.uploaded = atomic_load(&graph->uploaded);
   full.pool_bytes_reserved = cgc__pool_reserved(graph->pool);
   /* The counts are asked of the driver only for a caller whose struct has room for them. */
+  /* The driver promises nothing for two threads calling into one graph at once: the counts are
+   * made once, under the graph's inspect_lock (which cgc_graph_debug_dump takes too). */
   cgc_status_t st = CGC_SUCCESS;
   if (info->struct_size > offsetof(cgc_graph_info_t, kernel_nodes) && graph->graph != NULL) {
-    cgc__ctx_scope_t scope;
-    st = cgc__ctx_enter(graph->dev, &scope, __func__);
-    if (st == CGC_SUCCESS) {
-      st = count_nodes(graph, &full, __func__);
-      cgc__ctx_leave(&scope);
+    pthread_mutex_lock(&graph->inspect_lock);
+    if (!graph->counted) {
+      cgc__ctx_scope_t scope;
+      st = cgc__ctx_enter(graph->dev, &scope, __func__);
+      if (st == CGC_SUCCESS) {
+        st = count_nodes(graph, &graph->counts, __func__);
+        cgc__ctx_leave(&scope);
+      }
+      graph->counted = st == CGC_SUCCESS;
     }
+    if (graph->counted) {
+#define COPY_NODE_KIND_(X, field, node_type) full.field = graph->counts.field;
+      CGC_GRAPH_NODE_KINDS(COPY_NODE_KIND_, unused)
+#undef COPY_NODE_KIND_
+      full.other_nodes = graph->counts.other_nodes;
+    }
+    pthread_mutex_unlock(&graph->inspect_lock);
   }
   if (st != CGC_SUCCESS) return st;
   memcpy(info, &full, full.struct_size);
@@ -244,7 +277,9 @@ cgc_status_t cgc_graph_debug_dump(cgc_graph_t graph, const char* dot_path) {
   CGC_CHECK_ARG(dot_path != NULL && dot_path[0] != '\0', "dot_path is NULL or empty");
   if (graph->graph == NULL)
     return cgc__fail(CGC_ERROR_INVALID_STATE, __func__, "graph %p was reset: nothing to dump", (void*)graph);
+  pthread_mutex_lock(&graph->inspect_lock);
   cgc_status_t st = CGC_CU(cuGraphDebugDotPrint(graph->graph, dot_path, CU_GRAPH_DEBUG_DOT_FLAGS_VERBOSE));
+  pthread_mutex_unlock(&graph->inspect_lock);
   if (st != CGC_SUCCESS) cgc__append(" (writing '%s')", dot_path);
   return st;
 }
@@ -288,6 +323,7 @@ cgc_status_t cgc_graph_destroy(cgc_graph_t graph) {
   CGC_CHECK_HANDLE(graph, CGC_MAGIC_GRAPH);
   cgc_status_t st = cgc_graph_reset(graph);
   if (st != CGC_SUCCESS && graph->exec != NULL) return st; /* nothing was released: the handle stays */
+  pthread_mutex_destroy(&graph->inspect_lock);
   cgc__retire(graph);
   return st;
 }

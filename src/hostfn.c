@@ -1,11 +1,15 @@
-/* Host functions on a stream (cuLaunchHostFunc), eager or captured as host nodes.
+/* Host functions on a stream, eager or captured as host nodes.
  *
  * Each call wraps the caller's function in a small record that also carries the release
- * callback for its user data. Eagerly the driver calls the record once and it frees itself.
- * Captured, the host node calls it at every replay, so the record belongs to the capture and
- * then the graph, through the same use table as generators and communicators: the graph
- * releases it at reset, after its last replay is over (release_after_replays), and a failed
- * capture releases it when it ends. While the caller's function (or an eager release) runs,
+ * callback for its user data. Eagerly the record goes to cuStreamAddCallback, whose callback the
+ * driver runs once even when the context has failed (it then skips the caller's function but
+ * still releases: cuLaunchHostFunc would run nothing then, and the data would leak), and which
+ * the driver refuses inside a capture (so an eager record can never become a node that frees
+ * itself at its first replay). Captured, cuLaunchHostFunc makes a host node that calls the
+ * record at every replay, so the record belongs to the capture and then the graph, through the
+ * same use table as generators and communicators: the graph releases it at reset, after its
+ * last replay is over (release_after_replays), and a failed capture releases it when it ends.
+ * Whether the stream captures is always asked (a capture of the driver's alone included). While the caller's function (or an eager release) runs,
  * cgc__host_function_depth makes every cgc call on that thread refuse instead of reaching a
  * driver that forbids it there. */
 #include <stdlib.h>
@@ -24,11 +28,12 @@ static void call_release(struct host_call* call) {
   free(call);
 }
 
-/* The eager call: once, then nothing can call fn again. */
-static void CUDA_CB run_once(void* data) {
+/* The eager call: once (not when earlier work failed), then nothing can call fn again. */
+static void CUDA_CB run_once(CUstream stream, CUresult status, void* data) {
+  (void)stream;
   struct host_call* call = data;
   cgc__host_function_depth++;
-  call->fn(call->user);
+  if (status == CUDA_SUCCESS) call->fn(call->user);
   if (call->release != NULL) call->release(call->user);
   cgc__host_function_depth--;
   free(call);
@@ -85,7 +90,7 @@ cgc_status_t cgc_launch_host_func(cgc_stream_t stream, cgc_host_fn fn, void* use
   cgc__stream_ref_t ref;
   cgc__ctx_scope_t scope;
   uint64_t capture = 0;
-  st = cgc__enqueue_begin(stream, true, &ref, &scope, __func__);
+  st = cgc__enqueue_begin(stream, CGC__ASK_ALWAYS, &ref, &scope, __func__);
   if (st == CGC_SUCCESS) st = cgc__enqueue_capture(&ref, "a host node", &capture, __func__);
   if (st == CGC_SUCCESS && capture != 0) {
     /* The capture holds the record before the node exists; our reference goes at the end. */
@@ -97,7 +102,7 @@ cgc_status_t cgc_launch_host_func(cgc_stream_t stream, cgc_host_fn fn, void* use
       return launched;
     }
   } else if (st == CGC_SUCCESS) {
-    st = CGC_CU(cuLaunchHostFunc(ref.cu, run_once, call));
+    st = CGC_CU(cuStreamAddCallback(ref.cu, run_once, call, 0));
     if (st == CGC_SUCCESS) {
       cgc__ctx_leave(&scope);
       return CGC_SUCCESS; /* run_once frees it */

@@ -319,12 +319,19 @@ int cgc__registry_count_on(struct cgc__device* dev, CUstream* origin);
 
 /* ---- calls that enqueue work on a stream (enqueue.c) ---- */
 
+/* Whether a call that enqueues work asks the driver if its stream captures (one
+ * cuStreamGetCaptureInfo, about 20 ns). */
+typedef enum cgc__ask {
+  CGC__ASK_NEVER,          /* the work is the same captured or not (a set, a memory operation) */
+  CGC__ASK_WHILE_CAPTURES, /* only while a cgc capture is under way (a kernel: its graph holds the code) */
+  CGC__ASK_ALWAYS,         /* also in a capture of the driver's alone (a host function: eager and
+                            * captured calls release their data differently) */
+} cgc__ask_t;
 /* What a call that enqueues work on `s` does first: refuses it inside a host function, resolves
- * the stream and makes the device's context current (leave `scope` with cgc__ctx_leave, also on
- * failure). With `ask_capture`, and only while a cgc capture is under way, the driver is asked
- * whether the stream captures (one cuStreamGetCaptureInfo, about 20 ns); otherwise
- * ref->capturing is false and no driver call is made but cuCtxGetCurrent. */
-cgc_status_t cgc__enqueue_begin(cgc_stream_t s, bool ask_capture, cgc__stream_ref_t* ref, cgc__ctx_scope_t* scope,
+ * the stream (asking as `ask` says; when not asked ref->capturing is false and no driver call is
+ * made but cuCtxGetCurrent) and makes the device's context current (leave `scope` with
+ * cgc__ctx_leave, also on failure). The legacy stream never captures: never asked. */
+cgc_status_t cgc__enqueue_begin(cgc_stream_t s, cgc__ask_t ask, cgc__stream_ref_t* ref, cgc__ctx_scope_t* scope,
                                 const char* func);
 /* The cgc capture that `ref` (from cgc__enqueue_begin) records into, or 0 when it does not
  * capture; CAPTURE_UNSUPPORTED, naming `what`, when it captures under a capture cgc did not
@@ -382,6 +389,11 @@ struct cgc_graph_s {
   struct cgc__use* uses; /* objects the graph holds */
   size_t n_uses;
   size_t n_prologue; /* how many of them have before_launch: the launch fast path tests this */
+  /* Serialises what inspects the CUgraph (node counts, DOT dumps): the driver does not allow
+   * two threads in one graph at once. Guards `counts` and `counted`. */
+  pthread_mutex_t inspect_lock;
+  cgc_graph_info_t counts; /* the node counts by kind, once `counted` */
+  bool counted;
 };
 
 /* Wraps an ended capture's graph: instantiates (and uploads with CGC_CAPTURE_UPLOAD). Takes

@@ -18,7 +18,22 @@ enum {
   CAPS_WAIT_NOR = 1u << 2,
   CAPS_FLUSH = 1u << 3,
 };
-enum { kMaxBatch = 256 }; /* the driver's limit of operations per batch */
+enum { kMaxBatch = 255 }; /* the driver's limit: fewer than 256 operations per batch */
+
+_Static_assert(sizeof(cgc_mem_op_t) == 24, "cgc_mem_op_t's layout is fixed: arrays of it cross the ABI");
+_Static_assert((int)CGC_MEM_OP_WAIT_VALUE_32 == (int)CU_STREAM_MEM_OP_WAIT_VALUE_32 &&
+                   (int)CGC_MEM_OP_WRITE_VALUE_32 == (int)CU_STREAM_MEM_OP_WRITE_VALUE_32 &&
+                   (int)CGC_MEM_OP_FLUSH_REMOTE_WRITES == (int)CU_STREAM_MEM_OP_FLUSH_REMOTE_WRITES &&
+                   (int)CGC_MEM_OP_WAIT_VALUE_64 == (int)CU_STREAM_MEM_OP_WAIT_VALUE_64 &&
+                   (int)CGC_MEM_OP_WRITE_VALUE_64 == (int)CU_STREAM_MEM_OP_WRITE_VALUE_64 &&
+                   (int)CGC_MEM_OP_BARRIER == (int)CU_STREAM_MEM_OP_BARRIER,
+               "cgc_mem_op_kind_t has the driver's CUstreamBatchMemOpType values");
+_Static_assert((int)CGC_WAIT_GEQ == (int)CU_STREAM_WAIT_VALUE_GEQ && (int)CGC_WAIT_EQ == (int)CU_STREAM_WAIT_VALUE_EQ &&
+                   (int)CGC_WAIT_AND == (int)CU_STREAM_WAIT_VALUE_AND && (int)CGC_WAIT_NOR == (int)CU_STREAM_WAIT_VALUE_NOR &&
+                   (int)CGC_WAIT_FLUSH == (int)CU_STREAM_WAIT_VALUE_FLUSH,
+               "CGC_WAIT_* are the driver's CUstreamWaitValue_flags");
+_Static_assert((int)CGC_BARRIER_SYSTEM == (int)CU_STREAM_MEMORY_BARRIER_TYPE_SYS && (int)CGC_BARRIER_GPU == (int)CU_STREAM_MEMORY_BARRIER_TYPE_GPU,
+               "CGC_BARRIER_* are the driver's CUstreamMemoryBarrier_flags");
 
 static cgc_status_t device_caps(struct cgc__device* dev, unsigned* caps, const char* func) {
   unsigned known = atomic_load_explicit(&dev->memop_caps, memory_order_relaxed);
@@ -54,8 +69,15 @@ static cgc_status_t check_op(const cgc_mem_op_t* op, unsigned caps, long index, 
   bool wait = op->kind == CGC_MEM_OP_WAIT_VALUE_32 || op->kind == CGC_MEM_OP_WAIT_VALUE_64;
   bool write = op->kind == CGC_MEM_OP_WRITE_VALUE_32 || op->kind == CGC_MEM_OP_WRITE_VALUE_64;
   bool wide = op->kind == CGC_MEM_OP_WAIT_VALUE_64 || op->kind == CGC_MEM_OP_WRITE_VALUE_64;
-  if (!wait && !write && op->kind != CGC_MEM_OP_FLUSH_REMOTE_WRITES)
-    return cgc__fail(CGC_ERROR_INVALID_ARGUMENT, func, "%skind %d is not a cgc_mem_op_kind_t", where, (int)op->kind);
+  if (!wait && !write && op->kind != CGC_MEM_OP_FLUSH_REMOTE_WRITES && !(op->kind == CGC_MEM_OP_BARRIER && index >= 0))
+    return cgc__fail(CGC_ERROR_INVALID_ARGUMENT, func, "%skind %d is not a cgc_mem_op_kind_t%s", where, (int)op->kind,
+                     op->kind == CGC_MEM_OP_BARRIER ? " a single call takes (barriers go in batches)" : "");
+  if (op->kind == CGC_MEM_OP_BARRIER) {
+    if (op->flags > CGC_BARRIER_GPU)
+      return cgc__fail(CGC_ERROR_INVALID_ARGUMENT, func, "%sa barrier's flags are CGC_BARRIER_SYSTEM or CGC_BARRIER_GPU (0x%x)",
+                       where, op->flags);
+    return CGC_SUCCESS;
+  }
   if (op->kind == CGC_MEM_OP_FLUSH_REMOTE_WRITES) {
     if (op->flags != 0) return cgc__fail(CGC_ERROR_INVALID_ARGUMENT, func, "%sa flush takes no flags (0x%x)", where, op->flags);
     if (!(caps & CAPS_FLUSH))
@@ -75,9 +97,10 @@ static cgc_status_t check_op(const cgc_mem_op_t* op, unsigned caps, long index, 
                      "%sthe device has no 64-bit stream memory operations (CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS is 0)",
                      where);
   if (write) {
-    if ((op->flags & ~CGC_WRITE_NO_MEMORY_BARRIER) != 0)
-      return cgc__fail(CGC_ERROR_INVALID_ARGUMENT, func, "%sunknown write flag bits 0x%x", where,
-                       op->flags & ~CGC_WRITE_NO_MEMORY_BARRIER);
+    if (op->flags != 0)
+      return cgc__fail(CGC_ERROR_INVALID_ARGUMENT, func,
+                       "%swrite flags 0x%x: writes take 0 (the driver's v2 operations have no unordered write)", where,
+                       op->flags);
     return CGC_SUCCESS;
   }
   unsigned condition = op->flags & ~CGC_WAIT_FLUSH;
@@ -119,17 +142,18 @@ static cgc_status_t mem_ops(cgc_stream_t stream, const cgc_mem_op_t* ops, size_t
   cgc_status_t st = cgc__check_handle(stream, CGC_MAGIC_STREAM, func, "stream");
   if (st != CGC_SUCCESS) return st;
   if (batch) {
-    if (ops == NULL) return cgc__fail(CGC_ERROR_INVALID_ARGUMENT, func, "ops is NULL");
     if (count == 0 || count > kMaxBatch)
       return cgc__fail(CGC_ERROR_INVALID_ARGUMENT, func, "count is %zu: a batch holds 1 to %d operations", count, kMaxBatch);
+    if (ops == NULL) return cgc__fail(CGC_ERROR_INVALID_ARGUMENT, func, "ops is NULL");
   }
+  if (cgc__host_function_depth > 0) return cgc__refuse_in_host_function(func);
   unsigned caps = 0;
   st = device_caps(stream->dev, &caps, func);
   for (size_t i = 0; i < count && st == CGC_SUCCESS; i++) st = check_op(&ops[i], caps, batch ? (long)i : -1, func);
   if (st != CGC_SUCCESS) return st;
   cgc__stream_ref_t ref;
   cgc__ctx_scope_t scope;
-  st = cgc__enqueue_begin(stream, false, &ref, &scope, func); /* the same captured or not */
+  st = cgc__enqueue_begin(stream, CGC__ASK_NEVER, &ref, &scope, func);
   if (st == CGC_SUCCESS && !batch) {
     st = cgc__cu_fail(issue_one(&ops[0], ref.cu), func, call_name(ops[0].kind));
   } else if (st == CGC_SUCCESS) {
@@ -142,6 +166,9 @@ static cgc_status_t mem_ops(cgc_stream_t stream, const cgc_mem_op_t* ops, size_t
       bool wait = op->kind == CGC_MEM_OP_WAIT_VALUE_32 || op->kind == CGC_MEM_OP_WAIT_VALUE_64;
       if (op->kind == CGC_MEM_OP_FLUSH_REMOTE_WRITES) {
         p->flushRemoteWrites.operation = CU_STREAM_MEM_OP_FLUSH_REMOTE_WRITES;
+      } else if (op->kind == CGC_MEM_OP_BARRIER) {
+        p->memoryBarrier.operation = CU_STREAM_MEM_OP_BARRIER;
+        p->memoryBarrier.flags = op->flags;
       } else if (wait) {
         p->waitValue.address = (CUdeviceptr)(uintptr_t)op->address;
         p->waitValue.value64 = op->value; /* the low word is value for 32-bit operations */

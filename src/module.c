@@ -33,9 +33,19 @@ struct cgc_function_s {
 struct cgc_module_s {
   uint32_t magic;
   struct module_code* code;
-  pthread_mutex_t functions_lock; /* guards `functions`; held across cuModuleGetFunction only */
+  /* Guards `functions`. Held across cuModuleGetFunction and the context push around it, which
+   * may load the kernel (an allocation) but take no lock of cgc's: no cgc lock is taken under
+   * it, and neither malloc, free nor launch paths take it. */
+  pthread_mutex_t functions_lock;
   struct cgc_function_s* functions;
 };
+
+_Static_assert((int)CGC_FUNC_MAX_THREADS_PER_BLOCK == (int)CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK &&
+                   (int)CGC_FUNC_NUM_REGS == (int)CU_FUNC_ATTRIBUTE_NUM_REGS &&
+                   (int)CGC_FUNC_CACHE_MODE_CA == (int)CU_FUNC_ATTRIBUTE_CACHE_MODE_CA &&
+                   (int)CGC_FUNC_MAX_DYNAMIC_SHARED_SIZE_BYTES == (int)CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES &&
+                   (int)CGC_FUNC_PREFERRED_SHARED_MEMORY_CARVEOUT == (int)CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT,
+               "cgc_function_attribute_t has the driver's CUfunction_attribute values");
 
 static void code_retain(void* object) {
   atomic_fetch_add_explicit(&((struct module_code*)object)->refs, 1, memory_order_relaxed);
@@ -139,9 +149,15 @@ cgc_status_t cgc_module_get_function(cgc_module_t module, const char* name, cgc_
   pthread_mutex_lock(&module->functions_lock);
   struct cgc_function_s* f = module->functions;
   while (f != NULL && strcmp(f->name, name) != 0) f = f->next;
-  if (f == NULL) {
+  cgc__ctx_scope_t scope = {false};
+  if (f == NULL) st = cgc__ctx_enter(module->code->dev, &scope, __func__);
+  if (f == NULL && st == CGC_SUCCESS) {
     CUfunction cu = NULL;
+    /* With lazy loading (the driver's default since CUDA 12.2) this loads the kernel, which
+     * allocates device memory: Relaxed mode, so that no Global capture on any thread breaks. */
+    CUstreamCaptureMode previous = cgc__relaxed_begin();
     CUresult r = cgc__drv.cuModuleGetFunction(&cu, module->code->cu, name);
+    cgc__relaxed_end(previous);
     if (r == CUDA_ERROR_NOT_FOUND) {
       st = cgc__fail(CGC_ERROR_INVALID_ARGUMENT, __func__,
                      "the module has no kernel named '%s' (C++ kernels need extern \"C\" or their mangled name)", name);
@@ -162,6 +178,7 @@ cgc_status_t cgc_module_get_function(cgc_module_t module, const char* name, cgc_
       }
     }
   }
+  cgc__ctx_leave(&scope);
   pthread_mutex_unlock(&module->functions_lock);
   if (st == CGC_SUCCESS) *out = f;
   return st;
@@ -173,7 +190,14 @@ cgc_status_t cgc_function_get_attribute(cgc_function_t function, cgc_function_at
   CGC_CHECK_HANDLE(function, CGC_MAGIC_FUNCTION);
   CGC_CHECK_ARG(attribute >= CGC_FUNC_MAX_THREADS_PER_BLOCK && attribute <= CGC_FUNC_PREFERRED_SHARED_MEMORY_CARVEOUT,
                 "attribute %d is not a cgc_function_attribute_t", (int)attribute);
-  return CGC_CU(cuFuncGetAttribute(value, (CUfunction_attribute)attribute, function->cu));
+  cgc__ctx_scope_t scope;
+  cgc_status_t st = cgc__ctx_enter(function->code->dev, &scope, __func__);
+  if (st != CGC_SUCCESS) return st;
+  CUstreamCaptureMode previous = cgc__relaxed_begin(); /* may load the kernel, as above */
+  st = CGC_CU(cuFuncGetAttribute(value, (CUfunction_attribute)attribute, function->cu));
+  cgc__relaxed_end(previous);
+  cgc__ctx_leave(&scope);
+  return st;
 }
 
 cgc_status_t cgc_function_set_attribute(cgc_function_t function, cgc_function_attribute_t attribute, int value) {
@@ -182,7 +206,13 @@ cgc_status_t cgc_function_set_attribute(cgc_function_t function, cgc_function_at
                 "attribute %d cannot be set (only CGC_FUNC_MAX_DYNAMIC_SHARED_SIZE_BYTES and "
                 "CGC_FUNC_PREFERRED_SHARED_MEMORY_CARVEOUT can)",
                 (int)attribute);
-  cgc_status_t st = CGC_CU(cuFuncSetAttribute(function->cu, (CUfunction_attribute)attribute, value));
+  cgc__ctx_scope_t scope;
+  cgc_status_t st = cgc__ctx_enter(function->code->dev, &scope, __func__);
+  if (st != CGC_SUCCESS) return st;
+  CUstreamCaptureMode previous = cgc__relaxed_begin(); /* may load the kernel, as above */
+  st = CGC_CU(cuFuncSetAttribute(function->cu, (CUfunction_attribute)attribute, value));
+  cgc__relaxed_end(previous);
+  cgc__ctx_leave(&scope);
   if (st != CGC_SUCCESS) cgc__append(" (value %d)", value);
   return st;
 }
@@ -201,7 +231,7 @@ cgc_status_t cgc_launch_kernel(cgc_function_t function, uint32_t grid_x, uint32_
                      function->code->dev->ordinal, (void*)stream->cu, stream->dev->ordinal);
   cgc__stream_ref_t ref;
   cgc__ctx_scope_t scope;
-  cgc_status_t st = cgc__enqueue_begin(stream, true, &ref, &scope, __func__);
+  cgc_status_t st = cgc__enqueue_begin(stream, CGC__ASK_WHILE_CAPTURES, &ref, &scope, __func__);
   /* Captured into a cgc capture: its graph keeps the module's code loaded. (In a capture begun
    * with the driver alone the caller keeps the module loaded as long as that graph lives.) */
   struct module_code* code = function->code;

@@ -1,5 +1,6 @@
 /* Streams: owned (cgc_stream_create) or borrowed (cgc_stream_wrap), the legacy and per-thread
  * default streams included. */
+#include <stddef.h>
 #include <stdlib.h>
 
 #include "src/internal.h"
@@ -238,10 +239,19 @@ cgc_status_t cgc_stream_copy_attributes(cgc_stream_t dst, cgc_stream_t src) {
   return st;
 }
 
+_Static_assert((int)CGC_ACCESS_NORMAL == (int)CU_ACCESS_PROPERTY_NORMAL &&
+                   (int)CGC_ACCESS_STREAMING == (int)CU_ACCESS_PROPERTY_STREAMING &&
+                   (int)CGC_ACCESS_PERSISTING == (int)CU_ACCESS_PROPERTY_PERSISTING,
+               "cgc_access_property_t has the driver's CUaccessProperty values");
+
+/* The policy struct as 1.1 defined it: fields a later version appends are optional, so a caller
+ * built against 1.1 keeps working with a later library (struct_size covers at least these). */
+static const size_t kAccessPolicy_1_1 = offsetof(cgc_access_policy_t, miss_property) + sizeof(cgc_access_property_t);
+
 cgc_status_t cgc_stream_set_access_policy(cgc_stream_t stream, const cgc_access_policy_t* policy) {
   CGC_CHECK_ARG(policy != NULL, "policy is NULL");
   CGC_CHECK_HANDLE(stream, CGC_MAGIC_STREAM);
-  CGC_CHECK_ARG(policy->struct_size >= sizeof(cgc_access_policy_t),
+  CGC_CHECK_ARG(policy->struct_size >= kAccessPolicy_1_1,
                 "policy->struct_size is %zu: set it to sizeof(cgc_access_policy_t)", policy->struct_size);
   CGC_CHECK_ARG(policy->hit_ratio >= 0.0f && policy->hit_ratio <= 1.0f, "policy->hit_ratio (%g) is outside [0, 1]",
                 (double)policy->hit_ratio);
@@ -250,6 +260,7 @@ cgc_status_t cgc_stream_set_access_policy(cgc_stream_t stream, const cgc_access_
     CGC_CHECK_ARG(p >= CGC_ACCESS_NORMAL && p <= CGC_ACCESS_PERSISTING, "policy->%s_property (%d) is not a cgc_access_property_t",
                   i == 0 ? "hit" : "miss", (int)p);
   }
+  if (cgc__host_function_depth > 0) return cgc__refuse_in_host_function(__func__);
   int max_bytes = 0;
   cgc_status_t st = CGC_CU(cuDeviceGetAttribute(&max_bytes, CU_DEVICE_ATTRIBUTE_MAX_ACCESS_POLICY_WINDOW_SIZE,
                                                 stream->dev->cu_device));
@@ -275,7 +286,7 @@ cgc_status_t cgc_stream_set_access_policy(cgc_stream_t stream, const cgc_access_
 cgc_status_t cgc_stream_get_access_policy(cgc_stream_t stream, cgc_access_policy_t* policy) {
   CGC_CHECK_ARG(policy != NULL, "policy is NULL");
   CGC_CHECK_HANDLE(stream, CGC_MAGIC_STREAM);
-  CGC_CHECK_ARG(policy->struct_size >= sizeof(cgc_access_policy_t),
+  CGC_CHECK_ARG(policy->struct_size >= kAccessPolicy_1_1,
                 "policy->struct_size is %zu: set it to sizeof(cgc_access_policy_t)", policy->struct_size);
   CUstreamAttrValue value = {0};
   cgc__ctx_scope_t scope;

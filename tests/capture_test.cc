@@ -640,4 +640,29 @@ TEST_F(Capture, EmptyCacheOnAnotherThreadNeverBreaksAGlobalCapture) {
   CGC_ASSERT_OK(cgc_stream_destroy(other));
 }
 
+// Issue 13 review: a cgc graph launched into a capture became a child graph of the capture that
+// used what the launched graph owns and frees at its reset (its pool, its completion event, since
+// 1.1 its host functions and module code). Refused now, and the capture goes on.
+TEST_F(Capture, AGraphLaunchIntoACaptureIsRefused) {
+  CUdeviceptr a = Alloc(kN * 4);
+  CGC_ASSERT_OK(cgc_capture_begin(stream, nullptr));
+  Fill(stream, a, 1.0f, kN);
+  cgc_graph_t inner = nullptr;
+  CGC_ASSERT_OK(cgc_capture_end(stream, &inner));
+  cgc_stream_t other = nullptr;
+  CGC_ASSERT_OK(cgc_stream_create(ctx, CGC_STREAM_NON_BLOCKING, 0, &other));
+  CGC_ASSERT_OK(cgc_capture_begin(other, nullptr));
+  EXPECT_EQ(cgc_graph_launch(inner, other), CGC_ERROR_CAPTURE_UNSUPPORTED);
+  EXPECT_NE(std::string(cgc_last_error()).find("child graph"), std::string::npos) << cgc_last_error();
+  CGC_EXPECT_OK(cgc_graph_launch(inner, stream));  // eagerly, on a stream outside the capture: fine
+  cgc_graph_t outer = nullptr;
+  EXPECT_EQ(cgc_capture_end(other, &outer), CGC_SUCCESS) << "the refusal broke the capture: " << cgc_last_error();
+  if (outer) {
+    CGC_EXPECT_OK(cgc_graph_destroy(outer));
+  }
+  CGC_ASSERT_OK(cgc_stream_synchronize(stream));
+  CGC_EXPECT_OK(cgc_graph_destroy(inner));
+  CGC_EXPECT_OK(cgc_stream_destroy(other));
+}
+
 }  // namespace

@@ -137,11 +137,16 @@ TEST_F(WorkTest, BadArgumentsOfLiveHandlesAreRefusedWithTheirName) {
   EXPECT_REFUSED(cgc_stream_write_value64(stream, static_cast<char*>(d) + 4, 1, 0), A, "cgc_stream_write_value64",
                  "aligned");
   EXPECT_REFUSED(cgc_stream_write_value32(stream, nullptr, 1, 0), A, "cgc_stream_write_value32", "address is NULL");
-  EXPECT_REFUSED(cgc_stream_write_value32(stream, d, 1, 0x8), A, "cgc_stream_write_value32", "flag");
+  EXPECT_REFUSED(cgc_stream_write_value32(stream, d, 1, 0x1), A, "cgc_stream_write_value32", "writes take 0");
+  cgc_mem_op_t lone_barrier = {CGC_MEM_OP_BARRIER, CGC_BARRIER_GPU, nullptr, 0};
+  cgc_mem_op_t bad_barrier = {CGC_MEM_OP_BARRIER, 7, nullptr, 0};
+  EXPECT_REFUSED(cgc_stream_batch_mem_op(stream, &bad_barrier, 1), A, "cgc_stream_batch_mem_op", "barrier's flags");
+  CGC_EXPECT_OK(cgc_stream_batch_mem_op(stream, &lone_barrier, 1));
   EXPECT_REFUSED(cgc_stream_wait_value32(stream, d, 1, 0x7), A, "cgc_stream_wait_value32", "wait flags");
   EXPECT_REFUSED(cgc_stream_batch_mem_op(stream, &bad_kind, 0), A, "cgc_stream_batch_mem_op", "count is 0");
-  EXPECT_REFUSED(cgc_stream_batch_mem_op(stream, &bad_kind, 257), A, "cgc_stream_batch_mem_op", "count is 257");
+  EXPECT_REFUSED(cgc_stream_batch_mem_op(stream, &bad_kind, 256), A, "cgc_stream_batch_mem_op", "count is 256");
   EXPECT_REFUSED(cgc_stream_batch_mem_op(stream, nullptr, 1), A, "cgc_stream_batch_mem_op", "ops is NULL");
+  CGC_EXPECT_OK(cgc_memcpy_dtod_async(nullptr, nullptr, 0, stream));  // 0 bytes: nothing is looked at
   EXPECT_REFUSED(cgc_stream_batch_mem_op(stream, &bad_kind, 1), A, "cgc_stream_batch_mem_op", "ops[0]: kind 9");
   EXPECT_REFUSED(cgc_stream_batch_mem_op(stream, &wide_value, 1), A, "cgc_stream_batch_mem_op", "32-bit");
   EXPECT_REFUSED(cgc_stream_set_access_policy(stream, &policy), A, "cgc_stream_set_access_policy", "hit_ratio");
@@ -340,6 +345,75 @@ TEST_F(WorkTest, AHostNodeInACaptureCgcDidNotBeginIsRefused) {
   CGC_EXPECT_OK(cgc_stream_destroy(other));
 }
 
+// Issue 13 review: with no cgc capture under way cgc did not ask, and the eager record went into
+// the driver's graph, to be freed at its first replay and read again at the next.
+TEST_F(WorkTest, AHostFunctionInADriverCaptureIsRefusedAlsoWithNoCgcCapture) {
+  CUstream raw = static_cast<CUstream>(cgc_stream_native(stream));
+  CU_ASSERT_OK(cuStreamBeginCapture(raw, CU_STREAM_CAPTURE_MODE_RELAXED));
+  HostCalls h;
+  EXPECT_EQ(cgc_launch_host_func(stream, CountCall, &h, Release), CGC_ERROR_CAPTURE_UNSUPPORTED) << cgc_last_error();
+  EXPECT_EQ(h.released, 1);
+  CUgraph raw_graph = nullptr;
+  CU_ASSERT_OK(cuStreamEndCapture(raw, &raw_graph));
+  ASSERT_NE(raw_graph, nullptr) << "the driver's capture was not broken";
+  size_t nodes = 99;
+  CU_ASSERT_OK(cuGraphGetNodes(raw_graph, nullptr, &nodes));
+  EXPECT_EQ(nodes, 0u);
+  cgc__drv.cuGraphDestroy(raw_graph);
+}
+
+// Threads that never made a context current: page-locked memory is still known as such (a copy
+// into a capture is not refused as pageable) and can be freed.
+TEST_F(WorkTest, PageLockedMemoryIsRecognisedOnThreadsWithoutAContext) {
+  HostBuffer<float> pinned(ctx, 64);
+  void* d = Malloc(256, stream);
+  void* loose = nullptr;
+  CGC_ASSERT_OK(cgc_host_alloc(ctx, 4096, 0, &loose));
+  cgc_capture_options_t relaxed = {sizeof relaxed, CGC_CAPTURE_MODE_RELAXED, nullptr, 0};
+  CGC_ASSERT_OK(cgc_capture_begin(stream, &relaxed));
+  cgc_status_t copy = CGC_ERROR_INTERNAL, freed = CGC_ERROR_INTERNAL;
+  std::string message;
+  std::thread bare([&] {
+    CUcontext none = nullptr;
+    cgc__drv.cuCtxGetCurrent(&none);
+    if (none != nullptr) return;  // the thread must start without one
+    copy = cgc_memcpy_htod_async(d, pinned.p, 256, stream);
+    message = cgc_last_error();
+    freed = cgc_host_free(loose);
+  });
+  bare.join();
+  EXPECT_EQ(copy, CGC_SUCCESS) << message;
+  EXPECT_EQ(freed, CGC_SUCCESS);
+  cgc_graph_t g = nullptr;
+  CGC_ASSERT_OK(cgc_capture_end(stream, &g));
+  CGC_EXPECT_OK(cgc_graph_destroy(g));
+  CGC_EXPECT_OK(cgc_free(d));
+}
+
+// Two threads asking one graph for its node counts at once: the driver allows no two threads in
+// one graph, so cgc counts once, under a lock.
+TEST_F(WorkTest, GraphInfoFromManyThreadsAtOnce) {
+  void* d = Malloc(1024, stream);
+  CGC_ASSERT_OK(cgc_capture_begin(stream, nullptr));
+  for (int i = 0; i < 50; i++) CGC_ASSERT_OK(LaunchFill(stream, d, 1.0f, 256));
+  cgc_graph_t g = nullptr;
+  CGC_ASSERT_OK(cgc_capture_end(stream, &g));
+  std::atomic<int> wrong{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 8; t++)
+    threads.emplace_back([&] {
+      for (int k = 0; k < 50; k++) {
+        cgc_graph_info_t info = {};
+        info.struct_size = sizeof info;
+        if (cgc_graph_info(g, &info) != CGC_SUCCESS || info.kernel_nodes != 50u) wrong++;
+      }
+    });
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(wrong, 0);
+  CGC_EXPECT_OK(cgc_graph_destroy(g));
+  CGC_EXPECT_OK(cgc_free(d));
+}
+
 // ---- stream memory operations ----
 
 TEST_F(WorkTest, TwoStreamsHandOverWorkThroughAFlag) {
@@ -374,6 +448,11 @@ TEST_F(WorkTest, TwoStreamsHandOverWorkThroughAFlag) {
   for (unsigned i = 0; i < n; i += 997) ASSERT_EQ(got[i], 42.0f) << i;
   // A batch: a 32-bit and a 64-bit write in one call (64-bit where the device has them).
   cgc_mem_op_t ops[2] = {{CGC_MEM_OP_WRITE_VALUE_32, 0, flag, 7}, {CGC_MEM_OP_WRITE_VALUE_64, 0, flag, 0}};
+  cgc_mem_op_t fenced[3] = {{CGC_MEM_OP_WRITE_VALUE_32, 0, flag, 3}, {CGC_MEM_OP_BARRIER, CGC_BARRIER_SYSTEM, nullptr, 0},
+                            {CGC_MEM_OP_WAIT_VALUE_32, CGC_WAIT_EQ, flag, 3}};
+  CGC_ASSERT_OK(cgc_stream_batch_mem_op(stream, fenced, 3));
+  std::vector<cgc_mem_op_t> most(255, cgc_mem_op_t{CGC_MEM_OP_WRITE_VALUE_32, 0, flag, 4});
+  CGC_ASSERT_OK(cgc_stream_batch_mem_op(stream, most.data(), most.size()));  // the driver's largest batch
   cgc_status_t st = cgc_stream_batch_mem_op(stream, ops, 1);
   CGC_ASSERT_OK(st);
   ops[1].value = 0x1122334455667788ull;
