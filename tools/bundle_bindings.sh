@@ -3,7 +3,7 @@
 # calls it; the GPU machine has no Rust, Go or Bazel, so everything is built here):
 #   bin/rust_*_test, bin/go_binding_test      test binaries (they find libcgc via CGC_LIBRARY)
 #   python/                                   cgc.py and its unittest files
-#   tools/{rust,go}_fork_join, tools/*.py      the examples
+#   tools/{rust,go}_{fork_join,graph_work}, tools/*.py   the examples
 # A toolchain that is missing here is reported and its part left out.
 #   tools/bundle_bindings.sh BUNDLE_DIR
 set -euo pipefail
@@ -18,12 +18,14 @@ if command -v cargo >/dev/null 2>&1; then
 import json, sys
 for line in sys.stdin:
     m = json.loads(line)
-    # the integration tests (tests/*.rs), not the unit-test harness of the lib target (empty)
+    # the integration tests (tests/*.rs): the lib target's own unit tests need no GPU and run in CI
     if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["kind"] == ["test"]:
         print(m["target"]["name"], m["executable"])' |
     while read -r name exe; do cp "$exe" "$out/bin/rust_${name}_test"; done
   (cd "$ws/bindings/rust" && cargo build --release --quiet --example fork_join)
   cp "$ws/bindings/rust/target/release/examples/fork_join" "$out/tools/rust_fork_join"
+  (cd "$ws/bindings/rust" && cargo build --release --quiet --example graph_work)
+  cp "$ws/bindings/rust/target/release/examples/graph_work" "$out/tools/rust_graph_work"
 else
   echo "bundle_bindings: no cargo here, the Rust binding's tests are left out" >&2
 fi
@@ -32,6 +34,7 @@ if command -v go >/dev/null 2>&1; then
   export GOFLAGS=-buildvcs=false GOPROXY=off
   (cd "$ws/bindings/go" && go test -c -o "$out/bin/go_binding_test" .)
   (cd "$ws/examples/go" && go build -o "$out/tools/go_fork_join" .)
+  (cd "$ws/examples/go_graph_work" && go build -o "$out/tools/go_graph_work" .)
 else
   echo "bundle_bindings: no go here, the Go binding's tests are left out" >&2
 fi

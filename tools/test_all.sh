@@ -27,4 +27,5 @@ echo "== Rust binding ($(cargo --version))"
 echo "== Go binding ($(go version))"
 (cd bindings/go && ! gofmt -l . | grep . && go vet ./... && go test -v ./...)
 (cd examples/go && ! gofmt -l . | grep . && go vet ./... && go build -o /dev/null .)
+(cd examples/go_graph_work && ! gofmt -l . | grep . && go vet ./... && go build -o /dev/null .)
 echo "all tests passed"

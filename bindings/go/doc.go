@@ -1,6 +1,8 @@
 // Package cgc is the Go binding of libcgc: CUDA-graph capture with the semantics of PyTorch's
 // torch.cuda.graph (stream capture, replay, private memory pools shared across graphs,
-// fork/join capture through events, NCCL collectives and a graph-safe Philox generator).
+// fork/join capture through events, NCCL collectives and a graph-safe Philox generator), and
+// since version 1.1 the work a graph is made of: copies and sets, page-locked host memory, host
+// functions, stream memory operations and kernels of the caller's own modules.
 //
 // # Loading
 //
@@ -21,13 +23,31 @@
 //
 // # Lifetimes
 //
-// Every object has an explicit Close (Graph also has Destroy, DeviceMemory has Free). They are
-// idempotent and safe on a nil receiver. A finalizer is set on each object only as a safety
-// net for a forgotten Close: finalizers run late or never, so programs must not rely on them,
-// least of all for GPU memory. DeviceMemory has no finalizer at all, because its address is
-// usually handed to kernels, graphs or other libraries that Go cannot see; freeing it behind
-// the program's back would be worse than leaking it. As in C, an object must not be closed
-// while another goroutine is using it.
+// Every object has an explicit Close (Graph also has Destroy, DeviceMemory and HostBuffer have
+// Free, HostRegistration has Unregister). They are idempotent and safe on a nil receiver. A
+// finalizer is set on each object only as a safety net for a forgotten Close: finalizers run
+// late or never, so programs must not rely on them, least of all for GPU memory. DeviceMemory
+// and HostBuffer have no finalizer at all, because their addresses are usually handed to
+// kernels, graphs or other libraries that Go cannot see (a graph reads and writes its
+// page-locked host memory at every replay); freeing them behind the program's back would be
+// worse than leaking them. As in C, an object must not be closed while another goroutine is
+// using it.
+//
+// # The work a graph is made of
+//
+// Everything below works eagerly and inside a capture, where it becomes a graph node that runs
+// at every replay. CopyHostToDevice, CopyDeviceToHost and CopyDeviceToDevice copy (slices of
+// any Scalar type on the host side), Memset8/16/32 set. A captured copy reads or writes its host
+// memory again at every replay, so inside a capture that memory must be page-locked: a
+// HostBuffer from Context.HostAlloc (viewed through Bytes or HostSlice, and written between
+// replays to give each replay new values) or memory given to Context.HostRegister. A Go slice
+// there is refused with ErrCaptureUnsupported. Stream.LaunchHostFunc runs a Go function in
+// stream order (a host node when captured; the function must not call cgc or CUDA).
+// Stream.WriteValue32, WaitValue32 and their kin hand work between streams through a flag in
+// device memory (writes take flags 0; Stream.BatchMemOps takes 1 to 255 operations, barriers
+// among them). Context.LoadModule loads PTX, a cubin or a fatbin; Module.Function finds a
+// kernel and Function.Launch launches it with its arguments as Go values of fixed size.
+// Graph.Info counts a graph's nodes by kind.
 //
 // # Threads
 //

@@ -37,10 +37,25 @@ func (g *Graph) handle(op string) (C.cgc_graph_t, error) {
 
 // GraphInfo describes a graph (cgc_graph_info_t).
 type GraphInfo struct {
-	NodeCount         int
+	NodeCount         int    // the captured nodes (not cgc's own completion record)
 	ReplayCount       uint64 // successful launches
 	Uploaded          bool   // after Upload or CaptureOptions.Upload
 	PoolBytesReserved uint64 // bytes the graph's pool holds
+
+	// The captured nodes by kind (since 1.1; all 0 after Reset). They add up to NodeCount.
+	KernelNodes      int
+	MemcpyNodes      int
+	MemsetNodes      int
+	HostNodes        int
+	ChildGraphNodes  int
+	EmptyNodes       int
+	EventWaitNodes   int
+	EventRecordNodes int // cgc's own completion record is not counted
+	MemAllocNodes    int
+	MemFreeNodes     int
+	MemOpNodes       int // stream write/wait-value operations and batches of them
+	ConditionalNodes int
+	OtherNodes       int // kinds not listed (external semaphores, kinds newer than the header)
 }
 
 // Launch replays the graph on s (any stream of the graph's device). It does not synchronise.
@@ -79,7 +94,8 @@ func (g *Graph) Upload(s *Stream) error {
 	return err
 }
 
-// Info returns the graph's node count, replay count, upload state and pool size.
+// Info returns the graph's node counts (in all and by kind), replay count, upload state and
+// pool size. The counts by kind are asked of the driver at this call.
 func (g *Graph) Info() (GraphInfo, error) {
 	h, err := g.handle("Graph.Info")
 	if err != nil {
@@ -97,6 +113,19 @@ func (g *Graph) Info() (GraphInfo, error) {
 		ReplayCount:       uint64(info.replay_count),
 		Uploaded:          info.uploaded != 0,
 		PoolBytesReserved: uint64(info.pool_bytes_reserved),
+		KernelNodes:       int(info.kernel_nodes),
+		MemcpyNodes:       int(info.memcpy_nodes),
+		MemsetNodes:       int(info.memset_nodes),
+		HostNodes:         int(info.host_nodes),
+		ChildGraphNodes:   int(info.child_graph_nodes),
+		EmptyNodes:        int(info.empty_nodes),
+		EventWaitNodes:    int(info.event_wait_nodes),
+		EventRecordNodes:  int(info.event_record_nodes),
+		MemAllocNodes:     int(info.mem_alloc_nodes),
+		MemFreeNodes:      int(info.mem_free_nodes),
+		MemOpNodes:        int(info.mem_op_nodes),
+		ConditionalNodes:  int(info.conditional_nodes),
+		OtherNodes:        int(info.other_nodes),
 	}, nil
 }
 

@@ -8,6 +8,10 @@
 #include <stdio.h>
 #include <string.h>
 
+/* cgo's declarations of the Go functions the package exports (hostfunc.go), for the host
+ * function trampolines below. */
+#include "_cgo_export.h"
+
 /* Set once by cgcgo_load (the Go side serialises it with sync.Once and calls nothing else
  * before it succeeds); read-only afterwards, so no further synchronisation is needed. */
 static const cgc_api_t* api;
@@ -262,4 +266,154 @@ cgc_status_t cgcgo_rng_get_state(cgc_rng_t rng, uint64_t* seed, uint64_t* offset
 }
 cgc_status_t cgcgo_rng_set_state(cgc_rng_t rng, uint64_t seed, uint64_t offset, char** msg) {
   CALL(api->cgc_rng_set_state(rng, seed, offset));
+}
+
+/* ---- 1.1: the work a graph is made of ---- */
+
+/* Lent to the library where an empty Go slice gives NULL (see shim.h): never read or written. */
+static unsigned char empty_host_buffer[1];
+static const cgc_mem_op_t empty_mem_ops[1];
+
+cgc_status_t cgcgo_stream_priority_range(cgc_context_t ctx, int* least, int* greatest, char** msg) {
+  CALL(api->cgc_stream_priority_range(ctx, least, greatest));
+}
+cgc_status_t cgcgo_stream_priority(cgc_stream_t stream, int* priority, char** msg) {
+  CALL(api->cgc_stream_priority(stream, priority));
+}
+cgc_status_t cgcgo_stream_id(cgc_stream_t stream, uint64_t* id, char** msg) { CALL(api->cgc_stream_id(stream, id)); }
+cgc_status_t cgcgo_stream_device(cgc_stream_t stream, int* device, uintptr_t* native_context, char** msg) {
+  void* native = NULL;
+  cgc_status_t st = api->cgc_stream_device(stream, device, &native);
+  if (st != CGC_SUCCESS) take_error(msg);
+  *native_context = (uintptr_t)native;
+  return st;
+}
+cgc_status_t cgcgo_stream_copy_attributes(cgc_stream_t dst, cgc_stream_t src, char** msg) {
+  CALL(api->cgc_stream_copy_attributes(dst, src));
+}
+cgc_status_t cgcgo_stream_set_access_policy(cgc_stream_t stream, uintptr_t base, size_t bytes, float hit_ratio,
+                                            int hit_property, int miss_property, char** msg) {
+  cgc_access_policy_t p;
+  memset(&p, 0, sizeof p);
+  p.struct_size = sizeof p;
+  p.base = (void*)base;
+  p.bytes = bytes;
+  p.hit_ratio = hit_ratio;
+  p.hit_property = (cgc_access_property_t)hit_property;
+  p.miss_property = (cgc_access_property_t)miss_property;
+  CALL(api->cgc_stream_set_access_policy(stream, &p));
+}
+cgc_status_t cgcgo_stream_get_access_policy(cgc_stream_t stream, uintptr_t* base, size_t* bytes, float* hit_ratio,
+                                            int* hit_property, int* miss_property, char** msg) {
+  cgc_access_policy_t p;
+  memset(&p, 0, sizeof p);
+  p.struct_size = sizeof p;
+  cgc_status_t st = api->cgc_stream_get_access_policy(stream, &p);
+  if (st != CGC_SUCCESS) take_error(msg);
+  *base = (uintptr_t)p.base;
+  *bytes = p.bytes;
+  *hit_ratio = p.hit_ratio;
+  *hit_property = (int)p.hit_property;
+  *miss_property = (int)p.miss_property;
+  return st;
+}
+
+cgc_status_t cgcgo_host_alloc(cgc_context_t ctx, size_t bytes, unsigned flags, void** out, char** msg) {
+  CALL(api->cgc_host_alloc(ctx, bytes, flags, out));
+}
+cgc_status_t cgcgo_host_free(void* ptr, char** msg) { CALL(api->cgc_host_free(ptr)); }
+cgc_status_t cgcgo_host_register(cgc_context_t ctx, void* ptr, size_t bytes, unsigned flags, char** msg) {
+  CALL(api->cgc_host_register(ctx, ptr, bytes, flags));
+}
+cgc_status_t cgcgo_host_unregister(void* ptr, char** msg) { CALL(api->cgc_host_unregister(ptr)); }
+
+cgc_status_t cgcgo_memcpy_htod_async(uintptr_t dst, const void* src, size_t bytes, cgc_stream_t stream, char** msg) {
+  if (src == NULL && bytes == 0) src = empty_host_buffer;
+  CALL(api->cgc_memcpy_htod_async((void*)dst, src, bytes, stream));
+}
+cgc_status_t cgcgo_memcpy_dtoh_async(void* dst, uintptr_t src, size_t bytes, cgc_stream_t stream, char** msg) {
+  if (dst == NULL && bytes == 0) dst = empty_host_buffer;
+  CALL(api->cgc_memcpy_dtoh_async(dst, (const void*)src, bytes, stream));
+}
+cgc_status_t cgcgo_memcpy_dtod_async(uintptr_t dst, uintptr_t src, size_t bytes, cgc_stream_t stream, char** msg) {
+  CALL(api->cgc_memcpy_dtod_async((void*)dst, (const void*)src, bytes, stream));
+}
+cgc_status_t cgcgo_memset_d8_async(uintptr_t dst, uint8_t value, size_t count, cgc_stream_t stream, char** msg) {
+  CALL(api->cgc_memset_d8_async((void*)dst, value, count, stream));
+}
+cgc_status_t cgcgo_memset_d16_async(uintptr_t dst, uint16_t value, size_t count, cgc_stream_t stream, char** msg) {
+  CALL(api->cgc_memset_d16_async((void*)dst, value, count, stream));
+}
+cgc_status_t cgcgo_memset_d32_async(uintptr_t dst, uint32_t value, size_t count, cgc_stream_t stream, char** msg) {
+  CALL(api->cgc_memset_d32_async((void*)dst, value, count, stream));
+}
+
+/* The trampolines: cgc_host_fn signatures around the Go functions exported by hostfunc.go. The
+ * handle travels as the library's `user` pointer; it is a number, never dereferenced. */
+static void run_go_host_function(void* user) { cgcgoRunHostFunction((uintptr_t)user); }
+static void release_go_host_function(void* user) { cgcgoReleaseHostFunction((uintptr_t)user); }
+
+cgc_status_t cgcgo_launch_host_func(cgc_stream_t stream, uintptr_t handle, char** msg) {
+  /* The library calls release_go_host_function exactly once, also when this call fails. */
+  CALL(api->cgc_launch_host_func(stream, run_go_host_function, (void*)handle, release_go_host_function));
+}
+
+cgc_status_t cgcgo_stream_write_value32(cgc_stream_t stream, uintptr_t address, uint32_t value, unsigned flags,
+                                        char** msg) {
+  CALL(api->cgc_stream_write_value32(stream, (void*)address, value, flags));
+}
+cgc_status_t cgcgo_stream_write_value64(cgc_stream_t stream, uintptr_t address, uint64_t value, unsigned flags,
+                                        char** msg) {
+  CALL(api->cgc_stream_write_value64(stream, (void*)address, value, flags));
+}
+cgc_status_t cgcgo_stream_wait_value32(cgc_stream_t stream, uintptr_t address, uint32_t value, unsigned flags,
+                                       char** msg) {
+  CALL(api->cgc_stream_wait_value32(stream, (void*)address, value, flags));
+}
+cgc_status_t cgcgo_stream_wait_value64(cgc_stream_t stream, uintptr_t address, uint64_t value, unsigned flags,
+                                       char** msg) {
+  CALL(api->cgc_stream_wait_value64(stream, (void*)address, value, flags));
+}
+cgc_status_t cgcgo_stream_batch_mem_op(cgc_stream_t stream, const void* ops, size_t count, char** msg) {
+  /* An empty batch still reaches the library, which names the count as the problem. */
+  if (ops == NULL && count == 0) ops = empty_mem_ops;
+  CALL(api->cgc_stream_batch_mem_op(stream, (const cgc_mem_op_t*)ops, count));
+}
+
+cgc_status_t cgcgo_module_load(cgc_context_t ctx, const void* image, cgc_module_t* out, char** msg) {
+  CALL(api->cgc_module_load(ctx, image, out));
+}
+cgc_status_t cgcgo_module_unload(cgc_module_t module, char** msg) { CALL(api->cgc_module_unload(module)); }
+cgc_status_t cgcgo_module_get_function(cgc_module_t module, const char* name, cgc_function_t* out, char** msg) {
+  CALL(api->cgc_module_get_function(module, name, out));
+}
+cgc_status_t cgcgo_function_get_attribute(cgc_function_t function, int attribute, int* value, char** msg) {
+  CALL(api->cgc_function_get_attribute(function, (cgc_function_attribute_t)attribute, value));
+}
+cgc_status_t cgcgo_function_set_attribute(cgc_function_t function, int attribute, int value, char** msg) {
+  CALL(api->cgc_function_set_attribute(function, (cgc_function_attribute_t)attribute, value));
+}
+
+cgc_status_t cgcgo_launch_kernel(cgc_function_t function, uint32_t grid_x, uint32_t grid_y, uint32_t grid_z,
+                                 uint32_t block_x, uint32_t block_y, uint32_t block_z, uint32_t shared_bytes,
+                                 cgc_stream_t stream, void* slots, size_t count, char** msg) {
+  /* Most kernels take a handful of parameters: their pointers fit on the stack. */
+  enum { kOnStack = 32 };
+  void* on_stack[kOnStack];
+  void** args = NULL;
+  if (count > kOnStack) {
+    args = malloc(count * sizeof *args);
+    if (args == NULL) {
+      *msg = format("cgc (Go binding): cgc_launch_kernel: out of host memory for %zu kernel arguments", count);
+      return CGC_ERROR_OUT_OF_MEMORY;
+    }
+  } else if (count > 0) {
+    args = on_stack;
+  }
+  for (size_t i = 0; i < count; i++) args[i] = (unsigned char*)slots + i * CGCGO_KERNEL_SLOT_BYTES;
+  cgc_status_t st =
+      api->cgc_launch_kernel(function, grid_x, grid_y, grid_z, block_x, block_y, block_z, shared_bytes, stream, args);
+  if (st != CGC_SUCCESS) take_error(msg);
+  if (args != on_stack) free(args);
+  return st;
 }

@@ -13,9 +13,17 @@ called through the table of ``cgc_get_api`` (checked by struct_size and cgc_vers
         ...                      # work issued on `stream` is captured
     g.replay()
 
+Since 1.1 a graph can hold the caller's own work (examples/python/graph_work.py): Stream's
+copies and sets (memcpy_htod, memset_d32, ...), host functions (launch_host_func), stream memory
+operations (write_value32, wait_value32, batch_mem_op), and kernels of a Module launched with
+Function.launch. HostBuffer is the page-locked host memory that captured copies read and write at
+every replay, so per-replay values are written there between replays.
+
 Errors are ``cgc.Error`` (``.status`` is a ``cgc.Status`` or, for a code this module does not
 know, the raw int; ``.message`` is cgc_last_error() copied right after the failing call, on the
-same thread). Each status has its subclass, e.g. ``cgc.CaptureUnjoinedError``.
+same thread). Each status has its subclass, e.g. ``cgc.CaptureUnjoinedError``. Arguments this
+module checks itself (values ctypes would silently cut to their low bits, host buffers too small
+for a copy) raise InvalidArgumentError worded like the library's, naming the C function.
 """
 
 import ctypes
@@ -36,10 +44,10 @@ __all__ = [
     "capture_mode", "exchange_capture_mode", "nccl_version", "nccl_group",
     "use_as_torch_allocator", "GraphInfo", "MemoryStats",
     # 1.1: the work a graph is made of
-    "HostBuffer", "Module", "Function", "MemOp", "AccessPolicy",
+    "HostBuffer", "Module", "Function", "MemOp", "AccessPolicy", "GRAPH_NODE_KINDS",
     "AccessProperty", "MemOpKind", "FunctionAttribute",
     "HOST_WRITE_COMBINED", "HOST_READ_ONLY", "WAIT_GEQ", "WAIT_EQ", "WAIT_AND", "WAIT_NOR",
-    "WAIT_FLUSH", "WRITE_NO_MEMORY_BARRIER",
+    "WAIT_FLUSH", "BARRIER_SYSTEM", "BARRIER_GPU", "pending_host_funcs",
 ]
 
 # The header's CGC_VERSION that this module was written against: cgc_get_api hands an older
@@ -61,8 +69,11 @@ WAIT_EQ = 0x1  # until *address == value
 WAIT_AND = 0x2  # until (*address & value) != 0
 WAIT_NOR = 0x3  # until ~(*address | value) != 0 (devices with the NOR capability)
 WAIT_FLUSH = 0x40000000  # also make remote writes before the wait visible
-# ... and a write's.
-WRITE_NO_MEMORY_BARRIER = 0x1  # no barrier before the write: earlier writes may land later
+# Writes take flags 0: a write is ordered after the stream's earlier writes (the driver's v2
+# operations have no unordered write). A batch may hold a barrier (MemOp.barrier), whose flags
+# say its scope:
+BARRIER_SYSTEM = 0x0  # earlier writes visible to the whole system (host, peers)
+BARRIER_GPU = 0x1  # earlier writes visible to the device
 
 
 # ---- status and errors ---------------------------------------------------------------------
@@ -190,6 +201,7 @@ class MemOpKind(enum.IntEnum):  # CUstreamBatchMemOpType's values
     FLUSH_REMOTE_WRITES = 3
     WAIT_VALUE_64 = 4
     WRITE_VALUE_64 = 5
+    BARRIER = 6  # batches only: a memory barrier (flags BARRIER_*)
 
 
 class FunctionAttribute(enum.IntEnum):  # CUfunction_attribute's values
@@ -516,13 +528,26 @@ def _enum_value(cls, value, func, what):
         except KeyError:
             raise _bad_argument(func, "%s %r is not one of %s", what, value,
                                 ", ".join(m.name.lower() for m in cls)) from None
+    return _int32(value, func, what)  # a C enum is int-sized
+
+
+def _int32(value, func, what):
+    """`value` as a C int, refused rather than cut to its low 32 bits."""
     try:
         v = operator.index(value)
     except TypeError:
-        raise _bad_argument(func, "%s must be a %s, its name or an int, not %r", what, cls.__name__, value) from None
-    if not -(1 << 31) <= v < (1 << 31):  # a C enum is int-sized
-        raise _bad_argument(func, "%s (%d) is not a %s", what, v, cls.__name__)
+        raise _bad_argument(func, "%s must be an integer, not %r", what, value) from None
+    if not -(1 << 31) <= v < (1 << 31):
+        raise _bad_argument(func, "%s (%d) does not fit a C int", what, v)
     return v
+
+
+def _member_or_int(cls, value):
+    """The member of enum `cls` for `value`, or the plain int for a value a newer library added."""
+    try:
+        return cls(value)
+    except ValueError:
+        return int(value)
 
 
 _CTYPES_DATA = (ctypes._SimpleCData, ctypes.Structure, ctypes.Union, ctypes.Array)
@@ -730,6 +755,14 @@ class Context(_Handle):
     def malloc(self, size, stream):
         return malloc(self, size, stream)
 
+    def stream_priority_range(self):
+        """(least, greatest): the priorities streams of this device can have. greatest is the
+        highest priority (the lowest number), least the lowest (0); Stream(ctx, priority=p)
+        clamps p into that range."""
+        least, greatest = ctypes.c_int(0), ctypes.c_int(0)
+        _check(api().cgc_stream_priority_range(self.handle, ctypes.byref(least), ctypes.byref(greatest)))
+        return least.value, greatest.value
+
 
 _contexts = {}  # device -> Context, for streams that come from PyTorch
 
@@ -817,6 +850,178 @@ class Stream(_Handle):
 
     def is_capturing(self):
         return self.capture_status()[0] != CaptureStatus.NONE
+
+    # ---- what the driver knows of the stream (1.1) ----
+
+    @property
+    def priority(self):
+        """The stream's priority: lower numbers are higher priority (Context.stream_priority_range)."""
+        p = ctypes.c_int(0)
+        _check(api().cgc_stream_priority(self.handle, ctypes.byref(p)))
+        return p.value
+
+    @property
+    def id(self):
+        """The driver's id of the stream: unique in the process, never reused. Raises
+        CaptureUnsupportedError for a borrowed stream that captures before cgc learnt its id
+        (asking the driver then would break the capture)."""
+        out = ctypes.c_uint64(0)
+        _check(api().cgc_stream_id(self.handle, ctypes.byref(out)))
+        return out.value
+
+    @property
+    def device(self):
+        """The ordinal of the stream's device."""
+        device = ctypes.c_int(-1)
+        _check(api().cgc_stream_device(self.handle, ctypes.byref(device), None))
+        return device.value
+
+    @property
+    def native_context(self):
+        """The CUcontext of the stream (its device's primary context), as an int."""
+        out = ctypes.c_void_p()
+        _check(api().cgc_stream_device(self.handle, None, ctypes.byref(out)))
+        return out.value or 0
+
+    def copy_attributes_from(self, src):
+        """Gives this stream the driver's attributes of Stream `src` (access-policy window,
+        synchronisation policy, priority where settable); both of one device."""
+        _check(api().cgc_stream_copy_attributes(self.handle, src.handle))
+
+    def set_access_policy(self, base, nbytes, hit_ratio=1.0, hit_property=AccessProperty.PERSISTING,
+                          miss_property=AccessProperty.STREAMING):
+        """Sets the stream's L2 access-policy window [base, base + nbytes) of device memory:
+        kernels launched (or captured) on it afterwards carry it. nbytes 0 turns it off. The
+        properties are AccessProperty members or their names. Restore a saved window with
+        ``s.set_access_policy(*saved)``."""
+        func = "cgc_stream_set_access_policy"
+        policy = access_policy_t(base=_ptr(base), bytes=_unsigned(nbytes, 64, func, "nbytes"),
+                                 hit_ratio=float(hit_ratio),
+                                 hit_property=_enum_value(AccessProperty, hit_property, func, "hit_property"),
+                                 miss_property=_enum_value(AccessProperty, miss_property, func, "miss_property"))
+        _check(api().cgc_stream_set_access_policy(self.handle, ctypes.byref(policy)))
+
+    def access_policy(self):
+        """The stream's access-policy window, an AccessPolicy (nbytes 0: none)."""
+        policy = access_policy_t()
+        _check(api().cgc_stream_get_access_policy(self.handle, ctypes.byref(policy)))
+        return AccessPolicy(policy.base or 0, policy.bytes, policy.hit_ratio,
+                            _member_or_int(AccessProperty, policy.hit_property),
+                            _member_or_int(AccessProperty, policy.miss_property))
+
+    # ---- copies and sets (1.1) ----
+    # Device memory is an address (an int, or a tensor). Host memory is a HostBuffer, a buffer
+    # (bytearray, array.array, a ctypes array, a numpy array) or an address. Inside a capture the
+    # host memory must be page-locked (a HostBuffer): the graph reads or writes it again at every
+    # replay, so it must stay alive as long as the graph; a pageable buffer is refused there with
+    # CaptureUnsupportedError. Eagerly any buffer works (the call returns once it may be reused).
+
+    def memcpy_htod(self, dst, src, nbytes=None):
+        """Copies nbytes (default: all of `src`) from host memory `src` to device memory `dst`."""
+        func = "cgc_memcpy_htod_async"
+        address, known, keep = _host_memory(src, func, "src", writable=False)
+        n = _copy_size(nbytes, known, func, "src")
+        _check(api().cgc_memcpy_htod_async(_ptr(dst), address, n, self.handle))
+        del keep  # the staged copy has read it (or, page-locked, it is the caller's to keep)
+
+    def memcpy_dtoh(self, dst, src, nbytes=None):
+        """Copies nbytes (default: all of `dst`) from device memory `src` to host memory `dst`.
+        Asynchronous for page-locked `dst`: synchronise before reading it."""
+        func = "cgc_memcpy_dtoh_async"
+        address, known, keep = _host_memory(dst, func, "dst", writable=True)
+        n = _copy_size(nbytes, known, func, "dst")
+        _check(api().cgc_memcpy_dtoh_async(address, _ptr(src), n, self.handle))
+        del keep
+
+    def memcpy_dtod(self, dst, src, nbytes):
+        """Copies nbytes from device memory `src` to device memory `dst`."""
+        n = _unsigned(nbytes, 64, "cgc_memcpy_dtod_async", "nbytes")
+        _check(api().cgc_memcpy_dtod_async(_ptr(dst), _ptr(src), n, self.handle))
+
+    def memset_d8(self, dst, value, count):
+        """Sets `count` bytes at device address `dst` to `value` (0 to 255)."""
+        func = "cgc_memset_d8_async"
+        _check(api().cgc_memset_d8_async(_ptr(dst), _unsigned(value, 8, func, "value"),
+                                         _unsigned(count, 64, func, "count"), self.handle))
+
+    def memset_d16(self, dst, value, count):
+        """Sets `count` 16-bit elements at `dst` (2-byte aligned) to `value`."""
+        func = "cgc_memset_d16_async"
+        _check(api().cgc_memset_d16_async(_ptr(dst), _unsigned(value, 16, func, "value"),
+                                          _unsigned(count, 64, func, "count"), self.handle))
+
+    def memset_d32(self, dst, value, count):
+        """Sets `count` 32-bit elements at `dst` (4-byte aligned) to `value` (a float's bits:
+        ``struct.unpack("<I", struct.pack("<f", x))[0]``)."""
+        func = "cgc_memset_d32_async"
+        _check(api().cgc_memset_d32_async(_ptr(dst), _unsigned(value, 32, func, "value"),
+                                          _unsigned(count, 64, func, "count"), self.handle))
+
+    # ---- host functions (1.1) ----
+
+    def launch_host_func(self, fn):
+        """Runs fn() on a driver thread once the stream's earlier work is done; later work waits
+        for it. Eagerly it runs once; inside a capture (begun by cgc) it becomes a host node that
+        runs at every replay. cgc keeps `fn` alive as long as something can call it: until it
+        ran, or until the graph is reset or closed.
+
+        fn must not call cgc or CUDA (the driver forbids it there: cgc raises InvalidStateError).
+        It takes the GIL to run, and later work on the stream waits for it: keep it short, and
+        never wait for the stream while holding the GIL (cgc's own waits release it). An
+        exception it raises cannot reach this caller: ctypes reports it through
+        sys.unraisablehook, and the stream goes on."""
+        if not callable(fn):
+            raise _bad_argument("cgc_launch_host_func", "fn must be callable, not %r", fn)
+        handle, lib = self.handle, api()
+        user = _host_funcs.add(fn)
+        # The library calls the release exactly once, also when this call fails.
+        _check(lib.cgc_launch_host_func(handle, _HOST_FUNC_TRAMPOLINE, user, _HOST_FUNC_RELEASE))
+
+    # ---- stream memory operations (1.1) ----
+    # A write of a value to a 4- or 8-byte aligned device address, or a wait until the value there
+    # meets a condition, in stream order; captured they become memory-operation nodes. Streams and
+    # graphs hand work over through a flag this way without the host. NotSupportedError where the
+    # device lacks them. A wait for a value no work will write hangs the stream.
+
+    def write_value32(self, address, value, flags=0):
+        """Writes the 32-bit `value` to `address`. flags must be 0 (writes take no flags)."""
+        func = "cgc_stream_write_value32"
+        _check(api().cgc_stream_write_value32(self.handle, _ptr(address), _unsigned(value, 32, func, "value"),
+                                              _unsigned(flags, 32, func, "flags")))
+
+    def write_value64(self, address, value, flags=0):
+        """Writes the 64-bit `value` to `address` (8-byte aligned). flags must be 0."""
+        func = "cgc_stream_write_value64"
+        _check(api().cgc_stream_write_value64(self.handle, _ptr(address), _unsigned(value, 64, func, "value"),
+                                              _unsigned(flags, 32, func, "flags")))
+
+    def wait_value32(self, address, value, flags=WAIT_GEQ):
+        """Makes later work wait until the 32-bit value at `address` meets `flags`' condition
+        (WAIT_GEQ, WAIT_EQ, WAIT_AND or WAIT_NOR, optionally | WAIT_FLUSH) with `value`."""
+        func = "cgc_stream_wait_value32"
+        _check(api().cgc_stream_wait_value32(self.handle, _ptr(address), _unsigned(value, 32, func, "value"),
+                                             _unsigned(flags, 32, func, "flags")))
+
+    def wait_value64(self, address, value, flags=WAIT_GEQ):
+        """wait_value32 on the 64-bit value at `address` (8-byte aligned)."""
+        func = "cgc_stream_wait_value64"
+        _check(api().cgc_stream_wait_value64(self.handle, _ptr(address), _unsigned(value, 64, func, "value"),
+                                             _unsigned(flags, 32, func, "flags")))
+
+    def batch_mem_op(self, ops):
+        """Issues MemOp operations (1 to 255, the driver's limit) in one call, in order."""
+        func = "cgc_stream_batch_mem_op"
+        ops = list(ops)
+        c_ops = (mem_op_t * len(ops))()
+        for i, op in enumerate(ops):
+            if not isinstance(op, MemOp):
+                raise _bad_argument(func, "ops[%d] is a %s, not a cgc.MemOp", i, type(op).__name__)
+            c_ops[i] = mem_op_t(kind=_enum_value(MemOpKind, op.kind, func, "ops[%d].kind" % i),
+                              flags=_unsigned(op.flags, 32, func, "ops[%d].flags" % i),
+                              address=_ptr(op.address),
+                              value=_unsigned(op.value, 64, func, "ops[%d].value" % i))
+        # An empty array is still an array: the library, not a NULL pointer, says why 0 is refused.
+        _check(api().cgc_stream_batch_mem_op(self.handle, c_ops, len(ops)))
 
     def close(self):
         ev = getattr(self, "_join_event", None)
@@ -990,9 +1195,13 @@ class Graph(_Handle):
         _check(api().cgc_graph_upload(self.handle, (stream or self._default_stream()).handle))
 
     def info(self):
+        """GraphInfo: the captured nodes (node_count, and by kind: kernel_nodes, memcpy_nodes, ...),
+        replays so far, whether it is uploaded, and the bytes its pool holds."""
         i = graph_info_t()
         _check(api().cgc_graph_info(self.handle, ctypes.byref(i)))
-        return GraphInfo(i.node_count, i.replay_count, bool(i.uploaded), i.pool_bytes_reserved)
+        fields = {name: getattr(i, name) for name in GraphInfo._fields}
+        fields["uploaded"] = bool(i.uploaded)
+        return GraphInfo(**fields)
 
     def pool(self):
         """The graph's pool, as a Pool holding its own reference (like CUDAGraph.pool())."""
@@ -1139,6 +1348,306 @@ class Comm(_Handle):
 
     def recv(self, buf, count, dtype, peer, stream):
         _check(api().cgc_recv(self.handle, _ptr(buf), count, dtype, peer, stream.handle))
+
+
+# ---- the work a graph is made of (1.1) -----------------------------------------------------
+# Stream holds the copies, sets, host functions and memory operations; here are what they use.
+
+
+AccessPolicy = namedtuple("AccessPolicy", "base nbytes hit_ratio hit_property miss_property")
+AccessPolicy.__doc__ = """A stream's L2 access-policy window (Stream.access_policy()): [base, base + nbytes)
+of device memory, the fraction hit_ratio of accesses getting hit_property, the others miss_property."""
+
+
+class MemOp(namedtuple("MemOp", "kind address value flags")):
+    """One operation of Stream.batch_mem_op: kind (a MemOpKind), a device address, the value
+    written or waited for, and flags (WAIT_* for waits, 0 for writes and flushes, BARRIER_* for
+    barriers; address and value are unused by flushes and barriers). Build them with the class
+    methods: MemOp.write32(flag, 1), MemOp.wait32(flag, 1, WAIT_EQ), MemOp.barrier()."""
+
+    __slots__ = ()
+
+    def __new__(cls, kind, address=None, value=0, flags=0):
+        return super().__new__(cls, kind, address, value, flags)
+
+    @classmethod
+    def write32(cls, address, value, flags=0):
+        return cls(MemOpKind.WRITE_VALUE_32, address, value, flags)
+
+    @classmethod
+    def write64(cls, address, value, flags=0):
+        return cls(MemOpKind.WRITE_VALUE_64, address, value, flags)
+
+    @classmethod
+    def wait32(cls, address, value, flags=WAIT_GEQ):
+        return cls(MemOpKind.WAIT_VALUE_32, address, value, flags)
+
+    @classmethod
+    def wait64(cls, address, value, flags=WAIT_GEQ):
+        return cls(MemOpKind.WAIT_VALUE_64, address, value, flags)
+
+    @classmethod
+    def flush_remote_writes(cls):
+        return cls(MemOpKind.FLUSH_REMOTE_WRITES)
+
+    @classmethod
+    def barrier(cls, gpu_scope=False):
+        """A memory barrier (batches only): earlier writes become visible to the whole system
+        (BARRIER_SYSTEM), or with gpu_scope to the device only (BARRIER_GPU)."""
+        return cls(MemOpKind.BARRIER, flags=BARRIER_GPU if gpu_scope else BARRIER_SYSTEM)
+
+
+class _HostFuncs(object):
+    """The callables of Stream.launch_host_func while something can call them, by the integer
+    id passed to the library as `user`. ctypes keeps no reference to a Python callable once the
+    C call returns, so this registry does: the library's release callback (exactly once, when
+    nothing can call fn any more) removes the entry.
+
+    No lock: each step is one dict operation or one next() on a count, atomic in Python. A lock
+    could deadlock: garbage collection inside add() may close a Graph, whose release runs here
+    on the same thread."""
+
+    def __init__(self):
+        self._ids = itertools.count(1)  # 0 would arrive as None
+        self._calls = {}
+
+    def add(self, fn):
+        user = next(self._ids)
+        self._calls[user] = fn
+        return user
+
+    def call(self, user):
+        self._calls[user]()
+
+    def release(self, user):
+        del self._calls[user]
+
+    def __len__(self):
+        return len(self._calls)
+
+
+_host_funcs = _HostFuncs()
+# One trampoline and one release for every host function: module-level, so they outlive every
+# graph that may still call them (a CFUNCTYPE object freed while C holds its pointer would crash).
+_HOST_FUNC_TRAMPOLINE = host_fn(_host_funcs.call)
+_HOST_FUNC_RELEASE = host_fn(_host_funcs.release)
+
+
+def pending_host_funcs():
+    """How many host-function callables cgc keeps alive now (eager calls not yet run, host nodes
+    of graphs not yet reset or closed)."""
+    return len(_host_funcs)
+
+
+class HostBuffer(object):
+    """Page-locked host memory, which copies inside captures need: a captured copy reads or
+    writes the same host memory at every replay, so per-replay values are written here between
+    replays. HostBuffer(ctx, nbytes) allocates it (cgc_host_alloc; write_combined: fast for the
+    GPU to read, very slow for the CPU to read); HostBuffer.register(ctx, buffer) page-locks a
+    writable buffer of the caller's in place (cgc_host_register). close() frees or unregisters it.
+
+    Its contents are reached through as_array() (a ctypes array) or as_memoryview(). Keep the
+    buffer open while work or graphs that copy to or from it may still run: they use its memory
+    directly, and a view of it must not be used after close()."""
+
+    def __init__(self, ctx, nbytes, write_combined=False):
+        func = "cgc_host_alloc"
+        n = _unsigned(nbytes, 64, func, "nbytes")
+        out = ctypes.c_void_p()
+        _check(api().cgc_host_alloc(ctx.handle, n, HOST_WRITE_COMBINED if write_combined else 0, ctypes.byref(out)))
+        self._address, self.nbytes, self.context, self.registered = out.value or 0, n, ctx, False
+        self._pinned = None  # a registered buffer's export, which keeps its memory in place
+        self._is_closed = False
+
+    @classmethod
+    def register(cls, ctx, buffer, nbytes=None, read_only=False):
+        """Page-locks `buffer` (a writable buffer: bytearray, array.array, a ctypes array, a numpy
+        array; or an int address with nbytes) until close(). The HostBuffer keeps the buffer
+        exported, so a bytearray cannot be resized under the driver. read_only: the device only
+        reads it."""
+        func = "cgc_host_register"
+        address, known, keep = _host_memory(buffer, func, "buffer", writable=True)
+        n = _copy_size(nbytes, known, func, "buffer")
+        _check(api().cgc_host_register(ctx.handle, address, n, HOST_READ_ONLY if read_only else 0))
+        self = cls.__new__(cls)
+        self._address, self.nbytes, self.context, self.registered = address, n, ctx, True
+        self._pinned, self._is_closed = keep, False
+        return self
+
+    @property
+    def address(self):
+        """Its address (an int); raises InvalidHandleError once closed."""
+        if self._is_closed:
+            raise _closed("HostBuffer")
+        return self._address
+
+    def data_ptr(self):
+        """Its address, like a tensor's data_ptr(): a HostBuffer goes wherever an address does."""
+        return self.address
+
+    def __len__(self):
+        return self.nbytes
+
+    def as_array(self, ctype=ctypes.c_ubyte, count=None):
+        """A ctypes array of `count` (default: as many as fit) `ctype` over the memory, e.g.
+        ``params = host.as_array(ctypes.c_float); params[0] = 2.0``."""
+        if count is None:
+            count = self.nbytes // ctypes.sizeof(ctype)
+        elif count * ctypes.sizeof(ctype) > self.nbytes:
+            raise InvalidArgumentError(Status.INVALID_ARGUMENT, "HostBuffer.as_array: %d x %d bytes is more than its "
+                                       "%d bytes" % (count, ctypes.sizeof(ctype), self.nbytes))
+        view = (ctype * count).from_address(self.address)
+        view._host_buffer = self  # the memory is not freed by garbage collection while a view is used
+        return view
+
+    def as_memoryview(self, format="B"):
+        """A memoryview of the memory in a struct-module `format` ("f" for float32, "I" for uint32)."""
+        view = memoryview(self.as_array(ctypes.c_ubyte)).cast("B")
+        return view if format == "B" else view.cast(format)
+
+    def close(self):
+        """Frees (or unregisters) the memory; closing twice is fine."""
+        if self._is_closed:
+            return
+        if self._address:
+            lib = api()
+            release = lib.cgc_host_unregister if self.registered else lib.cgc_host_free
+            _check(release(self._address))
+        self._is_closed, self._pinned = True, None
+
+    @property
+    def closed(self):
+        return self._is_closed
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+    def __del__(self):
+        if not getattr(self, "_is_closed", True) and not sys.is_finalizing():
+            try:
+                self.close()
+            except Exception:
+                pass
+
+    def __repr__(self):
+        state = "closed" if self._is_closed else "%#x, %d bytes" % (self._address, self.nbytes)
+        return "<cgc.HostBuffer %s%s>" % (state, ", registered" if self.registered else "")
+
+
+class Module(_Handle):
+    """A loaded module: Module(ctx, image) with a fatbin, a cubin or PTX text (bytes or str; the
+    driver compiles PTX for the device and its error log is in the error message), or
+    Module.from_file(ctx, path). module.function(name) finds a kernel. close() unloads it: its
+    Functions become unusable, and the code stays loaded as long as graphs that launch its
+    kernels live."""
+
+    _destroy = "cgc_module_unload"
+
+    def __init__(self, ctx, image):
+        if isinstance(image, str):
+            image = image.encode("utf-8")
+        if not isinstance(image, (bytes, bytearray, memoryview)):
+            raise _bad_argument("cgc_module_load", "image must be bytes or str (PTX text), not a %s",
+                                type(image).__name__)
+        image = bytes(image)
+        if not image.endswith(b"\0"):
+            image += b"\0"  # PTX text must be NUL-terminated; a binary image ignores the byte after it
+        out = ctypes.c_void_p()
+        _check(api().cgc_module_load(ctx.handle, image, ctypes.byref(out)))
+        self._h, self.context, self._functions = out.value, ctx, {}
+
+    @classmethod
+    def from_file(cls, ctx, path):
+        with open(path, "rb") as f:
+            return cls(ctx, f.read())
+
+    def function(self, name):
+        """The kernel `name` (its extern "C" or mangled name) as a Function; InvalidArgumentError
+        naming it when the module has none. Asking twice gives the same Function."""
+        f = self._functions.get(name)
+        if f is None:
+            out = ctypes.c_void_p()
+            _check(api().cgc_module_get_function(self.handle, name.encode("utf-8"), ctypes.byref(out)))
+            f = self._functions[name] = Function(self, name, out.value)
+        return f
+
+    def close(self):
+        super().close()
+        self._functions = {}
+
+
+class Function(object):
+    """A kernel of a Module (from Module.function): its attributes, and launch()."""
+
+    def __init__(self, module, name, handle):
+        self.module, self.name, self._h = module, name, handle
+
+    @property
+    def handle(self):
+        """The C handle; raises InvalidHandleError once its Module is closed (the handle dies with it)."""
+        if self.module.closed:
+            raise _closed("Module of Function %r" % self.name)
+        return self._h
+
+    @property
+    def closed(self):
+        return self.module.closed
+
+    def get_attribute(self, attribute):
+        """The value of a FunctionAttribute (a member, its name or an int)."""
+        func = "cgc_function_get_attribute"
+        value = ctypes.c_int(0)
+        _check(api().cgc_function_get_attribute(self.handle, _enum_value(FunctionAttribute, attribute, func, "attribute"),
+                                                ctypes.byref(value)))
+        return value.value
+
+    def set_attribute(self, attribute, value):
+        """Sets MAX_DYNAMIC_SHARED_SIZE_BYTES or PREFERRED_SHARED_MEMORY_CARVEOUT (the others are
+        read only: InvalidArgumentError)."""
+        func = "cgc_function_set_attribute"
+        _check(api().cgc_function_set_attribute(self.handle, _enum_value(FunctionAttribute, attribute, func, "attribute"),
+                                                _int32(value, func, "value")))
+
+    def launch(self, grid, block, args, stream, shared_bytes=0):
+        """Launches the kernel on `stream` (captured as a kernel node inside a capture; the graph
+        then keeps the module loaded). grid and block: an int or a tuple of up to 3 ints. args:
+        one ctypes value per kernel parameter, of the parameter's C type, e.g.
+        ``(ctypes.c_void_p(out), ctypes.c_float(2.0), ctypes.c_uint32(n))``; their values are
+        copied at the call. shared_bytes: dynamic shared memory per block."""
+        func = "cgc_launch_kernel"
+        gx, gy, gz = _dimensions(grid, func, "grid")
+        bx, by, bz = _dimensions(block, func, "block")
+        values = list(args)
+        for i, value in enumerate(values):
+            if not isinstance(value, _CTYPES_DATA):
+                raise _bad_argument(func, "args[%d] is a %s: pass ctypes values of the parameters' types "
+                                    "(ctypes.c_void_p(address), ctypes.c_float(x), ctypes.c_uint32(n), ...)",
+                                    i, type(value).__name__)
+        # cuLaunchKernel's kernelParams: one pointer per parameter to its value. `values` keeps
+        # the ctypes objects alive until the call has copied them.
+        pointers = (ctypes.c_void_p * len(values))(*[ctypes.addressof(v) for v in values]) if values else None
+        _check(api().cgc_launch_kernel(self.handle, gx, gy, gz, bx, by, bz,
+                                       _unsigned(shared_bytes, 32, func, "shared_bytes"), stream.handle,
+                                       None if pointers is None else ctypes.cast(pointers, _hp)))
+        del values
+
+    def __repr__(self):
+        return "<cgc.Function %r%s>" % (self.name, " (module closed)" if self.closed else "")
+
+
+def _dimensions(dims, func, what):
+    """A grid or block as (x, y, z): an int or a sequence of 1 to 3 ints, the missing ones 1.
+    Zero dimensions go to the library, which refuses them."""
+    if not isinstance(dims, (tuple, list)):
+        dims = (dims,)
+    if not 1 <= len(dims) <= 3:
+        raise _bad_argument(func, "%s has %d dimensions (1 to 3)", what, len(dims))
+    dims = tuple(dims) + (1,) * (3 - len(dims))
+    return tuple(_unsigned(d, 32, func, "%s dimension %d" % (what, i)) for i, d in enumerate(dims))
 
 
 # ---- capture helpers -----------------------------------------------------------------------

@@ -9,9 +9,12 @@ import ctypes
 import json
 import math
 import os
+import struct
 import subprocess
 import sys
+import threading
 import unittest
+import weakref
 
 import cgc
 
@@ -33,8 +36,9 @@ def run_child(code, **env):
 
 def read_abi_description(path):
     """tools/abi_describe's lines: (functions [(name, ret class, [param classes])],
-    statuses {name: value}, structs {name: (size, [(field, class, offset, size)])})."""
-    functions, statuses, structs = [], {}, {}
+    statuses {name: value}, structs {name: (size, [(field, class, offset, size)])},
+    callbacks {type: (ret class, [param classes])})."""
+    functions, statuses, structs, callbacks = [], {}, {}, {}
     with open(path) as f:
         for line in f:
             words = line.split()
@@ -48,7 +52,9 @@ def read_abi_description(path):
                 structs[words[1]] = (int(words[2]), [])
             elif words[0] == "field":
                 structs[words[1]][1].append((words[3], words[4], int(words[5]), int(words[6])))
-    return functions, statuses, structs
+            elif words[0] == "callback":
+                callbacks[words[1]] = (words[2], [w.split(":", 1)[1] for w in words[3:]])
+    return functions, statuses, structs, callbacks
 
 
 def abi_key(cls):
@@ -63,17 +69,24 @@ def compatible(binding, header):
     binding, header = abi_key(binding), abi_key(header)
     if binding == header:
         return True
-    if binding == "ptr(?)":  # ctypes passes every handle as c_void_p: its kind is not checked here
-        return header.startswith(("ptr(", "handle:", "fnptr:"))
-    if binding == "fnptr":
-        return header.startswith("fnptr:")
+    if binding == "ptr(?)":  # ctypes passes every handle as c_void_p: HANDLE_CLASSES covers their kinds
+        return header.startswith(("ptr(", "handle:"))
     if binding.startswith("ptr(") and header.startswith("ptr("):
         return compatible(binding[4:-1], header[4:-1])
     return False
 
 
 STRUCT_NAMES = {cgc.capture_options_t: "cgc_capture_options_t", cgc.graph_info_t: "cgc_graph_info_t",
-                cgc.memory_stats_t: "cgc_memory_stats_t", cgc.comm_id_t: "cgc_comm_id_t"}
+                cgc.memory_stats_t: "cgc_memory_stats_t", cgc.comm_id_t: "cgc_comm_id_t",
+                cgc.access_policy_t: "cgc_access_policy_t", cgc.mem_op_t: "cgc_mem_op_t"}
+# The callback types (ctypes caches CFUNCTYPE classes by signature: two callbacks of one signature
+# would be one class, and this table would then need another key).
+CALLBACK_NAMES = {cgc.capture_fn: "cgc_capture_fn", cgc.host_fn: "cgc_host_fn"}
+# The class that wraps each kind of handle: a handle kind the header gains fails the test until
+# the binding wraps it.
+HANDLE_CLASSES = {"cgc_context_t": cgc.Context, "cgc_stream_t": cgc.Stream, "cgc_event_t": cgc.Event,
+                  "cgc_graph_t": cgc.Graph, "cgc_pool_t": cgc.Pool, "cgc_comm_t": cgc.Comm, "cgc_rng_t": cgc.Rng,
+                  "cgc_module_t": cgc.Module, "cgc_function_t": cgc.Function}
 
 
 def ctypes_class(t):
@@ -86,10 +99,12 @@ def ctypes_class(t):
         return "ptr(i8)"
     if t in STRUCT_NAMES:
         return "struct:" + STRUCT_NAMES[t]
+    if t in CALLBACK_NAMES:
+        return "fnptr:" + CALLBACK_NAMES[t]
     if isinstance(t, type) and issubclass(t, ctypes._Pointer):
         return "ptr(%s)" % ctypes_class(t._type_)
     if isinstance(t, type) and issubclass(t, ctypes._CFuncPtr):
-        return "fnptr"
+        return "fnptr:?"  # a callback type missing from CALLBACK_NAMES: matches no header class
     if isinstance(t, type) and issubclass(t, ctypes.Array):
         return "array(%d,%s)" % (t._length_, ctypes_class(t._type_))
     if t is ctypes.c_float:
@@ -109,7 +124,7 @@ class AbiDescriptionTest(unittest.TestCase):
         path = os.environ.get("CGC_ABI_DESCRIPTION")
         if not path:
             raise unittest.SkipTest("CGC_ABI_DESCRIPTION is not set (Bazel's test and the GPU bundle set it)")
-        cls.functions, cls.statuses, cls.structs = read_abi_description(path)
+        cls.functions, cls.statuses, cls.structs, cls.callbacks = read_abi_description(path)
 
     def test_the_table_has_the_header_functions_in_order_with_their_types(self):
         self.assertEqual([p[0] for p in cgc._PROTOTYPES], [f[0] for f in self.functions])
@@ -123,17 +138,43 @@ class AbiDescriptionTest(unittest.TestCase):
 
     def test_structs_have_the_header_layout(self):
         self.assertEqual(sorted(STRUCT_NAMES.values()), sorted(self.structs), "the header's public structs")
-        for struct, c_name in STRUCT_NAMES.items():
+        for struct_type, c_name in STRUCT_NAMES.items():
             size, fields = self.structs[c_name]
-            self.assertEqual(ctypes.sizeof(struct), size, c_name)
-            self.assertEqual([f[0] for f in struct._fields_], [f[0] for f in fields], c_name)
-            for (name, ctype), (_, cls, offset, field_size) in zip(struct._fields_, fields):
-                self.assertEqual(getattr(struct, name).offset, offset, "%s.%s" % (c_name, name))
-                self.assertEqual(getattr(struct, name).size, field_size, "%s.%s" % (c_name, name))
+            self.assertEqual(ctypes.sizeof(struct_type), size, c_name)
+            self.assertEqual([f[0] for f in struct_type._fields_], [f[0] for f in fields], c_name)
+            for (name, ctype), (_, cls, offset, field_size) in zip(struct_type._fields_, fields):
+                self.assertEqual(getattr(struct_type, name).offset, offset, "%s.%s" % (c_name, name))
+                self.assertEqual(getattr(struct_type, name).size, field_size, "%s.%s" % (c_name, name))
                 self.assertTrue(compatible(ctypes_class(ctype), cls), "%s.%s is %s" % (c_name, name, cls))
 
     def test_status_codes_are_the_header_ones(self):
         self.assertEqual({s.c_name: int(s) for s in cgc.Status}, self.statuses)
+
+    def test_callbacks_have_the_header_signatures(self):
+        self.assertEqual(sorted(CALLBACK_NAMES.values()), sorted(self.callbacks), "the header's callback types")
+        for fn_type, c_name in CALLBACK_NAMES.items():
+            ret, params = self.callbacks[c_name]
+            self.assertTrue(compatible(ctypes_class(fn_type._restype_), ret), "%s returns %s" % (c_name, ret))
+            self.assertEqual(len(fn_type._argtypes_), len(params), "%s: number of parameters" % c_name)
+            for i, (argtype, param) in enumerate(zip(fn_type._argtypes_, params)):
+                self.assertTrue(compatible(ctypes_class(argtype), param),
+                                "%s parameter %d is %s in the header, %s here" % (c_name, i, param, ctypes_class(argtype)))
+
+    def test_every_handle_kind_has_its_class(self):
+        kinds = set()
+        for _, ret, params in self.functions:
+            for cls in [ret] + params:
+                while cls.startswith("ptr("):
+                    cls = cls[4:-1]
+                if cls.startswith("handle:"):
+                    kinds.add(cls[len("handle:"):])
+        for _, (ret, params) in self.callbacks.items():
+            kinds.update(p[len("handle:"):] for p in params if p.startswith("handle:"))
+        self.assertEqual(sorted(HANDLE_CLASSES), sorted(kinds), "the header's handle kinds")
+
+    def test_graph_info_has_the_header_node_kinds(self):
+        # GraphInfo is graph_info_t without struct_size, so every count the header adds shows up.
+        self.assertEqual(list(cgc.GraphInfo._fields), [f[0] for f in self.structs["cgc_graph_info_t"][1]][1:])
 
 
 class LoadingTest(unittest.TestCase):
@@ -144,7 +185,7 @@ class LoadingTest(unittest.TestCase):
         # The table this module calls through is complete and is the library's own functions.
         lib = cgc.api()
         self.assertGreaterEqual(lib.table.contents.struct_size, ctypes.sizeof(cgc.api_t))
-        self.assertEqual(len(cgc._PROTOTYPES), 63)
+        self.assertEqual(len(cgc._PROTOTYPES), 63 + 29)  # 1.0's, then 1.1's
         for name, _, _ in cgc._PROTOTYPES:
             via_table = ctypes.cast(getattr(lib, name), ctypes.c_void_p).value
             via_dlsym = ctypes.cast(getattr(lib.dll, name), ctypes.c_void_p).value
@@ -255,6 +296,282 @@ class BadCallTest(unittest.TestCase):
         self.assertEqual(cgc.capture_options_t().struct_size, ctypes.sizeof(cgc.capture_options_t))
         self.assertEqual(cgc.graph_info_t().struct_size, ctypes.sizeof(cgc.graph_info_t))
         self.assertEqual(cgc.memory_stats_t().struct_size, ctypes.sizeof(cgc.memory_stats_t))
+
+
+# Memory that is not a cgc object (its first word is no cgc magic): what a foreign or wrong-kind
+# handle looks like to the library, which reads that word before anything else.
+NOT_AN_OBJECT = ctypes.create_string_buffer(b"\x5a" * 256)
+FOREIGN = ctypes.addressof(NOT_AN_OBJECT)
+
+
+def foreign(cls):
+    """An object of handle class `cls` around FOREIGN, as a wrong or stale handle would be."""
+    obj = cls.__new__(cls)
+    obj._h = FOREIGN
+    return obj
+
+
+def forget(*objs):
+    """Drops the foreign handles, so that no __del__ hands them to a destroy function."""
+    for obj in objs:
+        obj._h = None
+
+
+class ExpectMixin(object):
+    """Assertions on refused calls, for the raw table and for the binding."""
+
+    def expect(self, status, function, call, *words):
+        """call() returns `status` with a message that names `function` (and `words`)."""
+        st = call()
+        message = cgc.api().cgc_last_error().decode()
+        self.assertEqual(st, status, "%s: %s" % (function, message))
+        self.assertIn(function, message)
+        for word in words:
+            self.assertIn(word, message, function)
+
+    def expect_raise(self, error, function, call, *words):
+        """call() raises `error` whose message names `function` (and `words`)."""
+        with self.assertRaises(error) as cm:
+            call()
+        self.assertIn(function, cm.exception.message)
+        for word in words:
+            self.assertIn(word, cm.exception.message, function)
+        return cm.exception
+
+
+class WorkBadCallTest(ExpectMixin, unittest.TestCase):
+    """The 1.1 functions' bad arguments without a GPU: the library checks handles (and the
+    arguments before them) first, and this module refuses values ctypes would silently cut. The
+    checks after a valid handle (flags, enums, alignment, sizes) run in GpuWorkTest."""
+
+    def test_null_handles_are_invalid_arguments(self):
+        lib, A = cgc.api(), cgc.Status.INVALID_ARGUMENT
+        i, u, out = ctypes.c_int(), ctypes.c_uint64(), ctypes.c_void_p()
+        policy = cgc.access_policy_t()
+        op = cgc.mem_op_t(kind=cgc.MemOpKind.WRITE_VALUE_32, address=FOREIGN)
+        cases = [
+            ("cgc_stream_priority_range", lambda: lib.cgc_stream_priority_range(None, ctypes.byref(i), ctypes.byref(i))),
+            ("cgc_stream_priority", lambda: lib.cgc_stream_priority(None, ctypes.byref(i))),
+            ("cgc_stream_id", lambda: lib.cgc_stream_id(None, ctypes.byref(u))),
+            ("cgc_stream_device", lambda: lib.cgc_stream_device(None, ctypes.byref(i), None)),
+            ("cgc_stream_copy_attributes", lambda: lib.cgc_stream_copy_attributes(None, None)),
+            ("cgc_stream_set_access_policy", lambda: lib.cgc_stream_set_access_policy(None, ctypes.byref(policy))),
+            ("cgc_stream_get_access_policy", lambda: lib.cgc_stream_get_access_policy(None, ctypes.byref(policy))),
+            ("cgc_host_alloc", lambda: lib.cgc_host_alloc(None, 64, 0, ctypes.byref(out))),
+            ("cgc_host_register", lambda: lib.cgc_host_register(None, FOREIGN, 64, 0)),
+            ("cgc_host_unregister", lambda: lib.cgc_host_unregister(None)),
+            ("cgc_memcpy_htod_async", lambda: lib.cgc_memcpy_htod_async(FOREIGN, FOREIGN, 4, None)),
+            ("cgc_memcpy_dtoh_async", lambda: lib.cgc_memcpy_dtoh_async(FOREIGN, FOREIGN, 4, None)),
+            ("cgc_memcpy_dtod_async", lambda: lib.cgc_memcpy_dtod_async(FOREIGN, FOREIGN, 4, None)),
+            ("cgc_memset_d8_async", lambda: lib.cgc_memset_d8_async(FOREIGN, 1, 4, None)),
+            ("cgc_memset_d16_async", lambda: lib.cgc_memset_d16_async(FOREIGN, 1, 4, None)),
+            ("cgc_memset_d32_async", lambda: lib.cgc_memset_d32_async(FOREIGN, 1, 4, None)),
+            ("cgc_stream_write_value32", lambda: lib.cgc_stream_write_value32(None, FOREIGN, 1, 0)),
+            ("cgc_stream_write_value64", lambda: lib.cgc_stream_write_value64(None, FOREIGN, 1, 0)),
+            ("cgc_stream_wait_value32", lambda: lib.cgc_stream_wait_value32(None, FOREIGN, 1, 0)),
+            ("cgc_stream_wait_value64", lambda: lib.cgc_stream_wait_value64(None, FOREIGN, 1, 0)),
+            ("cgc_stream_batch_mem_op", lambda: lib.cgc_stream_batch_mem_op(None, ctypes.byref(op), 1)),
+            ("cgc_module_load", lambda: lib.cgc_module_load(None, b"ptx\\0", ctypes.byref(out))),
+            ("cgc_module_unload", lambda: lib.cgc_module_unload(None)),
+            ("cgc_module_get_function", lambda: lib.cgc_module_get_function(None, b"scale_add", ctypes.byref(out))),
+            ("cgc_function_get_attribute", lambda: lib.cgc_function_get_attribute(None, 0, ctypes.byref(i))),
+            ("cgc_function_set_attribute", lambda: lib.cgc_function_set_attribute(None, 8, 0)),
+            ("cgc_launch_kernel", lambda: lib.cgc_launch_kernel(None, 1, 1, 1, 1, 1, 1, 0, None, None)),
+        ]
+        for function, call in cases:
+            self.expect(A, function, call, "NULL")
+        self.assertEqual(lib.cgc_host_free(None), cgc.Status.SUCCESS)  # like free(NULL)
+        # Every 1.1 function is here or in the host-function test below.
+        self.assertEqual({c[0] for c in cases} | {"cgc_host_free", "cgc_launch_host_func"},
+                         {p[0] for p in cgc._PROTOTYPES[63:]})
+
+    def test_foreign_handles_are_invalid_handles_naming_the_kind(self):
+        lib, H = cgc.api(), cgc.Status.INVALID_HANDLE
+        i, u, out = ctypes.c_int(), ctypes.c_uint64(), ctypes.c_void_p()
+        policy = cgc.access_policy_t()
+        cases = [
+            ("cgc_stream_priority_range", "context", lambda: lib.cgc_stream_priority_range(FOREIGN, ctypes.byref(i), ctypes.byref(i))),
+            ("cgc_stream_priority", "stream", lambda: lib.cgc_stream_priority(FOREIGN, ctypes.byref(i))),
+            ("cgc_stream_id", "stream", lambda: lib.cgc_stream_id(FOREIGN, ctypes.byref(u))),
+            ("cgc_stream_device", "stream", lambda: lib.cgc_stream_device(FOREIGN, None, None)),
+            ("cgc_stream_copy_attributes", "stream", lambda: lib.cgc_stream_copy_attributes(FOREIGN, FOREIGN)),
+            ("cgc_stream_set_access_policy", "stream", lambda: lib.cgc_stream_set_access_policy(FOREIGN, ctypes.byref(policy))),
+            ("cgc_stream_get_access_policy", "stream", lambda: lib.cgc_stream_get_access_policy(FOREIGN, ctypes.byref(policy))),
+            ("cgc_host_alloc", "context", lambda: lib.cgc_host_alloc(FOREIGN, 64, 0, ctypes.byref(out))),
+            ("cgc_host_register", "context", lambda: lib.cgc_host_register(FOREIGN, FOREIGN, 64, 0)),
+            ("cgc_memcpy_htod_async", "stream", lambda: lib.cgc_memcpy_htod_async(FOREIGN, FOREIGN, 4, FOREIGN)),
+            ("cgc_memset_d32_async", "stream", lambda: lib.cgc_memset_d32_async(FOREIGN, 1, 4, FOREIGN)),
+            ("cgc_stream_write_value32", "stream", lambda: lib.cgc_stream_write_value32(FOREIGN, FOREIGN, 1, 0)),
+            ("cgc_module_load", "context", lambda: lib.cgc_module_load(FOREIGN, b"ptx\\0", ctypes.byref(out))),
+            ("cgc_module_unload", "module", lambda: lib.cgc_module_unload(FOREIGN)),
+            ("cgc_module_get_function", "module", lambda: lib.cgc_module_get_function(FOREIGN, b"f", ctypes.byref(out))),
+            ("cgc_function_get_attribute", "function", lambda: lib.cgc_function_get_attribute(FOREIGN, 0, ctypes.byref(i))),
+            ("cgc_function_set_attribute", "function", lambda: lib.cgc_function_set_attribute(FOREIGN, 8, 0)),
+            ("cgc_launch_kernel", "function", lambda: lib.cgc_launch_kernel(FOREIGN, 1, 1, 1, 1, 1, 1, 0, FOREIGN, None)),
+        ]
+        for function, kind, call in cases:
+            self.expect(H, function, call, "not a live cgc %s handle" % kind)
+
+    def test_null_outputs_are_refused_and_outputs_cleared(self):
+        lib, A = cgc.api(), cgc.Status.INVALID_ARGUMENT
+        self.expect(A, "cgc_host_alloc", lambda: lib.cgc_host_alloc(FOREIGN, 64, 0, None), "out is NULL")
+        self.expect(A, "cgc_module_load", lambda: lib.cgc_module_load(FOREIGN, b"x\\0", None), "out is NULL")
+        self.expect(A, "cgc_module_get_function", lambda: lib.cgc_module_get_function(FOREIGN, b"f", None))
+        self.expect(A, "cgc_stream_id", lambda: lib.cgc_stream_id(FOREIGN, None))
+        self.expect(A, "cgc_function_get_attribute", lambda: lib.cgc_function_get_attribute(FOREIGN, 0, None))
+        for function in ("cgc_host_alloc", "cgc_module_load"):
+            out = ctypes.c_void_p(FOREIGN)
+            if function == "cgc_host_alloc":
+                lib.cgc_host_alloc(None, 64, 0, ctypes.byref(out))
+            else:
+                lib.cgc_module_load(None, b"x\\0", ctypes.byref(out))
+            self.assertIsNone(out.value, "%s leaves its output NULL on failure" % function)
+
+    def test_a_failed_host_func_call_releases_once_and_never_calls(self):
+        lib = cgc.api()
+        calls, releases = [], []
+        fn = cgc.host_fn(lambda user: calls.append(user))
+        release = cgc.host_fn(lambda user: releases.append(user))
+        self.expect(cgc.Status.INVALID_ARGUMENT, "cgc_launch_host_func",
+                    lambda: lib.cgc_launch_host_func(None, fn, 42, release), "stream is NULL")
+        self.expect(cgc.Status.INVALID_HANDLE, "cgc_launch_host_func",
+                    lambda: lib.cgc_launch_host_func(FOREIGN, fn, 43, release), "not a live cgc stream handle")
+        self.expect(cgc.Status.INVALID_ARGUMENT, "cgc_launch_host_func",  # a NULL fn as well
+                    lambda: lib.cgc_launch_host_func(None, cgc.host_fn(), 44, release))  # host_fn(): NULL
+        self.assertEqual(calls, [])
+        self.assertEqual(releases, [42, 43, 44])
+
+    def test_the_binding_frees_a_refused_host_function(self):
+        stream = foreign(cgc.Stream)
+        before = cgc.pending_host_funcs()
+
+        def never_called():
+            raise AssertionError("a refused host function ran")
+        alive = weakref.ref(never_called)
+        with self.assertRaises(cgc.InvalidHandleError) as cm:
+            stream.launch_host_func(never_called)
+        self.assertIn("cgc_launch_host_func", cm.exception.message)
+        del never_called, cm  # the traceback refers to the frame, and so to the callable
+        self.assertEqual(cgc.pending_host_funcs(), before)  # the release removed it
+        self.assertIsNone(alive(), "the refused callable is still referenced")
+        self.expect_raise(cgc.InvalidArgumentError, "cgc_launch_host_func", lambda: stream.launch_host_func(42),
+                          "callable")
+        forget(stream)
+
+    def test_values_ctypes_would_cut_are_refused_before_the_call(self):
+        stream = foreign(cgc.Stream)
+        err = cgc.InvalidArgumentError
+        self.expect_raise(err, "cgc_memset_d8_async", lambda: stream.memset_d8(FOREIGN, 256, 4), "256")
+        self.expect_raise(err, "cgc_memset_d16_async", lambda: stream.memset_d16(FOREIGN, 1 << 16, 4))
+        self.expect_raise(err, "cgc_memset_d32_async", lambda: stream.memset_d32(FOREIGN, -1, 4))
+        self.expect_raise(err, "cgc_memset_d32_async", lambda: stream.memset_d32(FOREIGN, 1.5, 4), "integer")
+        self.expect_raise(err, "cgc_memset_d8_async", lambda: stream.memset_d8(FOREIGN, 0, -1), "count")
+        self.expect_raise(err, "cgc_memset_d8_async", lambda: stream.memset_d8(FOREIGN, 0, 1 << 64), "count")
+        self.expect_raise(err, "cgc_stream_write_value32", lambda: stream.write_value32(FOREIGN, 1 << 32))
+        self.expect_raise(err, "cgc_stream_write_value64", lambda: stream.write_value64(FOREIGN, 1 << 64))
+        self.expect_raise(err, "cgc_stream_wait_value32", lambda: stream.wait_value32(FOREIGN, 1, flags=-1), "flags")
+        self.expect_raise(err, "cgc_stream_wait_value64", lambda: stream.wait_value64(FOREIGN, -1))
+        self.expect_raise(err, "cgc_memcpy_dtod_async", lambda: stream.memcpy_dtod(FOREIGN, FOREIGN, -4), "nbytes")
+        self.expect_raise(err, "cgc_stream_set_access_policy",
+                          lambda: stream.set_access_policy(FOREIGN, 64, hit_property="sticky"), "sticky", "persisting")
+        self.expect_raise(err, "cgc_stream_set_access_policy",
+                          lambda: stream.set_access_policy(FOREIGN, 64, miss_property=1 << 40))
+        self.expect_raise(err, "cgc_stream_batch_mem_op", lambda: stream.batch_mem_op([(1, FOREIGN, 0, 0)]),
+                          "ops[0]", "MemOp")
+        self.expect_raise(err, "cgc_stream_batch_mem_op",
+                          lambda: stream.batch_mem_op([cgc.MemOp.write32(FOREIGN, 1), cgc.MemOp("poke", FOREIGN)]),
+                          "ops[1].kind", "poke")
+        self.expect_raise(err, "cgc_stream_batch_mem_op",
+                          lambda: stream.batch_mem_op([cgc.MemOp.wait64(FOREIGN, 1 << 64)]), "ops[0].value")
+        # What passes these checks reaches the library, which refuses the foreign stream.
+        self.expect_raise(cgc.InvalidHandleError, "cgc_memset_d8_async", lambda: stream.memset_d8(FOREIGN, 255, 4))
+        self.expect_raise(cgc.InvalidHandleError, "cgc_stream_batch_mem_op",
+                          lambda: stream.batch_mem_op([cgc.MemOp.write32(FOREIGN, 1)]))
+        forget(stream)
+
+    def test_host_buffers_too_small_or_unusable_are_refused(self):
+        stream = foreign(cgc.Stream)
+        err = cgc.InvalidArgumentError
+        pageable = bytearray(16)
+        self.expect_raise(err, "cgc_memcpy_htod_async", lambda: stream.memcpy_htod(FOREIGN, pageable, 17),
+                          "nbytes (17)", "16 bytes")
+        self.expect_raise(err, "cgc_memcpy_dtoh_async", lambda: stream.memcpy_dtoh((ctypes.c_float * 2)(), FOREIGN, 12),
+                          "8 bytes")
+        self.expect_raise(err, "cgc_memcpy_dtoh_async", lambda: stream.memcpy_dtoh(b"read only", FOREIGN), "read-only")
+        self.expect_raise(err, "cgc_memcpy_htod_async", lambda: stream.memcpy_htod(FOREIGN, 1.5), "float")
+        self.expect_raise(err, "cgc_memcpy_htod_async", lambda: stream.memcpy_htod(FOREIGN, FOREIGN), "nbytes is needed")
+        self.expect_raise(err, "cgc_memcpy_htod_async",
+                          lambda: stream.memcpy_htod(FOREIGN, memoryview(bytearray(16))[::2]), "contiguous")
+        # Well-formed copies reach the library; afterwards the buffer is no longer exported.
+        for src in (pageable, b"bytes", array.array("f", [1.0, 2.0]), (ctypes.c_uint32 * 4)(), memoryview(b"ro")):
+            self.expect_raise(cgc.InvalidHandleError, "cgc_memcpy_htod_async", lambda: stream.memcpy_htod(FOREIGN, src))
+        self.expect_raise(cgc.InvalidHandleError, "cgc_memcpy_dtoh_async", lambda: stream.memcpy_dtoh(pageable, FOREIGN))
+        pageable.extend(b"resizable again")
+        forget(stream)
+
+    def test_module_function_and_host_buffer_arguments(self):
+        ctx = foreign(cgc.Context)
+        self.expect_raise(cgc.InvalidHandleError, "cgc_module_load", lambda: cgc.Module(ctx, ".version 8.0\n"), "context")
+        self.expect_raise(cgc.InvalidArgumentError, "cgc_module_load", lambda: cgc.Module(ctx, 42), "int")
+        self.expect_raise(cgc.InvalidHandleError, "cgc_host_alloc", lambda: cgc.HostBuffer(ctx, 64), "context")
+        self.expect_raise(cgc.InvalidArgumentError, "cgc_host_alloc", lambda: cgc.HostBuffer(ctx, -1), "nbytes")
+        pinned = bytearray(64)
+        self.expect_raise(cgc.InvalidHandleError, "cgc_host_register", lambda: cgc.HostBuffer.register(ctx, pinned),
+                          "context")
+        pinned.extend(b"not exported after the failure")
+        self.expect_raise(cgc.InvalidArgumentError, "cgc_host_register", lambda: cgc.HostBuffer.register(ctx, b"ro"),
+                          "read-only")
+        self.expect_raise(cgc.InvalidArgumentError, "cgc_host_register",
+                          lambda: cgc.HostBuffer.register(ctx, bytearray(8), nbytes=9), "nbytes (9)")
+
+        module, stream = foreign(cgc.Module), foreign(cgc.Stream)
+        module._functions = {}
+        self.expect_raise(cgc.InvalidHandleError, "cgc_module_get_function", lambda: module.function("scale_add"),
+                          "module")
+        function = cgc.Function(module, "scale_add", FOREIGN)
+        err = cgc.InvalidArgumentError
+        launch = function.launch
+        self.expect_raise(err, "cgc_launch_kernel", lambda: launch(1 << 32, 1, [], stream), "grid dimension 0")
+        self.expect_raise(err, "cgc_launch_kernel", lambda: launch((1, 1, 1, 1), 1, [], stream), "4 dimensions")
+        self.expect_raise(err, "cgc_launch_kernel", lambda: launch(1, (1, -1), [], stream), "block dimension 1")
+        self.expect_raise(err, "cgc_launch_kernel", lambda: launch(1, 1, [ctypes.c_float(1), 7], stream),
+                          "args[1] is a int", "ctypes")
+        self.expect_raise(err, "cgc_launch_kernel", lambda: launch(1, 1, [], stream, shared_bytes=1 << 32),
+                          "shared_bytes")
+        self.expect_raise(cgc.InvalidHandleError, "cgc_launch_kernel",
+                          lambda: launch((2, 2), 32, [ctypes.c_void_p(FOREIGN), ctypes.c_uint32(4)], stream),
+                          "function")
+        self.expect_raise(err, "cgc_function_get_attribute", lambda: function.get_attribute("registers"),
+                          "num_regs")
+        self.expect_raise(err, "cgc_function_set_attribute",
+                          lambda: function.set_attribute(cgc.FunctionAttribute.MAX_DYNAMIC_SHARED_SIZE_BYTES, 1 << 31))
+        self.expect_raise(cgc.InvalidHandleError, "cgc_function_get_attribute",
+                          lambda: function.get_attribute("num_regs"), "function")
+        # A closed module's functions are refused here: their handles died with it.
+        module._h = None
+        with self.assertRaises(cgc.InvalidHandleError) as cm:
+            function.launch(1, 1, [], stream)
+        self.assertIn("scale_add", cm.exception.message)
+        self.assertTrue(function.closed)
+        forget(ctx, stream)
+
+    def test_mem_op_and_enum_helpers(self):
+        op = cgc.MemOp.wait32(FOREIGN, 7, cgc.WAIT_EQ)
+        self.assertEqual(op, (cgc.MemOpKind.WAIT_VALUE_32, FOREIGN, 7, cgc.WAIT_EQ))
+        self.assertEqual(cgc.MemOp.flush_remote_writes(), (cgc.MemOpKind.FLUSH_REMOTE_WRITES, None, 0, 0))
+        self.assertEqual(cgc.MemOp(cgc.MemOpKind.WRITE_VALUE_64, FOREIGN).value, 0)
+        self.assertEqual(cgc.MemOp.barrier(), (cgc.MemOpKind.BARRIER, None, 0, cgc.BARRIER_SYSTEM))
+        self.assertEqual(cgc.MemOp.barrier(gpu_scope=True), (cgc.MemOpKind.BARRIER, None, 0, cgc.BARRIER_GPU))
+        self.assertEqual(ctypes.sizeof(cgc.mem_op_t), 24)
+        self.assertEqual(cgc.access_policy_t().struct_size, ctypes.sizeof(cgc.access_policy_t))
+        self.assertEqual(cgc.graph_info_t().struct_size, 144)
+        # The enums carry the header's values (CUDA's own).
+        self.assertEqual([int(m) for m in cgc.MemOpKind], [1, 2, 3, 4, 5, 6])
+        self.assertEqual(cgc.FunctionAttribute.PREFERRED_SHARED_MEMORY_CARVEOUT, 9)
+        self.assertEqual(cgc.AccessProperty.PERSISTING, 2)
+        self.assertEqual((cgc.WAIT_GEQ, cgc.WAIT_EQ, cgc.WAIT_AND, cgc.WAIT_NOR, cgc.WAIT_FLUSH),
+                         (0, 1, 2, 3, 0x40000000))
+        self.assertEqual((cgc.BARRIER_SYSTEM, cgc.BARRIER_GPU), (0, 1))
 
 
 # ---- GPU tests ---------------------------------------------------------------------------------
@@ -451,6 +768,352 @@ class GpuForkJoinTest(unittest.TestCase):
             g.close()
             cgc.free(buf)
         ctx.close()
+
+
+def scale_add_ptx():
+    """The examples' kernel, examples/kernels/scale_add.ptx: $CGC_SCALE_ADD_PTX (Bazel's test sets
+    it), else where the repository or the GPU bundle (its tools/ folder) keeps it."""
+    candidates = [os.environ.get("CGC_SCALE_ADD_PTX"),
+                  os.path.join(HERE, "..", "..", "examples", "kernels", "scale_add.ptx"),
+                  os.path.join(HERE, "..", "tools", "scale_add.ptx"),
+                  os.path.join(HERE, "scale_add.ptx")]
+    for path in candidates:
+        if path and os.path.isfile(path):
+            return path
+    raise AssertionError("scale_add.ptx is not in any of %s: set CGC_SCALE_ADD_PTX to it" % candidates[1:])
+
+
+def float_bits(x):
+    """The bits of float32 x, for memset_d32."""
+    return struct.unpack("<I", struct.pack("<f", x))[0]
+
+
+class GpuWorkTest(ExpectMixin, unittest.TestCase):
+    """1.1 on a GPU: copies, sets, host functions, memory operations and kernels, eagerly and in a
+    graph replayed with per-replay values, and the argument checks that need real handles."""
+
+    def setUp(self):
+        require_gpu(self)
+        self.ctx = cgc.Context(0)
+        self.stream = cgc.Stream(self.ctx)
+        self.blocks = []
+
+    def tearDown(self):
+        for p in self.blocks:
+            cgc.free(p)
+        self.stream.close()
+        self.ctx.close()
+
+    def malloc(self, nbytes):
+        p = cgc.malloc(self.ctx, nbytes, self.stream)
+        self.blocks.append(p)
+        return p
+
+    def read(self, ptr, ctype, n):
+        """n values of `ctype` at device address ptr, through a pageable (so synchronous) copy."""
+        out = (ctype * n)()
+        self.stream.memcpy_dtoh(out, ptr)
+        self.stream.synchronize()
+        return list(out)
+
+    def test_eager_copies_and_sets_round_trip(self):
+        ctx, s, n = self.ctx, self.stream, 1024
+        a, b = self.malloc(n * 4), self.malloc(n * 4)
+        src = array.array("f", [i * 0.5 for i in range(n)])
+        s.memcpy_htod(a, src)  # pageable host memory is fine eagerly
+        s.memcpy_dtod(b, a, n * 4)
+        out = bytearray(n * 4)
+        s.memcpy_dtoh(out, b)
+        s.synchronize()
+        self.assertEqual(bytes(out), src.tobytes())
+        s.memcpy_htod(a, b"", 0)  # nothing to copy: a no-op
+
+        with cgc.HostBuffer(ctx, n * 4) as up, cgc.HostBuffer(ctx, n * 4, write_combined=True) as staging:
+            values = up.as_array(ctypes.c_float)
+            self.assertEqual(len(values), n)
+            for i in range(n):
+                values[i] = -float(i)
+            s.memcpy_htod(a, up)
+            s.memcpy_dtoh(staging, a)  # asynchronous: page-locked memory
+            s.synchronize()
+            self.assertEqual(staging.as_memoryview("f").tolist(), [-float(i) for i in range(n)])
+        self.assertTrue(up.closed)
+        with self.assertRaises(cgc.InvalidHandleError):
+            up.as_array()
+
+        # Sets of each width, side by side in `a`.
+        s.memset_d8(a, 0xAB, 16)
+        s.memset_d16(a + 16, 0x1234, 8)
+        s.memset_d32(a + 32, float_bits(1.5), n - 8)
+        raw = bytes(self.read(a, ctypes.c_ubyte, n * 4))
+        self.assertEqual(raw[:16], b"\xab" * 16)
+        self.assertEqual(raw[16:32], struct.pack("<8H", *[0x1234] * 8))
+        self.assertEqual(array.array("f", raw[32:]).tolist(), [1.5] * (n - 8))
+
+        # A buffer of the caller's, page-locked in place for as long as the HostBuffer is open.
+        mine = bytearray(n * 4)
+        with cgc.HostBuffer.register(ctx, mine) as pinned:
+            self.assertTrue(pinned.registered)
+            with self.assertRaises(BufferError):
+                mine.append(0)  # it must not move while the driver knows its address
+            s.memcpy_dtoh(pinned, b)
+            s.synchronize()
+            self.assertEqual(bytes(mine), src.tobytes())
+        mine.append(0)  # unregistered: a plain bytearray again
+
+    def test_stream_queries_and_access_policy(self):
+        ctx, s = self.ctx, self.stream
+        least, greatest = ctx.stream_priority_range()
+        self.assertLessEqual(greatest, least)
+        with cgc.Stream(ctx, priority=greatest) as urgent:
+            self.assertEqual(urgent.priority, greatest)
+            self.assertEqual(s.priority, 0)
+            self.assertNotEqual(urgent.id, s.id)
+            self.assertEqual(s.id, s.id)
+            self.assertEqual(s.device, 0)
+            self.assertNotEqual(s.native_context, 0)
+            self.assertEqual(s.native_context, urgent.native_context)  # one primary context
+            s.copy_attributes_from(urgent)
+
+        window = self.malloc(1 << 16)
+        try:
+            s.set_access_policy(window, 1 << 16, hit_ratio=0.5, hit_property="persisting", miss_property="streaming")
+        except cgc.NotSupportedError as e:
+            self.skipTest("no access-policy window on this device: %s" % e)
+        policy = s.access_policy()
+        self.assertEqual(policy, cgc.AccessPolicy(window, 1 << 16, 0.5, cgc.AccessProperty.PERSISTING,
+                                                  cgc.AccessProperty.STREAMING))
+        s.set_access_policy(window, 0)  # off
+        self.assertEqual(s.access_policy().nbytes, 0)
+        s.set_access_policy(*policy)  # restored from what was read
+        self.assertEqual(s.access_policy(), policy)
+        s.set_access_policy(window, 0)
+        err = cgc.InvalidArgumentError
+        self.expect_raise(err, "cgc_stream_set_access_policy", lambda: s.set_access_policy(window, 64, hit_ratio=2.0),
+                          "hit_ratio")
+        self.expect_raise(err, "cgc_stream_set_access_policy", lambda: s.set_access_policy(window, 64, hit_property=7),
+                          "hit_property (7)")
+        self.expect_raise(err, "cgc_stream_set_access_policy", lambda: s.set_access_policy(window, 1 << 40),
+                          "largest access-policy window")
+
+    def test_captured_graph_replays_with_per_replay_values(self):
+        ctx, origin, n, block = self.ctx, self.stream, 4096, 256
+        side = cgc.Stream(ctx)
+        fork, join = cgc.Event(ctx), cgc.Event(ctx)
+        module = cgc.Module.from_file(ctx, scale_add_ptx())
+        scale_add = module.function("scale_add")
+        self.assertIs(module.function("scale_add"), scale_add)
+        self.assertGreaterEqual(scale_add.get_attribute(cgc.FunctionAttribute.MAX_THREADS_PER_BLOCK), block)
+        self.assertGreater(scale_add.get_attribute("num_regs"), 0)
+
+        host_in, host_out, host_params = (cgc.HostBuffer(ctx, n * 4), cgc.HostBuffer(ctx, n * 4),
+                                          cgc.HostBuffer(ctx, 8))
+        inputs, outputs = host_in.as_array(ctypes.c_float), host_out.as_array(ctypes.c_float)
+        params = host_params.as_array(ctypes.c_float)
+        for i in range(n):
+            inputs[i] = (i % 97) * 0.25
+        d_in, d_out, d_params, flag = self.malloc(n * 4), self.malloc(n * 4), self.malloc(8), self.malloc(4)
+        origin.memcpy_htod(d_in, host_in)
+        origin.synchronize()
+        for p in (d_in, d_out, d_params, flag):  # used on the side stream too
+            cgc.record_stream(p, side)
+
+        replays_seen = []
+
+        def count_replay():  # runs on a driver thread at every replay
+            replays_seen.append(len(replays_seen) + 1)
+        alive, pending = weakref.ref(count_replay), cgc.pending_host_funcs()
+
+        g = cgc.Graph()
+        with cgc.graph(g, stream=origin):
+            origin.memset_d32(flag, 0, 1)
+            origin.memcpy_htod(d_params, host_params)  # the replay's parameters, read at each replay
+            fork.record(origin)
+            side.wait_event(fork)
+            scale_add.launch((n + block - 1) // block, block,
+                             [ctypes.c_void_p(d_out), ctypes.c_void_p(d_in), ctypes.c_void_p(d_params),
+                              ctypes.c_uint32(n)], side)
+            side.write_value32(flag, 1)
+            join.record(side)
+            origin.wait_event(join)
+            origin.wait_value32(flag, 1, cgc.WAIT_EQ)
+            origin.memcpy_dtoh(host_out, d_out)
+            origin.launch_host_func(count_replay)
+        del count_replay
+        self.assertEqual(replays_seen, [])  # a host node runs at replays, not at capture
+        self.assertEqual(cgc.pending_host_funcs(), pending + 1)
+        self.assertIsNotNone(alive(), "the graph's host function must stay alive")
+        # The graph keeps the kernel's code loaded; the handles die with the module.
+        module.close()
+        with self.assertRaises(cgc.InvalidHandleError):
+            scale_add.launch(1, 1, [], origin)
+
+        for r in (1, 2, 3):
+            params[0], params[1] = float(r), 10.0 * r  # new values, no recapture
+            g.replay()
+            origin.synchronize()
+            bad = [(i, outputs[i]) for i in range(n)
+                   if abs(outputs[i] - (inputs[i] * r + 10.0 * r)) > 1e-4 * abs(inputs[i] * r + 10.0 * r) + 1e-6]
+            self.assertEqual(bad[:5], [], "replay %d" % r)
+            self.assertEqual(replays_seen, list(range(1, r + 1)))
+
+        info = g.info()
+        self.assertEqual((info.kernel_nodes, info.memcpy_nodes, info.memset_nodes, info.host_nodes, info.mem_op_nodes),
+                         (1, 2, 1, 1, 2))
+        # The kinds split node_count (the fork and join are edges, not nodes).
+        counts = [getattr(info, kind) for kind in cgc.GRAPH_NODE_KINDS + ("other_nodes",)]
+        self.assertEqual(info.node_count, sum(counts))
+        self.assertEqual(info.replay_count, 3)
+
+        g.close()  # its host node's callable goes now, not before
+        self.assertEqual(cgc.pending_host_funcs(), pending)
+        self.assertIsNone(alive(), "the host function outlived its graph")
+        self.assertEqual(len(replays_seen), 3)
+        for obj in (host_in, host_out, host_params, fork, join, side):
+            obj.close()
+
+    def test_pageable_host_memory_is_refused_in_a_capture(self):
+        s, n = self.stream, 16
+        d = self.malloc(n * 4)
+        g = cgc.Graph()
+        with cgc.graph(g, stream=s):
+            for copy in (lambda: s.memcpy_htod(d, bytearray(n * 4)),
+                         lambda: s.memcpy_dtoh((ctypes.c_float * n)(), d)):
+                e = self.expect_raise(cgc.CaptureUnsupportedError, "cgc_memcpy_", copy, "pageable", "cgc_host_alloc")
+                self.assertEqual(e.status, cgc.Status.CAPTURE_UNSUPPORTED)
+            self.assertEqual(s.capture_status()[0], cgc.CaptureStatus.ACTIVE)  # refused, not broken
+            s.memset_d32(d, 7, n)
+        info = g.info()
+        self.assertEqual((info.memcpy_nodes, info.memset_nodes, info.node_count), (0, 1, 1))
+        s.memset_d32(d, 0, n)
+        g.replay()
+        self.assertEqual(self.read(d, ctypes.c_uint32, n), [7] * n)
+        g.close()
+
+    def test_host_functions_eager(self):
+        s, before = self.stream, cgc.pending_host_funcs()
+        threads = []
+        s.launch_host_func(lambda: threads.append(threading.get_ident()))
+        s.synchronize()
+        self.assertEqual(len(threads), 1)
+        self.assertNotEqual(threads[0], threading.get_ident())  # a driver thread
+        self.assertEqual(cgc.pending_host_funcs(), before)  # released once it ran
+
+        # cgc refuses to be called from a host function, where the driver forbids CUDA calls.
+        d, errors = self.malloc(4), []
+
+        def calls_cgc():
+            try:
+                s.memset_d32(d, 1, 1)
+            except cgc.Error as e:
+                errors.append(e)
+        s.launch_host_func(calls_cgc)
+        s.synchronize()
+        self.assertEqual(len(errors), 1)
+        self.assertIsInstance(errors[0], cgc.InvalidStateError)
+        self.assertIn("host function", errors[0].message)
+
+        # An exception cannot reach the caller: it goes to sys.unraisablehook, and the stream goes on.
+        reported, hook = [], sys.unraisablehook
+        sys.unraisablehook = lambda args: reported.append(args.exc_type)
+        try:
+            s.launch_host_func(lambda: 1 / 0)
+            s.synchronize()
+        finally:
+            sys.unraisablehook = hook
+        self.assertEqual(reported, [ZeroDivisionError])
+        s.memset_d32(d, 2, 1)
+        self.assertEqual(self.read(d, ctypes.c_uint32, 1), [2])
+        self.assertEqual(cgc.pending_host_funcs(), before)
+
+        # The C contract: a NULL fn is refused and its release still runs, once.
+        releases = []
+        release = cgc.host_fn(lambda user: releases.append(user))
+        st = cgc.api().cgc_launch_host_func(s.handle, cgc.host_fn(), 7, release)
+        self.assertEqual(st, cgc.Status.INVALID_ARGUMENT)
+        self.assertIn("fn is NULL", cgc.api().cgc_last_error().decode())
+        self.assertEqual(releases, [7])
+
+    def test_memory_operations(self):
+        s = self.stream
+        flags = self.malloc(32)
+        s.memset_d32(flags, 0, 8)
+        s.write_value32(flags, 5)
+        s.wait_value32(flags, 5, cgc.WAIT_EQ)
+        s.write_value32(flags + 4, 6)
+        s.wait_value32(flags + 4, 4, cgc.WAIT_GEQ)
+        s.batch_mem_op([cgc.MemOp.write32(flags + 8, 0x11), cgc.MemOp.barrier(),
+                        cgc.MemOp.wait32(flags + 8, 0x10, cgc.WAIT_AND), cgc.MemOp.write32(flags + 12, 0x22),
+                        cgc.MemOp.barrier(gpu_scope=True)])
+        self.assertEqual(self.read(flags, ctypes.c_uint32, 4), [5, 6, 0x11, 0x22])
+        try:
+            s.write_value64(flags + 16, 1 << 40)
+        except cgc.NotSupportedError as e:
+            self.assertIn("64-bit", e.message)
+            return
+        s.wait_value64(flags + 16, 1 << 40, cgc.WAIT_EQ)
+        s.batch_mem_op([cgc.MemOp.write64(flags + 24, (1 << 63) + 1)])
+        self.assertEqual(self.read(flags + 16, ctypes.c_uint64, 2), [1 << 40, (1 << 63) + 1])
+
+    def test_bad_arguments_with_real_handles(self):
+        lib, ctx, s = cgc.api(), self.ctx, self.stream
+        d = self.malloc(1024)
+        err = cgc.InvalidArgumentError
+        module = cgc.Module.from_file(ctx, scale_add_ptx())
+        scale_add = module.function("scale_add")
+
+        # Handles of another kind.
+        for function, kind, call in (
+                ("cgc_module_unload", "module", lambda: lib.cgc_module_unload(s.handle)),
+                ("cgc_memset_d32_async", "stream", lambda: lib.cgc_memset_d32_async(d, 0, 1, ctx.handle)),
+                ("cgc_launch_kernel", "function",
+                 lambda: lib.cgc_launch_kernel(module.handle, 1, 1, 1, 1, 1, 1, 0, s.handle, None)),
+                ("cgc_host_alloc", "context", lambda: lib.cgc_host_alloc(s.handle, 64, 0, ctypes.byref(ctypes.c_void_p())))):
+            self.assertEqual(call(), cgc.Status.INVALID_HANDLE, function)
+            message = lib.cgc_last_error().decode()
+            self.assertIn(function, message)
+            self.assertIn("not a live cgc %s handle" % kind, message)
+        self.expect_raise(cgc.InvalidHandleError, "cgc_launch_kernel",  # a Context passed as the stream
+                          lambda: scale_add.launch(1, 1, [ctypes.c_void_p(d)] * 3 + [ctypes.c_uint32(0)], ctx), "stream")
+
+        # Enums and flags out of range.
+        self.expect_raise(err, "cgc_function_get_attribute", lambda: scale_add.get_attribute(99), "attribute 99")
+        self.expect_raise(err, "cgc_function_set_attribute", lambda: scale_add.set_attribute("num_regs", 1),
+                          "cannot be set")
+        self.expect_raise(err, "cgc_stream_batch_mem_op", lambda: s.batch_mem_op([cgc.MemOp(9, d)]), "kind 9")
+        self.expect_raise(err, "cgc_stream_wait_value32", lambda: s.wait_value32(d, 1, 0x7), "wait flags")
+        self.expect_raise(err, "cgc_stream_write_value32", lambda: s.write_value32(d, 1, 0x1), "writes take 0")
+        self.expect_raise(err, "cgc_stream_batch_mem_op", lambda: s.batch_mem_op([cgc.MemOp.write32(d, 1, 0x1)]),
+                          "writes take 0")
+        self.expect_raise(err, "cgc_stream_batch_mem_op", lambda: s.batch_mem_op([cgc.MemOp(cgc.MemOpKind.BARRIER,
+                                                                                             flags=7)]),
+                          "barrier's flags")
+        A, mine = cgc.Status.INVALID_ARGUMENT, ctypes.create_string_buffer(64)
+        self.expect(A, "cgc_host_alloc", lambda: lib.cgc_host_alloc(ctx.handle, 64, 0x80, ctypes.byref(ctypes.c_void_p())),
+                    "unknown flag bits 0x80")
+        self.expect(A, "cgc_host_register", lambda: lib.cgc_host_register(ctx.handle, ctypes.addressof(mine), 64, 0x8),
+                    "unknown flag bits 0x8")
+        self.expect(A, "cgc_host_register", lambda: lib.cgc_host_register(ctx.handle, ctypes.addressof(mine), (1 << 64) - 1,
+                                                                          0), "past the end")
+
+        # Sizes and alignment.
+        self.expect_raise(err, "cgc_memset_d32_async", lambda: s.memset_d32(d + 2, 0, 1), "aligned")
+        self.expect_raise(err, "cgc_memset_d16_async", lambda: s.memset_d16(d, 0, 1 << 63), "past the end")
+        self.expect_raise(err, "cgc_memcpy_dtod_async", lambda: s.memcpy_dtod(d, d, (1 << 64) - 1), "past the end")
+        self.expect_raise(err, "cgc_stream_write_value32", lambda: s.write_value32(d + 2, 1), "aligned")
+        self.expect_raise(err, "cgc_stream_batch_mem_op", lambda: s.batch_mem_op([]), "count is 0")
+        self.expect_raise(err, "cgc_stream_batch_mem_op", lambda: s.batch_mem_op([cgc.MemOp.write32(d, 1)] * 256),
+                          "count is 256")
+        self.expect_raise(err, "cgc_stream_batch_mem_op", lambda: s.batch_mem_op([cgc.MemOp.write32(d, 1 << 33)]),
+                          "32-bit")
+        self.expect_raise(err, "cgc_launch_kernel", lambda: scale_add.launch((1, 0), 1, [], s), "zero dimension")
+        self.expect_raise(err, "cgc_module_get_function", lambda: module.function("no_such_kernel"), "no_such_kernel")
+        with self.assertRaises(cgc.Error) as cm:
+            cgc.Module(ctx, "this is not PTX")
+        self.assertIn("cgc_module_load", cm.exception.message)
+        self.expect(A, "cgc_host_unregister", lambda: lib.cgc_host_unregister(ctypes.addressof(mine)), "page-locked")
+        self.expect(A, "cgc_host_free", lambda: lib.cgc_host_free(ctypes.addressof(mine)), "page-locked")
+        module.close()
 
 
 class GpuNcclTest(unittest.TestCase):

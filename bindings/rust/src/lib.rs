@@ -21,6 +21,14 @@
 //! # Ok(()) }
 //! ```
 //!
+//! Since 1.1 a graph can hold the caller's own work too: copies and sets
+//! ([`Stream::copy_to_device`], [`Stream::memset_d32`], ... with page-locked [`HostBuffer`]s,
+//! which a captured copy reads or writes again at every replay), host functions
+//! ([`Stream::launch_host_func`]), stream memory operations ([`Stream::write_value32`],
+//! [`Stream::wait_value32`]) and kernels of the caller's modules ([`Module`],
+//! [`Function::launch`]). [`Graph::info`] counts the nodes by kind.
+//! `examples/rust/graph_work.rs` (`cargo run --example graph_work`) uses all of them.
+//!
 //! Objects own their handle and destroy it on `Drop` (errors there are ignored); each also has
 //! a `destroy(self)` (or `free`, `release`) that reports the library's status. Objects made from
 //! a [`Context`] keep the device state alive on their own, so they borrow nothing from it.
@@ -31,6 +39,12 @@
 //! `Send` and `Sync` accordingly, except [`Graph`] (`Send` only: CUDA executable graphs are not
 //! internally synchronised and cgc adds no lock to launch) and [`CaptureModeGuard`] (neither:
 //! the capture mode belongs to one OS thread). Each `unsafe impl` says why.
+//!
+//! What cannot be checked is `unsafe`, with the caller's duties under "Safety": copies into
+//! host memory (the device writes it after the call returns, and at every replay of a graph),
+//! kernel launches (nothing knows a kernel's parameters), and the `_raw` methods that take any
+//! address. Writes to a [`DeviceBuffer`] are safe: its size is checked, and device memory is
+//! not the Rust program's.
 #![warn(missing_docs)]
 
 use std::ffi::CString;
@@ -41,12 +55,25 @@ use std::path::Path;
 use std::ptr;
 
 mod comm;
+mod copies;
 mod error;
+mod host_func;
+mod host_memory;
+mod mem_ops;
+mod module;
+#[cfg(test)]
+mod no_gpu_tests;
+mod stream_attributes;
 #[allow(missing_docs)]
 pub mod sys;
 
 pub use comm::{group_end, group_start, nccl_version, Comm, CommId, DType, ReduceOp};
 pub use error::{Error, Result, Status};
+pub use host_func::host_function_panics;
+pub use host_memory::{HostBuffer, HostRegistration, HOST_READ_ONLY, HOST_WRITE_COMBINED};
+pub use mem_ops::{BarrierScope, MemOp, WaitCondition, WAIT_FLUSH};
+pub use module::{Function, FunctionAttribute, KernelArg, LaunchConfig, Module};
+pub use stream_attributes::{AccessPolicy, AccessProperty, StreamPriorityRange};
 
 use error::check;
 
@@ -237,7 +264,7 @@ impl Stream {
     }
 
     /// A new stream with `flags` (`STREAM_NON_BLOCKING` or 0) and `priority` (0 the default,
-    /// lower is higher priority).
+    /// lower is higher priority, clamped to [`Context::stream_priority_range`]).
     pub fn with_flags(ctx: &Context, flags: u32, priority: i32) -> Result<Stream> {
         let mut raw = ptr::null_mut();
         // SAFETY: live context, valid out pointer.
@@ -709,7 +736,7 @@ unsafe impl Send for Graph {}
 /// What [`Graph::info`] reports (`cgc_graph_info_t`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct GraphInfo {
-    /// Nodes in the graph (0 after reset).
+    /// Nodes in the graph (0 after reset); cgc's own completion record is not counted.
     pub node_count: usize,
     /// Successful launches.
     pub replay_count: u64,
@@ -717,6 +744,77 @@ pub struct GraphInfo {
     pub uploaded: bool,
     /// Bytes its pool holds.
     pub pool_bytes_reserved: usize,
+    /// The captured nodes by kind (since 1.1; all 0 after reset).
+    pub nodes: NodeCounts,
+}
+
+/// The captured nodes of a graph by kind (the header's `CGC_GRAPH_NODE_KINDS`). Their sum is
+/// [`GraphInfo::node_count`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct NodeCounts {
+    /// Kernels (cgc's own, e.g. random numbers, and those of [`Function::launch`]).
+    pub kernel: usize,
+    /// Copies.
+    pub memcpy: usize,
+    /// Sets.
+    pub memset: usize,
+    /// Host functions ([`Stream::launch_host_func`]).
+    pub host: usize,
+    /// Child graphs.
+    pub child_graph: usize,
+    /// Empty nodes.
+    pub empty: usize,
+    /// Event waits (on events recorded outside the capture).
+    pub event_wait: usize,
+    /// Event records (cgc's own completion record is not counted).
+    pub event_record: usize,
+    /// Memory allocations of the driver's graph allocator.
+    pub mem_alloc: usize,
+    /// Memory frees of the driver's graph allocator.
+    pub mem_free: usize,
+    /// Stream memory operations (write/wait-value and batches of them).
+    pub mem_op: usize,
+    /// Conditional nodes.
+    pub conditional: usize,
+    /// Kinds not listed (external semaphores, kinds newer than the library's header).
+    pub other: usize,
+}
+
+impl NodeCounts {
+    fn from_raw(i: &sys::cgc_graph_info_t) -> NodeCounts {
+        NodeCounts {
+            kernel: i.kernel_nodes,
+            memcpy: i.memcpy_nodes,
+            memset: i.memset_nodes,
+            host: i.host_nodes,
+            child_graph: i.child_graph_nodes,
+            empty: i.empty_nodes,
+            event_wait: i.event_wait_nodes,
+            event_record: i.event_record_nodes,
+            mem_alloc: i.mem_alloc_nodes,
+            mem_free: i.mem_free_nodes,
+            mem_op: i.mem_op_nodes,
+            conditional: i.conditional_nodes,
+            other: i.other_nodes,
+        }
+    }
+
+    /// All nodes counted, whatever their kind.
+    pub fn total(&self) -> usize {
+        self.kernel
+            + self.memcpy
+            + self.memset
+            + self.host
+            + self.child_graph
+            + self.empty
+            + self.event_wait
+            + self.event_record
+            + self.mem_alloc
+            + self.mem_free
+            + self.mem_op
+            + self.conditional
+            + self.other
+    }
 }
 
 impl Graph {
@@ -742,7 +840,8 @@ impl Graph {
         })
     }
 
-    /// Node count, replay count, upload state and pool size.
+    /// Node count (also by kind), replay count, upload state and pool size. The counts by kind
+    /// are asked of the driver at this call.
     pub fn info(&self) -> Result<GraphInfo> {
         let mut i = sys::cgc_graph_info_t {
             struct_size: std::mem::size_of::<sys::cgc_graph_info_t>(),
@@ -757,6 +856,7 @@ impl Graph {
             replay_count: i.replay_count,
             uploaded: i.uploaded != 0,
             pool_bytes_reserved: i.pool_bytes_reserved,
+            nodes: NodeCounts::from_raw(&i),
         })
     }
 
@@ -791,7 +891,10 @@ impl Graph {
     }
 
     /// Like `CUDAGraph.reset()`: frees the executable and graph now and drops the pool
-    /// reference; launching is then [`Status::InvalidState`]. Resetting twice is fine.
+    /// reference; launching is then [`Status::InvalidState`]. Resetting twice is fine. What the
+    /// graph holds for its replays (the closures of [`Stream::launch_host_func`], the code of
+    /// [`Module`]s whose kernels it launches) is let go once its last replay is over: this
+    /// waits for that replay.
     pub fn reset(&mut self) -> Result<()> {
         // SAFETY: live handle; &mut self: no one else uses the executable.
         check(self.api, unsafe { (self.api.cgc_graph_reset)(self.raw) })
@@ -809,8 +912,8 @@ impl Graph {
         unsafe { (self.api.cgc_graph_native_exec)(self.raw) }
     }
 
-    /// Resets and frees the handle, reporting the status. Buffers allocated in the capture
-    /// (its outputs) stay valid.
+    /// Resets and frees the handle, reporting the status (see [`Graph::reset`]). Buffers
+    /// allocated in the capture (its outputs) stay valid.
     pub fn destroy(mut self) -> Result<()> {
         let raw = std::mem::replace(&mut self.raw, ptr::null_mut());
         // SAFETY: owned handle, destroyed once.

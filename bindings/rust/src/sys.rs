@@ -265,8 +265,12 @@ pub const CGC_WAIT_AND: c_uint = 0x2;
 pub const CGC_WAIT_NOR: c_uint = 0x3;
 /// Also make remote writes before the wait visible.
 pub const CGC_WAIT_FLUSH: c_uint = 0x4000_0000;
-/// No memory barrier before a write: earlier writes may land later.
-pub const CGC_WRITE_NO_MEMORY_BARRIER: c_uint = 0x1;
+// Writes take flags 0: a write is ordered after the stream's earlier writes (the driver's v2
+// operations have no unordered write). A batch may hold a barrier, whose flags say its scope:
+/// A barrier making earlier writes visible to the whole system (host, peers).
+pub const CGC_BARRIER_SYSTEM: c_uint = 0x0;
+/// A barrier making earlier writes visible to the device.
+pub const CGC_BARRIER_GPU: c_uint = 0x1;
 
 /// `cgc_mem_op_kind_t` (the values of CUstreamBatchMemOpType).
 pub type cgc_mem_op_kind_t = c_int;
@@ -275,9 +279,13 @@ pub const CGC_MEM_OP_WRITE_VALUE_32: cgc_mem_op_kind_t = 2;
 pub const CGC_MEM_OP_FLUSH_REMOTE_WRITES: cgc_mem_op_kind_t = 3;
 pub const CGC_MEM_OP_WAIT_VALUE_64: cgc_mem_op_kind_t = 4;
 pub const CGC_MEM_OP_WRITE_VALUE_64: cgc_mem_op_kind_t = 5;
+/// Batches only: a memory barrier (flags `CGC_BARRIER_*`).
+pub const CGC_MEM_OP_BARRIER: cgc_mem_op_kind_t = 6;
 
 /// `cgc_mem_op_t`: one operation of a batch. Its layout is fixed forever (arrays of it are
-/// passed), so it has no `struct_size`.
+/// passed), so it has no `struct_size`. `flags`: `CGC_WAIT_*` for waits, 0 for writes and
+/// flushes, `CGC_BARRIER_*` for barriers; `address` and `value` are unused by flushes and
+/// barriers.
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct cgc_mem_op_t {

@@ -7,6 +7,7 @@ mod common;
 
 use std::os::raw::c_void;
 use std::ptr;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use cgc::{sys, CaptureMode, Error, Status};
 use common::{child_passed, child_role, run_child};
@@ -190,12 +191,170 @@ fn bad_calls_give_the_right_status() {
     );
 }
 
+/// The status of a call just made and this thread's message, which must name `function`.
+#[track_caller]
+fn assert_named_refusal(api: &sys::cgc_api_t, status: sys::cgc_status_t, want: Status, function: &str) {
+    // SAFETY: the message is read right after the call, on this thread.
+    let message = unsafe { std::ffi::CStr::from_ptr((api.cgc_last_error)()) }
+        .to_string_lossy()
+        .into_owned();
+    assert_eq!(Status::from_raw(status), want, "{}: {}", function, message);
+    assert!(message.contains(function), "the message does not name {}: {}", function, message);
+}
+
+// What the callbacks of the refused host function saw, for the test below (this binary's only
+// user of them). They only record: a panic must not unwind into C.
+static HOST_FUNCTION_RUNS: AtomicUsize = AtomicUsize::new(0);
+static RELEASES: AtomicUsize = AtomicUsize::new(0);
+static RELEASED_USER: AtomicUsize = AtomicUsize::new(0);
+
+unsafe extern "C" fn never_called(_user: *mut c_void) {
+    HOST_FUNCTION_RUNS.fetch_add(1, Ordering::SeqCst);
+}
+
+unsafe extern "C" fn count_release(user: *mut c_void) {
+    RELEASED_USER.store(user as usize, Ordering::SeqCst);
+    RELEASES.fetch_add(1, Ordering::SeqCst);
+}
+
+/// Every 1.1 function refuses a NULL handle or out pointer, naming itself, before it needs the
+/// driver (so also here, without one).
+#[test]
+fn the_1_1_functions_refuse_bad_arguments_by_name() {
+    let api = cgc::api().unwrap();
+    let null = ptr::null_mut();
+    let mut buffer = [0u8; 64];
+    let host = buffer.as_mut_ptr() as *mut c_void;
+    let device = 0x10000 as *mut c_void; // never reached: each call fails on its handle first
+    let (mut a, mut b): (i32, i32) = (7, 7);
+    let mut id = 7u64;
+    let mut out_ptr: *mut c_void = 0x1 as *mut c_void;
+    let mut policy = sys::cgc_access_policy_t {
+        struct_size: std::mem::size_of::<sys::cgc_access_policy_t>(),
+        base: null,
+        bytes: 0,
+        hit_ratio: 0.5,
+        hit_property: sys::CGC_ACCESS_PERSISTING,
+        miss_property: sys::CGC_ACCESS_STREAMING,
+    };
+    let op = sys::cgc_mem_op_t {
+        kind: sys::CGC_MEM_OP_WRITE_VALUE_32,
+        flags: 0,
+        address: device,
+        value: 1,
+    };
+    let ptx = b".version 7.0\0";
+    let name = b"scale_add\0";
+    let mut module: sys::cgc_module_t = 0x1 as sys::cgc_module_t;
+    let mut function: sys::cgc_function_t = 0x1 as sys::cgc_function_t;
+    let mut args = [null];
+    let invalid = Status::InvalidArgument;
+    // SAFETY: every call gets NULL where a handle or an out pointer is required, which the
+    // library documents as refused (INVALID_ARGUMENT); other pointers are valid or never read.
+    unsafe {
+        // streams
+        let st = (api.cgc_stream_priority_range)(null as _, &mut a, &mut b);
+        assert_named_refusal(api, st, invalid, "cgc_stream_priority_range");
+        assert_eq!((a, b), (0, 0), "outputs are cleared on failure");
+        let st = (api.cgc_stream_priority_range)(null as _, ptr::null_mut(), &mut b);
+        assert_named_refusal(api, st, invalid, "cgc_stream_priority_range");
+        let st = (api.cgc_stream_priority)(null as _, &mut a);
+        assert_named_refusal(api, st, invalid, "cgc_stream_priority");
+        let st = (api.cgc_stream_id)(null as _, &mut id);
+        assert_named_refusal(api, st, invalid, "cgc_stream_id");
+        assert_eq!(id, 0);
+        let st = (api.cgc_stream_device)(null as _, &mut a, &mut out_ptr);
+        assert_named_refusal(api, st, invalid, "cgc_stream_device");
+        assert_eq!((a, out_ptr), (-1, null), "outputs are cleared on failure");
+        let st = (api.cgc_stream_copy_attributes)(null as _, null as _);
+        assert_named_refusal(api, st, invalid, "cgc_stream_copy_attributes");
+        let st = (api.cgc_stream_set_access_policy)(null as _, &policy);
+        assert_named_refusal(api, st, invalid, "cgc_stream_set_access_policy");
+        let st = (api.cgc_stream_get_access_policy)(null as _, &mut policy);
+        assert_named_refusal(api, st, invalid, "cgc_stream_get_access_policy");
+        // host memory, copies, sets
+        out_ptr = 0x1 as *mut c_void;
+        let st = (api.cgc_host_alloc)(null as _, 4096, 0, &mut out_ptr);
+        assert_named_refusal(api, st, invalid, "cgc_host_alloc");
+        assert!(out_ptr.is_null(), "out is cleared on failure");
+        let st = (api.cgc_host_alloc)(null as _, 4096, 0, ptr::null_mut());
+        assert_named_refusal(api, st, invalid, "cgc_host_alloc");
+        let st = (api.cgc_host_register)(null as _, host, buffer.len(), 0);
+        assert_named_refusal(api, st, invalid, "cgc_host_register");
+        let st = (api.cgc_host_unregister)(null);
+        assert_named_refusal(api, st, invalid, "cgc_host_unregister");
+        // Memory that is not page-locked: the driver decides (NO_DRIVER here, INVALID_ARGUMENT
+        // on a GPU machine), and the message names the function either way.
+        let st = (api.cgc_host_free)(host);
+        let message = std::ffi::CStr::from_ptr((api.cgc_last_error)()).to_string_lossy().into_owned();
+        assert!(
+            matches!(Status::from_raw(st), Status::NoDriver | Status::InvalidArgument),
+            "cgc_host_free of pageable memory: {}",
+            message
+        );
+        assert!(message.contains("cgc_host_free"), "{}", message);
+        let st = (api.cgc_memcpy_htod_async)(device, host, 16, null as _);
+        assert_named_refusal(api, st, invalid, "cgc_memcpy_htod_async");
+        let st = (api.cgc_memcpy_dtoh_async)(host, device, 16, null as _);
+        assert_named_refusal(api, st, invalid, "cgc_memcpy_dtoh_async");
+        let st = (api.cgc_memcpy_dtod_async)(device, device, 16, null as _);
+        assert_named_refusal(api, st, invalid, "cgc_memcpy_dtod_async");
+        let st = (api.cgc_memset_d8_async)(device, 0xab, 16, null as _);
+        assert_named_refusal(api, st, invalid, "cgc_memset_d8_async");
+        let st = (api.cgc_memset_d16_async)(device, 0xabcd, 8, null as _);
+        assert_named_refusal(api, st, invalid, "cgc_memset_d16_async");
+        let st = (api.cgc_memset_d32_async)(device, 0xabcd_ef01, 4, null as _);
+        assert_named_refusal(api, st, invalid, "cgc_memset_d32_async");
+        // host functions: refused, and the release still runs, exactly once, before the return
+        let st = (api.cgc_launch_host_func)(
+            null as _,
+            Some(never_called),
+            0x5eed as *mut c_void,
+            Some(count_release),
+        );
+        assert_named_refusal(api, st, invalid, "cgc_launch_host_func");
+        assert_eq!(RELEASES.load(Ordering::SeqCst), 1);
+        assert_eq!(RELEASED_USER.load(Ordering::SeqCst), 0x5eed);
+        assert_eq!(HOST_FUNCTION_RUNS.load(Ordering::SeqCst), 0);
+        // stream memory operations
+        let st = (api.cgc_stream_write_value32)(null as _, device, 1, 0);
+        assert_named_refusal(api, st, invalid, "cgc_stream_write_value32");
+        let st = (api.cgc_stream_write_value64)(null as _, device, 1, 0);
+        assert_named_refusal(api, st, invalid, "cgc_stream_write_value64");
+        let st = (api.cgc_stream_wait_value32)(null as _, device, 1, sys::CGC_WAIT_EQ);
+        assert_named_refusal(api, st, invalid, "cgc_stream_wait_value32");
+        let st = (api.cgc_stream_wait_value64)(null as _, device, 1, sys::CGC_WAIT_GEQ);
+        assert_named_refusal(api, st, invalid, "cgc_stream_wait_value64");
+        let st = (api.cgc_stream_batch_mem_op)(null as _, &op, 1);
+        assert_named_refusal(api, st, invalid, "cgc_stream_batch_mem_op");
+        // modules and kernels
+        let st = (api.cgc_module_load)(null as _, ptx.as_ptr() as *const c_void, &mut module);
+        assert_named_refusal(api, st, invalid, "cgc_module_load");
+        assert!(module.is_null(), "out is cleared on failure");
+        let st = (api.cgc_module_unload)(null as _);
+        assert_named_refusal(api, st, invalid, "cgc_module_unload");
+        let st = (api.cgc_module_get_function)(null as _, name.as_ptr() as *const _, &mut function);
+        assert_named_refusal(api, st, invalid, "cgc_module_get_function");
+        assert!(function.is_null(), "out is cleared on failure");
+        let st = (api.cgc_function_get_attribute)(null as _, sys::CGC_FUNC_NUM_REGS, &mut a);
+        assert_named_refusal(api, st, invalid, "cgc_function_get_attribute");
+        let st = (api.cgc_function_set_attribute)(
+            null as _,
+            sys::CGC_FUNC_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+            0,
+        );
+        assert_named_refusal(api, st, invalid, "cgc_function_set_attribute");
+        let st = (api.cgc_launch_kernel)(null as _, 1, 1, 1, 32, 1, 1, 0, null as _, args.as_mut_ptr());
+        assert_named_refusal(api, st, invalid, "cgc_launch_kernel");
+    }
+}
+
 #[test]
 fn function_table_matches_the_library() {
     use std::mem::size_of;
     // (Struct layouts and parameter types are checked against the header below.)
     let api = cgc::api().unwrap();
-    // A 1.0 library's table is exactly ours.
+    // A 1.1 library's table is exactly ours (the loader refuses a shorter one).
     assert_eq!(api.struct_size, size_of::<sys::cgc_api_t>());
     assert_eq!(
         sys::FUNCTION_NAMES.len(),
@@ -247,15 +406,17 @@ fn class_of_rust_type(ty: &str) -> String {
         "" | "c_void" => "void".into(),
         "c_char" => "i8".into(),
         "c_int" | "cgc_status_t" | "cgc_capture_mode_t" | "cgc_capture_status_t"
-        | "cgc_dtype_t" | "cgc_reduce_op_t" => "i32".into(),
+        | "cgc_dtype_t" | "cgc_reduce_op_t" | "cgc_access_property_t" | "cgc_mem_op_kind_t"
+        | "cgc_function_attribute_t" => "i32".into(),
         "c_uint" => "u32".into(),
-        "u32" | "u64" | "usize" | "isize" | "f32" => ty.clone(),
+        "u8" | "u16" | "u32" | "u64" | "usize" | "isize" | "f32" => ty.clone(),
         "cgc_context_t" | "cgc_stream_t" | "cgc_event_t" | "cgc_graph_t" | "cgc_pool_t"
-        | "cgc_comm_t" | "cgc_rng_t" => format!("handle:{}", ty),
-        "cgc_capture_fn" => "fnptr:cgc_capture_fn".into(),
-        "cgc_capture_options_t" | "cgc_graph_info_t" | "cgc_memory_stats_t" | "cgc_comm_id_t" => {
-            format!("struct:{}", ty)
+        | "cgc_comm_t" | "cgc_rng_t" | "cgc_module_t" | "cgc_function_t" => {
+            format!("handle:{}", ty)
         }
+        "cgc_capture_fn" | "cgc_host_fn" => format!("fnptr:{}", ty),
+        "cgc_capture_options_t" | "cgc_graph_info_t" | "cgc_memory_stats_t" | "cgc_comm_id_t"
+        | "cgc_access_policy_t" | "cgc_mem_op_t" => format!("struct:{}", ty),
         other => panic!("sys.rs uses a type this test cannot classify: {}", other),
     }
 }
@@ -277,10 +438,17 @@ fn class_of_type_name(name: &str) -> String {
     }
     match name.rsplit("::").next().unwrap() {
         "c_void" | "()" => "void".into(),
-        "u8" => "i8".into(), // c_char is u8 where char is unsigned (aarch64); the ABI has no uint8
+        // The description writes C's char as i8 whatever its sign; Rust's c_char is u8 where
+        // char is unsigned (aarch64), and type_name cannot tell it from a uint8_t. No struct
+        // field or callback parameter of the header is a uint8_t (only memset_d8's value, a
+        // function parameter, which class_of_rust_type reads by its written name).
+        "u8" if C_CHAR_IS_UNSIGNED => "i8".into(),
         other => other.into(),
     }
 }
+
+/// Whether `c_char` is `u8` on this target (see class_of_type_name).
+const C_CHAR_IS_UNSIGNED: bool = std::os::raw::c_char::MIN == 0;
 
 /// The (name, class) parameters of a description line, from word `first` on.
 fn described_params(line: &[String], first: usize) -> Vec<(String, String)> {
@@ -306,34 +474,55 @@ fn function_signatures_match_the_header() {
         assert_eq!(line[2], *name, "function {} (order of cgc_api_t)", index);
         assert_eq!(line[3], class_of_rust_type(ret), "{}: return type {:?}", name, ret);
         // Names too: two parameters of one type swapped in one place only would pass the types.
+        // A parameter named like a Rust keyword is written raw (`r#fn`).
         let rust_params: Vec<(String, String)> = params
             .iter()
-            .map(|(n, t)| (n.to_string(), class_of_rust_type(t)))
+            .map(|(n, t)| (n.trim_start_matches("r#").to_string(), class_of_rust_type(t)))
             .collect();
         assert_eq!(described_params(line, 4), rust_params, "{}: parameters {:?}", name, params);
     }
 }
 
+/// The (parameter classes, return class) of a callback type of sys.rs, from its type name, e.g.
+/// "core::option::Option<unsafe extern \"C\" fn(*mut cgc::sys::cgc_stream_s, *mut
+/// core::ffi::c_void) -> i32>"; a function returning nothing has no " -> ".
+fn callback_classes(name: &str) -> (Vec<String>, String) {
+    let inside = name[name.find("fn(").expect(name) + 3..].trim_end_matches('>');
+    let (params, ret) = match inside.split_once(") -> ") {
+        Some((params, ret)) => (params, ret),
+        None => (inside.strip_suffix(')').expect(name), "()"),
+    };
+    let params = if params.is_empty() {
+        Vec::new()
+    } else {
+        params.split(", ").map(class_of_type_name).collect()
+    };
+    (params, class_of_type_name(ret))
+}
+
 #[test]
-fn the_callback_type_matches_the_header() {
+fn the_callback_types_match_the_header() {
     let lines = match abi_description() {
         Some(l) => l,
         None => return,
     };
-    let line = lines
-        .iter()
-        .find(|l| l[0] == "callback" && l[1] == "cgc_capture_fn")
-        .expect("the header describes cgc_capture_fn");
-    // "core::option::Option<unsafe extern \"C\" fn(*mut cgc::sys::cgc_stream_s, *mut
-    // core::ffi::c_void) -> i32>": the parameter and return types, by position.
-    let name = std::any::type_name::<sys::cgc_capture_fn>();
-    let inside = &name[name.find("fn(").expect(name) + 3..];
-    let (params, ret) = inside.split_once(") -> ").expect(name);
-    let ret = ret.trim_end_matches('>');
-    let rust: Vec<String> = params.split(", ").map(class_of_type_name).collect();
-    let c: Vec<String> = described_params(line, 3).into_iter().map(|(_, class)| class).collect();
-    assert_eq!(c, rust, "cgc_capture_fn parameters ({})", name);
-    assert_eq!(line[2], class_of_type_name(ret), "cgc_capture_fn return type ({})", name);
+    let rust = [
+        ("cgc_capture_fn", std::any::type_name::<sys::cgc_capture_fn>()),
+        ("cgc_host_fn", std::any::type_name::<sys::cgc_host_fn>()),
+    ];
+    let described: Vec<&Vec<String>> = lines.iter().filter(|l| l[0] == "callback").collect();
+    assert_eq!(described.len(), rust.len(), "number of callback types");
+    for (callback, name) in rust {
+        let line = described
+            .iter()
+            .find(|l| l[1] == callback)
+            .unwrap_or_else(|| panic!("the header does not describe {}", callback));
+        // By position: type_name has no parameter names.
+        let (params, ret) = callback_classes(name);
+        let c: Vec<String> = described_params(line, 3).into_iter().map(|(_, class)| class).collect();
+        assert_eq!(c, params, "{} parameters ({})", callback, name);
+        assert_eq!(line[2], ret, "{} return type ({})", callback, name);
+    }
 }
 
 fn type_name_of<T>(_: *const T) -> &'static str {
@@ -372,11 +561,18 @@ fn struct_layouts_match_the_header() {
     let rust = vec![
         layout!(cgc_capture_options_t { struct_size, mode, pool, flags }),
         layout!(cgc_graph_info_t { struct_size, node_count, replay_count, uploaded,
-                                   pool_bytes_reserved }),
+                                   pool_bytes_reserved, kernel_nodes, memcpy_nodes,
+                                   memset_nodes, host_nodes, child_graph_nodes, empty_nodes,
+                                   event_wait_nodes, event_record_nodes, mem_alloc_nodes,
+                                   mem_free_nodes, mem_op_nodes, conditional_nodes,
+                                   other_nodes }),
         layout!(cgc_memory_stats_t { struct_size, bytes_reserved, bytes_allocated,
                                      peak_bytes_allocated, peak_bytes_reserved,
                                      num_driver_allocs, num_driver_frees }),
         layout!(cgc_comm_id_t { internal }),
+        layout!(cgc_access_policy_t { struct_size, base, bytes, hit_ratio, hit_property,
+                                      miss_property }),
+        layout!(cgc_mem_op_t { kind, flags, address, value }),
     ];
     let c_structs: Vec<&Vec<String>> = lines.iter().filter(|l| l[0] == "struct").collect();
     assert_eq!(c_structs.len(), rust.len(), "number of structs");

@@ -6,12 +6,16 @@
 
 mod common;
 
+use std::ffi::CString;
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use cgc::{
-    CaptureMode, CaptureOptions, CaptureStatus, Comm, CommId, Context, DType, DeviceBuffer, Error,
-    Event, ReduceOp, Rng, Status, Stream,
+    AccessPolicy, AccessProperty, BarrierScope, CaptureMode, CaptureOptions, CaptureStatus, Comm, CommId,
+    Context, DType, DeviceBuffer, Error, Event, FunctionAttribute, HostBuffer, HostRegistration,
+    LaunchConfig, MemOp, Module, ReduceOp, Rng, Status, Stream, WaitCondition,
+    HOST_WRITE_COMBINED, STREAM_NON_BLOCKING,
 };
 use common::Cuda;
 
@@ -443,5 +447,512 @@ fn nccl_one_rank_eager_and_captured() {
     recv.free().unwrap();
     stream.destroy().unwrap();
     gen.destroy().unwrap();
+    ctx.destroy().unwrap();
+}
+
+// ---- 1.1: the work a graph is made of -----------------------------------------------------------
+
+/// The examples' own kernel: scale_add(float* out, const float* in, const float* params,
+/// unsigned n) computes out[i] = in[i] * params[0] + params[1]. Built into the test binary.
+const SCALE_ADD_PTX: &str = include_str!("../../../examples/kernels/scale_add.ptx");
+
+/// `n` values of `buffer`, copied to the host through cgc (eagerly, into pageable memory).
+fn read_back<T: Copy + Default>(stream: &Stream, buffer: &DeviceBuffer, n: usize) -> Vec<T> {
+    let mut values = vec![T::default(); n];
+    // SAFETY: an eager copy into pageable memory has written it when the call returns (and the
+    // stream is synchronised below anyway); the tests read plain numbers, valid for any bytes.
+    unsafe { stream.copy_to_host(&mut values, buffer) }.expect("cgc_memcpy_dtoh_async");
+    stream.synchronize().expect("cgc_stream_synchronize");
+    values
+}
+
+/// Asserts `e` has `status` and a message naming `what`.
+#[track_caller]
+fn assert_error(e: &Error, status: Status, what: &str) {
+    assert_eq!(e.status(), Some(status), "{}", e);
+    assert!(e.message().contains(what), "the message does not name {}: {}", what, e.message());
+}
+
+#[test]
+fn eager_copies_and_sets_round_trip() {
+    const TEST: &str = "eager_copies_and_sets_round_trip";
+    const LEN: usize = 1000;
+    let _serial = serial();
+    let ctx = match gpu(TEST) {
+        Some(c) => c,
+        None => return,
+    };
+    let stream = Stream::new(&ctx).unwrap();
+    let values: Vec<u32> = (0..LEN as u32).map(|i| i.wrapping_mul(2_654_435_761)).collect();
+    let reversed: Vec<u32> = values.iter().rev().copied().collect();
+    let a = DeviceBuffer::alloc(&ctx, LEN * 4, &stream).unwrap();
+    let b = DeviceBuffer::alloc(&ctx, LEN * 4, &stream).unwrap();
+
+    // Pageable memory in, device to device, pageable memory out.
+    stream.copy_to_device(&a, &values).unwrap();
+    stream.copy_device_to_device(&b, &a, LEN * 4).unwrap();
+    assert!(read_back::<u32>(&stream, &b, LEN) == values, "pageable -> a -> b -> pageable");
+
+    // Page-locked memory in and out.
+    let pinned_in = HostBuffer::from_slice(&ctx, &reversed).unwrap();
+    let mut pinned_out = HostBuffer::new(&ctx, LEN, 0u32).unwrap();
+    assert_eq!(pinned_in.len(), LEN);
+    stream.copy_to_device(&a, &pinned_in).unwrap();
+    // SAFETY: pinned_out is read only after the stream is synchronised.
+    unsafe { stream.copy_to_host(&mut pinned_out, &a) }.unwrap();
+    stream.synchronize().unwrap();
+    assert!(pinned_out[..] == reversed[..], "page-locked -> a -> page-locked");
+
+    // The caller's own memory, page-locked for a while.
+    let mut registered = vec![0u32; LEN];
+    {
+        let mut registration = HostRegistration::new(&ctx, &mut registered).unwrap();
+        // SAFETY: read only after the stream is synchronised, before the registration ends.
+        unsafe { stream.copy_to_host(&mut registration, &b) }.unwrap();
+        stream.synchronize().unwrap();
+        registration.unregister().unwrap();
+    }
+    assert!(registered == values, "b -> registered Vec");
+
+    // Write-combined memory: the device reads it as any other.
+    let combined = HostBuffer::with_flags(&ctx, LEN, 9u32, HOST_WRITE_COMBINED).unwrap();
+    stream.copy_to_device(&a, &combined).unwrap();
+    assert!(read_back::<u32>(&stream, &a, LEN).iter().all(|&x| x == 9), "write-combined -> a");
+
+    // Sets of each width, and a set of fewer elements than the buffer holds.
+    stream.memset_d8(&a, 0xab, LEN * 4).unwrap();
+    assert!(read_back::<u8>(&stream, &a, LEN * 4).iter().all(|&x| x == 0xab), "memset_d8");
+    stream.memset_d16(&a, 0x1234, LEN * 2).unwrap();
+    assert!(read_back::<u16>(&stream, &a, LEN * 2).iter().all(|&x| x == 0x1234), "memset_d16");
+    stream.memset_d32(&a, 1.5f32.to_bits(), LEN).unwrap();
+    assert!(read_back::<f32>(&stream, &a, LEN).iter().all(|&x| x == 1.5), "memset_d32");
+    stream.memset_d32(&a, 7, 10).unwrap();
+    let partly = read_back::<u32>(&stream, &a, LEN);
+    assert!(partly[..10].iter().all(|&x| x == 7), "memset_d32 of 10 elements");
+    assert!(partly[10..].iter().all(|&x| x == 1.5f32.to_bits()), "memset_d32 past its 10 elements");
+
+    // Stream memory operations, eagerly: single and batched (a write, a barrier, a wait).
+    stream.write_value32(&a, 77, 0).unwrap();
+    let refused = stream.write_value32(&a, 78, 1).unwrap_err();
+    assert_eq!(refused.status(), Some(Status::InvalidArgument), "{}", refused);
+    assert!(refused.message().contains("writes take 0"), "{}", refused);
+    stream.wait_value32(&a, 77, WaitCondition::Eq, 0).unwrap();
+    assert_eq!(read_back::<u32>(&stream, &a, 1), [77]);
+    stream
+        .batch_mem_op(&[
+            MemOp::WriteValue32 {
+                address: &b,
+                value: 5,
+                flags: 0,
+            },
+            MemOp::Barrier {
+                scope: BarrierScope::System,
+            },
+            MemOp::WaitValue32 {
+                address: &b,
+                value: 5,
+                condition: WaitCondition::Geq,
+                flags: 0,
+            },
+        ])
+        .unwrap();
+    assert_eq!(read_back::<u32>(&stream, &b, 1), [5]);
+    match stream.write_value64(&a, 0x1122_3344_5566_7788, 0) {
+        Ok(()) => {
+            stream
+                .wait_value64(&a, 0x1122_3344_5566_7788, WaitCondition::Eq, 0)
+                .unwrap();
+            assert_eq!(read_back::<u64>(&stream, &a, 1), [0x1122_3344_5566_7788]);
+        }
+        Err(e) if e.status() == Some(Status::NotSupported) => {
+            println!("note: {}: no 64-bit stream memory operations here: {}", TEST, e)
+        }
+        Err(e) => panic!("cgc_stream_write_value64: {}", e),
+    }
+
+    pinned_in.free().unwrap();
+    pinned_out.free().unwrap();
+    combined.free().unwrap();
+    a.free().unwrap();
+    b.free().unwrap();
+    stream.destroy().unwrap();
+    ctx.destroy().unwrap();
+}
+
+#[test]
+fn stream_priorities_ids_devices_and_access_policy() {
+    const TEST: &str = "stream_priorities_ids_devices_and_access_policy";
+    let _serial = serial();
+    let ctx = match gpu(TEST) {
+        Some(c) => c,
+        None => return,
+    };
+    let range = ctx.stream_priority_range().unwrap();
+    assert!(range.greatest <= range.least, "{:?}", range);
+    assert!(range.contains(0), "{:?}", range);
+    let high = Stream::with_flags(&ctx, STREAM_NON_BLOCKING, range.greatest).unwrap();
+    let low = Stream::new(&ctx).unwrap();
+    assert_eq!(high.priority().unwrap(), range.greatest);
+    assert_eq!(low.priority().unwrap(), 0);
+    // Out of range is clamped.
+    let clamped = Stream::with_flags(&ctx, STREAM_NON_BLOCKING, range.greatest - 100).unwrap();
+    assert_eq!(clamped.priority().unwrap(), range.greatest);
+
+    let (high_id, low_id) = (high.id().unwrap(), low.id().unwrap());
+    assert_ne!(high_id, low_id);
+    assert_eq!(high.id().unwrap(), high_id, "a stream's id is stable");
+    assert_eq!(high.device().unwrap(), 0);
+    assert!(!high.native_context().unwrap().is_null());
+    assert_eq!(high.native_context().unwrap(), low.native_context().unwrap());
+
+    let window = DeviceBuffer::alloc(&ctx, 1 << 20, &low).unwrap();
+    match low.set_access_policy(&AccessPolicy::persisting(&window, 0.5)) {
+        Ok(()) => {
+            let got = low.access_policy().unwrap();
+            assert_eq!((got.base, got.bytes), (window.as_ptr(), 1 << 20), "{:?}", got);
+            assert!((got.hit_ratio - 0.5).abs() < 1e-6, "{:?}", got);
+            assert_eq!(got.hit_property, AccessProperty::Persisting);
+            assert_eq!(got.miss_property, AccessProperty::Streaming);
+            high.copy_attributes_from(&low).unwrap();
+            assert_eq!(high.access_policy().unwrap().bytes, 1 << 20, "copied window");
+            low.set_access_policy(&AccessPolicy::off()).unwrap();
+            assert_eq!(low.access_policy().unwrap().bytes, 0, "window off");
+        }
+        Err(e) if e.status() == Some(Status::NotSupported) => {
+            println!("note: {}: no access-policy windows here: {}", TEST, e)
+        }
+        Err(e) => panic!("cgc_stream_set_access_policy: {}", e),
+    }
+    let e = low
+        .set_access_policy(&AccessPolicy::persisting(&window, 1.5))
+        .expect_err("hit_ratio 1.5");
+    assert_error(&e, Status::InvalidArgument, "cgc_stream_set_access_policy");
+
+    window.free().unwrap();
+    for s in [high, low, clamped] {
+        s.destroy().unwrap();
+    }
+    ctx.destroy().unwrap();
+}
+
+#[test]
+fn captured_kernel_copies_host_function_and_memory_operations() {
+    const TEST: &str = "captured_kernel_copies_host_function_and_memory_operations";
+    const COUNT: usize = 4096;
+    const REPLAYS: usize = 3;
+    let _serial = serial();
+    let ctx = match gpu(TEST) {
+        Some(c) => c,
+        None => return,
+    };
+    let (origin, side) = (Stream::new(&ctx).unwrap(), Stream::new(&ctx).unwrap());
+    let (fork, join) = (Event::new(&ctx).unwrap(), Event::new(&ctx).unwrap());
+
+    // The module, its kernel and its attributes.
+    let ptx = CString::new(SCALE_ADD_PTX).unwrap();
+    let module = Module::from_ptx(&ctx, &ptx).expect("cgc_module_load of scale_add.ptx");
+    let scale_add = module.function("scale_add").unwrap();
+    assert_eq!(module.function("scale_add").unwrap().as_raw(), scale_add.as_raw());
+    assert!(scale_add.attribute(FunctionAttribute::MaxThreadsPerBlock).unwrap() >= 256);
+    assert!(scale_add.attribute(FunctionAttribute::NumRegs).unwrap() > 0);
+    scale_add
+        .set_attribute(FunctionAttribute::MaxDynamicSharedSizeBytes, 1024)
+        .unwrap();
+    let e = scale_add
+        .set_attribute(FunctionAttribute::NumRegs, 8)
+        .expect_err("NumRegs is read only");
+    assert_error(&e, Status::InvalidArgument, "cgc_function_set_attribute");
+    let e = module.function("no_such_kernel").expect_err("a kernel the module lacks");
+    assert_error(&e, Status::InvalidArgument, "no_such_kernel");
+    let broken = CString::new(".version 7.0\n.target sm_75\n.address_size 64\nnot ptx at all").unwrap();
+    let e = Module::from_ptx(&ctx, &broken).expect_err("broken PTX");
+    assert!(e.message().contains("cgc_module_load"), "{}", e);
+
+    // Page-locked host memory and device memory, the input copied in eagerly.
+    let inputs: Vec<f32> = (0..COUNT).map(|i| (i % 97) as f32 * 0.25).collect();
+    let host_in = HostBuffer::from_slice(&ctx, &inputs).unwrap();
+    let mut host_out = HostBuffer::new(&ctx, COUNT, 0f32).unwrap();
+    let mut host_params = HostBuffer::new(&ctx, 2, 0f32).unwrap();
+    let input = DeviceBuffer::alloc(&ctx, COUNT * 4, &origin).unwrap();
+    let out = DeviceBuffer::alloc(&ctx, COUNT * 4, &origin).unwrap();
+    let params = DeviceBuffer::alloc(&ctx, 8, &origin).unwrap();
+    let flag = DeviceBuffer::alloc(&ctx, 4, &origin).unwrap();
+    origin.copy_to_device(&input, &host_in).unwrap();
+    origin.synchronize().unwrap();
+    for buffer in [&input, &out, &params, &flag] {
+        buffer.record_stream(&side).unwrap();
+    }
+
+    // The host function counts replays; the guard it owns says when the closure is dropped.
+    struct SetOnDrop(Arc<AtomicBool>);
+    impl Drop for SetOnDrop {
+        fn drop(&mut self) {
+            self.0.store(true, Ordering::SeqCst);
+        }
+    }
+    let calls = Arc::new(AtomicUsize::new(0));
+    let released = Arc::new(AtomicBool::new(false));
+    let (counter, guard) = (Arc::clone(&calls), SetOnDrop(Arc::clone(&released)));
+    let n = COUNT as u32;
+    let graph = origin
+        .capture(&CaptureOptions::default(), |s| {
+            s.memset_d32(&flag, 0, 1)?;
+            s.copy_to_device(&params, &host_params)?;
+            fork.record(s)?;
+            side.wait_event(&fork)?;
+            // SAFETY: the kernel's four parameters, in order; out and input hold COUNT floats,
+            // params 2; all outlive the graph.
+            unsafe {
+                scale_add.launch(
+                    &LaunchConfig::linear(n, 256),
+                    &[&out, &input, &params, &n],
+                    &side,
+                )?
+            };
+            side.write_value32(&flag, 1, 0)?;
+            join.record(&side)?;
+            s.wait_event(&join)?;
+            s.wait_value32(&flag, 1, WaitCondition::Eq, 0)?;
+            // SAFETY: host_out outlives the graph and is read only after synchronising.
+            unsafe { s.copy_to_host(&mut host_out, &out)? };
+            s.launch_host_func(move || {
+                let _owned = &guard;
+                counter.fetch_add(1, Ordering::SeqCst);
+            })
+        })
+        .expect("capture of the mixed graph");
+    // The graph keeps the module's code loaded: the module itself may go now.
+    module.unload().unwrap();
+    assert_eq!(calls.load(Ordering::SeqCst), 0, "a host node ran during the capture");
+
+    for replay in 1..=REPLAYS {
+        let (scale, shift) = (replay as f32, 10.0 * replay as f32);
+        host_params.copy_from_slice(&[scale, shift]);
+        graph.launch(&origin).unwrap();
+        origin.synchronize().unwrap();
+        for (i, (&x, &got)) in host_in.iter().zip(host_out.iter()).enumerate() {
+            let want = x * scale + shift;
+            assert!(
+                (got - want).abs() <= 1e-4 * want.abs() + 1e-6,
+                "replay {}: out[{}] = {}, want {}",
+                replay,
+                i,
+                got,
+                want
+            );
+        }
+        assert_eq!(calls.load(Ordering::SeqCst), replay, "host function calls after replay {}", replay);
+    }
+
+    // What the capture made: fork and join are edges, not nodes.
+    let info = graph.info().unwrap();
+    let nodes = info.nodes;
+    assert_eq!(info.replay_count, REPLAYS as u64);
+    assert_eq!(nodes.kernel, 1, "{:?}", info);
+    assert_eq!(nodes.memcpy, 2, "{:?}", info);
+    assert_eq!(nodes.memset, 1, "{:?}", info);
+    assert_eq!(nodes.host, 1, "{:?}", info);
+    assert_eq!(nodes.mem_op, 2, "{:?}", info);
+    assert_eq!(nodes.event_record + nodes.event_wait, 0, "{:?}", info);
+    assert_eq!(info.node_count, nodes.total(), "{:?}", info);
+    assert_eq!(info.node_count, 7, "{:?}", info);
+
+    // The graph holds the closure until it goes, then drops it (after its last replay).
+    assert!(!released.load(Ordering::SeqCst), "released while the graph lives");
+    graph.destroy().unwrap();
+    assert!(released.load(Ordering::SeqCst), "not released when the graph was destroyed");
+    assert_eq!(Arc::strong_count(&calls), 1, "the closure's clone of `calls` is still alive");
+    assert_eq!(calls.load(Ordering::SeqCst), REPLAYS);
+
+    for buffer in [input, out, params, flag] {
+        buffer.free().unwrap();
+    }
+    host_in.free().unwrap();
+    host_out.free().unwrap();
+    host_params.free().unwrap();
+    fork.destroy().unwrap();
+    join.destroy().unwrap();
+    side.destroy().unwrap();
+    origin.destroy().unwrap();
+    ctx.destroy().unwrap();
+}
+
+#[test]
+fn pageable_host_memory_in_a_capture_is_refused() {
+    const LEN: usize = 64;
+    let _serial = serial();
+    let ctx = match gpu("pageable_host_memory_in_a_capture_is_refused") {
+        Some(c) => c,
+        None => return,
+    };
+    let stream = Stream::new(&ctx).unwrap();
+    let buffer = DeviceBuffer::alloc(&ctx, LEN * 4, &stream).unwrap();
+    let pageable = vec![1f32; LEN];
+    stream.synchronize().unwrap();
+
+    stream.begin_capture(&CaptureOptions::default()).unwrap();
+    let e = stream
+        .copy_to_device(&buffer, &pageable)
+        .expect_err("a copy from a Vec inside a capture");
+    assert_error(&e, Status::CaptureUnsupported, "cgc_memcpy_htod_async");
+    assert!(e.message().contains("cgc_host_alloc"), "no way out named: {}", e.message());
+    let mut back = vec![0f32; LEN];
+    // SAFETY: refused before anything is captured (checked right here); if it were captured,
+    // `back` outlives the graph below.
+    let e = unsafe { stream.copy_to_host(&mut back, &buffer) }
+        .expect_err("a copy into a Vec inside a capture");
+    assert_error(&e, Status::CaptureUnsupported, "cgc_memcpy_dtoh_async");
+    // The refusals came before the driver: the capture goes on.
+    assert_eq!(stream.capture_status().unwrap().0, CaptureStatus::Active);
+    stream.memset_d32(&buffer, 2f32.to_bits(), LEN).unwrap();
+    let graph = stream
+        .end_capture()
+        .expect("the refused copies did not break the capture");
+    let info = graph.info().unwrap();
+    assert_eq!((info.node_count, info.nodes.memset), (1, 1), "{:?}", info);
+    graph.launch(&stream).unwrap();
+    assert!(read_back::<f32>(&stream, &buffer, LEN).iter().all(|&x| x == 2.0));
+    graph.destroy().unwrap();
+
+    // Through Stream::capture the refusal is the body's error: the capture ends, the stream is
+    // free again.
+    let e = stream
+        .capture(&CaptureOptions::default(), |s| s.copy_to_device(&buffer, &pageable))
+        .expect_err("capture of a pageable copy");
+    assert_error(&e, Status::CaptureUnsupported, "cgc_memcpy_htod_async");
+    assert_eq!(stream.capture_status().unwrap().0, CaptureStatus::None);
+    // Eagerly the same copy is fine.
+    stream.copy_to_device(&buffer, &pageable).unwrap();
+    assert!(read_back::<f32>(&stream, &buffer, LEN).iter().all(|&x| x == 1.0));
+
+    buffer.free().unwrap();
+    stream.destroy().unwrap();
+    ctx.destroy().unwrap();
+}
+
+#[test]
+fn eager_host_functions_run_once_are_released_and_may_not_call_cgc() {
+    let _serial = serial();
+    let ctx = match gpu("eager_host_functions_run_once_are_released_and_may_not_call_cgc") {
+        Some(c) => c,
+        None => return,
+    };
+    let stream = Stream::new(&ctx).unwrap();
+
+    // Once, then released right after (on the driver's thread, before later work).
+    let runs = Arc::new(AtomicUsize::new(0));
+    let counter = Arc::clone(&runs);
+    stream
+        .launch_host_func(move || {
+            counter.fetch_add(1, Ordering::SeqCst);
+        })
+        .unwrap();
+    stream.synchronize().unwrap();
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+    assert_eq!(Arc::strong_count(&runs), 1, "the closure was not dropped after its one call");
+
+    // A cgc call inside a host function is refused (INVALID_STATE), not passed to the driver.
+    // The test keeps its own references, so the closure's drop destroys nothing there.
+    let other = Arc::new(Stream::new(&ctx).unwrap());
+    let buffer = Arc::new(DeviceBuffer::alloc(&ctx, 4, &other).unwrap());
+    other.synchronize().unwrap();
+    let outcome: Arc<Mutex<Option<Result<(), Error>>>> = Arc::new(Mutex::new(None));
+    let (inner_stream, inner_buffer, slot) =
+        (Arc::clone(&other), Arc::clone(&buffer), Arc::clone(&outcome));
+    stream
+        .launch_host_func(move || {
+            let result = inner_stream.memset_d32(&inner_buffer, 1, 1);
+            *slot.lock().unwrap() = Some(result);
+        })
+        .unwrap();
+    stream.synchronize().unwrap();
+    let result = outcome.lock().unwrap().take().expect("the host function ran");
+    let e = result.expect_err("a cgc call inside a host function");
+    assert_error(&e, Status::InvalidState, "cgc_memset_d32_async");
+
+    // A panic stays in the binding: counted, and the stream goes on.
+    let panics_before = cgc::host_function_panics();
+    let after = Arc::new(AtomicUsize::new(0));
+    let after_counter = Arc::clone(&after);
+    stream
+        .launch_host_func(|| {
+            panic!("a host function panics on purpose");
+        })
+        .unwrap();
+    stream
+        .launch_host_func(move || {
+            after_counter.fetch_add(1, Ordering::SeqCst);
+        })
+        .unwrap();
+    stream.synchronize().unwrap();
+    assert!(cgc::host_function_panics() > panics_before);
+    assert_eq!(after.load(Ordering::SeqCst), 1, "the host function after the panic");
+
+    drop(outcome);
+    match Arc::try_unwrap(buffer) {
+        Ok(b) => b.free().unwrap(),
+        Err(_) => panic!("the host function still holds the buffer"),
+    }
+    match Arc::try_unwrap(other) {
+        Ok(s) => s.destroy().unwrap(),
+        Err(_) => panic!("the host function still holds the stream"),
+    }
+    stream.destroy().unwrap();
+    ctx.destroy().unwrap();
+}
+
+#[test]
+fn batched_memory_operations_in_a_graph() {
+    let _serial = serial();
+    let ctx = match gpu("batched_memory_operations_in_a_graph") {
+        Some(c) => c,
+        None => return,
+    };
+    let stream = Stream::new(&ctx).unwrap();
+    let flag = DeviceBuffer::alloc(&ctx, 4, &stream).unwrap();
+    let out = DeviceBuffer::alloc(&ctx, 4, &stream).unwrap();
+    stream.memset_d32(&flag, 0, 1).unwrap();
+    stream.memset_d32(&out, 0, 1).unwrap();
+    stream.synchronize().unwrap();
+
+    // A batch of a write and a wait between two copies: each replay brings the host's value
+    // in, sets the flag, waits for it, and passes the value on.
+    let mut host_target = HostBuffer::new(&ctx, 1, 0u32).unwrap();
+    let target = DeviceBuffer::alloc(&ctx, 4, &stream).unwrap();
+    let graph = stream
+        .capture(&CaptureOptions::default(), |s| {
+            s.copy_to_device(&target, &host_target)?;
+            s.batch_mem_op(&[
+                MemOp::WriteValue32 {
+                    address: &flag,
+                    value: 1,
+                    flags: 0,
+                },
+                MemOp::WaitValue32 {
+                    address: &flag,
+                    value: 1,
+                    condition: WaitCondition::Geq,
+                    flags: 0,
+                },
+            ])?;
+            s.copy_device_to_device(&out, &target, 4)
+        })
+        .expect("capture of a batch");
+    let info = graph.info().unwrap();
+    assert!(info.nodes.mem_op >= 1, "{:?}", info);
+    assert_eq!(info.nodes.memcpy, 2, "{:?}", info);
+    for replay in 1..=3u32 {
+        host_target[0] = 100 + replay;
+        graph.launch(&stream).unwrap();
+        stream.synchronize().unwrap();
+        assert_eq!(read_back::<u32>(&stream, &out, 1), [100 + replay]);
+        assert_eq!(read_back::<u32>(&stream, &flag, 1), [1]);
+    }
+    graph.destroy().unwrap();
+    host_target.free().unwrap();
+    for b in [flag, out, target] {
+        b.free().unwrap();
+    }
+    stream.destroy().unwrap();
     ctx.destroy().unwrap();
 }

@@ -1,5 +1,6 @@
 //! Helpers shared by the test files: re-running this test binary as a child process, and the
-//! few CUDA driver calls the GPU tests need to read results (cgc itself has no memcpy).
+//! few CUDA driver calls the 1.0 GPU tests read results with: through the driver, not cgc's own
+//! copies (1.1), so that those tests check cgc's graphs with nothing of cgc's in the way.
 #![allow(dead_code)] // each test file uses a part
 
 use std::ffi::CString;

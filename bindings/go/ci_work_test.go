@@ -1,0 +1,161 @@
+package cgc_test
+
+// CI tests (no GPU) of the 1.1 wrappers, the work a graph is made of: the library checks their
+// handles and arguments before it needs a driver, so bad calls get their status and a message
+// naming the C function here too; what the binding refuses itself never reaches C.
+
+import (
+	"strings"
+	"testing"
+	"unsafe"
+
+	cgc "example.com/cgc"
+)
+
+func TestWorkFunctionsRefuseNilHandles(t *testing.T) {
+	if err := cgc.Load(); err != nil {
+		t.Fatal(err)
+	}
+	var (
+		ctx *cgc.Context
+		s   *cgc.Stream
+		m   *cgc.Module
+		f   *cgc.Function
+	)
+	one := cgc.Dim3{X: 1, Y: 1, Z: 1}
+	cases := []struct {
+		name, fn string
+		err      error
+	}{
+		{"Context.StreamPriorityRange", "cgc_stream_priority_range", third(ctx.StreamPriorityRange())},
+		{"Stream.Priority", "cgc_stream_priority", second(s.Priority())},
+		{"Stream.ID", "cgc_stream_id", second(s.ID())},
+		{"Stream.Device", "cgc_stream_device", third(s.Device())},
+		{"Stream.CopyAttributes", "cgc_stream_copy_attributes", s.CopyAttributes(nil)},
+		{"Stream.SetAccessPolicy", "cgc_stream_set_access_policy", s.SetAccessPolicy(cgc.AccessPolicy{})},
+		{"Stream.AccessPolicy", "cgc_stream_get_access_policy", second(s.AccessPolicy())},
+		{"Context.HostAlloc", "cgc_host_alloc", second(ctx.HostAlloc(64, 0))},
+		{"Context.HostRegister", "cgc_host_register", second(ctx.HostRegister(make([]byte, 64), 0))},
+		{"CopyHostToDevice", "cgc_memcpy_htod_async", cgc.CopyHostToDevice(0, []float32{1, 2}, s)},
+		{"CopyHostToDevice (empty)", "cgc_memcpy_htod_async", cgc.CopyHostToDevice(0, []float32{}, s)},
+		{"CopyDeviceToHost", "cgc_memcpy_dtoh_async", cgc.CopyDeviceToHost(make([]uint16, 3), 0, s)},
+		{"CopyDeviceToDevice", "cgc_memcpy_dtod_async", cgc.CopyDeviceToDevice(0, 0, 16, s)},
+		{"Memset8", "cgc_memset_d8_async", cgc.Memset8(0, 1, 16, s)},
+		{"Memset16", "cgc_memset_d16_async", cgc.Memset16(0, 1, 16, s)},
+		{"Memset32", "cgc_memset_d32_async", cgc.Memset32(0, 1, 16, s)},
+		{"Stream.WriteValue32", "cgc_stream_write_value32", s.WriteValue32(0, 1, 0)},
+		{"Stream.WriteValue64", "cgc_stream_write_value64", s.WriteValue64(0, 1, 0)},
+		{"Stream.WaitValue32", "cgc_stream_wait_value32", s.WaitValue32(0, 1, cgc.WaitEQ)},
+		{"Stream.WaitValue64", "cgc_stream_wait_value64", s.WaitValue64(0, 1, cgc.WaitGEQ)},
+		{"Stream.BatchMemOps", "cgc_stream_batch_mem_op", s.BatchMemOps([]cgc.MemOp{{Kind: cgc.MemOpWriteValue32}})},
+		{"Context.LoadModule", "cgc_module_load", second(ctx.LoadModule([]byte("// no code")))},
+		{"Module.Function", "cgc_module_get_function", second(m.Function("scale"))},
+		{"Function.Attribute", "cgc_function_get_attribute", second(f.Attribute(cgc.FuncNumRegs))},
+		{"Function.SetAttribute", "cgc_function_set_attribute", f.SetAttribute(cgc.FuncPreferredSharedMemoryCarveout, 50)},
+		{"Function.Launch", "cgc_launch_kernel", f.Launch(one, one, 0, s, cgc.DevicePtr(0), float32(1), uint32(4))},
+		{"Stream.LaunchHostFunc", "cgc_launch_host_func", s.LaunchHostFunc(func() {}, nil)},
+	}
+	for _, c := range cases {
+		if e := asError(t, c.err, cgc.ErrInvalidArgument); !strings.Contains(e.Message, c.fn) {
+			t.Errorf("%s: message %q does not name %s", c.name, e.Message, c.fn)
+		}
+	}
+}
+
+// A host function whose launch fails is released at once, exactly once, and never called:
+// the library calls the release trampoline, which runs the Go release.
+func TestHostFunctionReleasedWhenTheLaunchFails(t *testing.T) {
+	if err := cgc.Load(); err != nil {
+		t.Fatal(err)
+	}
+	calls, releases := 0, 0
+	fn, release := func() { calls++ }, func() { releases++ }
+	err := (*cgc.Stream)(nil).LaunchHostFunc(fn, release)
+	if e := asError(t, err, cgc.ErrInvalidArgument); !strings.Contains(e.Message, "cgc_launch_host_func") {
+		t.Errorf("message %q does not name cgc_launch_host_func", e.Message)
+	}
+	if calls != 0 || releases != 1 {
+		t.Errorf("after a failed launch: fn ran %d times, release %d; want 0 and 1", calls, releases)
+	}
+	// The binding's own refusal (no fn) keeps the same promise.
+	err = (*cgc.Stream)(nil).LaunchHostFunc(nil, release)
+	if e := asError(t, err, cgc.ErrInvalidArgument); !strings.Contains(e.Message, "fn is nil") || releases != 2 {
+		t.Errorf("LaunchHostFunc(nil): %v, releases %d", e, releases)
+	}
+	// A nil release is allowed.
+	asError(t, (*cgc.Stream)(nil).LaunchHostFunc(fn, nil), cgc.ErrInvalidArgument)
+}
+
+func TestWorkArgumentsTheBindingRefuses(t *testing.T) {
+	if err := cgc.Load(); err != nil {
+		t.Fatal(err)
+	}
+	var s *cgc.Stream
+	var f *cgc.Function
+	one := cgc.Dim3{X: 1, Y: 1, Z: 1}
+	freed := &cgc.DeviceMemory{}
+	_ = freed.Free()
+	type myIndex uint32 // named scalar types are accepted by kind; see below
+	cases := map[string]struct {
+		err  error
+		want string
+	}{
+		"HostAlloc(-1)":              {second((*cgc.Context)(nil).HostAlloc(-1, 0)), "negative size"},
+		"CopyDeviceToDevice(-1)":     {cgc.CopyDeviceToDevice(0, 0, -1, s), "negative size"},
+		"Memset8(-1)":                {cgc.Memset8(0, 0, -1, s), "negative size"},
+		"Memset16(-1)":               {cgc.Memset16(0, 0, -1, s), "negative size"},
+		"Memset32(-1)":               {cgc.Memset32(0, 0, -1, s), "negative size"},
+		"SetAccessPolicy(Bytes -1)":  {s.SetAccessPolicy(cgc.AccessPolicy{Bytes: -1}), "negative size"},
+		"SetAttribute(1<<40)":        {f.SetAttribute(cgc.FuncPreferredSharedMemoryCarveout, 1<<40), "does not fit a C int"},
+		"Launch(sharedBytes -1)":     {f.Launch(one, one, -1, s), "sharedBytes"},
+		"Launch(int)":                {f.Launch(one, one, 0, s, 7), "argument 0 (int)"},
+		"Launch(uint)":               {f.Launch(one, one, 0, s, int32(1), uint(7)), "argument 1 (uint)"},
+		"Launch(string)":             {f.Launch(one, one, 0, s, "text"), "not a fixed-size scalar"},
+		"Launch(nil)":                {f.Launch(one, one, 0, s, nil), "nil has no type"},
+		"Launch(struct)":             {f.Launch(one, one, 0, s, struct{ X, Y float32 }{}), "not a fixed-size scalar"},
+		"Launch(freed DeviceMemory)": {f.Launch(one, one, 0, s, freed), "nil or was freed"},
+		"Launch(nil DeviceMemory)":   {f.Launch(one, one, 0, s, (*cgc.DeviceMemory)(nil)), "nil or was freed"},
+	}
+	for name, c := range cases {
+		if e := asError(t, c.err, cgc.ErrInvalidArgument); !strings.Contains(e.Message, c.want) || !strings.Contains(e.Message, "Go binding") {
+			t.Errorf("%s: message %q, want the binding's refusal saying %q", name, e.Message, c.want)
+		}
+	}
+	// Every kind of argument the binding takes gets past it to the library, which then refuses
+	// the nil function by name.
+	err := f.Launch(one, one, 0, s, int8(1), uint8(2), int16(3), uint16(4), int32(5), uint32(6), int64(7), uint64(8),
+		float32(9), float64(10), true, uintptr(11), cgc.DevicePtr(12), myIndex(13), unsafe.Pointer(nil),
+		&cgc.DeviceMemory{})
+	if e := asError(t, err, cgc.ErrInvalidArgument); !strings.Contains(e.Message, "cgc_launch_kernel") {
+		t.Errorf("Launch with every accepted kind of argument: %q, want the library's refusal of the nil function", e.Message)
+	}
+}
+
+// second and third keep the error of a call with two or three results.
+func second(_ any, err error) error   { return err }
+func third(_, _ any, err error) error { return err }
+
+func TestWorkObjectsAreNilSafe(t *testing.T) {
+	if err := (*cgc.HostBuffer)(nil).Free(); err != nil {
+		t.Errorf("nil HostBuffer.Free: %v", err)
+	}
+	if err := (*cgc.HostRegistration)(nil).Unregister(); err != nil {
+		t.Errorf("nil HostRegistration.Unregister: %v", err)
+	}
+	if err := (*cgc.Module)(nil).Close(); err != nil {
+		t.Errorf("nil Module.Close: %v", err)
+	}
+	var b *cgc.HostBuffer
+	if b.Bytes() != nil || cgc.HostSlice[float32](b) != nil || b.Ptr() != nil || b.Size() != 0 {
+		t.Error("a nil HostBuffer has a view")
+	}
+	if (*cgc.Function)(nil).Name() != "" {
+		t.Error("a nil Function has a name")
+	}
+	// The zero MemOpKind and others print readably.
+	if cgc.MemOpWaitValue32.String() != "WaitValue32" || cgc.MemOpBarrier.String() != "Barrier" ||
+		cgc.MemOpKind(99).String() != "MemOpKind(99)" ||
+		cgc.AccessPersisting.String() != "Persisting" {
+		t.Error("String of MemOpKind or AccessProperty")
+	}
+}

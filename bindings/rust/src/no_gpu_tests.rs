@@ -1,0 +1,509 @@
+//! The safe layer of 1.1 without a GPU: what the binding checks itself (sizes, names, overflow),
+//! and what the library refuses on a NULL handle, through the same methods a program calls.
+//!
+//! These live in the crate, not in tests/, because they need objects holding a NULL handle
+//! (a stream, a context, a module, a function), which no public constructor makes: without a
+//! GPU there is no live handle, and the library checks a NULL one before it needs the driver.
+//! Every NULL-handle call below is one the library documents as refused (INVALID_ARGUMENT).
+//! They need libcgc (CGC_LIBRARY), as tests/ci.rs does.
+
+use std::os::raw::c_void;
+use std::ptr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use crate::{
+    api, sys, AccessPolicy, AccessProperty, BarrierScope, Context, DeviceBuffer, Error, Function,
+    FunctionAttribute, HostBuffer, HostRegistration, KernelArg, LaunchConfig, MemOp, Module,
+    Result, Status, Stream, WaitCondition, WAIT_FLUSH,
+};
+
+fn loaded_api() -> &'static sys::cgc_api_t {
+    api().unwrap_or_else(|e| panic!("libcgc did not load: {}", e))
+}
+
+fn null_stream() -> Stream {
+    // Dropping it calls cgc_stream_destroy(NULL), which is refused and ignored.
+    Stream {
+        raw: ptr::null_mut(),
+        api: loaded_api(),
+        borrowed: true,
+    }
+}
+
+fn null_context() -> Context {
+    Context {
+        raw: ptr::null_mut(),
+        api: loaded_api(),
+        device: 0,
+    }
+}
+
+/// A "device buffer" at a bogus address, for checks made before any call: never dereferenced.
+fn bogus_buffer(len: usize) -> DeviceBuffer {
+    // SAFETY: only sizes are read from it, and it is given up (into_raw) rather than freed.
+    unsafe { DeviceBuffer::from_raw(0x10000 as *mut c_void, len) }.unwrap()
+}
+
+/// Asserts `outcome` is the error `status` and its message names `function`.
+#[track_caller]
+fn assert_refused<T: std::fmt::Debug>(outcome: Result<T>, status: Status, function: &str) {
+    let e: Error = outcome.expect_err(function);
+    assert_eq!(e.status(), Some(status), "{}: {}", function, e);
+    assert!(
+        e.message().contains(function),
+        "the message does not name {}: {}",
+        function,
+        e.message()
+    );
+}
+
+#[test]
+fn the_binding_checks_sizes_before_calling() {
+    let stream = null_stream();
+    let small = bogus_buffer(4);
+    let eight_floats = [0f32; 8];
+    assert_refused(
+        stream.copy_to_device(&small, &eight_floats),
+        Status::InvalidArgument,
+        "cgc_memcpy_htod_async (dst)",
+    );
+    let mut host = [0u64; 1];
+    // SAFETY: refused before any copy is enqueued.
+    assert_refused(
+        unsafe { stream.copy_to_host(&mut host, &small) },
+        Status::InvalidArgument,
+        "cgc_memcpy_dtoh_async (src)",
+    );
+    let large = bogus_buffer(64);
+    assert_refused(
+        stream.copy_device_to_device(&small, &large, 64),
+        Status::InvalidArgument,
+        "cgc_memcpy_dtod_async (dst)",
+    );
+    assert_refused(
+        stream.copy_device_to_device(&large, &small, 64),
+        Status::InvalidArgument,
+        "cgc_memcpy_dtod_async (src)",
+    );
+    assert_refused(
+        stream.memset_d8(&small, 1, 5),
+        Status::InvalidArgument,
+        "cgc_memset_d8_async",
+    );
+    assert_refused(
+        stream.memset_d16(&small, 1, 3),
+        Status::InvalidArgument,
+        "cgc_memset_d16_async",
+    );
+    assert_refused(
+        stream.memset_d32(&small, 1, 2),
+        Status::InvalidArgument,
+        "cgc_memset_d32_async",
+    );
+    assert_refused(
+        stream.memset_d32(&small, 1, usize::MAX),
+        Status::InvalidArgument,
+        "cgc_memset_d32_async",
+    );
+    let two = bogus_buffer(2);
+    assert_refused(
+        stream.write_value32(&two, 1, 0),
+        Status::InvalidArgument,
+        "cgc_stream_write_value32",
+    );
+    assert_refused(
+        stream.write_value64(&small, 1, 0),
+        Status::InvalidArgument,
+        "cgc_stream_write_value64",
+    );
+    assert_refused(
+        stream.wait_value32(&two, 1, WaitCondition::Eq, 0),
+        Status::InvalidArgument,
+        "cgc_stream_wait_value32",
+    );
+    assert_refused(
+        stream.wait_value64(&small, 1, WaitCondition::Geq, 0),
+        Status::InvalidArgument,
+        "cgc_stream_wait_value64",
+    );
+    let ops = [
+        MemOp::WriteValue32 {
+            address: &small,
+            value: 1,
+            flags: 0,
+        },
+        MemOp::WaitValue64 {
+            address: &small,
+            value: 1,
+            condition: WaitCondition::Eq,
+            flags: 0,
+        },
+    ];
+    assert_refused(
+        stream.batch_mem_op(&ops),
+        Status::InvalidArgument,
+        "cgc_stream_batch_mem_op (ops[1])",
+    );
+    for buffer in [small, large, two] {
+        buffer.into_raw();
+    }
+}
+
+#[test]
+fn the_library_refuses_a_null_stream_by_name() {
+    let stream = null_stream();
+    let buffer = bogus_buffer(64);
+    let floats = [1f32; 4];
+    assert_refused(
+        stream.copy_to_device(&buffer, &floats),
+        Status::InvalidArgument,
+        "cgc_memcpy_htod_async",
+    );
+    let mut back = [0f32; 4];
+    // SAFETY: refused (NULL stream): nothing is enqueued.
+    assert_refused(
+        unsafe { stream.copy_to_host(&mut back, &buffer) },
+        Status::InvalidArgument,
+        "cgc_memcpy_dtoh_async",
+    );
+    assert_refused(
+        stream.copy_device_to_device(&buffer, &buffer, 16),
+        Status::InvalidArgument,
+        "cgc_memcpy_dtod_async",
+    );
+    assert_refused(
+        stream.memset_d8(&buffer, 0, 4),
+        Status::InvalidArgument,
+        "cgc_memset_d8_async",
+    );
+    assert_refused(
+        stream.memset_d16(&buffer, 0, 4),
+        Status::InvalidArgument,
+        "cgc_memset_d16_async",
+    );
+    assert_refused(
+        stream.memset_d32(&buffer, 0, 4),
+        Status::InvalidArgument,
+        "cgc_memset_d32_async",
+    );
+    assert_refused(
+        stream.write_value32(&buffer, 1, 0),
+        Status::InvalidArgument,
+        "cgc_stream_write_value32",
+    );
+    assert_refused(
+        stream.write_value64(&buffer, 1, 0),
+        Status::InvalidArgument,
+        "cgc_stream_write_value64",
+    );
+    assert_refused(
+        stream.wait_value32(&buffer, 1, WaitCondition::Eq, 0),
+        Status::InvalidArgument,
+        "cgc_stream_wait_value32",
+    );
+    assert_refused(
+        stream.wait_value64(&buffer, 1, WaitCondition::And, 0),
+        Status::InvalidArgument,
+        "cgc_stream_wait_value64",
+    );
+    assert_refused(
+        stream.batch_mem_op(&[MemOp::FlushRemoteWrites]),
+        Status::InvalidArgument,
+        "cgc_stream_batch_mem_op",
+    );
+    assert_refused(
+        stream.priority(),
+        Status::InvalidArgument,
+        "cgc_stream_priority",
+    );
+    assert_refused(stream.id(), Status::InvalidArgument, "cgc_stream_id");
+    assert_refused(
+        stream.device(),
+        Status::InvalidArgument,
+        "cgc_stream_device",
+    );
+    assert_refused(
+        stream.native_context(),
+        Status::InvalidArgument,
+        "cgc_stream_device",
+    );
+    assert_refused(
+        stream.copy_attributes_from(&null_stream()),
+        Status::InvalidArgument,
+        "cgc_stream_copy_attributes",
+    );
+    assert_refused(
+        stream.set_access_policy(&AccessPolicy::persisting(&buffer, 0.5)),
+        Status::InvalidArgument,
+        "cgc_stream_set_access_policy",
+    );
+    assert_refused(
+        stream.access_policy(),
+        Status::InvalidArgument,
+        "cgc_stream_get_access_policy",
+    );
+    buffer.into_raw();
+}
+
+#[test]
+fn a_refused_host_function_is_dropped_once_and_never_runs() {
+    /// Counts its drops: the closure owns one, so its drop is the closure's.
+    struct CountDrops(Arc<AtomicUsize>);
+    impl Drop for CountDrops {
+        fn drop(&mut self) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+    let (drops, runs) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let guard = CountDrops(Arc::clone(&drops));
+    let ran = Arc::clone(&runs);
+    let outcome = null_stream().launch_host_func(move || {
+        let _owned = &guard;
+        ran.fetch_add(1, Ordering::SeqCst);
+    });
+    assert_refused(outcome, Status::InvalidArgument, "cgc_launch_host_func");
+    // The library called the release at once: the closure, and what it owned, are gone.
+    assert_eq!(drops.load(Ordering::SeqCst), 1);
+    assert_eq!(runs.load(Ordering::SeqCst), 0);
+    assert_eq!(
+        Arc::strong_count(&runs),
+        1,
+        "the closure's clone of `runs` was not dropped"
+    );
+}
+
+#[test]
+fn a_panic_in_dropping_a_host_function_is_caught() {
+    struct PanicsOnDrop;
+    impl Drop for PanicsOnDrop {
+        fn drop(&mut self) {
+            panic!("dropping a host function's state panics on purpose");
+        }
+    }
+    let before = crate::host_function_panics();
+    let state = PanicsOnDrop;
+    // The release runs inside the failing call; the panic must stay in the binding.
+    let outcome = null_stream().launch_host_func(move || {
+        let _owned = &state;
+    });
+    assert_refused(outcome, Status::InvalidArgument, "cgc_launch_host_func");
+    assert!(crate::host_function_panics() > before);
+}
+
+#[test]
+fn host_memory_checks() {
+    let ctx = null_context();
+    // Too many elements to count in bytes: refused by the binding.
+    assert_refused(
+        HostBuffer::new(&ctx, usize::MAX, 0u64),
+        Status::InvalidArgument,
+        "cgc_host_alloc",
+    );
+    assert_refused(
+        HostBuffer::new(&ctx, 16, 0u32),
+        Status::InvalidArgument,
+        "cgc_host_alloc",
+    );
+    assert_refused(
+        HostBuffer::from_slice(&ctx, &[1u8, 2, 3]),
+        Status::InvalidArgument,
+        "cgc_host_alloc",
+    );
+    // No bytes: nothing to allocate, an empty slice, and nothing to free.
+    let empty = HostBuffer::new(&ctx, 0, 7u32).unwrap();
+    assert!(empty.is_empty());
+    assert_eq!(empty.bytes(), 0);
+    empty.free().unwrap();
+    let units = HostBuffer::new(&ctx, 5, ()).unwrap();
+    assert_eq!(units.len(), 5);
+    drop(units);
+
+    let mut data = vec![0u32; 16];
+    assert_refused(
+        HostRegistration::new(&ctx, &mut data),
+        Status::InvalidArgument,
+        "cgc_host_register",
+    );
+    assert_refused(
+        ctx.stream_priority_range(),
+        Status::InvalidArgument,
+        "cgc_stream_priority_range",
+    );
+}
+
+#[test]
+fn modules_and_kernels_checks() {
+    let ctx = null_context();
+    let ptx = std::ffi::CString::new(".version 7.0").unwrap();
+    assert_refused(
+        Module::from_ptx(&ctx, &ptx),
+        Status::InvalidArgument,
+        "cgc_module_load",
+    );
+    let module = Module::with_raw(ptr::null_mut(), loaded_api());
+    assert_refused(
+        module.function("scale_add"),
+        Status::InvalidArgument,
+        "cgc_module_get_function",
+    );
+    // A NUL inside the name: the binding refuses it, naming the call.
+    assert_refused(
+        module.function("scale\0add"),
+        Status::InvalidArgument,
+        "cgc_module_get_function",
+    );
+    let function = Function::with_raw(ptr::null_mut(), loaded_api());
+    assert_refused(
+        function.attribute(FunctionAttribute::NumRegs),
+        Status::InvalidArgument,
+        "cgc_function_get_attribute",
+    );
+    assert_refused(
+        function.set_attribute(FunctionAttribute::MaxDynamicSharedSizeBytes, 0),
+        Status::InvalidArgument,
+        "cgc_function_set_attribute",
+    );
+    let n = 4u32;
+    // SAFETY: refused (NULL function) before anything reads the arguments' values.
+    assert_refused(
+        unsafe { function.launch(&LaunchConfig::linear(4, 4), &[&n], &null_stream()) },
+        Status::InvalidArgument,
+        "cgc_launch_kernel",
+    );
+    // More arguments than fit on the stack take the heap path; still refused by name.
+    let many: Vec<u32> = (0..40).collect();
+    let args: Vec<&dyn KernelArg> = many.iter().map(|x| x as &dyn KernelArg).collect();
+    // SAFETY: as above.
+    assert_refused(
+        unsafe { function.launch(&LaunchConfig::linear(4, 4), &args, &null_stream()) },
+        Status::InvalidArgument,
+        "cgc_launch_kernel",
+    );
+    assert_eq!(
+        FunctionAttribute::MaxThreadsPerBlock.to_raw(),
+        sys::CGC_FUNC_MAX_THREADS_PER_BLOCK
+    );
+    assert_eq!(
+        FunctionAttribute::PreferredSharedMemoryCarveout.to_raw(),
+        sys::CGC_FUNC_PREFERRED_SHARED_MEMORY_CARVEOUT
+    );
+    drop(module);
+}
+
+#[test]
+fn kernel_arguments_point_at_their_values() {
+    let n = 4096u32;
+    let x = -2.5f64;
+    let buffer = bogus_buffer(16);
+    let device_address = buffer.as_ptr();
+    // SAFETY: each pointer is to a live value of the type read.
+    unsafe {
+        assert_eq!(*(n.kernel_param_ptr() as *const u32), 4096);
+        assert_eq!(*(x.kernel_param_ptr() as *const f64), -2.5);
+        assert_eq!(
+            *(buffer.kernel_param_ptr() as *const *mut c_void),
+            device_address
+        );
+        assert_eq!(
+            *(device_address.kernel_param_ptr() as *const *mut c_void),
+            device_address
+        );
+    }
+    buffer.into_raw();
+}
+
+#[test]
+fn launch_configs() {
+    assert_eq!(LaunchConfig::linear(4096, 256).grid, [16, 1, 1]);
+    assert_eq!(LaunchConfig::linear(4097, 256).grid, [17, 1, 1]);
+    assert_eq!(LaunchConfig::linear(1, 256).block, [256, 1, 1]);
+    // Rounding up does not overflow.
+    assert_eq!(LaunchConfig::linear(u32::MAX, 1024).grid, [4_194_304, 1, 1]);
+    assert_eq!(LaunchConfig::linear(u32::MAX, 1).grid, [u32::MAX, 1, 1]);
+    // A zero block gives a zero grid, which the library refuses by name.
+    assert_eq!(LaunchConfig::linear(10, 0).grid, [0, 1, 1]);
+    assert_eq!(
+        LaunchConfig::linear(10, 2)
+            .with_shared_bytes(128)
+            .shared_bytes,
+        128
+    );
+}
+
+#[test]
+fn access_policies_and_memory_operations_in_c_form() {
+    let buffer = bogus_buffer(1 << 20);
+    let policy = AccessPolicy::persisting(&buffer, 0.6);
+    let raw = policy.to_raw();
+    assert_eq!(
+        raw.struct_size,
+        std::mem::size_of::<sys::cgc_access_policy_t>()
+    );
+    assert_eq!(
+        (raw.base, raw.bytes, raw.hit_ratio),
+        (buffer.as_ptr(), 1 << 20, 0.6)
+    );
+    assert_eq!(
+        (raw.hit_property, raw.miss_property),
+        (sys::CGC_ACCESS_PERSISTING, sys::CGC_ACCESS_STREAMING)
+    );
+    assert_eq!(AccessPolicy::from_raw(&raw).unwrap(), policy);
+    assert_eq!(AccessPolicy::default().to_raw().bytes, 0);
+    let unknown = sys::cgc_access_policy_t {
+        miss_property: 7,
+        ..raw
+    };
+    assert_refused(
+        AccessPolicy::from_raw(&unknown),
+        Status::Internal,
+        "miss_property",
+    );
+    assert_eq!(
+        AccessProperty::from_raw(sys::CGC_ACCESS_NORMAL),
+        Some(AccessProperty::Normal)
+    );
+
+    let wait = MemOp::WaitValue32 {
+        address: &buffer,
+        value: 9,
+        condition: WaitCondition::Eq,
+        flags: WAIT_FLUSH,
+    }
+    .to_raw();
+    assert_eq!(wait.kind, sys::CGC_MEM_OP_WAIT_VALUE_32);
+    assert_eq!(wait.flags, sys::CGC_WAIT_EQ | sys::CGC_WAIT_FLUSH);
+    assert_eq!((wait.address, wait.value), (buffer.as_ptr(), 9));
+    let write = MemOp::WriteValue64 {
+        address: &buffer,
+        value: u64::MAX,
+        flags: 0,
+    }
+    .to_raw();
+    assert_eq!(
+        (write.kind, write.flags, write.value),
+        (sys::CGC_MEM_OP_WRITE_VALUE_64, 0, u64::MAX)
+    );
+    for (scope, flags) in [(BarrierScope::System, 0), (BarrierScope::Gpu, 1)] {
+        let barrier = MemOp::Barrier { scope }.to_raw();
+        assert_eq!(
+            (barrier.kind, barrier.flags, barrier.address, barrier.value),
+            (sys::CGC_MEM_OP_BARRIER, flags, ptr::null_mut(), 0)
+        );
+    }
+    assert_eq!(
+        (
+            sys::CGC_BARRIER_SYSTEM,
+            sys::CGC_BARRIER_GPU,
+            sys::CGC_MEM_OP_BARRIER
+        ),
+        (0, 1, 6)
+    );
+    let flush = MemOp::FlushRemoteWrites.to_raw();
+    assert_eq!(
+        (flush.kind, flush.flags, flush.address),
+        (sys::CGC_MEM_OP_FLUSH_REMOTE_WRITES, 0, ptr::null_mut())
+    );
+    assert_eq!(WaitCondition::Nor.to_raw(), sys::CGC_WAIT_NOR);
+    buffer.into_raw();
+}
