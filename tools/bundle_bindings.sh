@@ -18,7 +18,7 @@ if command -v cargo >/dev/null 2>&1; then
 import json, sys
 for line in sys.stdin:
     m = json.loads(line)
-    # the integration tests (tests/*.rs): the lib target's own unit tests need no GPU and run in CI
+    # the integration tests (tests/*.rs): the unit tests of the lib target need no GPU and run in CI
     if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["kind"] == ["test"]:
         print(m["target"]["name"], m["executable"])' |
     while read -r name exe; do cp "$exe" "$out/bin/rust_${name}_test"; done

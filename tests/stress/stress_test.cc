@@ -315,10 +315,10 @@ class Worker {
     if (out) allocated.push_back(out);
     ok = ok && (unjoined || Add(out, u, 0.5f, origin));
     if (unjoined) ok = ok && Add(out, t, 0.5f, origin);
-    if (rng_() % 2 == 0) {  // a host node: its data goes when the graph (or the failed capture) does
-      counters.host_funcs++;
-      ok = ok && Expect("cgc_launch_host_func (capture)", cgc_launch_host_func(origin, CountHostCall, nullptr, CountHostRelease),
-                        InCapture());
+    if (ok && rng_() % 2 == 0) {  // a host node: its data goes when the graph (or the failed capture) does
+      counters.host_funcs++;      // counted only when launched: each launch releases exactly once
+      ok = Expect("cgc_launch_host_func (capture)", cgc_launch_host_func(origin, CountHostCall, nullptr, CountHostRelease),
+                  InCapture());
     }
     // Bad calls inside a capture: refused, and the capture goes on.
     Expect("cgc_capture_begin (again)", cgc_capture_begin(origin, &o), {CGC_ERROR_INVALID_STATE});
