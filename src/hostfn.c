@@ -21,9 +21,16 @@ struct host_call {
   void* user;
   cgc_host_fn release; /* may be NULL */
   atomic_int refs;     /* of the captures and graphs holding a host node of it */
+  /* Calls made so far, counted by the driver thread after each call (release) and read by the
+   * thread that releases the record (acquire): the C11 edge from the last call to the free. The
+   * driver orders them too (reset waits for the graph's completion event, recorded after the
+   * host node), but in its own code, where the language's memory model and ThreadSanitizer do
+   * not see it. */
+  atomic_uint_fast64_t calls;
 };
 
 static void call_release(struct host_call* call) {
+  (void)atomic_load_explicit(&call->calls, memory_order_acquire); /* after every call's end */
   if (call->release != NULL) call->release(call->user);
   free(call);
 }
@@ -32,6 +39,7 @@ static void call_release(struct host_call* call) {
 static void CUDA_CB run_once(CUstream stream, CUresult status, void* data) {
   (void)stream;
   struct host_call* call = data;
+  (void)atomic_load_explicit(&call->refs, memory_order_acquire); /* sees the record as made */
   cgc__host_function_depth++;
   if (status == CUDA_SUCCESS) call->fn(call->user);
   if (call->release != NULL) call->release(call->user);
@@ -42,9 +50,11 @@ static void CUDA_CB run_once(CUstream stream, CUresult status, void* data) {
 /* A host node's call, at every replay. */
 static void CUDA_CB run_node(void* data) {
   struct host_call* call = data;
+  (void)atomic_load_explicit(&call->refs, memory_order_acquire); /* sees the record as made */
   cgc__host_function_depth++;
   call->fn(call->user);
   cgc__host_function_depth--;
+  atomic_fetch_add_explicit(&call->calls, 1, memory_order_release);
 }
 
 static void call_retain(void* object) {
@@ -86,7 +96,8 @@ cgc_status_t cgc_launch_host_func(cgc_stream_t stream, cgc_host_fn fn, void* use
     return st;
   }
   *call = (struct host_call){.fn = fn, .user = user, .release = release};
-  atomic_init(&call->refs, 1);
+  atomic_init(&call->calls, 0);
+  atomic_store_explicit(&call->refs, 1, memory_order_release); /* publishes the record to the driver thread */
   cgc__stream_ref_t ref;
   cgc__ctx_scope_t scope;
   uint64_t capture = 0;
