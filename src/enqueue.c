@@ -17,8 +17,7 @@ cgc_status_t cgc__enqueue_begin(cgc_stream_t s, cgc__ask_t ask, cgc__stream_ref_
     cgc_status_t st = cgc__stream_resolve(s, true, ref, func);
     if (st != CGC_SUCCESS) return st;
   } else {
-    if (__builtin_expect(cgc__host_function_depth > 0, 0)) return cgc__refuse_in_host_function(func);
-    *ref = (cgc__stream_ref_t){.cu = s->cu, .special = s->special};
+    *ref = (cgc__stream_ref_t){.cu = s->cu, .special = s->special}; /* (cgc__ctx_enter refuses host functions) */
   }
   /* Modules, and the special streams, belong to the device's context: make it current. */
   return cgc__ctx_enter(s->dev, scope, func);
