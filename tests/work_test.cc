@@ -199,6 +199,12 @@ TEST_F(WorkTest, APageableCopyInACaptureIsRefusedAndTheCaptureGoesOn) {
   CGC_EXPECT_OK(cgc_graph_destroy(g));
   CGC_EXPECT_OK(cgc_host_unregister(pageable.data()));
   EXPECT_EQ(cgc_host_unregister(pageable.data()), CGC_ERROR_INVALID_ARGUMENT) << "no longer registered";
+  // Unregistered, the buffer is pageable again: cgc must not remember its pages as page-locked.
+  CGC_ASSERT_OK(cgc_capture_begin(stream, nullptr));
+  EXPECT_EQ(cgc_memcpy_dtoh_async(pageable.data(), d, n * sizeof(float), stream), CGC_ERROR_CAPTURE_UNSUPPORTED);
+  g = nullptr;
+  CGC_ASSERT_OK(cgc_capture_end(stream, &g));
+  CGC_EXPECT_OK(cgc_graph_destroy(g));
   CGC_EXPECT_OK(cgc_free(d));
 }
 
