@@ -122,7 +122,7 @@ if [ "$sanitize" -eq 1 ]; then
   done
   if [ -x "$here/tsan/stress_test" ]; then
     run_one "tsan_stress_8_threads" tsan env LD_LIBRARY_PATH="$here/tsan" \
-      TSAN_OPTIONS="halt_on_error=0 report_signal_unsafe=0 history_size=4" \
+      TSAN_OPTIONS="halt_on_error=0 report_signal_unsafe=0 history_size=4 suppressions=$here/tsan/tsan_suppressions.txt" \
       "$here/tsan/stress_test" --seconds "$((stress_seconds / 2))" --threads 8 --seed 7
   fi
   echo "== memcheck per binary: errors other than API errors, leaked bytes, API errors (provoked on purpose)"

@@ -9,4 +9,5 @@ bazel build --config=tsan //tests/stress:stress_short_test 2>&1 | tail -1
 mkdir -p "$out/tsan"
 cp -L "$(bazel info --config=tsan bazel-bin 2>/dev/null)/tests/stress/stress_short_test" "$out/tsan/stress_test"
 cp -L "$(gcc -print-file-name=libtsan.so.2)" "$out/tsan/"
+cp tests/stress/tsan_suppressions.txt "$out/tsan/"
 chmod -R u+w "$out/tsan"
