@@ -92,6 +92,12 @@ static void print_summary(const targets_t* t) {
   if (t->have_mixed)
     printf("mixed graph capture, cgc / raw <= 1.05:   worst %.3f  %s\n", t->mixed_worst_ratio,
            t->mixed_worst_ratio <= 1.05 ? "met" : "MISSED");
+  if (t->have_update)
+    printf("capture + update / capture + inst <= 0.5:  worst %.3f (1000 nodes and up)  %s\n", t->update_worst_ratio,
+           t->update_worst_ratio <= 0.5 ? "met" : "MISSED");
+  if (t->have_update_step)
+    printf("update step / instantiation step <= 0.1:   worst %.3f  %s\n", t->update_step_worst_ratio,
+           t->update_step_worst_ratio <= 0.1 ? "met" : "MISSED");
   if (t->have_alloc)
     printf("allocator pair on a hit < 100 ns:           worst %.1f ns  %s\n", t->alloc_worst_ns,
            t->alloc_worst_ns < 100 ? "met" : "MISSED");

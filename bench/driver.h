@@ -33,6 +33,7 @@
   X(cuStreamEndCapture, PFN_cuStreamEndCapture_v10000, 10000)                               \
   X(cuGraphDestroy, PFN_cuGraphDestroy_v10000, 10000)                                       \
   X(cuGraphInstantiateWithFlags, PFN_cuGraphInstantiateWithFlags_v11040, 11040)             \
+  X(cuGraphExecUpdate, PFN_cuGraphExecUpdate_v12000, 12000)                                 \
   X(cuGraphExecDestroy, PFN_cuGraphExecDestroy_v10000, 10000)                               \
   X(cuGraphLaunch, PFN_cuGraphLaunch_v10000, 10000)                                         \
   X(cuGraphUpload, PFN_cuGraphUpload_v11010, 11010)                                         \

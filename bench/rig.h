@@ -34,7 +34,9 @@ typedef struct targets {
   double memory_ratio;        /* scenario 5, (c) / largest alone */
   double memory_ratio_released;
   double mixed_worst_ratio;   /* scenario 7, worst size */
-  bool have_launch, have_capture, have_alloc, have_memory, have_mixed;
+  double update_worst_ratio;  /* scenario 8: cgc capture + update / capture + instantiate, >= 1000 nodes */
+  double update_step_worst_ratio; /* scenario 8: the driver's update step / instantiation step */
+  bool have_launch, have_capture, have_alloc, have_memory, have_mixed, have_update, have_update_step;
 } targets_t;
 
 /* The scenarios, one file each (scenario_<name>.c): X(number, name, what it compares). A new
@@ -46,7 +48,8 @@ typedef struct targets {
   X(4, alloc, "allocator pair on a cache hit: cgc_malloc+cgc_free vs cuMemAllocAsync/Alloc") \
   X(5, memory, "memory of 35 graphs: private pools vs one shared pool, both orders")         \
   X(6, multistream, "fork/join over 4 streams vs the same work on one stream")                \
-  X(7, mixed, "capture + instantiate of copies, sets, kernels, host functions: cgc vs the driver")
+  X(7, mixed, "capture + instantiate of copies, sets, kernels, host functions: cgc vs the driver") \
+  X(8, update, "capture + exec update vs capture + instantiate, cgc and the driver")
 
 typedef void scenario_fn(const rig_t* r, const opts_t* o, json_t* j, targets_t* t);
 #define BENCH_DECLARE_SCENARIO(number, name, what) scenario_fn scenario_##name;

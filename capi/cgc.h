@@ -57,7 +57,9 @@ extern "C" {
 /* ---- versions, status ---------------------------------------------------------------------- */
 
 #define CGC_VERSION_MAJOR 1 /* also the soname: libcgc.so.1 */
-#define CGC_VERSION_MINOR 1 /* 1.1: the work a graph is made of (copies, sets, host functions, memory operations, kernels) */
+/* 1.1: the work a graph is made of (copies, sets, host functions, memory operations, kernels);
+ * 1.2: graphs that change without recapture (exec update, per-node updates) */
+#define CGC_VERSION_MINOR 2
 #define CGC_VERSION_PATCH 0
 #define CGC_VERSION ((CGC_VERSION_MAJOR << 16) | (CGC_VERSION_MINOR << 8) | CGC_VERSION_PATCH)
 
@@ -182,7 +184,11 @@ typedef enum cgc_capture_status {
   X(size_t, struct_size, )      /* sizeof(cgc_capture_options_t) */                                            \
   X(cgc_capture_mode_t, mode, ) /* default GLOBAL */                                                           \
   X(cgc_pool_t, pool, )         /* NULL: a new private pool; else allocate into (share) this pool */           \
-  X(unsigned, flags, )          /* CGC_CAPTURE_* below */
+  X(unsigned, flags, )          /* CGC_CAPTURE_* below */                                                     \
+  /* since 1.2: NULL, or a graph this capture updates (SEMANTICS 27): cgc_capture_end then hands               \
+   * back that graph with its executable updated in place when the driver accepts the new graph                \
+   * (same topology), or instantiated anew when it does not; the capture allocates from its pool. */           \
+  X(cgc_graph_t, update, )
 typedef struct cgc_capture_options { CGC_CAPTURE_OPTIONS_FIELDS(CGC_DECLARE_FIELD_) } cgc_capture_options_t;
 
 #define CGC_CAPTURE_UPLOAD 0x1u              /* upload the executable at capture_end */
@@ -201,7 +207,8 @@ typedef cgc_status_t (*cgc_capture_fn)(cgc_stream_t stream, void* user);
    * whatever happened: CGC_ERROR_CAPTURE_UNJOINED names the side streams that were forked and not             \
    * joined back, CGC_ERROR_CAPTURE_INVALIDATED reports an earlier illegal call; either way no                 \
    * stream is left capturing and the stream can capture again. An empty capture succeeds and                  \
-   * says so in cgc_last_error(). */                                                                           \
+   * says so in cgc_last_error(). With cgc_capture_options_t.update (1.2), *out is that graph,                 \
+   * updated (SEMANTICS 27); if it had to be instantiated anew, cgc_last_error() says why. */                  \
   X(cgc_status_t, cgc_capture_end, (cgc_stream_t stream, cgc_graph_t* out))                                    \
   /* begin, body(stream, user), end. If body returns an error the capture is still ended, the                  \
    * graph discarded, and body's status returned. */                                                           \
@@ -234,6 +241,13 @@ CGC_FUNCTIONS_CAPTURE(CGC_DECLARE_FUNCTION_)
   K(X, conditional_nodes, 13)
 #define CGC_GRAPH_NODE_KIND_FIELD_(X, field, node_type) X(size_t, field, )
 
+/* How a capture with cgc_capture_options_t.update changed its graph (1.2). */
+typedef enum cgc_graph_update {
+  CGC_GRAPH_UPDATE_NONE = 0,          /* never updated */
+  CGC_GRAPH_UPDATE_IN_PLACE = 1,      /* the executable took the new graph (cuGraphExecUpdate) */
+  CGC_GRAPH_UPDATE_REINSTANTIATED = 2 /* the driver refused (last_update_result says why): a new executable */
+} cgc_graph_update_t;
+
 #define CGC_GRAPH_INFO_FIELDS(X)                                                                               \
   X(size_t, struct_size, )                                                                                     \
   X(size_t, node_count, )          /* the captured nodes (not cgc's completion record) */                      \
@@ -242,7 +256,13 @@ CGC_FUNCTIONS_CAPTURE(CGC_DECLARE_FUNCTION_)
   X(size_t, pool_bytes_reserved, ) /* bytes its pool holds */                                                \
   /* since 1.1: the captured nodes by kind (CGC_GRAPH_NODE_KINDS below; 0 after reset) */                      \
   CGC_GRAPH_NODE_KINDS(CGC_GRAPH_NODE_KIND_FIELD_, X)                                                          \
-  X(size_t, other_nodes, ) /* kinds not listed (external semaphores, kinds newer than this header) */
+  X(size_t, other_nodes, ) /* kinds not listed (external semaphores, kinds newer than this header) */         \
+  /* since 1.2: updates by capture (cgc_capture_options_t.update) */                                           \
+  X(uint64_t, update_count, )     /* captures that updated this graph */                                       \
+  X(cgc_graph_update_t, last_update, ) /* how the last one did it */                                           \
+  /* the driver's CUgraphExecUpdateResult of the last update: 0 when the executable took the new graph         \
+   * in place, else why it did not (e.g. 2 = CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED) */                   \
+  X(int, last_update_result, )
 typedef struct cgc_graph_info { CGC_GRAPH_INFO_FIELDS(CGC_DECLARE_FIELD_) } cgc_graph_info_t;
 
 #define CGC_FUNCTIONS_GRAPHS(X)                                                                                \
@@ -592,11 +612,22 @@ typedef enum cgc_function_attribute { /* the values of CUfunction_attribute */
     (cgc_function_t function, uint32_t grid_x, uint32_t grid_y, uint32_t grid_z, uint32_t block_x,             \
      uint32_t block_y, uint32_t block_z, uint32_t shared_bytes, cgc_stream_t stream, void** args))
 
+#define CGC_FUNCTIONS_UPDATES(X)                                                                               \
+  /* 1.2. Per-node updates of an instantiated graph, without recapture. Kernel nodes are numbered             \
+   * 0 .. kernel_nodes - 1 (cgc_graph_info) in the order they were captured. Enables or disables               \
+   * (enabled 0) one: a disabled kernel does nothing at later replays, its dependencies still hold.            \
+   * Not while another thread launches or updates the same graph (the driver's rule for one graph). */         \
+  X(cgc_status_t, cgc_graph_kernel_node_set_enabled, (cgc_graph_t graph, size_t kernel_index, int enabled))    \
+  /* Gives captured kernel `kernel_index` new argument values for later replays (one pointer per               \
+   * parameter, as cgc_launch_kernel; e.g. a new buffer), same kernel, grid and block. */                      \
+  X(cgc_status_t, cgc_graph_kernel_node_set_args, (cgc_graph_t graph, size_t kernel_index, void** args))
+
 CGC_FUNCTIONS_STREAMS_1_1(CGC_DECLARE_FUNCTION_)
 CGC_FUNCTIONS_COPIES(CGC_DECLARE_FUNCTION_)
 CGC_FUNCTIONS_HOST_FUNCS(CGC_DECLARE_FUNCTION_)
 CGC_FUNCTIONS_MEM_OPS(CGC_DECLARE_FUNCTION_)
 CGC_FUNCTIONS_KERNELS(CGC_DECLARE_FUNCTION_)
+CGC_FUNCTIONS_UPDATES(CGC_DECLARE_FUNCTION_)
 
 /* ---- one symbol for dlopen users -------------------------------------------------------------
  *
@@ -623,7 +654,9 @@ CGC_FUNCTIONS_KERNELS(CGC_DECLARE_FUNCTION_)
   CGC_FUNCTIONS_POOLS(X) CGC_FUNCTIONS_NCCL(X) CGC_FUNCTIONS_RNG(X)                                   \
   /* 1.1 */                                                                                          \
   CGC_FUNCTIONS_STREAMS_1_1(X) CGC_FUNCTIONS_COPIES(X) CGC_FUNCTIONS_HOST_FUNCS(X) CGC_FUNCTIONS_MEM_OPS(X) \
-  CGC_FUNCTIONS_KERNELS(X)
+  CGC_FUNCTIONS_KERNELS(X)                                                                           \
+  /* 1.2 */                                                                                          \
+  CGC_FUNCTIONS_UPDATES(X)
 
 #define CGC_API_FIELD_(ret, name, params) ret(*name) params;
 typedef struct cgc_api {

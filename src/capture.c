@@ -31,12 +31,41 @@ static cgc_status_t read_options(const cgc_capture_options_t* in, cgc_capture_op
   if (HAS_FIELD(in, mode)) out->mode = in->mode;
   if (HAS_FIELD(in, pool)) out->pool = in->pool;
   if (HAS_FIELD(in, flags)) out->flags = in->flags;
+  if (HAS_FIELD(in, update)) out->update = in->update;
   if ((unsigned)out->mode > CGC_CAPTURE_MODE_RELAXED)
     return cgc__fail(CGC_ERROR_INVALID_ARGUMENT, func,
                      "options->mode is %d: use CGC_CAPTURE_MODE_GLOBAL, _THREAD_LOCAL or _RELAXED", (int)out->mode);
   unsigned known = CGC_CAPTURE_UPLOAD | CGC_CAPTURE_AUTO_FREE_ON_LAUNCH;
   if (out->flags & ~known)
     return cgc__fail(CGC_ERROR_INVALID_ARGUMENT, func, "options->flags has unknown bits 0x%x", out->flags & ~known);
+  return CGC_SUCCESS;
+}
+
+/* A capture that updates `g` (SEMANTICS 27): a live graph of the stream's device that no other
+ * capture is updating, recorded into its own pool. Marks it `updating` (the caller clears it on
+ * every path that does not reach the update). */
+static cgc_status_t claim_update(cgc_stream_t stream, cgc_capture_options_t* opts, const char* func) {
+  cgc_graph_t g = opts->update;
+  cgc_status_t st = cgc__check_handle(g, CGC_MAGIC_GRAPH, func, "options->update");
+  if (st != CGC_SUCCESS) return st;
+  if (g->dev != stream->dev)
+    return cgc__fail(CGC_ERROR_INVALID_ARGUMENT, func, "options->update (graph %p) is on device %d, the stream on device %d",
+                     (void*)g, g->dev->ordinal, stream->dev->ordinal);
+  if (opts->pool != NULL && opts->pool != g->pool)
+    return cgc__fail(CGC_ERROR_INVALID_ARGUMENT, func,
+                     "options->pool is not the pool of options->update (graph %p): an update records into the graph's "
+                     "own pool (leave options->pool NULL)",
+                     (void*)g);
+  bool expected = false;
+  if (!atomic_compare_exchange_strong(&g->updating, &expected, true))
+    return cgc__fail(CGC_ERROR_INVALID_STATE, func,
+                     "graph %p is already being updated by another capture: end that one first", (void*)g);
+  if (g->exec == NULL) {
+    atomic_store(&g->updating, false);
+    return cgc__fail(CGC_ERROR_INVALID_STATE, func, "options->update (graph %p) was reset: capture a new graph instead",
+                     (void*)g);
+  }
+  opts->pool = g->pool;
   return CGC_SUCCESS;
 }
 
@@ -59,9 +88,17 @@ cgc_status_t cgc_capture_begin(cgc_stream_t stream, const cgc_capture_options_t*
                      "stream %p is already capturing (capture id %llu): end that capture first", (void*)stream->cu,
                      (unsigned long long)ref.capture_id);
 
+  if (opts.update != NULL) {
+    st = claim_update(stream, &opts, __func__);
+    if (st != CGC_SUCCESS) return st;
+  }
   struct cgc__capture* c = calloc(1, sizeof *c);
-  if (c == NULL) return cgc__fail(CGC_ERROR_OUT_OF_MEMORY, __func__, "out of host memory");
+  if (c == NULL) {
+    if (opts.update != NULL) atomic_store(&opts.update->updating, false);
+    return cgc__fail(CGC_ERROR_OUT_OF_MEMORY, __func__, "out of host memory");
+  }
   c->dev = stream->dev;
+  c->update = opts.update;
   c->origin = ref.cu;
   c->origin_key = ref.key;
   c->origin_per_thread = stream->kind == CGC__STREAM_PER_THREAD;
@@ -106,6 +143,7 @@ fail:
   cgc__alloc_fence_unlock(stream->dev);
   if (registered) cgc__registry_remove(c);
   if (c->pool != NULL) cgc__pool_end_capture(c->pool, false, NULL, 0);
+  if (c->update != NULL) atomic_store(&c->update->updating, false);
   free_capture(c);
   return st;
 }
@@ -224,13 +262,21 @@ cgc_status_t cgc_capture_end(cgc_stream_t stream, cgc_graph_t* out) {
     }
     if (graph != NULL) cgc__drv.cuGraphDestroy(graph);
     cgc__release_uses(c->uses, c->n_uses);
+    if (c->update != NULL) atomic_store(&c->update->updating, false);
     free_capture(c);
     return st;
   }
   nodes -= 1; /* the completion record is cgc's, not the user's */
   CUevent done = c->done;
   c->done = NULL;
-  st = cgc__graph_create(c->dev, graph, done, nodes, c->pool, c->uses, c->n_uses, c->flags, c->origin, __func__, out);
+  if (c->update != NULL) {
+    /* The graph given in the options takes the new one (SEMANTICS 27); *out is that graph. */
+    st = cgc__graph_update(c->update, graph, done, nodes, c->pool, c->uses, c->n_uses, c->flags, c->origin, __func__);
+    atomic_store(&c->update->updating, false);
+    if (st == CGC_SUCCESS) *out = c->update;
+  } else {
+    st = cgc__graph_create(c->dev, graph, done, nodes, c->pool, c->uses, c->n_uses, c->flags, c->origin, __func__, out);
+  }
   if (st == CGC_SUCCESS && nodes == 0)
     cgc__warn(__func__, "the graph is empty: captured on the wrong stream or device?");
   cgc__log("capture %llu ended: %zu nodes, status %d", (unsigned long long)c->id, nodes, (int)st);

@@ -100,6 +100,11 @@ extern "C" {
   X(cuFuncGetAttribute, PFN_cuFuncGetAttribute_v2020, 2020)                                  \
   X(cuFuncSetAttribute, PFN_cuFuncSetAttribute_v9000, 9000)                                  \
   X(cuGraphNodeGetType, PFN_cuGraphNodeGetType_v10000, 10000)                                \
+  /* 1.2: graphs that change without recapture (graph.c) */                                  \
+  X(cuGraphExecUpdate, PFN_cuGraphExecUpdate_v12000, 12000)                                  \
+  X(cuGraphKernelNodeGetParams, PFN_cuGraphKernelNodeGetParams_v12000, 12000)                \
+  X(cuGraphExecKernelNodeSetParams, PFN_cuGraphExecKernelNodeSetParams_v12000, 12000)        \
+  X(cuGraphNodeSetEnabled, PFN_cuGraphNodeSetEnabled_v11060, 11060)                          \
   OPT(cuMemAllocAsync, PFN_cuMemAllocAsync_v11020, 11020)                                    \
   OPT(cuMemFreeAsync, PFN_cuMemFreeAsync_v11020, 11020)                                      \
   OPT(cuDeviceGetDefaultMemPool, PFN_cuDeviceGetDefaultMemPool_v11020, 11020)                \

@@ -24,36 +24,60 @@ void cgc__release_uses(struct cgc__use* uses, size_t n_uses) {
   }
 }
 
-/* Moves a capture's uses into the graph, those with a launch prologue first. False when out of
- * host memory (nothing moved). */
-static bool take_uses(cgc_graph_t g, const struct cgc__use* uses, size_t n_uses) {
+/* A graph's uses: objects it holds, those with a launch prologue first. */
+typedef struct graph_uses {
+  struct cgc__use* uses;
+  size_t n_uses, n_prologue;
+} graph_uses_t;
+
+/* Moves a capture's uses into `out`. False when out of host memory (nothing moved). */
+static bool take_uses(graph_uses_t* out, const struct cgc__use* uses, size_t n_uses) {
+  *out = (graph_uses_t){NULL, 0, 0};
   if (n_uses == 0) return true;
-  g->uses = calloc(n_uses, sizeof *g->uses);
-  if (g->uses == NULL) return false;
+  out->uses = calloc(n_uses, sizeof *out->uses);
+  if (out->uses == NULL) return false;
   for (int pass = 0; pass < 2; pass++) {
     for (size_t i = 0; i < n_uses; i++) {
       bool prologue = uses[i].ops->before_launch != NULL;
       if (prologue != (pass == 0)) continue;
-      struct cgc__use* u = &g->uses[g->n_uses++];
+      struct cgc__use* u = &out->uses[out->n_uses++];
       *u = uses[i];
       u->amount = u->ops->capture_done(u->object, true);
-      if (prologue) g->n_prologue++;
+      if (prologue) out->n_prologue++;
     }
   }
   return true;
 }
 
-static bool releases_after_replays(cgc_graph_t g) {
-  for (size_t i = 0; i < g->n_uses; i++)
-    if (g->uses[i].ops->release_after_replays) return true;
+static bool releases_after_replays(const struct cgc__use* uses, size_t n_uses) {
+  for (size_t i = 0; i < n_uses; i++)
+    if (uses[i].ops->release_after_replays) return true;
   return false;
 }
 
+static void release_taken(struct cgc__use* uses, size_t n_uses) {
+  for (size_t i = 0; i < n_uses; i++) uses[i].ops->release(uses[i].object);
+  free(uses);
+}
+
 static void drop_uses(cgc_graph_t g) {
-  for (size_t i = 0; i < g->n_uses; i++) g->uses[i].ops->release(g->uses[i].object);
-  free(g->uses);
+  release_taken(g->uses, g->n_uses);
   g->uses = NULL;
   g->n_uses = g->n_prologue = 0;
+}
+
+/* AutoFreeOnLaunch, as PyTorch instantiates (SEMANTICS 7); node priorities exist since CUDA
+ * 11.7 and an older driver rejects the flag, so retry without it. Instantiation allocates
+ * device memory, which would break a Global capture under way on any thread: Relaxed mode. The
+ * device's context is current. */
+static CUresult instantiate(CUgraph graph, CUgraphExec* exec) {
+  CUstreamCaptureMode previous = cgc__relaxed_begin();
+  CUresult r = cgc__drv.cuGraphInstantiateWithFlags(
+      exec, graph, CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH | CUDA_GRAPH_INSTANTIATE_FLAG_USE_NODE_PRIORITY);
+  if (r == CUDA_ERROR_INVALID_VALUE)
+    r = cgc__drv.cuGraphInstantiateWithFlags(exec, graph, CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH);
+  cgc__relaxed_end(previous);
+  return r;
 }
 
 cgc_status_t cgc__graph_create(struct cgc__device* dev, CUgraph graph, CUevent done, size_t node_count, cgc_pool_t pool,
@@ -64,25 +88,20 @@ cgc_status_t cgc__graph_create(struct cgc__device* dev, CUgraph graph, CUevent d
   cgc__ctx_scope_t scope = {false};
   cgc_status_t st = CGC_SUCCESS;
   cgc_graph_t g = calloc(1, sizeof *g);
-  if (g == NULL || !take_uses(g, uses, n_uses)) {
+  graph_uses_t taken;
+  if (g == NULL || !take_uses(&taken, uses, n_uses)) {
     free(g);
     g = NULL;
     cgc__release_uses(uses, n_uses);
     st = cgc__fail(CGC_ERROR_OUT_OF_MEMORY, func, "out of host memory");
     goto fail;
   }
+  g->uses = taken.uses;
+  g->n_uses = taken.n_uses;
+  g->n_prologue = taken.n_prologue;
   st = cgc__ctx_enter(dev, &scope, func);
   if (st != CGC_SUCCESS) goto fail;
-  /* AutoFreeOnLaunch, as PyTorch instantiates (SEMANTICS 7); node priorities exist since CUDA
-   * 11.7 and an older driver rejects the flag, so retry without it. Instantiation allocates
-   * device memory, which would break a Global capture under way on any thread: Relaxed mode. */
-  CUstreamCaptureMode previous = cgc__relaxed_begin();
-  CUresult r = cgc__drv.cuGraphInstantiateWithFlags(
-      &exec, graph, CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH | CUDA_GRAPH_INSTANTIATE_FLAG_USE_NODE_PRIORITY);
-  if (r == CUDA_ERROR_INVALID_VALUE)
-    r = cgc__drv.cuGraphInstantiateWithFlags(&exec, graph, CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH);
-  cgc__relaxed_end(previous);
-  st = cgc__cu_fail(r, func, "cuGraphInstantiateWithFlags");
+  st = cgc__cu_fail(instantiate(graph, &exec), func, "cuGraphInstantiateWithFlags");
   if (st != CGC_SUCCESS) goto fail;
   if (flags & CGC_CAPTURE_UPLOAD) {
     st = cgc__cu_fail(cgc__drv.cuGraphUpload(exec, upload_stream), func, "cuGraphUpload");
@@ -98,6 +117,7 @@ cgc_status_t cgc__graph_create(struct cgc__device* dev, CUgraph graph, CUevent d
   g->pool = pool;
   g->node_count = node_count;
   pthread_mutex_init(&g->inspect_lock, NULL);
+  atomic_init(&g->updating, false);
   *out = g;
   return CGC_SUCCESS;
 
@@ -202,10 +222,14 @@ static cgc_status_t count_nodes(cgc_graph_t graph, cgc_graph_info_t* info, const
   CUgraphNode* nodes = malloc(n * sizeof *nodes);
   if (nodes == NULL) return cgc__fail(CGC_ERROR_OUT_OF_MEMORY, func, "out of host memory");
   st = cgc__cu_fail(cgc__drv.cuGraphGetNodes(graph->graph, nodes, &n), func, "cuGraphGetNodes");
+  free(graph->kernel_nodes);
+  graph->kernel_nodes = NULL;
+  size_t n_kernels = 0;
   for (size_t i = 0; i < n && st == CGC_SUCCESS; i++) {
     CUgraphNodeType type;
     st = cgc__cu_fail(cgc__drv.cuGraphNodeGetType(nodes[i], &type), func, "cuGraphNodeGetType");
     if (st != CGC_SUCCESS) break;
+    if (type == CU_GRAPH_NODE_TYPE_KERNEL) nodes[n_kernels++] = nodes[i]; /* in place: i >= n_kernels */
     switch ((int)type) {
 #define COUNT_NODE_KIND_(X, field, node_type) \
   case node_type:                            \
@@ -217,8 +241,25 @@ static cgc_status_t count_nodes(cgc_graph_t graph, cgc_graph_info_t* info, const
         info->other_nodes++;
     }
   }
+  if (st == CGC_SUCCESS) {
+    graph->kernel_nodes = nodes; /* the first n_kernels entries, in capture order */
+    nodes = NULL;
+  }
   free(nodes);
   if (graph->done != NULL && info->event_record_nodes > 0) info->event_record_nodes--; /* cgc's own */
+  return st;
+}
+
+/* Makes sure the node counts and the kernel nodes are known (graph->inspect_lock held). */
+static cgc_status_t ensure_counted(cgc_graph_t graph, const char* func) {
+  if (graph->counted) return CGC_SUCCESS;
+  cgc__ctx_scope_t scope;
+  cgc_status_t st = cgc__ctx_enter(graph->dev, &scope, func);
+  if (st != CGC_SUCCESS) return st;
+  graph->counts = (cgc_graph_info_t){0};
+  st = count_nodes(graph, &graph->counts, func);
+  cgc__ctx_leave(&scope);
+  graph->counted = st == CGC_SUCCESS;
   return st;
 }
 
@@ -240,15 +281,7 @@ cgc_status_t cgc_graph_info(cgc_graph_t graph, cgc_graph_info_t* info) {
   cgc_status_t st = CGC_SUCCESS;
   if (info->struct_size > offsetof(cgc_graph_info_t, kernel_nodes) && graph->graph != NULL) {
     pthread_mutex_lock(&graph->inspect_lock);
-    if (!graph->counted) {
-      cgc__ctx_scope_t scope;
-      st = cgc__ctx_enter(graph->dev, &scope, __func__);
-      if (st == CGC_SUCCESS) {
-        st = count_nodes(graph, &graph->counts, __func__);
-        cgc__ctx_leave(&scope);
-      }
-      graph->counted = st == CGC_SUCCESS;
-    }
+    st = ensure_counted(graph, __func__);
     if (graph->counted) {
 #define COPY_NODE_KIND_(X, field, node_type) full.field = graph->counts.field;
       CGC_GRAPH_NODE_KINDS(COPY_NODE_KIND_, unused)
@@ -258,6 +291,9 @@ cgc_status_t cgc_graph_info(cgc_graph_t graph, cgc_graph_info_t* info) {
     pthread_mutex_unlock(&graph->inspect_lock);
   }
   if (st != CGC_SUCCESS) return st;
+  full.update_count = graph->update_count;
+  full.last_update = graph->last_update;
+  full.last_update_result = graph->last_update_result;
   memcpy(info, &full, full.struct_size);
   return CGC_SUCCESS;
 }
@@ -284,8 +320,19 @@ cgc_status_t cgc_graph_debug_dump(cgc_graph_t graph, const char* dot_path) {
   return st;
 }
 
+/* Refuses to change a graph that a capture is about to update (SEMANTICS 27). */
+static cgc_status_t refuse_while_updating(cgc_graph_t graph, const char* what, const char* func) {
+  if (!atomic_load(&graph->updating)) return CGC_SUCCESS;
+  return cgc__fail(CGC_ERROR_INVALID_STATE, func,
+                   "graph %p is being updated by a capture under way (cgc_capture_options_t.update): end that capture "
+                   "before %s it",
+                   (void*)graph, what);
+}
+
 cgc_status_t cgc_graph_reset(cgc_graph_t graph) {
   CGC_CHECK_HANDLE(graph, CGC_MAGIC_GRAPH);
+  cgc_status_t refused = refuse_while_updating(graph, "resetting", __func__);
+  if (refused != CGC_SUCCESS) return refused;
   if (graph->exec == NULL && graph->graph == NULL) return CGC_SUCCESS;
   /* All or nothing: without the context nothing is touched, and the graph stays usable. */
   cgc__ctx_scope_t scope;
@@ -305,7 +352,7 @@ cgc_status_t cgc_graph_reset(cgc_graph_t graph) {
    * with no lock held, in Relaxed mode, so nothing else waits and no capture breaks. */
   CUevent fence = graph->done;
   graph->done = NULL;
-  if (fence != NULL && releases_after_replays(graph)) st2 = CGC_CU(cuEventSynchronize(fence));
+  if (fence != NULL && releases_after_replays(graph->uses, graph->n_uses)) st2 = CGC_CU(cuEventSynchronize(fence));
   if (st == CGC_SUCCESS) st = st2;
   if (fence != NULL && cgc__drv.cuEventQuery(fence) != CUDA_ERROR_NOT_READY) {
     cgc__drv.cuEventDestroy(fence);
@@ -321,9 +368,13 @@ cgc_status_t cgc_graph_reset(cgc_graph_t graph) {
 
 cgc_status_t cgc_graph_destroy(cgc_graph_t graph) {
   CGC_CHECK_HANDLE(graph, CGC_MAGIC_GRAPH);
+  cgc_status_t refused = refuse_while_updating(graph, "destroying", __func__);
+  if (refused != CGC_SUCCESS) return refused;
   cgc_status_t st = cgc_graph_reset(graph);
   if (st != CGC_SUCCESS && graph->exec != NULL) return st; /* nothing was released: the handle stays */
   pthread_mutex_destroy(&graph->inspect_lock);
+  free(graph->kernel_nodes);
+  graph->kernel_nodes = NULL;
   cgc__retire(graph);
   return st;
 }
@@ -334,4 +385,180 @@ void* cgc_graph_native(cgc_graph_t graph) {
 
 void* cgc_graph_native_exec(cgc_graph_t graph) {
   return cgc__is_live(graph, CGC_MAGIC_GRAPH) ? (void*)graph->exec : NULL;
+}
+
+/* ---- graphs that change without recapture (1.2) ---- */
+
+static const char* update_result_name(CUgraphExecUpdateResult result) {
+  switch (result) {
+    case CU_GRAPH_EXEC_UPDATE_SUCCESS: return "CU_GRAPH_EXEC_UPDATE_SUCCESS";
+    case CU_GRAPH_EXEC_UPDATE_ERROR: return "CU_GRAPH_EXEC_UPDATE_ERROR";
+    case CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED: return "CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED";
+    case CU_GRAPH_EXEC_UPDATE_ERROR_NODE_TYPE_CHANGED: return "CU_GRAPH_EXEC_UPDATE_ERROR_NODE_TYPE_CHANGED";
+    case CU_GRAPH_EXEC_UPDATE_ERROR_FUNCTION_CHANGED: return "CU_GRAPH_EXEC_UPDATE_ERROR_FUNCTION_CHANGED";
+    case CU_GRAPH_EXEC_UPDATE_ERROR_PARAMETERS_CHANGED: return "CU_GRAPH_EXEC_UPDATE_ERROR_PARAMETERS_CHANGED";
+    case CU_GRAPH_EXEC_UPDATE_ERROR_NOT_SUPPORTED: return "CU_GRAPH_EXEC_UPDATE_ERROR_NOT_SUPPORTED";
+    case CU_GRAPH_EXEC_UPDATE_ERROR_UNSUPPORTED_FUNCTION_CHANGE:
+      return "CU_GRAPH_EXEC_UPDATE_ERROR_UNSUPPORTED_FUNCTION_CHANGE";
+    case CU_GRAPH_EXEC_UPDATE_ERROR_ATTRIBUTES_CHANGED: return "CU_GRAPH_EXEC_UPDATE_ERROR_ATTRIBUTES_CHANGED";
+  }
+  return "an update result this build does not name";
+}
+
+cgc_status_t cgc__graph_update(cgc_graph_t g, CUgraph graph, CUevent done, size_t node_count, cgc_pool_t pool,
+                               struct cgc__use* uses, size_t n_uses, unsigned flags, CUstream upload_stream,
+                               const char* func) {
+  cgc__ctx_scope_t scope = {false};
+  CUgraphExec fresh = NULL;
+  graph_uses_t taken = {NULL, 0, 0};
+  cgc_status_t st = CGC_SUCCESS;
+  if (!take_uses(&taken, uses, n_uses)) {
+    cgc__release_uses(uses, n_uses);
+    st = cgc__fail(CGC_ERROR_OUT_OF_MEMORY, func, "out of host memory");
+    goto fail;
+  }
+  if (g->exec == NULL) {
+    st = cgc__fail(CGC_ERROR_INVALID_STATE, func, "graph %p was reset during the capture that was to update it",
+                   (void*)g);
+    goto fail;
+  }
+  st = cgc__ctx_enter(g->dev, &scope, func);
+  if (st != CGC_SUCCESS) goto fail;
+  /* The driver updates the executable in place when the new graph has the same topology; launches
+   * already enqueued keep the parameters they were launched with. Otherwise a new executable. */
+  CUgraphExecUpdateResultInfo result = {CU_GRAPH_EXEC_UPDATE_SUCCESS, NULL, NULL};
+  CUstreamCaptureMode previous = cgc__relaxed_begin();
+  CUresult r = cgc__drv.cuGraphExecUpdate(g->exec, graph, &result);
+  cgc__relaxed_end(previous);
+  cgc_graph_update_t how = CGC_GRAPH_UPDATE_IN_PLACE;
+  if (r == CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE) {
+    how = CGC_GRAPH_UPDATE_REINSTANTIATED;
+    st = cgc__cu_fail(instantiate(graph, &fresh), func, "cuGraphInstantiateWithFlags");
+  } else {
+    st = cgc__cu_fail(r, func, "cuGraphExecUpdate");
+  }
+  if (st != CGC_SUCCESS) goto fail;
+  CUgraphExec exec = fresh != NULL ? fresh : g->exec;
+  if (flags & CGC_CAPTURE_UPLOAD) {
+    st = cgc__cu_fail(cgc__drv.cuGraphUpload(exec, upload_stream), func, "cuGraphUpload");
+    if (st != CGC_SUCCESS && fresh == NULL) st = CGC_SUCCESS; /* updated in place: an upload is only a head start */
+    if (st != CGC_SUCCESS) goto fail;
+  }
+  /* Replays launched so far still run the old graph: what they use goes only after them. A new
+   * executable could otherwise start while the old one's last replay runs, on the same pool's
+   * memory; an old host function or module's code could be called after its release. */
+  CUevent old_done = g->done;
+  bool wait = how == CGC_GRAPH_UPDATE_REINSTANTIATED || releases_after_replays(g->uses, g->n_uses);
+  if (old_done != NULL && wait) {
+    previous = cgc__relaxed_begin();
+    cgc_status_t waited = CGC_CU(cuEventSynchronize(old_done));
+    cgc__relaxed_end(previous);
+    if (waited != CGC_SUCCESS) cgc__log("waiting for graph %p's last replay failed: its old parts go now", (void*)g);
+  }
+  CUgraph old_graph = g->graph;
+  CUgraphExec old_exec = fresh != NULL ? g->exec : NULL;
+  struct cgc__use* old_uses = g->uses;
+  size_t n_old = g->n_uses;
+  pthread_mutex_lock(&g->inspect_lock);
+  g->graph = graph;
+  g->exec = exec;
+  g->done = done;
+  g->uses = taken.uses;
+  g->n_uses = taken.n_uses;
+  g->n_prologue = taken.n_prologue;
+  g->node_count = node_count;
+  g->counted = false;
+  free(g->kernel_nodes);
+  g->kernel_nodes = NULL;
+  g->update_count++;
+  g->last_update = how;
+  g->last_update_result = (int)result.result;
+  pthread_mutex_unlock(&g->inspect_lock);
+  atomic_store(&g->uploaded, (flags & CGC_CAPTURE_UPLOAD) ? 1 : 0);
+  /* Destroying an executable breaks a Global capture under way on another thread: Relaxed. An
+   * old event with a record still pending is freed by the driver when it completes. */
+  previous = cgc__relaxed_begin();
+  if (old_exec != NULL) cgc__drv.cuGraphExecDestroy(old_exec);
+  cgc__drv.cuGraphDestroy(old_graph);
+  if (old_done != NULL) cgc__drv.cuEventDestroy(old_done);
+  cgc__relaxed_end(previous);
+  cgc__ctx_leave(&scope);
+  release_taken(old_uses, n_old);
+  cgc__pool_unref(pool, NULL); /* the capture's reference: the graph holds its own */
+  if (how == CGC_GRAPH_UPDATE_REINSTANTIATED)
+    cgc__warn(func,
+              "graph %p was instantiated anew: the driver could not update its executable in place (%s); capture "
+              "the same topology (the same kernels, copies and sets in the same order) for an update in place",
+              (void*)g, update_result_name(result.result));
+  return CGC_SUCCESS;
+
+fail:
+  if (fresh != NULL) {
+    CUstreamCaptureMode mode = cgc__relaxed_begin();
+    cgc__drv.cuGraphExecDestroy(fresh);
+    cgc__relaxed_end(mode);
+  }
+  cgc__drv.cuGraphDestroy(graph);
+  cgc__ctx_leave(&scope);
+  release_taken(taken.uses, taken.n_uses);
+  if (done != NULL) cgc__drv.cuEventDestroy(done); /* never launched */
+  cgc__pool_unref(pool, NULL);
+  return st;
+}
+
+/* The kernel node `kernel_index` of `graph` for a per-node update (inspect_lock held). */
+static cgc_status_t kernel_node(cgc_graph_t graph, size_t kernel_index, CUgraphNode* node, const char* func) {
+  if (graph->exec == NULL)
+    return cgc__fail(CGC_ERROR_INVALID_STATE, func, "graph %p was reset: nothing to update", (void*)graph);
+  cgc_status_t st = ensure_counted(graph, func);
+  if (st != CGC_SUCCESS) return st;
+  if (kernel_index >= graph->counts.kernel_nodes)
+    return cgc__fail(CGC_ERROR_INVALID_ARGUMENT, func, "kernel_index %zu: graph %p has %zu kernel node%s", kernel_index,
+                     (void*)graph, graph->counts.kernel_nodes, graph->counts.kernel_nodes == 1 ? "" : "s");
+  *node = graph->kernel_nodes[kernel_index];
+  return CGC_SUCCESS;
+}
+
+cgc_status_t cgc_graph_kernel_node_set_enabled(cgc_graph_t graph, size_t kernel_index, int enabled) {
+  CGC_CHECK_HANDLE(graph, CGC_MAGIC_GRAPH);
+  cgc_status_t st = refuse_while_updating(graph, "changing", __func__);
+  if (st != CGC_SUCCESS) return st;
+  pthread_mutex_lock(&graph->inspect_lock);
+  CUgraphNode node = NULL;
+  st = kernel_node(graph, kernel_index, &node, __func__);
+  cgc__ctx_scope_t scope = {false};
+  if (st == CGC_SUCCESS) st = cgc__ctx_enter(graph->dev, &scope, __func__);
+  if (st == CGC_SUCCESS) {
+    st = CGC_CU(cuGraphNodeSetEnabled(graph->exec, node, enabled != 0));
+    cgc__ctx_leave(&scope);
+  }
+  pthread_mutex_unlock(&graph->inspect_lock);
+  return st;
+}
+
+cgc_status_t cgc_graph_kernel_node_set_args(cgc_graph_t graph, size_t kernel_index, void** args) {
+  CGC_CHECK_HANDLE(graph, CGC_MAGIC_GRAPH);
+  CGC_CHECK_ARG(args != NULL, "args is NULL");
+  cgc_status_t st = refuse_while_updating(graph, "changing", __func__);
+  if (st != CGC_SUCCESS) return st;
+  pthread_mutex_lock(&graph->inspect_lock);
+  CUgraphNode node = NULL;
+  st = kernel_node(graph, kernel_index, &node, __func__);
+  cgc__ctx_scope_t scope = {false};
+  if (st == CGC_SUCCESS) st = cgc__ctx_enter(graph->dev, &scope, __func__);
+  if (st == CGC_SUCCESS) {
+    /* The same kernel, grid and block as captured; only the arguments change (the driver copies
+     * their values now). */
+    CUDA_KERNEL_NODE_PARAMS params;
+    memset(&params, 0, sizeof params);
+    st = CGC_CU(cuGraphKernelNodeGetParams(node, &params));
+    if (st == CGC_SUCCESS) {
+      params.kernelParams = args;
+      params.extra = NULL;
+      st = CGC_CU(cuGraphExecKernelNodeSetParams(graph->exec, node, &params));
+    }
+    cgc__ctx_leave(&scope);
+  }
+  pthread_mutex_unlock(&graph->inspect_lock);
+  return st;
 }

@@ -259,6 +259,9 @@ struct cgc__capture {
   size_t n_sides, cap_sides;
   struct cgc__use* uses; /* objects used; handed to the graph at the end */
   size_t n_uses, cap_uses;
+  /* The graph this capture updates (cgc_capture_options_t.update), marked `updating` for the
+   * capture's duration: nothing else may reset, destroy or update it meanwhile. */
+  cgc_graph_t update;
   struct cgc__capture* next;
 };
 
@@ -389,11 +392,20 @@ struct cgc_graph_s {
   struct cgc__use* uses; /* objects the graph holds */
   size_t n_uses;
   size_t n_prologue; /* how many of them have before_launch: the launch fast path tests this */
-  /* Serialises what inspects the CUgraph (node counts, DOT dumps): the driver does not allow
-   * two threads in one graph at once. Guards `counts` and `counted`. */
+  /* Serialises what inspects the CUgraph (node counts, DOT dumps, per-node updates): the driver
+   * does not allow two threads in one graph at once. Guards `counts`, `counted` and
+   * `kernel_nodes`. */
   pthread_mutex_t inspect_lock;
   cgc_graph_info_t counts; /* the node counts by kind, once `counted` */
   bool counted;
+  CUgraphNode* kernel_nodes; /* the kernel nodes in capture order, once `counted` */
+  /* Updates by capture (1.2). `updating` is set by the capture that will update the graph, from
+   * its begin to its end (a compare-and-swap: one capture at a time); the counters are written
+   * by that capture's end alone. */
+  atomic_bool updating;
+  uint64_t update_count;
+  cgc_graph_update_t last_update;
+  int last_update_result;
 };
 
 /* Wraps an ended capture's graph: instantiates (and uploads with CGC_CAPTURE_UPLOAD). Takes
@@ -402,6 +414,14 @@ struct cgc_graph_s {
 cgc_status_t cgc__graph_create(struct cgc__device* dev, CUgraph graph, CUevent done, size_t node_count, cgc_pool_t pool,
                                struct cgc__use* uses, size_t n_uses, unsigned flags, CUstream upload_stream,
                                const char* func, cgc_graph_t* out);
+/* Applies an ended capture's graph to `g` (cgc_capture_options_t.update): the executable takes
+ * it in place when the driver accepts it, else a new executable replaces the old one, and the
+ * old graph, completion event and uses go (after the replays still using them). Takes ownership
+ * of `graph`, `done`, the pool reference and the uses in every case; on failure `g` is left as it
+ * was. */
+cgc_status_t cgc__graph_update(cgc_graph_t g, CUgraph graph, CUevent done, size_t node_count, cgc_pool_t pool,
+                               struct cgc__use* uses, size_t n_uses, unsigned flags, CUstream upload_stream,
+                               const char* func);
 /* Drops the references of uses that no graph will take (a failed capture). */
 void cgc__release_uses(struct cgc__use* uses, size_t n_uses);
 

@@ -1,5 +1,5 @@
 // The 1.1 functions (copies, sets, host memory, host functions, memory operations, stream
-// queries, modules and kernels): NULL and foreign handles and NULL outputs give a clear status
+// queries, modules and kernels) and 1.2's per-node updates: NULL and foreign handles and NULL outputs give a clear status
 // and a message naming the function, with or without a GPU (handles are checked first). The
 // checks that need a live stream or module (bad enums, flags, alignment, sizes that overflow)
 // are in work_test.cc, which runs on a GPU.
@@ -37,7 +37,7 @@ void Nothing(void*) {}
 void CountRelease(void* user) { ++*static_cast<int*>(user); }
 
 // Every 1.1 function that takes a handle, called with `h` in each handle position.
-std::vector<Case> WithHandles(cgc_context_t ctx, cgc_stream_t s, cgc_module_t m, cgc_function_t f) {
+std::vector<Case> WithHandles(cgc_context_t ctx, cgc_stream_t s, cgc_module_t m, cgc_function_t f, cgc_graph_t g) {
   static float buf[16];
   static cgc_mem_op_t op = {CGC_MEM_OP_WRITE_VALUE_32, 0, buf, 1};
   static cgc_access_policy_t policy = {sizeof policy, nullptr, 0, 0.0f, CGC_ACCESS_NORMAL, CGC_ACCESS_NORMAL};
@@ -70,16 +70,19 @@ std::vector<Case> WithHandles(cgc_context_t ctx, cgc_stream_t s, cgc_module_t m,
       {"cgc_function_set_attribute",
        [=] { return cgc_function_set_attribute(f, CGC_FUNC_MAX_DYNAMIC_SHARED_SIZE_BYTES, 0); }},
       {"cgc_launch_kernel", [=] { return cgc_launch_kernel(f, 1, 1, 1, 1, 1, 1, 0, s, nullptr); }},
+      // 1.2
+      {"cgc_graph_kernel_node_set_enabled", [=] { return cgc_graph_kernel_node_set_enabled(g, 0, 0); }},
+      {"cgc_graph_kernel_node_set_args", [=] { static void* none[1]; return cgc_graph_kernel_node_set_args(g, 0, none); }},
   };
 }
 
 TEST(WorkArgs, NullHandlesAreInvalidArguments) {
-  ExpectAll(CGC_ERROR_INVALID_ARGUMENT, WithHandles(nullptr, nullptr, nullptr, nullptr));
+  ExpectAll(CGC_ERROR_INVALID_ARGUMENT, WithHandles(nullptr, nullptr, nullptr, nullptr, nullptr));
 }
 
 TEST(WorkArgs, ForeignPointersAreInvalidHandles) {
   ExpectAll(CGC_ERROR_INVALID_HANDLE, WithHandles(Fake<cgc_context_t>(), Fake<cgc_stream_t>(), Fake<cgc_module_t>(),
-                                                  Fake<cgc_function_t>()));
+                                                  Fake<cgc_function_t>(), Fake<cgc_graph_t>()));
 }
 
 TEST(WorkArgs, NullOutputsAreInvalidArgumentsAndOutputsAreCleared) {
@@ -127,6 +130,20 @@ TEST(WorkArgs, AHostFunctionsReleaseRunsOnceWhenTheCallFails) {
   // A NULL function is refused (with the stream checked first, a fake stream answers first).
   EXPECT_EQ(cgc_launch_host_func(Fake<cgc_stream_t>(), nullptr, &released, CountRelease), CGC_ERROR_INVALID_HANDLE);
   EXPECT_EQ(released, 3);
+}
+
+}  // namespace
+
+namespace {
+
+// 1.2: a capture that updates a graph checks the graph given before anything reaches the driver.
+TEST(WorkArgs, AnUpdateOfAForeignGraphIsRefusedBeforeTheDriver) {
+  cgc_capture_options_t o = {};
+  o.struct_size = sizeof o;
+  o.update = Fake<cgc_graph_t>();
+  // A fake stream answers first; the graph is checked after the stream is known to be one.
+  EXPECT_EQ(cgc_capture_begin(Fake<cgc_stream_t>(), &o), CGC_ERROR_INVALID_HANDLE);
+  EXPECT_NE(std::string(cgc_last_error()).find("cgc_capture_begin"), std::string::npos) << cgc_last_error();
 }
 
 }  // namespace
