@@ -298,7 +298,7 @@ bool cgc__registry_side_joined(uint64_t id, uint64_t key, uint64_t since);
 uint64_t cgc__registry_seq(void);
 /* The cgc capture `ref` (resolved with ask_capture) takes part in, 0 when none. INVALID_STATE
  * when it captures under a capture cgc did not begin: work that needs cgc's bookkeeping
- * cannot be recorded into it. */
+ * cannot be recorded into it; CAPTURE_INVALIDATED when the capture was invalidated. */
 cgc_status_t cgc__registry_capture_of(const cgc__stream_ref_t* ref, uint64_t* id, const char* func);
 /* Records that capture `id` uses `object`, retaining it the first time (the capture, then its
  * graph, holds that reference). INVALID_STATE without such a capture. */

@@ -266,6 +266,13 @@ uint64_t cgc__registry_seq(void) {
 cgc_status_t cgc__registry_capture_of(const cgc__stream_ref_t* ref, uint64_t* id, const char* func) {
   *id = 0;
   if (!ref->capturing) return CGC_SUCCESS;
+  /* An invalidated capture has no id the driver reports (0): say what happened, not that cgc
+   * did not begin it. */
+  if (ref->invalidated)
+    return cgc__fail(CGC_ERROR_CAPTURE_INVALIDATED, func,
+                     "stream %p takes part in a capture that an earlier call invalidated: end it (cgc_capture_end "
+                     "on its origin stream reports why), then capture again",
+                     (void*)ref->cu);
   pthread_mutex_lock(&registry_lock);
   bool ours = find_by_id(ref->capture_id) != NULL;
   pthread_mutex_unlock(&registry_lock);

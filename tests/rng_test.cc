@@ -290,4 +290,19 @@ TEST_F(Rng, BadArgumentsAreRefused) {
   CGC_ASSERT_OK(cgc_rng_destroy(g));
 }
 
+// A draw into a capture that an earlier call invalidated says so (it said "not begun with cgc").
+TEST_F(Rng, ADrawIntoAnInvalidatedCaptureSaysTheCaptureWasInvalidated) {
+  cgc_rng_t g = nullptr;
+  CGC_ASSERT_OK(cgc_rng_create(ctx, 3, &g));
+  void* out = Malloc(64 * sizeof(float), stream);
+  CGC_ASSERT_OK(cgc_capture_begin(stream, nullptr));
+  cgc__drv.cuStreamQuery(static_cast<CUstream>(cgc_stream_native(stream)));  // invalidates it
+  EXPECT_EQ(cgc_rng_uniform(g, static_cast<float*>(out), 64, stream), CGC_ERROR_CAPTURE_INVALIDATED);
+  EXPECT_NE(std::string(cgc_last_error()).find("invalidated"), std::string::npos) << cgc_last_error();
+  cgc_graph_t none = nullptr;
+  EXPECT_EQ(cgc_capture_end(stream, &none), CGC_ERROR_CAPTURE_INVALIDATED);
+  CGC_EXPECT_OK(cgc_free(out));
+  CGC_EXPECT_OK(cgc_rng_destroy(g));
+}
+
 }  // namespace
