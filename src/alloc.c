@@ -22,7 +22,7 @@ cgc_status_t cgc_malloc(cgc_context_t ctx, size_t size, cgc_stream_t stream, voi
    * seen here; cgc_torch_malloc, through which other frameworks' captures arrive, always asks. */
   bool ask = cgc__captures_underway() > 0;
   uint64_t id = atomic_load_explicit(&stream->id, memory_order_relaxed);
-  cgc__stream_ref_t ref = {stream->cu, id, 0, false, false};
+  cgc__stream_ref_t ref = {.cu = stream->cu, .key = id}; /* not capturing: asked below when it matters */
   if (ask || stream->special || id == 0) {
     cgc_status_t st = cgc__stream_resolve(stream, ask, &ref, __func__);
     if (st != CGC_SUCCESS) return st;
