@@ -121,6 +121,21 @@ static summary_t time_variant(rank_t* r, variant_t v, size_t count, cgc_graph_t 
   return summarize(samples, (size_t)bench.iters);
 }
 
+/* Zeroes this rank's result and waits: every variant starts from nothing. */
+static void clear_recv(rank_t* r, size_t count) {
+  CU(cuMemsetD32Async((CUdeviceptr)(uintptr_t)r->recv, 0, count, (CUstream)cgc_stream_native(r->stream)));
+  CGC(cgc_stream_synchronize(r->stream));
+}
+
+/* True when the first and last elements are the sum over the 2 ranks of 1.0f. */
+static bool sum_is_two(rank_t* r, size_t count) {
+  CGC(cgc_stream_synchronize(r->stream));
+  float first = 0, last = 0;
+  CU(cuMemcpyDtoH(&first, (CUdeviceptr)(uintptr_t)r->recv, sizeof first));
+  CU(cuMemcpyDtoH(&last, (CUdeviceptr)(uintptr_t)r->recv + (count - 1) * sizeof(float), sizeof last));
+  return first == 2.0f && last == 2.0f;
+}
+
 static void* run_rank(void* arg) {
   rank_t* r = arg;
   CGC(cgc_context_create(r->rank, &r->ctx));
@@ -146,17 +161,23 @@ static void* run_rank(void* arg) {
   summary_t eager_gpu, graph_gpu, floor_gpu;
   for (int s = 0; s < kSizes; s++) {
     size_t count = kSizeBytes[s] / sizeof(float);
+    /* Each variant starts from a cleared result and is checked on its own: a graph that does
+     * nothing must not pass on what the variant before it wrote. */
+    clear_recv(r, count);
     summary_t eager = time_variant(r, EAGER, count, NULL, NULL, samples, gpu_samples, &eager_gpu);
+    bool correct = sum_is_two(r, count);
 
     /* ThreadLocal captures: the other rank's thread keeps making calls (synchronisations,
      * instantiation) that a Global capture would count against this one. */
     cgc_graph_t g = NULL;
-    cgc_capture_options_t opts = {sizeof opts, CGC_CAPTURE_MODE_THREAD_LOCAL, NULL, 0};
+    cgc_capture_options_t opts = {.struct_size = sizeof opts, .mode = CGC_CAPTURE_MODE_THREAD_LOCAL};
     CGC(cgc_capture_begin(r->stream, &opts));
     CGC(cgc_all_reduce(r->comm, r->send, r->recv, count, CGC_FLOAT32, CGC_SUM, r->stream));
     CGC(cgc_capture_end(r->stream, &g));
     CGC(cgc_graph_upload(g, r->stream));
+    clear_recv(r, count);
     summary_t graph = time_variant(r, CGC_GRAPH, count, g, NULL, samples, gpu_samples, &graph_gpu);
+    correct = sum_is_two(r, count) && correct;
 
     /* One eager all-reduce of this size on the raw communicator first, as the eager variant did
      * on cgc's: NCCL sets up connections lazily at a first use, which a capture must not see. */
@@ -170,11 +191,9 @@ static void* run_rank(void* arg) {
     if (nr != 0) fail_with("raw ncclAllReduce failed: %s", raw_nccl.ncclGetErrorString(nr));
     CU(cuGraphInstantiateWithFlags(&raw_exec, raw, CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH));
     CU(cuGraphUpload(raw_exec, cs));
+    clear_recv(r, count);
     summary_t floor = time_variant(r, RAW_GRAPH, count, NULL, raw_exec, samples, gpu_samples, &floor_gpu);
-
-    float first = 0, last = 0;
-    CU(cuMemcpyDtoH(&first, (CUdeviceptr)(uintptr_t)r->recv, sizeof first));
-    CU(cuMemcpyDtoH(&last, (CUdeviceptr)(uintptr_t)r->recv + (count - 1) * sizeof(float), sizeof last));
+    correct = sum_is_two(r, count) && correct;
     if (r->rank == 0) {
       bench.eager[s] = eager;
       bench.cgc_graph[s] = graph;
@@ -182,7 +201,7 @@ static void* run_rank(void* arg) {
       bench.eager_gpu[s] = eager_gpu;
       bench.cgc_graph_gpu[s] = graph_gpu;
       bench.raw_graph_gpu[s] = floor_gpu;
-      bench.correct[s] = first == 2.0f && last == 2.0f;
+      bench.correct[s] = correct;
     }
     CGC(cgc_graph_destroy(g));
     CU(cuGraphExecDestroy(raw_exec));

@@ -62,7 +62,7 @@ int main(void) {
   CHECK(cgc_stream_wait_event(origin, join2));
   CHECK(cgc_capture_end(origin, &g1));
 
-  cgc_capture_options_t shared = {sizeof shared, CGC_CAPTURE_MODE_GLOBAL, NULL, 0};
+  cgc_capture_options_t shared = {.struct_size = sizeof shared, .mode = CGC_CAPTURE_MODE_GLOBAL};
   CHECK(cgc_graph_pool(g1, &shared.pool)); /* like torch.cuda.graph(g2, pool=g1.pool()) */
   CHECK(cgc_capture_begin(origin, &shared));
   CHECK(cgc_malloc(ctx, BYTES, origin, (void**)&w));
