@@ -187,7 +187,9 @@ typedef enum cgc_capture_status {
   X(unsigned, flags, )          /* CGC_CAPTURE_* below */                                                     \
   /* since 1.2: NULL, or a graph this capture updates (SEMANTICS 27): cgc_capture_end then hands               \
    * back that graph with its executable updated in place when the driver accepts the new graph                \
-   * (same topology), or instantiated anew when it does not; the capture allocates from its pool. */           \
+   * (same topology), or instantiated anew when it does not; the capture allocates from its pool.              \
+   * Until the end the graph replays the old graph and cannot be reset, destroyed or changed per               \
+   * node (CGC_ERROR_INVALID_STATE): end every update capture you begin. */                                    \
   X(cgc_graph_t, update, )
 typedef struct cgc_capture_options { CGC_CAPTURE_OPTIONS_FIELDS(CGC_DECLARE_FIELD_) } cgc_capture_options_t;
 
@@ -208,7 +210,9 @@ typedef cgc_status_t (*cgc_capture_fn)(cgc_stream_t stream, void* user);
    * joined back, CGC_ERROR_CAPTURE_INVALIDATED reports an earlier illegal call; either way no                 \
    * stream is left capturing and the stream can capture again. An empty capture succeeds and                  \
    * says so in cgc_last_error(). With cgc_capture_options_t.update (1.2), *out is that graph,                 \
-   * updated (SEMANTICS 27); if it had to be instantiated anew, cgc_last_error() says why. */                  \
+   * updated (SEMANTICS 27; cgc_graph_info's last_update says how, and when it had to be                       \
+   * instantiated anew cgc_last_error() says why). cgc_capture with a failing body leaves the                  \
+   * graph to update as it was. */                                                                             \
   X(cgc_status_t, cgc_capture_end, (cgc_stream_t stream, cgc_graph_t* out))                                    \
   /* begin, body(stream, user), end. If body returns an error the capture is still ended, the                  \
    * graph discarded, and body's status returned. */                                                           \
@@ -614,9 +618,12 @@ typedef enum cgc_function_attribute { /* the values of CUfunction_attribute */
 
 #define CGC_FUNCTIONS_UPDATES(X)                                                                               \
   /* 1.2. Per-node updates of an instantiated graph, without recapture. Kernel nodes are numbered             \
-   * 0 .. kernel_nodes - 1 (cgc_graph_info) in the order they were captured. Enables or disables               \
-   * (enabled 0) one: a disabled kernel does nothing at later replays, its dependencies still hold.            \
-   * Not while another thread launches or updates the same graph (the driver's rule for one graph). */         \
+   * 0 .. kernel_nodes - 1 (cgc_graph_info) in the order they were captured (enqueued, across the              \
+   * capture's streams); cgc's own kernels count too (a generator's draw is one, a collective's                \
+   * are NCCL's). Enables or disables (enabled 0) one: a disabled kernel does nothing at later                 \
+   * replays, its dependencies still hold. Changes only the executable (cgc_graph_native and dumps             \
+   * show what was captured). Refused while an update capture of the graph is under way; not while             \
+   * another thread launches the graph (the driver's rule for one graph). */                                  \
   X(cgc_status_t, cgc_graph_kernel_node_set_enabled, (cgc_graph_t graph, size_t kernel_index, int enabled))    \
   /* Gives captured kernel `kernel_index` new argument values for later replays (one pointer per               \
    * parameter, as cgc_launch_kernel; e.g. a new buffer), same kernel, grid and block. */                      \

@@ -51,18 +51,23 @@ static cgc_status_t claim_update(cgc_stream_t stream, cgc_capture_options_t* opt
   if (g->dev != stream->dev)
     return cgc__fail(CGC_ERROR_INVALID_ARGUMENT, func, "options->update (graph %p) is on device %d, the stream on device %d",
                      (void*)g, g->dev->ordinal, stream->dev->ordinal);
-  if (opts->pool != NULL && opts->pool != g->pool)
-    return cgc__fail(CGC_ERROR_INVALID_ARGUMENT, func,
-                     "options->pool is not the pool of options->update (graph %p): an update records into the graph's "
-                     "own pool (leave options->pool NULL)",
-                     (void*)g);
   bool expected = false;
   if (!atomic_compare_exchange_strong(&g->updating, &expected, true))
     return cgc__fail(CGC_ERROR_INVALID_STATE, func,
-                     "graph %p is already being updated by another capture: end that one first", (void*)g);
+                     "graph %p is already being updated by another capture, or another thread resets or destroys it: "
+                     "end that first",
+                     (void*)g);
+  /* Claimed: reset and destroy refuse while the claim is held, so what is read now stays. */
   if (g->exec == NULL) {
     atomic_store(&g->updating, false);
     return cgc__fail(CGC_ERROR_INVALID_STATE, func, "options->update (graph %p) was reset: capture a new graph instead",
+                     (void*)g);
+  }
+  if (opts->pool != NULL && opts->pool != g->pool) {
+    atomic_store(&g->updating, false);
+    return cgc__fail(CGC_ERROR_INVALID_ARGUMENT, func,
+                     "options->pool is not the pool of options->update (graph %p): an update records into the graph's "
+                     "own pool (leave options->pool NULL)",
                      (void*)g);
   }
   opts->pool = g->pool;
@@ -201,8 +206,9 @@ static bool add_done_node(struct cgc__capture* c) {
   return true;
 }
 
-cgc_status_t cgc_capture_end(cgc_stream_t stream, cgc_graph_t* out) {
-  CGC_CHECK_ARG(out != NULL, "out is NULL");
+/* Ends the capture begun on `stream`. With `discard` (the body of cgc_capture failed) nothing is
+ * kept: no graph is made and a graph the capture was to update stays as it was. */
+static cgc_status_t end_capture(cgc_stream_t stream, bool discard, cgc_graph_t* out, const char* func) {
   *out = NULL;
   CGC_CHECK_HANDLE(stream, CGC_MAGIC_STREAM);
   /* The capture is claimed by the stream's key without asking the driver first: another thread
@@ -211,18 +217,18 @@ cgc_status_t cgc_capture_end(cgc_stream_t stream, cgc_graph_t* out) {
    * ending one Relaxed capture). The driver is asked only when cgc has no capture on the stream,
    * so that the message can say whether a capture cgc did not begin is under way there. */
   cgc__stream_ref_t ref;
-  cgc_status_t st = cgc__stream_resolve(stream, false, &ref, __func__);
+  cgc_status_t st = cgc__stream_resolve(stream, false, &ref, func);
   if (st != CGC_SUCCESS) return st;
   struct cgc__capture* c = NULL;
-  st = cgc__registry_claim_end(&ref, &c, __func__);
+  st = cgc__registry_claim_end(&ref, &c, func);
   if (st != CGC_SUCCESS && !cgc__registry_has_stream(ref.key)) {
-    st = cgc__stream_resolve(stream, true, &ref, __func__);
-    if (st == CGC_SUCCESS) st = cgc__registry_claim_end(&ref, &c, __func__);
+    st = cgc__stream_resolve(stream, true, &ref, func);
+    if (st == CGC_SUCCESS) st = cgc__registry_claim_end(&ref, &c, func);
   }
   if (st != CGC_SUCCESS) return st;
 
   cgc__ctx_scope_t scope;
-  st = cgc__ctx_enter(c->dev, &scope, __func__);
+  st = cgc__ctx_enter(c->dev, &scope, func);
   if (st != CGC_SUCCESS) goto still_capturing;
   bool has_done_node = add_done_node(c);
   CUgraph graph = NULL;
@@ -230,18 +236,20 @@ cgc_status_t cgc_capture_end(cgc_stream_t stream, cgc_graph_t* out) {
   cgc__ctx_leave(&scope);
   if (r == CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD) {
     /* registry.c refuses this case first; the driver has the last word. */
-    st = cgc__fail(CGC_ERROR_INVALID_STATE, __func__,
+    st = cgc__fail(CGC_ERROR_INVALID_STATE, func,
                    "cuStreamEndCapture failed: CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD: a Global or ThreadLocal "
                    "capture must be ended by the thread that began it; the capture is still under way");
     goto still_capturing;
   }
   cgc__registry_remove(c);
 
-  st = cgc__cu_fail(r, __func__, "cuStreamEndCapture");
+  st = cgc__cu_fail(r, func, "cuStreamEndCapture");
   if (st == CGC_SUCCESS && graph == NULL)
-    st = cgc__fail(CGC_ERROR_CAPTURE_INVALIDATED, __func__, "the driver returned no graph");
+    st = cgc__fail(CGC_ERROR_CAPTURE_INVALIDATED, func, "the driver returned no graph");
   if (st == CGC_SUCCESS && !has_done_node)
-    st = cgc__fail(CGC_ERROR_CUDA, __func__, "cuEventRecordWithFlags (the graph's completion record) failed");
+    st = cgc__fail(CGC_ERROR_CUDA, func, "cuEventRecordWithFlags (the graph's completion record) failed");
+  bool failed = st != CGC_SUCCESS;
+  if (!failed && discard) st = CGC_ERROR_INVALID_STATE; /* thrown away below, like a failed capture */
   /* Routing to the pool stops only now, after the driver's end (SEMANTICS 3). */
   uint64_t* members = malloc((c->n_sides + 1) * sizeof *members);
   size_t n_members = 0;
@@ -254,9 +262,9 @@ cgc_status_t cgc_capture_end(cgc_stream_t stream, cgc_graph_t* out) {
   cgc__pool_end_capture(c->pool, st == CGC_SUCCESS, members, n_members);
   free(members);
   if (st != CGC_SUCCESS) {
-    if (r == CUDA_ERROR_STREAM_CAPTURE_UNJOINED) name_unjoined(c);
+    if (failed && r == CUDA_ERROR_STREAM_CAPTURE_UNJOINED) name_unjoined(c);
     cgc__ctx_scope_t again;
-    if (cgc__ctx_enter(c->dev, &again, __func__) == CGC_SUCCESS) {
+    if (cgc__ctx_enter(c->dev, &again, func) == CGC_SUCCESS) {
       check_left_capturing(c);
       cgc__ctx_leave(&again);
     }
@@ -271,14 +279,14 @@ cgc_status_t cgc_capture_end(cgc_stream_t stream, cgc_graph_t* out) {
   c->done = NULL;
   if (c->update != NULL) {
     /* The graph given in the options takes the new one (SEMANTICS 27); *out is that graph. */
-    st = cgc__graph_update(c->update, graph, done, nodes, c->pool, c->uses, c->n_uses, c->flags, c->origin, __func__);
+    st = cgc__graph_update(c->update, graph, done, nodes, c->pool, c->uses, c->n_uses, c->flags, c->origin, func);
     atomic_store(&c->update->updating, false);
     if (st == CGC_SUCCESS) *out = c->update;
   } else {
-    st = cgc__graph_create(c->dev, graph, done, nodes, c->pool, c->uses, c->n_uses, c->flags, c->origin, __func__, out);
+    st = cgc__graph_create(c->dev, graph, done, nodes, c->pool, c->uses, c->n_uses, c->flags, c->origin, func, out);
   }
-  if (st == CGC_SUCCESS && nodes == 0)
-    cgc__warn(__func__, "the graph is empty: captured on the wrong stream or device?");
+  if (st == CGC_SUCCESS && nodes == 0 && c->update == NULL)
+    cgc__warn(func, "the graph is empty: captured on the wrong stream or device?");
   cgc__log("capture %llu ended: %zu nodes, status %d", (unsigned long long)c->id, nodes, (int)st);
   free_capture(c);
   return st;
@@ -286,6 +294,11 @@ cgc_status_t cgc_capture_end(cgc_stream_t stream, cgc_graph_t* out) {
 still_capturing: /* the driver capture goes on: its record stays for a later end */
   cgc__registry_unclaim(c);
   return st;
+}
+
+cgc_status_t cgc_capture_end(cgc_stream_t stream, cgc_graph_t* out) {
+  CGC_CHECK_ARG(out != NULL, "out is NULL");
+  return end_capture(stream, false, out, __func__);
 }
 
 cgc_status_t cgc_capture(cgc_stream_t stream, const cgc_capture_options_t* options, cgc_capture_fn body,
@@ -300,9 +313,8 @@ cgc_status_t cgc_capture(cgc_stream_t stream, const cgc_capture_options_t* optio
 
   char body_message[512];
   snprintf(body_message, sizeof body_message, "%s", cgc_last_error());
-  cgc_graph_t discarded = NULL;
-  cgc_capture_end(stream, &discarded);
-  if (discarded != NULL) cgc_graph_destroy(discarded);
+  cgc_graph_t none = NULL;
+  end_capture(stream, true, &none, __func__); /* a graph it was to update stays as it was */
   return cgc__fail(body_st, __func__, "the body returned %s%s%s; the capture was ended and discarded",
                    cgc_status_string(body_st), body_message[0] ? " -- " : "", body_message);
 }

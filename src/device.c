@@ -82,3 +82,29 @@ void cgc__ctx_leave(cgc__ctx_scope_t* scope) {
   cgc__drv.cuCtxPopCurrent(&popped);
   scope->pushed = false;
 }
+
+/* Created once per device, under fence_lock (creating a stream waits for nothing on the GPU). */
+static pthread_mutex_t fence_lock = PTHREAD_MUTEX_INITIALIZER;
+
+cgc_status_t cgc__device_fence_stream(struct cgc__device* dev, CUstream* out, const char* func) {
+  CUstream s = atomic_load_explicit(&dev->fence_stream, memory_order_acquire);
+  if (s != NULL) {
+    *out = s;
+    return CGC_SUCCESS;
+  }
+  cgc_status_t st = CGC_SUCCESS;
+  pthread_mutex_lock(&fence_lock);
+  s = atomic_load_explicit(&dev->fence_stream, memory_order_acquire);
+  if (s == NULL) {
+    cgc__ctx_scope_t scope;
+    st = cgc__ctx_enter(dev, &scope, func);
+    if (st == CGC_SUCCESS) {
+      st = cgc__cu_fail(cgc__drv.cuStreamCreate(&s, CU_STREAM_NON_BLOCKING), func, "cuStreamCreate");
+      cgc__ctx_leave(&scope);
+    }
+    if (st == CGC_SUCCESS) atomic_store_explicit(&dev->fence_stream, s, memory_order_release);
+  }
+  pthread_mutex_unlock(&fence_lock);
+  *out = s;
+  return st;
+}

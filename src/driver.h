@@ -40,6 +40,7 @@ extern "C" {
   X(cuCtxSynchronize, PFN_cuCtxSynchronize_v2000, 2000)                                      \
   X(cuCtxGetStreamPriorityRange, PFN_cuCtxGetStreamPriorityRange_v5050, 5050)                \
   X(cuStreamCreateWithPriority, PFN_cuStreamCreateWithPriority_v5050, 5050)                  \
+  X(cuStreamCreate, PFN_cuStreamCreate_v2000, 2000)                                          \
   X(cuStreamDestroy, PFN_cuStreamDestroy_v4000, 4000)                                        \
   X(cuStreamSynchronize, PFN_cuStreamSynchronize_v2000, 2000)                                \
   X(cuStreamQuery, PFN_cuStreamQuery_v2000, 2000)                                            \

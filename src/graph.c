@@ -217,11 +217,14 @@ _Static_assert(CU_GRAPH_NODE_TYPE_KERNEL == 0 && CU_GRAPH_NODE_TYPE_HOST == 3 &&
  * kept (the graph does not change); the caller holds graph->inspect_lock. */
 static cgc_status_t count_nodes(cgc_graph_t graph, cgc_graph_info_t* info, const char* func) {
   size_t n = 0;
-  cgc_status_t st = cgc__cu_fail(cgc__drv.cuGraphGetNodes(graph->graph, NULL, &n), func, "cuGraphGetNodes");
+  /* The nodes of the graph the executable was instantiated from: per-node updates must name
+   * those (after an update in place the latest graph's nodes are other objects, same topology). */
+  CUgraph source = graph->exec_graph != NULL ? graph->exec_graph : graph->graph;
+  cgc_status_t st = cgc__cu_fail(cgc__drv.cuGraphGetNodes(source, NULL, &n), func, "cuGraphGetNodes");
   if (st != CGC_SUCCESS || n == 0) return st;
   CUgraphNode* nodes = malloc(n * sizeof *nodes);
   if (nodes == NULL) return cgc__fail(CGC_ERROR_OUT_OF_MEMORY, func, "out of host memory");
-  st = cgc__cu_fail(cgc__drv.cuGraphGetNodes(graph->graph, nodes, &n), func, "cuGraphGetNodes");
+  st = cgc__cu_fail(cgc__drv.cuGraphGetNodes(source, nodes, &n), func, "cuGraphGetNodes");
   free(graph->kernel_nodes);
   graph->kernel_nodes = NULL;
   size_t n_kernels = 0;
@@ -268,19 +271,21 @@ cgc_status_t cgc_graph_info(cgc_graph_t graph, cgc_graph_info_t* info) {
   CGC_CHECK_HANDLE(graph, CGC_MAGIC_GRAPH);
   CGC_CHECK_ARG(info->struct_size >= sizeof(size_t),
                 "info->struct_size is %zu: set it to sizeof(cgc_graph_info_t)", info->struct_size);
-  /* Fill only what the caller's (possibly older, shorter) struct has room for. */
+  /* Fill only what the caller's (possibly older, shorter) struct has room for. What an update
+   * swaps is read under inspect_lock; the counts are asked of the driver only for a caller whose
+   * struct has room for them, once (the driver allows no two threads in one graph). */
   cgc_graph_info_t full = {0};
   full.struct_size = info->struct_size < sizeof full ? info->struct_size : sizeof full;
-  full.node_count = graph->exec ? graph->node_count : 0;
   full.replay_count = atomic_load_explicit(&graph->replays, memory_order_relaxed);
   full.uploaded = atomic_load(&graph->uploaded);
-  full.pool_bytes_reserved = cgc__pool_reserved(graph->pool);
-  /* The counts are asked of the driver only for a caller whose struct has room for them. */
-  /* The driver promises nothing for two threads calling into one graph at once: the counts are
-   * made once, under the graph's inspect_lock (which cgc_graph_debug_dump takes too). */
   cgc_status_t st = CGC_SUCCESS;
+  pthread_mutex_lock(&graph->inspect_lock);
+  full.node_count = graph->exec ? graph->node_count : 0;
+  cgc_pool_t pool = graph->pool; /* asked after the lock: inspect_lock is taken alone */
+  full.update_count = graph->update_count;
+  full.last_update = graph->last_update;
+  full.last_update_result = graph->last_update_result;
   if (info->struct_size > offsetof(cgc_graph_info_t, kernel_nodes) && graph->graph != NULL) {
-    pthread_mutex_lock(&graph->inspect_lock);
     st = ensure_counted(graph, __func__);
     if (graph->counted) {
 #define COPY_NODE_KIND_(X, field, node_type) full.field = graph->counts.field;
@@ -288,12 +293,10 @@ cgc_status_t cgc_graph_info(cgc_graph_t graph, cgc_graph_info_t* info) {
 #undef COPY_NODE_KIND_
       full.other_nodes = graph->counts.other_nodes;
     }
-    pthread_mutex_unlock(&graph->inspect_lock);
   }
+  pthread_mutex_unlock(&graph->inspect_lock);
   if (st != CGC_SUCCESS) return st;
-  full.update_count = graph->update_count;
-  full.last_update = graph->last_update;
-  full.last_update_result = graph->last_update_result;
+  full.pool_bytes_reserved = cgc__pool_reserved(pool);
   memcpy(info, &full, full.struct_size);
   return CGC_SUCCESS;
 }
@@ -320,39 +323,58 @@ cgc_status_t cgc_graph_debug_dump(cgc_graph_t graph, const char* dot_path) {
   return st;
 }
 
-/* Refuses to change a graph that a capture is about to update (SEMANTICS 27). */
-static cgc_status_t refuse_while_updating(cgc_graph_t graph, const char* what, const char* func) {
-  if (!atomic_load(&graph->updating)) return CGC_SUCCESS;
+/* Takes the graph for a reset or destroy as a capture takes it for an update (`updating`, by
+ * compare-and-swap), so that neither can start while the other is under way. */
+static cgc_status_t claim_for(cgc_graph_t graph, const char* what, const char* func) {
+  bool expected = false;
+  if (atomic_compare_exchange_strong(&graph->updating, &expected, true)) return CGC_SUCCESS;
   return cgc__fail(CGC_ERROR_INVALID_STATE, func,
-                   "graph %p is being updated by a capture under way (cgc_capture_options_t.update): end that capture "
-                   "before %s it",
+                   "graph %p is busy: a capture under way updates it (cgc_capture_options_t.update), or another "
+                   "thread resets or destroys it; end that first before %s it",
                    (void*)graph, what);
 }
 
+static cgc_status_t reset_claimed(cgc_graph_t graph, const char* func);
+
 cgc_status_t cgc_graph_reset(cgc_graph_t graph) {
   CGC_CHECK_HANDLE(graph, CGC_MAGIC_GRAPH);
-  cgc_status_t refused = refuse_while_updating(graph, "resetting", __func__);
-  if (refused != CGC_SUCCESS) return refused;
+  cgc_status_t st = claim_for(graph, "resetting", __func__);
+  if (st != CGC_SUCCESS) return st;
+  st = reset_claimed(graph, __func__);
+  atomic_store(&graph->updating, false);
+  return st;
+}
+
+/* The reset itself, with the graph claimed. */
+static cgc_status_t reset_claimed(cgc_graph_t graph, const char* func) {
   if (graph->exec == NULL && graph->graph == NULL) return CGC_SUCCESS;
   /* All or nothing: without the context nothing is touched, and the graph stays usable. */
   cgc__ctx_scope_t scope;
-  cgc_status_t st = cgc__ctx_enter(graph->dev, &scope, __func__);
+  cgc_status_t st = cgc__ctx_enter(graph->dev, &scope, func);
   if (st != CGC_SUCCESS) return st;
   /* Destroying an executable breaks a Global capture under way on another thread (measured on
    * driver 580): Relaxed mode, as PyTorch's reset() does. An executable still running is freed
    * by the driver when it completes. */
   CUstreamCaptureMode previous = cgc__relaxed_begin();
-  if (graph->exec != NULL) st = CGC_CU(cuGraphExecDestroy(graph->exec));
-  cgc_status_t st2 = graph->graph != NULL ? CGC_CU(cuGraphDestroy(graph->graph)) : CGC_SUCCESS;
+  pthread_mutex_lock(&graph->inspect_lock); /* no per-node update or inspection meanwhile */
+  if (graph->exec != NULL) st = cgc__cu_fail(cgc__drv.cuGraphExecDestroy(graph->exec), func, "cuGraphExecDestroy");
+  cgc_status_t st2 = graph->graph != NULL ? cgc__cu_fail(cgc__drv.cuGraphDestroy(graph->graph), func, "cuGraphDestroy")
+                                           : CGC_SUCCESS;
   if (st == CGC_SUCCESS) st = st2;
+  if (graph->exec_graph != NULL) cgc__drv.cuGraphDestroy(graph->exec_graph);
   graph->exec = NULL;
   graph->graph = NULL;
+  graph->exec_graph = NULL;
+  graph->counted = false;
+  free(graph->kernel_nodes);
+  graph->kernel_nodes = NULL;
+  pthread_mutex_unlock(&graph->inspect_lock);
   /* Replays that already completed need no fence. A graph holding objects that a running replay
    * may still call (a host function's data, a module's code) waits for its last replay here:
    * with no lock held, in Relaxed mode, so nothing else waits and no capture breaks. */
   CUevent fence = graph->done;
   graph->done = NULL;
-  if (fence != NULL && releases_after_replays(graph->uses, graph->n_uses)) st2 = CGC_CU(cuEventSynchronize(fence));
+  if (fence != NULL && releases_after_replays(graph->uses, graph->n_uses)) st2 = cgc__cu_fail(cgc__drv.cuEventSynchronize(fence), func, "cuEventSynchronize");
   if (st == CGC_SUCCESS) st = st2;
   if (fence != NULL && cgc__drv.cuEventQuery(fence) != CUDA_ERROR_NOT_READY) {
     cgc__drv.cuEventDestroy(fence);
@@ -368,13 +390,15 @@ cgc_status_t cgc_graph_reset(cgc_graph_t graph) {
 
 cgc_status_t cgc_graph_destroy(cgc_graph_t graph) {
   CGC_CHECK_HANDLE(graph, CGC_MAGIC_GRAPH);
-  cgc_status_t refused = refuse_while_updating(graph, "destroying", __func__);
-  if (refused != CGC_SUCCESS) return refused;
-  cgc_status_t st = cgc_graph_reset(graph);
-  if (st != CGC_SUCCESS && graph->exec != NULL) return st; /* nothing was released: the handle stays */
+  cgc_status_t st = claim_for(graph, "destroying", __func__);
+  if (st != CGC_SUCCESS) return st;
+  st = reset_claimed(graph, __func__);
+  if (st != CGC_SUCCESS && graph->exec != NULL) { /* nothing was released: the handle stays */
+    atomic_store(&graph->updating, false);
+    return st;
+  }
+  /* The claim is kept: no capture can take the graph for an update between here and its end. */
   pthread_mutex_destroy(&graph->inspect_lock);
-  free(graph->kernel_nodes);
-  graph->kernel_nodes = NULL;
   cgc__retire(graph);
   return st;
 }
@@ -411,19 +435,25 @@ cgc_status_t cgc__graph_update(cgc_graph_t g, CUgraph graph, CUevent done, size_
   cgc__ctx_scope_t scope = {false};
   CUgraphExec fresh = NULL;
   graph_uses_t taken = {NULL, 0, 0};
+  bool locked = false;
   cgc_status_t st = CGC_SUCCESS;
   if (!take_uses(&taken, uses, n_uses)) {
     cgc__release_uses(uses, n_uses);
     st = cgc__fail(CGC_ERROR_OUT_OF_MEMORY, func, "out of host memory");
     goto fail;
   }
+  st = cgc__ctx_enter(g->dev, &scope, func);
+  if (st != CGC_SUCCESS) goto fail;
+  /* The executable is changed and the parts swapped under inspect_lock: no per-node update or
+   * inspection reaches the driver's graph objects meanwhile (the driver allows one thread in a
+   * graph). No wait for the GPU happens under it. */
+  pthread_mutex_lock(&g->inspect_lock);
+  locked = true;
   if (g->exec == NULL) {
     st = cgc__fail(CGC_ERROR_INVALID_STATE, func, "graph %p was reset during the capture that was to update it",
                    (void*)g);
     goto fail;
   }
-  st = cgc__ctx_enter(g->dev, &scope, func);
-  if (st != CGC_SUCCESS) goto fail;
   /* The driver updates the executable in place when the new graph has the same topology; launches
    * already enqueued keep the parameters they were launched with. Otherwise a new executable. */
   CUgraphExecUpdateResultInfo result = {CU_GRAPH_EXEC_UPDATE_SUCCESS, NULL, NULL};
@@ -438,28 +468,60 @@ cgc_status_t cgc__graph_update(cgc_graph_t g, CUgraph graph, CUevent done, size_
     st = cgc__cu_fail(r, func, "cuGraphExecUpdate");
   }
   if (st != CGC_SUCCESS) goto fail;
+  CUevent old_done = g->done;
+  if (how == CGC_GRAPH_UPDATE_IN_PLACE) {
+    /* Replays launched before the update record the old event, later ones the new: the new event
+     * must also cover the earlier replays (the pool waits for it at reset). A record on the
+     * device's fence stream after a wait on the old one does that without waiting here. */
+    if (old_done != NULL && cgc__drv.cuEventQuery(old_done) == CUDA_ERROR_NOT_READY) {
+      CUstream fence = NULL;
+      st = cgc__device_fence_stream(g->dev, &fence, func);
+      if (st == CGC_SUCCESS) st = CGC_CU(cuStreamWaitEvent(fence, old_done, 0));
+      if (st == CGC_SUCCESS) st = CGC_CU(cuEventRecord(done, fence));
+      if (st != CGC_SUCCESS) {
+        /* The executable runs the new graph already: keep it consistent by waiting instead. */
+        previous = cgc__relaxed_begin();
+        cgc__drv.cuEventSynchronize(old_done);
+        cgc__relaxed_end(previous);
+        st = CGC_SUCCESS;
+      }
+    }
+    /* A whole-graph update leaves nodes disabled by cgc_graph_kernel_node_set_enabled as they
+     * were; SEMANTICS 28 says an update restores what was captured. */
+    if (g->any_disabled && g->counted) {
+      for (size_t i = 0; i < g->counts.kernel_nodes; i++)
+        cgc__drv.cuGraphNodeSetEnabled(g->exec, g->kernel_nodes[i], 1);
+    }
+  }
   CUgraphExec exec = fresh != NULL ? fresh : g->exec;
   if (flags & CGC_CAPTURE_UPLOAD) {
-    st = cgc__cu_fail(cgc__drv.cuGraphUpload(exec, upload_stream), func, "cuGraphUpload");
-    if (st != CGC_SUCCESS && fresh == NULL) st = CGC_SUCCESS; /* updated in place: an upload is only a head start */
-    if (st != CGC_SUCCESS) goto fail;
+    CUresult up = cgc__drv.cuGraphUpload(exec, upload_stream);
+    if (up == CUDA_SUCCESS) atomic_store(&g->uploaded, 1);
+    else if (fresh != NULL) {
+      st = cgc__cu_fail(up, func, "cuGraphUpload");
+      goto fail;
+    } /* updated in place: an upload is only a head start, the executable stays usable */
+  } else if (fresh != NULL) {
+    atomic_store(&g->uploaded, 0);
   }
-  /* Replays launched so far still run the old graph: what they use goes only after them. A new
-   * executable could otherwise start while the old one's last replay runs, on the same pool's
-   * memory; an old host function or module's code could be called after its release. */
-  CUevent old_done = g->done;
-  bool wait = how == CGC_GRAPH_UPDATE_REINSTANTIATED || releases_after_replays(g->uses, g->n_uses);
-  if (old_done != NULL && wait) {
-    previous = cgc__relaxed_begin();
-    cgc_status_t waited = CGC_CU(cuEventSynchronize(old_done));
-    cgc__relaxed_end(previous);
-    if (waited != CGC_SUCCESS) cgc__log("waiting for graph %p's last replay failed: its old parts go now", (void*)g);
-  }
-  CUgraph old_graph = g->graph;
+  /* The swap. In place, the executable keeps the nodes of the graph it was instantiated from:
+   * that graph stays (exec_graph) for per-node updates; the latest graph is the one to show. */
+  CUgraph old_graph = g->graph, old_exec_graph = g->exec_graph;
   CUgraphExec old_exec = fresh != NULL ? g->exec : NULL;
   struct cgc__use* old_uses = g->uses;
   size_t n_old = g->n_uses;
-  pthread_mutex_lock(&g->inspect_lock);
+  bool wait = how == CGC_GRAPH_UPDATE_REINSTANTIATED || releases_after_replays(old_uses, n_old);
+  if (how == CGC_GRAPH_UPDATE_IN_PLACE) {
+    if (old_exec_graph == NULL) { /* the executable's source is the graph being replaced: it stays */
+      old_exec_graph = old_graph;
+      old_graph = NULL;
+    }
+    g->exec_graph = old_exec_graph;
+    old_exec_graph = NULL;
+  } else {
+    g->exec_graph = NULL;
+  }
+  g->any_disabled = false; /* re-enabled above, or a new executable */
   g->graph = graph;
   g->exec = exec;
   g->done = done;
@@ -467,19 +529,33 @@ cgc_status_t cgc__graph_update(cgc_graph_t g, CUgraph graph, CUevent done, size_
   g->n_uses = taken.n_uses;
   g->n_prologue = taken.n_prologue;
   g->node_count = node_count;
-  g->counted = false;
-  free(g->kernel_nodes);
-  g->kernel_nodes = NULL;
+  if (how == CGC_GRAPH_UPDATE_REINSTANTIATED) { /* new nodes: counted again when asked */
+    g->counted = false;
+    free(g->kernel_nodes);
+    g->kernel_nodes = NULL;
+  }
   g->update_count++;
   g->last_update = how;
   g->last_update_result = (int)result.result;
   pthread_mutex_unlock(&g->inspect_lock);
-  atomic_store(&g->uploaded, (flags & CGC_CAPTURE_UPLOAD) ? 1 : 0);
+  locked = false;
+  /* Replays launched so far still run the old parts. A new executable could otherwise start
+   * beside the old one's last replay on the same pool's memory, and an old host function or
+   * module's code must not be released under a running replay: wait for them first. */
+  if (old_done != NULL && wait) {
+    previous = cgc__relaxed_begin();
+    CUresult waited = cgc__drv.cuEventSynchronize(old_done);
+    cgc__relaxed_end(previous);
+    if (waited != CUDA_SUCCESS)
+      cgc__warn(func, "waiting for graph %p's replays before the update failed (CUresult %d): its old parts go now",
+                (void*)g, (int)waited);
+  }
   /* Destroying an executable breaks a Global capture under way on another thread: Relaxed. An
    * old event with a record still pending is freed by the driver when it completes. */
   previous = cgc__relaxed_begin();
   if (old_exec != NULL) cgc__drv.cuGraphExecDestroy(old_exec);
-  cgc__drv.cuGraphDestroy(old_graph);
+  if (old_graph != NULL) cgc__drv.cuGraphDestroy(old_graph);
+  if (old_exec_graph != NULL) cgc__drv.cuGraphDestroy(old_exec_graph);
   if (old_done != NULL) cgc__drv.cuEventDestroy(old_done);
   cgc__relaxed_end(previous);
   cgc__ctx_leave(&scope);
@@ -493,6 +569,7 @@ cgc_status_t cgc__graph_update(cgc_graph_t g, CUgraph graph, CUevent done, size_
   return CGC_SUCCESS;
 
 fail:
+  if (locked) pthread_mutex_unlock(&g->inspect_lock);
   if (fresh != NULL) {
     CUstreamCaptureMode mode = cgc__relaxed_begin();
     cgc__drv.cuGraphExecDestroy(fresh);
@@ -508,6 +585,11 @@ fail:
 
 /* The kernel node `kernel_index` of `graph` for a per-node update (inspect_lock held). */
 static cgc_status_t kernel_node(cgc_graph_t graph, size_t kernel_index, CUgraphNode* node, const char* func) {
+  if (atomic_load(&graph->updating))
+    return cgc__fail(CGC_ERROR_INVALID_STATE, func,
+                     "graph %p is busy: a capture under way updates it (cgc_capture_options_t.update), or another "
+                     "thread resets or destroys it",
+                     (void*)graph);
   if (graph->exec == NULL)
     return cgc__fail(CGC_ERROR_INVALID_STATE, func, "graph %p was reset: nothing to update", (void*)graph);
   cgc_status_t st = ensure_counted(graph, func);
@@ -521,16 +603,15 @@ static cgc_status_t kernel_node(cgc_graph_t graph, size_t kernel_index, CUgraphN
 
 cgc_status_t cgc_graph_kernel_node_set_enabled(cgc_graph_t graph, size_t kernel_index, int enabled) {
   CGC_CHECK_HANDLE(graph, CGC_MAGIC_GRAPH);
-  cgc_status_t st = refuse_while_updating(graph, "changing", __func__);
-  if (st != CGC_SUCCESS) return st;
   pthread_mutex_lock(&graph->inspect_lock);
   CUgraphNode node = NULL;
-  st = kernel_node(graph, kernel_index, &node, __func__);
+  cgc_status_t st = kernel_node(graph, kernel_index, &node, __func__);
   cgc__ctx_scope_t scope = {false};
   if (st == CGC_SUCCESS) st = cgc__ctx_enter(graph->dev, &scope, __func__);
   if (st == CGC_SUCCESS) {
     st = CGC_CU(cuGraphNodeSetEnabled(graph->exec, node, enabled != 0));
     cgc__ctx_leave(&scope);
+    if (st == CGC_SUCCESS && !enabled) graph->any_disabled = true;
   }
   pthread_mutex_unlock(&graph->inspect_lock);
   return st;
@@ -539,11 +620,9 @@ cgc_status_t cgc_graph_kernel_node_set_enabled(cgc_graph_t graph, size_t kernel_
 cgc_status_t cgc_graph_kernel_node_set_args(cgc_graph_t graph, size_t kernel_index, void** args) {
   CGC_CHECK_HANDLE(graph, CGC_MAGIC_GRAPH);
   CGC_CHECK_ARG(args != NULL, "args is NULL");
-  cgc_status_t st = refuse_while_updating(graph, "changing", __func__);
-  if (st != CGC_SUCCESS) return st;
   pthread_mutex_lock(&graph->inspect_lock);
   CUgraphNode node = NULL;
-  st = kernel_node(graph, kernel_index, &node, __func__);
+  cgc_status_t st = kernel_node(graph, kernel_index, &node, __func__);
   cgc__ctx_scope_t scope = {false};
   if (st == CGC_SUCCESS) st = cgc__ctx_enter(graph->dev, &scope, __func__);
   if (st == CGC_SUCCESS) {

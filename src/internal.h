@@ -19,7 +19,9 @@
  *   allocator uses_lock (mutex) -> allocator lock (spinlock) -> registry_lock (mutex)
  *     -> kernels_lock, devices_lock, quarantine_lock;
  *   a generator's lock -> registry_lock (a capture's first draw registers its use under it);
- *   a module's functions_lock is taken alone (no driver call that waits under it).
+ *   a module's functions_lock is taken alone (no driver call that waits under it);
+ *   a graph's inspect_lock is taken alone (driver calls on that graph only, none that waits for
+ *   the GPU), as is fence_lock (device.c: the fence stream's creation).
  * No lock that cgc_malloc, cgc_free or cgc_graph_launch takes is held across a driver call that
  * can wait for the GPU (cuMemFree, synchronisations, cuMemAlloc): those run with every lock
  * dropped. The registry lock is held across cuEventRecord / cuStreamWaitEvent (which never wait
@@ -104,6 +106,7 @@ struct cgc__device {
   atomic_int contexts;                    /* live cgc_context_t handles of the device */
   /* CGC__MEMOP_* capabilities for stream memory operations (memop.c); 0 until asked. */
   atomic_uint memop_caps;
+  _Atomic(CUstream) fence_stream; /* cgc__device_fence_stream's, NULL until first needed */
 };
 
 /* A context handle is the user's ticket to a device; objects made from it point at the device,
@@ -125,6 +128,9 @@ typedef struct cgc__ctx_scope {
 } cgc__ctx_scope_t;
 cgc_status_t cgc__ctx_enter(struct cgc__device* dev, cgc__ctx_scope_t* scope, const char* func);
 void cgc__ctx_leave(cgc__ctx_scope_t* scope);
+/* A stream of the device's own (created on first use, kept for the process) on which cgc records
+ * events ordered after other events, without waiting on the host (graph.c). */
+cgc_status_t cgc__device_fence_stream(struct cgc__device* dev, CUstream* out, const char* func);
 
 /* > 0 while this thread runs a host function of cgc_launch_host_func (hostfn.c): the driver
  * forbids CUDA calls there, so cgc__ctx_enter and cgc__stream_resolve refuse with
@@ -399,6 +405,12 @@ struct cgc_graph_s {
   cgc_graph_info_t counts; /* the node counts by kind, once `counted` */
   bool counted;
   CUgraphNode* kernel_nodes; /* the kernel nodes in capture order, once `counted` */
+  /* The graph the executable was instantiated from, when an update in place gave the executable
+   * a newer `graph`: the executable's nodes are its nodes (per-node updates name them). NULL
+   * when it is `graph`. Guarded by inspect_lock, as is `any_disabled` (a kernel node was
+   * disabled: an update in place enables them again). */
+  CUgraph exec_graph;
+  bool any_disabled;
   /* Updates by capture (1.2). `updating` is set by the capture that will update the graph, from
    * its begin to its end (a compare-and-swap: one capture at a time); the counters are written
    * by that capture's end alone. */

@@ -193,14 +193,12 @@ static const cgc__use_ops_t comm_use_ops = {"communicator", comm_retain, comm_re
 static cgc_status_t note_capture(cgc_comm_t comm, cgc_stream_t stream, const char* func) {
   if (cgc__captures_underway() == 0 || stream->kind == CGC__STREAM_LEGACY) return CGC_SUCCESS;
   cgc__stream_ref_t ref;
-  uint64_t id = 0;
   /* Not capturing, a capture cgc did not begin, or an invalidated one: NCCL captures the
    * collective all the same (or fails it); nothing to hold, and nothing to say on success. */
   if (cgc__stream_resolve(stream, true, &ref, func) != CGC_SUCCESS || !ref.capturing || ref.invalidated ||
       !cgc__registry_is_cgc_capture(ref.capture_id))
     return CGC_SUCCESS;
-  id = ref.capture_id;
-  return cgc__registry_add_use(id, &comm_use_ops, comm, func);
+  return cgc__registry_add_use(ref.capture_id, &comm_use_ops, comm, func);
 }
 
 /* NCCL's setup and teardown allocate, free and synchronise: calls that would break a Global

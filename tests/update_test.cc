@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <utility>
 #include <string>
 #include <thread>
 #include <vector>
@@ -276,6 +277,142 @@ TEST_F(Update, TheOldGraphsHostFunctionsAreReleasedByTheUpdate) {
   ExpectAll(a, 2.0f, "a");
   CGC_EXPECT_OK(cgc_graph_destroy(g));
   EXPECT_EQ(released, 2);
+}
+
+// ---- found by review (issue 14) ----
+
+cgc_status_t FailingBody(cgc_stream_t, void*) { return CGC_ERROR_INVALID_ARGUMENT; }
+
+// cgc_capture with `update` and a body that fails: the graph stays as it was (it was updated with
+// the partial capture and then destroyed).
+TEST_F(Update, AFailingBodyLeavesTheGraphToUpdateAsItWas) {
+  CUdeviceptr a = Alloc(kN * 4);
+  cgc_graph_t g = CaptureFills({a}, {1.0f});
+  ASSERT_NE(g, nullptr);
+  cgc_capture_options_t o = UpdateOf(g);
+  cgc_graph_t out = nullptr;
+  EXPECT_EQ(cgc_capture(stream, &o, FailingBody, nullptr, &out), CGC_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(out, nullptr);
+  Upload(a, std::vector<float>(kN, 0.0f));
+  ASSERT_EQ(cgc_graph_launch(g, stream), CGC_SUCCESS) << "the graph is alive: " << cgc_last_error();
+  CGC_ASSERT_OK(cgc_stream_synchronize(stream));
+  ExpectAll(a, 1.0f, "a");
+  EXPECT_EQ(Info(g).update_count, 0u);
+  CGC_EXPECT_OK(cgc_graph_destroy(g));
+}
+
+// A replay launched before an update in place still runs when the graph is destroyed: the pool's
+// memory must wait for it (the fence used to be only the new event, which that replay never
+// records).
+TEST_F(Update, PoolMemoryWaitsForReplaysLaunchedBeforeAnUpdateInPlace) {
+  CUdeviceptr out = Alloc(kN * 4);
+  auto capture = [&](const cgc_capture_options_t* o) {
+    EXPECT_EQ(cgc_capture_begin(stream, o), CGC_SUCCESS) << cgc_last_error();
+    void* t = nullptr;
+    EXPECT_EQ(cgc_malloc(ctx, kN * 4, stream, &t), CGC_SUCCESS);
+    Fill(stream, cgc_test::Dev(t), 1.0f, kN);
+    Spin(stream, 300LL * 1000 * 1000);  // t is the replay's while this runs
+    Add(stream, out, cgc_test::Dev(t), 0.0f, kN);
+    EXPECT_EQ(cgc_free(t), CGC_SUCCESS);
+    cgc_graph_t g = nullptr;
+    EXPECT_EQ(cgc_capture_end(stream, &g), CGC_SUCCESS) << cgc_last_error();
+    return g;
+  };
+  cgc_graph_t g = capture(nullptr);
+  ASSERT_NE(g, nullptr);
+  cgc_stream_t other = nullptr;
+  CGC_ASSERT_OK(cgc_stream_create(ctx, CGC_STREAM_NON_BLOCKING, 0, &other));
+  CGC_ASSERT_OK(cgc_graph_launch(g, stream));  // spins
+  cgc_capture_options_t o = UpdateOf(g);
+  cgc_stream_t capturer = nullptr;
+  CGC_ASSERT_OK(cgc_stream_create(ctx, CGC_STREAM_NON_BLOCKING, 0, &capturer));
+  std::swap(stream, capturer);  // capture the update on another stream than the one replaying
+  cgc_graph_t same = capture(&o);
+  std::swap(stream, capturer);
+  ASSERT_EQ(same, g);
+  ASSERT_EQ(Info(g).last_update, CGC_GRAPH_UPDATE_IN_PLACE);
+  CGC_ASSERT_OK(cgc_graph_destroy(g));
+  // The pool's memory goes back to the device only after that replay: what another stream
+  // allocates and writes now must not land in the replay's t.
+  for (int i = 0; i < 4; i++) {
+    void* p = nullptr;
+    CGC_ASSERT_OK(cgc_malloc(ctx, kN * 4, other, &p));
+    Fill(other, cgc_test::Dev(p), 99.0f, kN);
+    CGC_ASSERT_OK(cgc_free(p));
+  }
+  CGC_ASSERT_OK(cgc_stream_synchronize(stream));
+  CGC_ASSERT_OK(cgc_stream_synchronize(other));
+  ExpectAll(out, 1.0f, "out (the replay's t was overwritten by another stream)");
+  CGC_EXPECT_OK(cgc_stream_destroy(capturer));
+  CGC_EXPECT_OK(cgc_stream_destroy(other));
+}
+
+// After an update in place the executable still has the nodes of the graph it was instantiated
+// from: per-node updates must reach them (and an update enables disabled kernels again).
+TEST_F(Update, PerNodeUpdatesAfterAnUpdateInPlace) {
+  CUdeviceptr a = Alloc(kN * 4), b = Alloc(kN * 4), c = Alloc(kN * 4), d = Alloc(kN * 4), e = Alloc(kN * 4);
+  cgc_graph_t g = CaptureFills({a, b}, {1.0f, 2.0f});
+  ASSERT_NE(g, nullptr);
+  CGC_ASSERT_OK(cgc_graph_kernel_node_set_enabled(g, 0, 0));  // disabled before the update
+  cgc_capture_options_t o = UpdateOf(g);
+  ASSERT_EQ(CaptureFills({c, d}, {3.0f, 4.0f}, &o), g);
+  ASSERT_EQ(Info(g).last_update, CGC_GRAPH_UPDATE_IN_PLACE);
+  for (CUdeviceptr p : {a, b, c, d, e}) Upload(p, std::vector<float>(kN, 0.0f));
+  CGC_ASSERT_OK(cgc_graph_launch(g, stream));
+  CGC_ASSERT_OK(cgc_stream_synchronize(stream));
+  ExpectAll(c, 3.0f, "c (the update enabled kernel 0 again)");
+  ExpectAll(d, 4.0f, "d");
+  float v = 5.0f;
+  unsigned n = kN;
+  void* args[] = {&e, &v, &n};
+  CGC_ASSERT_OK(cgc_graph_kernel_node_set_args(g, 0, args));
+  CGC_ASSERT_OK(cgc_graph_kernel_node_set_enabled(g, 1, 0));
+  for (CUdeviceptr p : {c, d, e}) Upload(p, std::vector<float>(kN, 0.0f));
+  CGC_ASSERT_OK(cgc_graph_launch(g, stream));
+  CGC_ASSERT_OK(cgc_stream_synchronize(stream));
+  ExpectAll(e, 5.0f, "e (kernel 0's new arguments)");
+  ExpectAll(c, 0.0f, "c (no longer written)");
+  ExpectAll(d, 0.0f, "d (kernel 1 disabled)");
+  ExpectAll(a, 0.0f, "a");
+  CGC_EXPECT_OK(cgc_graph_destroy(g));
+}
+
+// Reset and destroy take the graph as an update does: whichever comes first wins, the other is
+// refused, and nothing touches a destroyed graph.
+TEST_F(Update, UpdatesAndDestroysOnTwoThreadsNeverMeetHalfway) {
+  CUdeviceptr a = Alloc(kN * 4);
+  for (int round = 0; round < 20; round++) {
+    cgc_graph_t g = CaptureFills({a}, {1.0f});
+    ASSERT_NE(g, nullptr);
+    cgc_stream_t other = nullptr;
+    CGC_ASSERT_OK(cgc_stream_create(ctx, CGC_STREAM_NON_BLOCKING, 0, &other));
+    std::atomic<bool> go{false};
+    cgc_status_t destroyed = CGC_ERROR_INTERNAL;
+    std::thread destroyer([&] {
+      while (!go) std::this_thread::yield();
+      destroyed = cgc_graph_destroy(g);
+    });
+    cgc_capture_options_t o = UpdateOf(g);
+    go = true;
+    cgc_status_t began = cgc_capture_begin(other, &o);
+    if (began == CGC_SUCCESS) {
+      Fill(other, a, 2.0f, kN);
+      cgc_graph_t same = nullptr;
+      EXPECT_EQ(cgc_capture_end(other, &same), CGC_SUCCESS) << cgc_last_error();
+    }
+    destroyer.join();
+    if (began == CGC_SUCCESS) {
+      // The update won: the destroy was refused (or came after the end).
+      if (destroyed != CGC_SUCCESS) {
+        EXPECT_EQ(destroyed, CGC_ERROR_INVALID_STATE);
+        CGC_EXPECT_OK(cgc_graph_destroy(g));
+      }
+    } else {
+      EXPECT_TRUE(began == CGC_ERROR_INVALID_STATE || began == CGC_ERROR_INVALID_HANDLE) << began;
+      EXPECT_EQ(destroyed, CGC_SUCCESS);
+    }
+    CGC_EXPECT_OK(cgc_stream_destroy(other));
+  }
 }
 
 }  // namespace
