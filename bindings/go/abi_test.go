@@ -146,6 +146,10 @@ var goAPIOfFunction = map[string]any{
 	"cgc_function_get_attribute":   (*cgc.Function).Attribute,
 	"cgc_function_set_attribute":   (*cgc.Function).SetAttribute,
 	"cgc_launch_kernel":            (*cgc.Function).Launch,
+
+	// 1.2
+	"cgc_graph_kernel_node_set_enabled": (*cgc.Graph).SetKernelEnabled,
+	"cgc_graph_kernel_node_set_args":    (*cgc.Graph).SetKernelArgs,
 }
 
 // goTypeOfHandle, goTypeOfStruct and goTypeOfCallback are the Go forms of the header's handle

@@ -159,3 +159,50 @@ func TestWorkObjectsAreNilSafe(t *testing.T) {
 		t.Error("String of MemOpKind or AccessProperty")
 	}
 }
+
+// 1.2 without a GPU: the per-node updates refuse a nil graph by name (the library checks the
+// handle first), and what the binding can tell is wrong never reaches C.
+func TestUpdateFunctionsRefuseNilGraphs(t *testing.T) {
+	if err := cgc.Load(); err != nil {
+		t.Fatal(err)
+	}
+	var g *cgc.Graph
+	cases := []struct {
+		name, fn string
+		err      error
+	}{
+		{"Graph.SetKernelEnabled", "cgc_graph_kernel_node_set_enabled", g.SetKernelEnabled(0, false)},
+		{"Graph.SetKernelArgs", "cgc_graph_kernel_node_set_args", g.SetKernelArgs(1, cgc.DevicePtr(0), float32(1), uint32(4))},
+		// No arguments: the shim still passes an array, so the refusal is the graph's, not "args is NULL".
+		{"Graph.SetKernelArgs (no arguments)", "cgc_graph_kernel_node_set_args", g.SetKernelArgs(0)},
+	}
+	for _, c := range cases {
+		e := asError(t, c.err, cgc.ErrInvalidArgument)
+		if !strings.Contains(e.Message, c.fn) || !strings.Contains(e.Message, "graph") || strings.Contains(e.Message, "args is NULL") {
+			t.Errorf("%s: message %q, want %s refusing the NULL graph", c.name, e.Message, c.fn)
+		}
+	}
+	refusals := map[string]struct {
+		err  error
+		want string
+	}{
+		"SetKernelEnabled(-1)":     {g.SetKernelEnabled(-1, true), "kernelIndex -1 is negative"},
+		"SetKernelArgs(-2)":        {g.SetKernelArgs(-2, uint32(1)), "kernelIndex -2 is negative"},
+		"SetKernelArgs(int)":       {g.SetKernelArgs(0, cgc.DevicePtr(0), 7), "argument 1 (int)"},
+		"Update with a zero Graph": {(*cgc.Stream)(nil).BeginCapture(&cgc.CaptureOptions{Update: &cgc.Graph{}}), "CaptureOptions.Update"},
+	}
+	for name, c := range refusals {
+		if e := asError(t, c.err, cgc.ErrInvalidArgument); !strings.Contains(e.Message, c.want) || !strings.Contains(e.Message, "Go binding") {
+			t.Errorf("%s: message %q, want the binding's refusal saying %q", name, e.Message, c.want)
+		}
+	}
+	// A nil Update is no update: the library then refuses the nil stream, naming the call.
+	err := (*cgc.Stream)(nil).BeginCapture(&cgc.CaptureOptions{Update: nil})
+	if e := asError(t, err, cgc.ErrInvalidArgument); !strings.Contains(e.Message, "cgc_capture_begin") {
+		t.Errorf("BeginCapture on a nil stream: %q", e.Message)
+	}
+	if cgc.GraphUpdateInPlace.String() != "InPlace" || cgc.GraphUpdateReinstantiated.String() != "Reinstantiated" ||
+		cgc.GraphUpdateNone.String() != "None" || cgc.GraphUpdate(9).String() != "GraphUpdate(9)" {
+		t.Error("String of GraphUpdate")
+	}
+}

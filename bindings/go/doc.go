@@ -1,8 +1,9 @@
 // Package cgc is the Go binding of libcgc: CUDA-graph capture with the semantics of PyTorch's
 // torch.cuda.graph (stream capture, replay, private memory pools shared across graphs,
-// fork/join capture through events, NCCL collectives and a graph-safe Philox generator), and
-// since version 1.1 the work a graph is made of: copies and sets, page-locked host memory, host
-// functions, stream memory operations and kernels of the caller's own modules.
+// fork/join capture through events, NCCL collectives and a graph-safe Philox generator), since
+// version 1.1 the work a graph is made of: copies and sets, page-locked host memory, host
+// functions, stream memory operations and kernels of the caller's own modules, and since 1.2
+// graphs that change without a new Graph (updates by capture, per-kernel changes).
 //
 // # Loading
 //
@@ -48,6 +49,13 @@
 // among them). Context.LoadModule loads PTX, a cubin or a fatbin; Module.Function finds a
 // kernel and Function.Launch launches it with its arguments as Go values of fixed size.
 // Graph.Info counts a graph's nodes by kind.
+//
+// # Graphs that change (1.2)
+//
+// CaptureOptions.Update recaptures a graph instead of making a new one: the capture hands back
+// the same *Graph, its executable updated in place when the driver accepts the new graph (the
+// same topology, e.g. new pointers), else instantiated anew; Graph.Info says which and why.
+// Graph.SetKernelEnabled and Graph.SetKernelArgs change one captured kernel for later replays.
 //
 // # Threads
 //

@@ -9,6 +9,7 @@ import (
 	"bytes"
 	"errors"
 	"math"
+	"runtime"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -502,4 +503,218 @@ func TestGPUStreamMemoryOperations(t *testing.T) {
 	f.ok(g.Destroy())
 	f.ok(flags.Free())
 	f.closeAll(true)
+}
+
+// ---- 1.2: graphs that change without a new Graph ----
+
+// affineSetup is what the update tests share: a stream, the tests' kernel, its input (quarters
+// below 25, so that every result is exact in float32) and parameters (scale 2, shift 1).
+type affineSetup struct {
+	f      *fixture
+	s      *cgc.Stream
+	affine *cgc.Function
+	in     []float32
+	input  *cgc.DeviceMemory
+	params *cgc.DeviceMemory
+}
+
+func newAffineSetup(t *testing.T) *affineSetup {
+	f := newFixture(t, 1, 0)
+	s := f.streams[0]
+	module, err := f.ctx.LoadModule([]byte(affinePTX))
+	f.ok(err)
+	t.Cleanup(func() { _ = module.Close() })
+	affine, err := module.Function("affine")
+	f.ok(err)
+	in := make([]float32, workCount)
+	for i := range in {
+		in[i] = float32(i%97) * 0.25
+	}
+	a := &affineSetup{f: f, s: s, affine: affine, in: in, input: f.deviceBuffer(4*workCount, s)}
+	f.ok(cgc.CopyHostToDevice(a.input.Ptr(), in, s))
+	a.params = a.paramsOf(2, 1)
+	return a
+}
+
+// paramsOf puts affine's (scale, shift) in device memory, copied in eagerly: a copy from a Go
+// slice would be refused inside a capture.
+func (a *affineSetup) paramsOf(scale, shift float32) *cgc.DeviceMemory {
+	p := a.f.deviceBuffer(8, a.s)
+	a.f.ok(cgc.CopyHostToDevice(p.Ptr(), []float32{scale, shift}, a.s))
+	return p
+}
+
+// zeroed is a buffer of workCount zero floats.
+func (a *affineSetup) zeroed() *cgc.DeviceMemory {
+	m := a.f.deviceBuffer(4*workCount, a.s)
+	a.f.ok(cgc.Memset32(m.Ptr(), 0, workCount, a.s))
+	return m
+}
+
+// args are affine's parameters for out = input * params[0] + params[1] + bias.
+func (a *affineSetup) args(out, params *cgc.DeviceMemory, bias float32) []any {
+	return []any{out, a.input, params, bias, uint32(workCount)}
+}
+
+func (a *affineSetup) launch(s *cgc.Stream, out, params *cgc.DeviceMemory, bias float32) error {
+	grid := cgc.Dim3{X: (workCount + workBlock - 1) / workBlock, Y: 1, Z: 1}
+	block := cgc.Dim3{X: workBlock, Y: 1, Z: 1}
+	return a.affine.Launch(grid, block, 0, s, a.args(out, params, bias)...)
+}
+
+// expect requires out to hold input * scale + shift + bias.
+func (a *affineSetup) expect(out *cgc.DeviceMemory, scale, shift, bias float32, what string) {
+	a.f.t.Helper()
+	got := make([]float32, workCount)
+	a.f.ok(cgc.CopyDeviceToHost(got, out.Ptr(), a.s))
+	a.f.ok(a.s.Synchronize())
+	for i, x := range a.in {
+		if want := x*scale + shift + bias; got[i] != want {
+			a.f.t.Fatalf("%s: [%d] = %v, want %v", what, i, got[i], want)
+		}
+	}
+}
+
+// The same topology with a new pointer and a new value: the same *Graph, its executable updated
+// in place; through Capture and through BeginCapture/EndCapture, during which the graph cannot
+// be reset, destroyed, changed or updated by another capture.
+func TestGPUCaptureUpdateInPlace(t *testing.T) {
+	a := newAffineSetup(t)
+	f, s := a.f, a.s
+	x, y := a.zeroed(), a.zeroed()
+	g, err := s.Capture(nil, func(cs *cgc.Stream) error { return a.launch(cs, x, a.params, 0.5) })
+	f.ok(err)
+	f.ok(g.Launch(s))
+	a.expect(x, 2, 1, 0.5, "x, first capture")
+	if info, err := g.Info(); err != nil || info.LastUpdate != cgc.GraphUpdateNone || info.UpdateCount != 0 {
+		t.Errorf("a graph never updated: %+v, %v", info, err)
+	}
+	executable := g.NativeExec()
+	f.ok(cgc.Memset32(x.Ptr(), 0, workCount, s))
+
+	same, err := s.Capture(&cgc.CaptureOptions{Update: g}, func(cs *cgc.Stream) error {
+		return a.launch(cs, y, a.params, 0.25)
+	})
+	f.ok(err)
+	if same != g {
+		t.Fatalf("the update handed back %p, not the Graph it updated (%p)", same, g)
+	}
+	info, err := g.Info()
+	f.ok(err)
+	if info.UpdateCount != 1 || info.LastUpdate != cgc.GraphUpdateInPlace || info.LastUpdateResult != 0 || info.KernelNodes != 1 {
+		t.Errorf("after an update of the same topology: %+v, want 1 update, InPlace, result 0, 1 kernel", info)
+	}
+	if g.NativeExec() != executable {
+		t.Error("in place, yet the executable changed")
+	}
+	f.ok(g.Launch(s))
+	a.expect(y, 2, 1, 0.25, "y, written by the updated graph")
+	a.expect(x, 0, 0, 0, "x, no longer written")
+
+	// The same with BeginCapture/EndCapture.
+	other, err := f.ctx.NewStream(cgc.StreamNonBlocking, 0)
+	f.ok(err)
+	defer other.Close()
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	f.ok(s.BeginCapture(&cgc.CaptureOptions{Update: g}))
+	f.ok(a.launch(s, x, a.params, 0.5))
+	wantMessage(t, "Destroy during the update", g.Destroy(), cgc.ErrInvalidState, "cgc_graph_destroy", "being updated")
+	wantMessage(t, "Reset during the update", g.Reset(), cgc.ErrInvalidState, "cgc_graph_reset", "being updated")
+	wantMessage(t, "SetKernelEnabled during the update", g.SetKernelEnabled(0, false), cgc.ErrInvalidState,
+		"cgc_graph_kernel_node_set_enabled")
+	wantMessage(t, "a second update of the graph", other.BeginCapture(&cgc.CaptureOptions{Update: g}), cgc.ErrInvalidState,
+		"cgc_capture_begin", "already being updated")
+	ended, err := s.EndCapture()
+	f.ok(err)
+	if ended != g {
+		t.Fatalf("EndCapture of the update handed back %p, not the Graph it updated (%p)", ended, g)
+	}
+	if info, err := g.Info(); err != nil || info.UpdateCount != 2 || info.LastUpdate != cgc.GraphUpdateInPlace {
+		t.Errorf("after the second update: %+v, %v", info, err)
+	}
+	f.ok(g.Launch(s))
+	a.expect(x, 2, 1, 0.5, "x, written again")
+	f.ok(g.Destroy())
+}
+
+// One kernel more: a new executable, the driver's reason in LastUpdateResult. A body that fails
+// leaves the graph reset, and a reset graph has nothing to update.
+func TestGPUCaptureUpdateReinstantiated(t *testing.T) {
+	a := newAffineSetup(t)
+	f, s := a.f, a.s
+	x, y := a.zeroed(), a.zeroed()
+	otherParams := a.paramsOf(3, -1)
+	g, err := s.Capture(nil, func(cs *cgc.Stream) error { return a.launch(cs, x, a.params, 0) })
+	f.ok(err)
+	_, err = s.Capture(&cgc.CaptureOptions{Update: g}, func(cs *cgc.Stream) error {
+		if err := a.launch(cs, x, otherParams, 0); err != nil {
+			return err
+		}
+		return a.launch(cs, y, a.params, 0) // one kernel more
+	})
+	f.ok(err)
+	info, err := g.Info()
+	f.ok(err)
+	// 2: CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED
+	if info.UpdateCount != 1 || info.LastUpdate != cgc.GraphUpdateReinstantiated || info.LastUpdateResult != 2 || info.KernelNodes != 2 {
+		t.Errorf("after an update with one kernel more: %+v, want 1 update, Reinstantiated, result 2, 2 kernels", info)
+	}
+	f.ok(g.Launch(s))
+	a.expect(x, 3, -1, 0, "x")
+	a.expect(y, 2, 1, 0, "y")
+
+	gaveUp := errors.New("the body gives up")
+	got, err := s.Capture(&cgc.CaptureOptions{Update: g}, func(cs *cgc.Stream) error {
+		_ = a.launch(cs, x, a.params, 0)
+		return gaveUp
+	})
+	if got != nil || err != gaveUp {
+		t.Fatalf("an update whose body fails: %v, %v; want nil and the body's error", got, err)
+	}
+	if st, _, err := s.CaptureStatus(); err != nil || st != cgc.CaptureNone {
+		t.Errorf("stream left %v, %v", st, err)
+	}
+	wantMessage(t, "Launch of the graph its failed update reset", g.Launch(s), cgc.ErrInvalidState, "cgc_graph_launch")
+	_, err = s.Capture(&cgc.CaptureOptions{Update: g}, func(*cgc.Stream) error { return nil })
+	wantMessage(t, "an update of a reset graph", err, cgc.ErrInvalidState, "cgc_capture_begin", "reset")
+	f.ok(g.Destroy())
+}
+
+// Per-node updates: a kernel disabled and enabled again, another given new arguments.
+func TestGPUKernelNodesDisabledAndGivenNewArguments(t *testing.T) {
+	a := newAffineSetup(t)
+	f, s := a.f, a.s
+	x, y, z, w := a.zeroed(), a.zeroed(), a.zeroed(), a.zeroed()
+	otherParams := a.paramsOf(3, -1)
+	g, err := s.Capture(nil, func(cs *cgc.Stream) error {
+		for _, out := range []*cgc.DeviceMemory{x, y, z} {
+			if err := a.launch(cs, out, a.params, 0); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	f.ok(err)
+	if info, err := g.Info(); err != nil || info.KernelNodes != 3 {
+		t.Fatalf("three kernels captured: %+v, %v", info, err)
+	}
+	f.ok(g.SetKernelEnabled(1, false))                       // y's kernel
+	f.ok(g.SetKernelArgs(2, a.args(w, otherParams, 0.5)...)) // z's kernel writes w now
+	f.ok(g.Launch(s))
+	a.expect(x, 2, 1, 0, "x")
+	a.expect(y, 0, 0, 0, "y (disabled)")
+	a.expect(z, 0, 0, 0, "z (its kernel writes w now)")
+	a.expect(w, 3, -1, 0.5, "w (new arguments)")
+	f.ok(g.SetKernelEnabled(1, true))
+	f.ok(g.Launch(s))
+	a.expect(y, 2, 1, 0, "y (enabled again)")
+
+	wantMessage(t, "kernel 3 of 3", g.SetKernelEnabled(3, false), cgc.ErrInvalidArgument,
+		"cgc_graph_kernel_node_set_enabled", "3 kernel nodes")
+	wantMessage(t, "new arguments for kernel 3 of 3", g.SetKernelArgs(3, a.args(w, a.params, 0)...), cgc.ErrInvalidArgument,
+		"cgc_graph_kernel_node_set_args", "3 kernel nodes")
+	f.ok(g.Reset())
+	wantMessage(t, "after Reset", g.SetKernelEnabled(0, false), cgc.ErrInvalidState, "cgc_graph_kernel_node_set_enabled")
+	f.ok(g.Destroy())
 }

@@ -6,6 +6,7 @@ package cgc
 import "C"
 
 import (
+	"fmt"
 	"runtime"
 	"unsafe"
 )
@@ -56,6 +57,37 @@ type GraphInfo struct {
 	MemOpNodes       int // stream write/wait-value operations and batches of them
 	ConditionalNodes int
 	OtherNodes       int // kinds not listed (external semaphores, kinds newer than the header)
+
+	// Updates by capture (since 1.2, CaptureOptions.Update).
+	UpdateCount uint64      // captures that updated the graph
+	LastUpdate  GraphUpdate // how the last one did it
+	// LastUpdateResult is the driver's CUgraphExecUpdateResult of the last update: 0 when the
+	// executable took the new graph in place, else why it did not (e.g. 2,
+	// CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED).
+	LastUpdateResult int
+}
+
+// GraphUpdate says how a capture with CaptureOptions.Update changed its graph
+// (cgc_graph_update_t, 1.2).
+type GraphUpdate int32
+
+// How a graph was updated.
+const (
+	GraphUpdateNone           GraphUpdate = C.CGC_GRAPH_UPDATE_NONE           // never updated
+	GraphUpdateInPlace        GraphUpdate = C.CGC_GRAPH_UPDATE_IN_PLACE       // the executable took the new graph
+	GraphUpdateReinstantiated GraphUpdate = C.CGC_GRAPH_UPDATE_REINSTANTIATED // refused by the driver (LastUpdateResult says why): a new executable
+)
+
+func (u GraphUpdate) String() string {
+	switch u {
+	case GraphUpdateNone:
+		return "None"
+	case GraphUpdateInPlace:
+		return "InPlace"
+	case GraphUpdateReinstantiated:
+		return "Reinstantiated"
+	}
+	return fmt.Sprintf("GraphUpdate(%d)", int32(u))
 }
 
 // Launch replays the graph on s (any stream of the graph's device). It does not synchronise.
@@ -126,6 +158,9 @@ func (g *Graph) Info() (GraphInfo, error) {
 		MemOpNodes:        int(info.mem_op_nodes),
 		ConditionalNodes:  int(info.conditional_nodes),
 		OtherNodes:        int(info.other_nodes),
+		UpdateCount:       uint64(info.update_count),
+		LastUpdate:        GraphUpdate(info.last_update),
+		LastUpdateResult:  int(info.last_update_result),
 	}, nil
 }
 
@@ -164,7 +199,7 @@ func (g *Graph) DebugDump(path string) error {
 
 // Reset frees the executable and graph now and drops the pool reference, like
 // CUDAGraph.reset(); the Graph stays valid (Launch is then ErrInvalidState). Resetting twice is
-// fine.
+// fine. Refused (ErrInvalidState) while a capture updates the graph (CaptureOptions.Update).
 func (g *Graph) Reset() error {
 	h, err := g.handle("Graph.Reset")
 	if err != nil {
@@ -199,8 +234,67 @@ func (g *Graph) NativeExec() uintptr {
 	return n
 }
 
+// SetKernelEnabled enables or disables (1.2) the graph's kernel number kernelIndex: kernels are
+// numbered from 0 to GraphInfo.KernelNodes-1 in the order the capture launched them (cgc's own
+// kernels, e.g. Rng draws, count too). A disabled kernel does nothing at later replays; what
+// depends on it still waits for it. ErrInvalidArgument past the last kernel, ErrInvalidState
+// after Reset or while a capture updates the graph. Not while another goroutine launches or
+// changes the graph.
+func (g *Graph) SetKernelEnabled(kernelIndex int, enabled bool) error {
+	const op = "Graph.SetKernelEnabled"
+	if err := checkKernelIndex(op, kernelIndex); err != nil {
+		return err
+	}
+	h, err := g.handle(op)
+	if err != nil {
+		return err
+	}
+	on := C.int(0)
+	if enabled {
+		on = 1
+	}
+	var msg *C.char
+	err = check(C.cgcgo_graph_kernel_node_set_enabled(h, C.size_t(kernelIndex), on, &msg), msg)
+	runtime.KeepAlive(g)
+	return err
+}
+
+// SetKernelArgs gives the graph's kernel number kernelIndex (numbered as for SetKernelEnabled)
+// new arguments for later replays, e.g. another buffer; the kernel, grid and block stay. args
+// are the kernel's parameters in order, taken as Function.Launch takes them, and copied at the
+// call; memory they point to must stay valid as long as the graph is replayed. Not while
+// another goroutine launches or changes the graph.
+func (g *Graph) SetKernelArgs(kernelIndex int, args ...any) error {
+	const op = "Graph.SetKernelArgs"
+	if err := checkKernelIndex(op, kernelIndex); err != nil {
+		return err
+	}
+	h, err := g.handle(op)
+	if err != nil {
+		return err
+	}
+	slots, err := kernelArgSlots(op, args)
+	if err != nil {
+		return err
+	}
+	defer C.free(slots)
+	var msg *C.char
+	err = check(C.cgcgo_graph_kernel_node_set_args(h, C.size_t(kernelIndex), slots, C.size_t(len(args)), &msg), msg)
+	runtime.KeepAlive(g)
+	return err
+}
+
+// checkKernelIndex refuses a negative index, which C's size_t would turn into a huge one.
+func checkKernelIndex(op string, kernelIndex int) error {
+	if kernelIndex < 0 {
+		return &Error{Status: ErrInvalidArgument, Message: fmt.Sprintf("cgc (Go binding): %s: kernelIndex %d is negative", op, kernelIndex)}
+	}
+	return nil
+}
+
 // Destroy resets the graph and frees the handle. Blocks it allocated and never freed are its
-// outputs and stay valid. Idempotent; does nothing on nil.
+// outputs and stay valid. Idempotent; does nothing on nil. Refused (ErrInvalidState) while a
+// capture updates the graph (CaptureOptions.Update).
 func (g *Graph) Destroy() error {
 	if g == nil || g.closed || g.h == nil {
 		return nil

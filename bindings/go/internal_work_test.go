@@ -192,3 +192,32 @@ func TestGPUHostFunctionPanicIsRecovered(t *testing.T) {
 		t.Errorf("the panic was not reported: %q", r)
 	}
 }
+
+// 1.2: a closed graph is refused by the per-node updates and as the graph a capture updates,
+// before anything reaches C; a refused update leaves the stream remembering no graph.
+func TestClosedGraphIsRefusedByTheUpdateCalls(t *testing.T) {
+	if err := Load(); err != nil {
+		t.Fatal(err)
+	}
+	g := &Graph{closed: true}
+	s := &Stream{}
+	calls := map[string]error{
+		"Graph.SetKernelEnabled": g.SetKernelEnabled(0, true),
+		"Graph.SetKernelArgs":    g.SetKernelArgs(0, uint32(1)),
+		"Stream.BeginCapture":    s.BeginCapture(&CaptureOptions{Update: g}),
+	}
+	for name, err := range calls {
+		var ce *Error
+		if !errors.As(err, &ce) || ce.Status != ErrInvalidHandle || !strings.Contains(ce.Message, "closed") ||
+			!strings.Contains(ce.Message, name) {
+			t.Errorf("%s with a closed graph: %v, want ErrInvalidHandle naming the call and the closed graph", name, err)
+		}
+	}
+	if s.updating != nil {
+		t.Error("a refused update left the stream remembering its graph")
+	}
+	// Ending with no capture (the library refuses the NULL stream) hands back no graph.
+	if g, err := s.EndCapture(); err == nil || g != nil {
+		t.Errorf("EndCapture on a NULL stream: %v, %v", g, err)
+	}
+}

@@ -41,20 +41,11 @@ func (f *Function) Launch(grid, block Dim3, sharedBytes int, s *Stream, args ...
 	if err != nil {
 		return err
 	}
-	// The values go to C memory: the library gets an array of pointers to them (built by the
-	// shim), and pointers to C memory are free of cgo's rules for Go memory in C's hands.
-	var slots unsafe.Pointer
-	if len(args) > 0 {
-		slots = C.malloc(C.size_t(len(args) * C.CGCGO_KERNEL_SLOT_BYTES))
-		defer C.free(slots)
+	slots, err := kernelArgSlots(op, args)
+	if err != nil {
+		return err
 	}
-	for i, arg := range args {
-		slot := unsafe.Add(slots, i*C.CGCGO_KERNEL_SLOT_BYTES)
-		*(*uint64)(slot) = 0 // the bytes a smaller value leaves are then defined
-		if err := putKernelArg(slot, arg); err != nil {
-			return &Error{Status: ErrInvalidArgument, Message: fmt.Sprintf("cgc (Go binding): %s: argument %d (%T): %v", op, i, arg, err)}
-		}
-	}
+	defer C.free(slots)
 	var msg *C.char
 	err = check(C.cgcgo_launch_kernel(h, C.uint32_t(grid.X), C.uint32_t(grid.Y), C.uint32_t(grid.Z),
 		C.uint32_t(block.X), C.uint32_t(block.Y), C.uint32_t(block.Z), C.uint32_t(sharedBytes), sh,
@@ -62,6 +53,26 @@ func (f *Function) Launch(grid, block Dim3, sharedBytes int, s *Stream, args ...
 	runtime.KeepAlive(f)
 	runtime.KeepAlive(s)
 	return err
+}
+
+// kernelArgSlots writes args, the parameters of a kernel in order, into C memory, one slot of
+// C.CGCGO_KERNEL_SLOT_BYTES each, for the shims that build the array of pointers to them. C
+// memory, because pointers to it are free of cgo's rules for Go memory in C's hands. The
+// caller frees the result (nil when there are no args) with C.free.
+func kernelArgSlots(op string, args []any) (unsafe.Pointer, error) {
+	if len(args) == 0 {
+		return nil, nil
+	}
+	slots := C.malloc(C.size_t(len(args) * C.CGCGO_KERNEL_SLOT_BYTES))
+	for i, arg := range args {
+		slot := unsafe.Add(slots, i*C.CGCGO_KERNEL_SLOT_BYTES)
+		*(*uint64)(slot) = 0 // the bytes a smaller value leaves are then defined
+		if err := putKernelArg(slot, arg); err != nil {
+			C.free(slots)
+			return nil, &Error{Status: ErrInvalidArgument, Message: fmt.Sprintf("cgc (Go binding): %s: argument %d (%T): %v", op, i, arg, err)}
+		}
+	}
+	return slots, nil
 }
 
 // putKernelArg writes one argument's value at the start of its 8-byte slot, with the C size its

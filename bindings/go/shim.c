@@ -133,7 +133,8 @@ cgc_status_t cgcgo_event_elapsed_ms(cgc_event_t start, cgc_event_t end, float* m
   CALL(api->cgc_event_elapsed_ms(start, end, ms));
 }
 
-cgc_status_t cgcgo_capture_begin(cgc_stream_t stream, int mode, cgc_pool_t pool, unsigned flags, char** msg) {
+cgc_status_t cgcgo_capture_begin(cgc_stream_t stream, int mode, cgc_pool_t pool, unsigned flags, cgc_graph_t update,
+                                 char** msg) {
   /* Built here rather than in Go so that the Go side never hands C a struct holding pointers. */
   cgc_capture_options_t o;
   memset(&o, 0, sizeof o);
@@ -141,6 +142,7 @@ cgc_status_t cgcgo_capture_begin(cgc_stream_t stream, int mode, cgc_pool_t pool,
   o.mode = (cgc_capture_mode_t)mode;
   o.pool = pool;
   o.flags = flags;
+  o.update = update;
   CALL(api->cgc_capture_begin(stream, &o));
 }
 cgc_status_t cgcgo_capture_end(cgc_stream_t stream, cgc_graph_t* out, char** msg) {
@@ -394,25 +396,51 @@ cgc_status_t cgcgo_function_set_attribute(cgc_function_t function, int attribute
   CALL(api->cgc_function_set_attribute(function, (cgc_function_attribute_t)attribute, value));
 }
 
+/* Most kernels take a handful of parameters: their pointers fit on the stack. */
+enum { kKernelArgsOnStack = 32 };
+
+/* The `void** args` of cgc_launch_kernel and cgc_graph_kernel_node_set_args: one pointer per
+ * slot, in `on_stack` (kKernelArgsOnStack entries) when they fit, else malloc'd (the caller frees
+ * an array that is not on_stack). Never NULL for a kernel without parameters either, since
+ * cgc_graph_kernel_node_set_args refuses NULL; NULL only when out of memory, with *msg set. */
+static void** kernel_args(void* slots, size_t count, void** on_stack, const char* func, char** msg) {
+  void** args = on_stack;
+  if (count > kKernelArgsOnStack) {
+    args = malloc(count * sizeof *args);
+    if (args == NULL) {
+      *msg = format("cgc (Go binding): %s: out of host memory for %zu kernel arguments", func, count);
+      return NULL;
+    }
+  }
+  for (size_t i = 0; i < count; i++) args[i] = (unsigned char*)slots + i * CGCGO_KERNEL_SLOT_BYTES;
+  return args;
+}
+
 cgc_status_t cgcgo_launch_kernel(cgc_function_t function, uint32_t grid_x, uint32_t grid_y, uint32_t grid_z,
                                  uint32_t block_x, uint32_t block_y, uint32_t block_z, uint32_t shared_bytes,
                                  cgc_stream_t stream, void* slots, size_t count, char** msg) {
-  /* Most kernels take a handful of parameters: their pointers fit on the stack. */
-  enum { kOnStack = 32 };
-  void* on_stack[kOnStack];
-  void** args = NULL;
-  if (count > kOnStack) {
-    args = malloc(count * sizeof *args);
-    if (args == NULL) {
-      *msg = format("cgc (Go binding): cgc_launch_kernel: out of host memory for %zu kernel arguments", count);
-      return CGC_ERROR_OUT_OF_MEMORY;
-    }
-  } else if (count > 0) {
-    args = on_stack;
-  }
-  for (size_t i = 0; i < count; i++) args[i] = (unsigned char*)slots + i * CGCGO_KERNEL_SLOT_BYTES;
+  void* on_stack[kKernelArgsOnStack];
+  void** args = kernel_args(slots, count, on_stack, "cgc_launch_kernel", msg);
+  if (args == NULL) return CGC_ERROR_OUT_OF_MEMORY;
   cgc_status_t st =
       api->cgc_launch_kernel(function, grid_x, grid_y, grid_z, block_x, block_y, block_z, shared_bytes, stream, args);
+  if (st != CGC_SUCCESS) take_error(msg);
+  if (args != on_stack) free(args);
+  return st;
+}
+
+/* ---- 1.2 ---- */
+
+cgc_status_t cgcgo_graph_kernel_node_set_enabled(cgc_graph_t graph, size_t kernel_index, int enabled, char** msg) {
+  CALL(api->cgc_graph_kernel_node_set_enabled(graph, kernel_index, enabled));
+}
+
+cgc_status_t cgcgo_graph_kernel_node_set_args(cgc_graph_t graph, size_t kernel_index, void* slots, size_t count,
+                                              char** msg) {
+  void* on_stack[kKernelArgsOnStack];
+  void** args = kernel_args(slots, count, on_stack, "cgc_graph_kernel_node_set_args", msg);
+  if (args == NULL) return CGC_ERROR_OUT_OF_MEMORY;
+  cgc_status_t st = api->cgc_graph_kernel_node_set_args(graph, kernel_index, args);
   if (st != CGC_SUCCESS) take_error(msg);
   if (args != on_stack) free(args);
   return st;

@@ -50,7 +50,9 @@ cgc_status_t cgcgo_event_synchronize(cgc_event_t event, char** msg);
 cgc_status_t cgcgo_event_query(cgc_event_t event, int* complete, char** msg);
 cgc_status_t cgcgo_event_elapsed_ms(cgc_event_t start, cgc_event_t end, float* ms, char** msg);
 
-cgc_status_t cgcgo_capture_begin(cgc_stream_t stream, int mode, cgc_pool_t pool, unsigned flags, char** msg);
+/* update (1.2): NULL, or the graph the capture updates. */
+cgc_status_t cgcgo_capture_begin(cgc_stream_t stream, int mode, cgc_pool_t pool, unsigned flags, cgc_graph_t update,
+                                 char** msg);
 cgc_status_t cgcgo_capture_end(cgc_stream_t stream, cgc_graph_t* out, char** msg);
 cgc_status_t cgcgo_stream_capture_status(cgc_stream_t stream, int* status, uint64_t* id, char** msg);
 cgc_status_t cgcgo_capture_mode_exchange(int* mode, char** msg);
@@ -158,5 +160,12 @@ cgc_status_t cgcgo_launch_kernel(cgc_function_t function, uint32_t grid_x, uint3
                                  uint32_t block_x, uint32_t block_y, uint32_t block_z, uint32_t shared_bytes,
                                  cgc_stream_t stream, void* slots, size_t count, char** msg);
 enum { CGCGO_KERNEL_SLOT_BYTES = 8 };
+
+/* ---- 1.2: graphs that change without recapture ---- */
+
+cgc_status_t cgcgo_graph_kernel_node_set_enabled(cgc_graph_t graph, size_t kernel_index, int enabled, char** msg);
+/* `slots` as for cgcgo_launch_kernel (NULL when count is 0: the shim still passes an array). */
+cgc_status_t cgcgo_graph_kernel_node_set_args(cgc_graph_t graph, size_t kernel_index, void* slots, size_t count,
+                                              char** msg);
 
 #endif /* CGCGO_SHIM_H_ */

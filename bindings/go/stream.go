@@ -5,7 +5,10 @@ package cgc
 */
 import "C"
 
-import "runtime"
+import (
+	"runtime"
+	"sync"
+)
 
 // StreamFlags are the flags of Context.NewStream.
 type StreamFlags uint32
@@ -19,6 +22,13 @@ type Stream struct {
 	h        C.cgc_stream_t
 	borrowed bool
 	closed   bool
+
+	// updating is the Graph that the capture under way on the stream updates
+	// (CaptureOptions.Update, 1.2), or nil: the capture's end hands back that Graph's own
+	// handle, so EndCapture returns that same *Graph rather than a second owner of the handle.
+	// captureMu guards it, and is held across each begin and end so that both see it settled.
+	captureMu sync.Mutex
+	updating  *Graph
 }
 
 func newStream(h C.cgc_stream_t, borrowed bool) *Stream {

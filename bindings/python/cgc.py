@@ -19,6 +19,11 @@ operations (write_value32, wait_value32, batch_mem_op), and kernels of a Module 
 Function.launch. HostBuffer is the page-locked host memory that captured copies read and write at
 every replay, so per-replay values are written there between replays.
 
+Since 1.2 a graph can change without a new Graph: ``with cgc.graph(g, stream=s, update=True):``
+recaptures into g, whose executable takes the new graph in place when the driver accepts it (same
+topology: new pointers or values), else is instantiated anew (g.info().last_update says which);
+and g.set_kernel_enabled(i, False) / g.set_kernel_args(i, args) change its i-th captured kernel.
+
 Errors are ``cgc.Error`` (``.status`` is a ``cgc.Status`` or, for a code this module does not
 know, the raw int; ``.message`` is cgc_last_error() copied right after the failing call, on the
 same thread). Each status has its subclass, e.g. ``cgc.CaptureUnjoinedError``. Arguments this
@@ -48,11 +53,13 @@ __all__ = [
     "AccessProperty", "MemOpKind", "FunctionAttribute",
     "HOST_WRITE_COMBINED", "HOST_READ_ONLY", "WAIT_GEQ", "WAIT_EQ", "WAIT_AND", "WAIT_NOR",
     "WAIT_FLUSH", "BARRIER_SYSTEM", "BARRIER_GPU", "pending_host_funcs",
+    # 1.2: graphs that change without recapture
+    "GraphUpdate",
 ]
 
 # The header's CGC_VERSION that this module was written against: cgc_get_api hands an older
 # minor version's table to a newer library, and struct_size says how much of it there is.
-VERSION_MAJOR, VERSION_MINOR, VERSION_PATCH = 1, 1, 0
+VERSION_MAJOR, VERSION_MINOR, VERSION_PATCH = 1, 2, 0
 _HEADER_VERSION = (VERSION_MAJOR << 16) | (VERSION_MINOR << 8) | VERSION_PATCH
 
 STREAM_NON_BLOCKING = 0x1
@@ -217,6 +224,12 @@ class FunctionAttribute(enum.IntEnum):  # CUfunction_attribute's values
     PREFERRED_SHARED_MEMORY_CARVEOUT = 9  # settable: percent of L1 given to shared memory
 
 
+class GraphUpdate(enum.IntEnum):  # cgc_graph_update_t: how the last update capture changed a graph
+    NONE = 0  # never updated
+    IN_PLACE = 1  # the executable took the new graph (same topology)
+    REINSTANTIATED = 2  # the driver refused it (GraphInfo.last_update_result says why): a new executable
+
+
 # ---- C structs -----------------------------------------------------------------------------
 
 
@@ -230,7 +243,8 @@ class _Sized(ctypes.Structure):
 
 class capture_options_t(_Sized):
     _fields_ = [("struct_size", ctypes.c_size_t), ("mode", ctypes.c_int),
-                ("pool", ctypes.c_void_p), ("flags", ctypes.c_uint)]
+                ("pool", ctypes.c_void_p), ("flags", ctypes.c_uint),
+                ("update", ctypes.c_void_p)]  # 1.2: the graph this capture updates, or NULL
 
 
 # The header's CGC_GRAPH_NODE_KINDS, in order: cgc_graph_info_t's counts of nodes by kind (1.1).
@@ -243,7 +257,9 @@ class graph_info_t(_Sized):
     _fields_ = [("struct_size", ctypes.c_size_t), ("node_count", ctypes.c_size_t),
                 ("replay_count", ctypes.c_uint64), ("uploaded", ctypes.c_int),
                 ("pool_bytes_reserved", ctypes.c_size_t)] + [
-        (kind, ctypes.c_size_t) for kind in GRAPH_NODE_KINDS + ("other_nodes",)]
+        (kind, ctypes.c_size_t) for kind in GRAPH_NODE_KINDS + ("other_nodes",)] + [
+        # 1.2: updates by capture
+        ("update_count", ctypes.c_uint64), ("last_update", ctypes.c_int), ("last_update_result", ctypes.c_int)]
 
 
 class memory_stats_t(_Sized):
@@ -270,9 +286,12 @@ class mem_op_t(ctypes.Structure):
 
 
 # node_count counts every captured node; the kinds split it (other_nodes: kinds the header does
-# not list). cgc's own completion record is in none of them.
+# not list). cgc's own completion record is in none of them. update_count counts the captures
+# that updated the graph (update=True), last_update (a GraphUpdate) says how the last one did,
+# last_update_result is the driver's CUgraphExecUpdateResult of it (0 in place; 2 = topology
+# changed).
 GraphInfo = namedtuple("GraphInfo", ("node_count", "replay_count", "uploaded", "pool_bytes_reserved")
-                       + GRAPH_NODE_KINDS + ("other_nodes",))
+                       + GRAPH_NODE_KINDS + ("other_nodes", "update_count", "last_update", "last_update_result"))
 MemoryStats = namedtuple("MemoryStats", "bytes_reserved bytes_allocated peak_bytes_allocated "
                          "peak_bytes_reserved num_driver_allocs num_driver_frees")
 
@@ -393,6 +412,9 @@ _PROTOTYPES = [
     ("cgc_function_get_attribute", _st, (_h, ctypes.c_int, _ip)),
     ("cgc_function_set_attribute", _st, (_h, ctypes.c_int, ctypes.c_int)),
     ("cgc_launch_kernel", _st, (_h, _u32, _u32, _u32, _u32, _u32, _u32, _u32, _h, _hp)),
+    # 1.2: per-node updates of an instantiated graph
+    ("cgc_graph_kernel_node_set_enabled", _st, (_h, _sz, ctypes.c_int)),
+    ("cgc_graph_kernel_node_set_args", _st, (_h, _sz, _hp)),
 ]
 
 
@@ -1111,7 +1133,9 @@ class Pool(_Handle):
 class Graph(_Handle):
     """A captured graph, like torch.cuda.CUDAGraph: empty until captured (cgc.graph(...) or
     capture_begin/capture_end), then replay()/launch(stream). reset() frees it and leaves the
-    object empty; close() destroys it for good."""
+    object empty; close() destroys it for good. Since 1.2 a captured Graph can be recaptured in
+    place (cgc.graph(g, ..., update=True)) and its kernels disabled or given new arguments
+    (set_kernel_enabled, set_kernel_args)."""
 
     _destroy = "cgc_graph_destroy"
 
@@ -1119,6 +1143,7 @@ class Graph(_Handle):
         self._h = None
         self._is_closed = False
         self._capturing = None  # the Stream of a capture under way
+        self._updating = False  # that capture updates the graph this object holds (1.2)
         self._stream = None  # the Stream it was captured on
         self._from_torch = False  # captured on a torch stream: replay() follows torch's current
         self._replay_streams = {}
@@ -1137,36 +1162,52 @@ class Graph(_Handle):
     def context(self):
         return None if self._stream is None else self._stream.context
 
-    def capture_begin(self, stream, pool=None, mode="global", upload=False):
+    def capture_begin(self, stream, pool=None, mode="global", upload=False, update=False):
         """Starts capturing `stream` (a cgc.Stream) into this graph. pool: None for a new private
-        pool, or a Pool (e.g. another graph's pool()) to share."""
+        pool, or a Pool (e.g. another graph's pool()) to share. update (1.2): this Graph holds a
+        graph already, and the capture replaces it (see cgc.graph); pool must then be None or
+        the graph's own pool."""
         if self._is_closed:
             raise _closed("Graph")
-        if self._h is not None or self._capturing is not None:
-            raise InvalidStateError(Status.INVALID_STATE, "this Graph already holds a graph or a capture: "
-                                    "reset() it or use a new Graph")
+        if self._capturing is not None:
+            raise InvalidStateError(Status.INVALID_STATE, "this Graph is being captured into already: "
+                                    "end that capture first")
+        if update and self._h is None:
+            raise InvalidStateError(Status.INVALID_STATE, "cgc_capture_begin: update=True, but the Graph is empty: "
+                                    "there is no graph to update (capture into it without update)")
+        if not update and self._h is not None:
+            raise InvalidStateError(Status.INVALID_STATE, "this Graph already holds a graph: reset() it, use a new "
+                                    "Graph, or recapture it with update=True")
         opts = capture_options_t(mode=_mode(mode), pool=None if pool is None else pool.handle,
-                                 flags=CAPTURE_UPLOAD if upload else 0)
+                                 flags=CAPTURE_UPLOAD if upload else 0, update=self._h if update else None)
         _check(api().cgc_capture_begin(stream.handle, ctypes.byref(opts)))
-        self._capturing = stream
+        self._capturing, self._updating = stream, bool(update)
 
     def capture_end(self):
         """Ends the capture and instantiates the graph; on error no stream is left capturing and
-        the graph stays empty."""
-        stream, self._capturing = self._capturing, None
+        the graph stays empty. An update (update=True) leaves this Graph holding the same handle,
+        updated (info().last_update says how); if it fails, the Graph keeps its old graph."""
+        stream, self._capturing, self._updating = self._capturing, None, False
         if stream is None:
             raise InvalidStateError(Status.INVALID_STATE, "Graph.capture_end without capture_begin")
         out = ctypes.c_void_p()
         _check(api().cgc_capture_end(stream.handle, ctypes.byref(out)))
+        # An update hands back the handle this object holds (the library promises it), so
+        # nothing else owns it: the same assignment serves both kinds of capture.
         self._h, self._stream = out.value, stream
 
     def _abort_capture(self):
-        """Ends a capture whose body failed: the driver capture ends, the graph is discarded."""
+        """Ends a capture whose body failed: the driver capture ends, the graph is discarded. An
+        update that ends anyway has put the body's half-made work in place of the old graph,
+        which is gone: that graph is discarded too, so that it is never replayed."""
         stream, self._capturing = self._capturing, None
+        updating, self._updating = self._updating, False
         if stream is None or stream.closed:
             return
         out = ctypes.c_void_p()
         if api().cgc_capture_end(stream.handle, ctypes.byref(out)) == 0 and out.value:
+            if updating and out.value == self._h:
+                self._h = None
             api().cgc_graph_destroy(out.value)
 
     def _default_stream(self):
@@ -1201,7 +1242,31 @@ class Graph(_Handle):
         _check(api().cgc_graph_info(self.handle, ctypes.byref(i)))
         fields = {name: getattr(i, name) for name in GraphInfo._fields}
         fields["uploaded"] = bool(i.uploaded)
+        fields["last_update"] = _member_or_int(GraphUpdate, i.last_update)
         return GraphInfo(**fields)
+
+    # ---- per-node updates (1.2) ----
+    # Kernel nodes are numbered 0 .. info().kernel_nodes - 1 in the order the capture launched
+    # them (cgc's own kernels, e.g. Rng draws, count too). A change holds for later replays; not
+    # while another thread launches or changes this graph.
+
+    def set_kernel_enabled(self, kernel_index, enabled=True):
+        """Enables or disables (enabled False) the graph's kernel number `kernel_index`: a
+        disabled kernel does nothing at later replays, what depends on it still waits for it."""
+        func = "cgc_graph_kernel_node_set_enabled"
+        _check(api().cgc_graph_kernel_node_set_enabled(self.handle, _unsigned(kernel_index, 64, func, "kernel_index"),
+                                                       1 if enabled else 0))
+
+    def set_kernel_args(self, kernel_index, args):
+        """Gives kernel number `kernel_index` new argument values for later replays (e.g. another
+        buffer), same kernel, grid and block: one ctypes value per parameter, as Function.launch
+        takes them. Their values are copied at the call; memory they point to must stay valid as
+        long as the graph is replayed."""
+        func = "cgc_graph_kernel_node_set_args"
+        index = _unsigned(kernel_index, 64, func, "kernel_index")
+        pointers, values = _kernel_params(args, func)
+        _check(api().cgc_graph_kernel_node_set_args(self.handle, index, ctypes.cast(pointers, _hp)))
+        del values
 
     def pool(self):
         """The graph's pool, as a Pool holding its own reference (like CUDAGraph.pool())."""
@@ -1621,22 +1686,29 @@ class Function(object):
         func = "cgc_launch_kernel"
         gx, gy, gz = _dimensions(grid, func, "grid")
         bx, by, bz = _dimensions(block, func, "block")
-        values = list(args)
-        for i, value in enumerate(values):
-            if not isinstance(value, _CTYPES_DATA):
-                raise _bad_argument(func, "args[%d] is a %s: pass ctypes values of the parameters' types "
-                                    "(ctypes.c_void_p(address), ctypes.c_float(x), ctypes.c_uint32(n), ...)",
-                                    i, type(value).__name__)
-        # cuLaunchKernel's kernelParams: one pointer per parameter to its value. `values` keeps
-        # the ctypes objects alive until the call has copied them.
-        pointers = (ctypes.c_void_p * len(values))(*[ctypes.addressof(v) for v in values]) if values else None
+        pointers, values = _kernel_params(args, func)
         _check(api().cgc_launch_kernel(self.handle, gx, gy, gz, bx, by, bz,
                                        _unsigned(shared_bytes, 32, func, "shared_bytes"), stream.handle,
-                                       None if pointers is None else ctypes.cast(pointers, _hp)))
+                                       ctypes.cast(pointers, _hp) if values else None))
         del values
 
     def __repr__(self):
         return "<cgc.Function %r%s>" % (self.name, " (module closed)" if self.closed else "")
+
+
+def _kernel_params(args, func):
+    """cuLaunchKernel's kernelParams for `args` (ctypes values, one per kernel parameter): a ctypes
+    array of one pointer per parameter to its value, and the list of the values, which the caller
+    keeps alive until the C call has copied them. The array has at least one slot, so that it has
+    an address even for a kernel without parameters (cgc_graph_kernel_node_set_args refuses NULL)."""
+    values = list(args)
+    for i, value in enumerate(values):
+        if not isinstance(value, _CTYPES_DATA):
+            raise _bad_argument(func, "args[%d] is a %s: pass ctypes values of the parameters' types "
+                                "(ctypes.c_void_p(address), ctypes.c_float(x), ctypes.c_uint32(n), ...)",
+                                i, type(value).__name__)
+    pointers = (ctypes.c_void_p * max(len(values), 1))(*[ctypes.addressof(v) for v in values])
+    return pointers, values
 
 
 def _dimensions(dims, func, what):
@@ -1673,19 +1745,30 @@ class graph(object):
     capture) a side stream is used instead, ordered after it, as torch.cuda.graph does.
     pool: None (a new private pool), a Pool, or another graph's pool() to share it.
     mode: "global", "thread_local" or "relaxed". upload: upload the executable at the end.
+    update (1.2): recapture into `cuda_graph`, which holds a graph already, instead of into an
+    empty one: at the end the same Graph (same handle) holds the new graph, its executable
+    updated in place when the driver accepts the new graph (same topology: new pointers or
+    values), else instantiated anew; cuda_graph.info().last_update says which. The recapture
+    allocates from the graph's own pool (pool must be None or that pool). The old graph may be
+    replayed while the recapture is under way.
 
     The capture always ends: if the body raises, its exception propagates and the graph is
-    discarded (the Graph stays empty); if ending fails (e.g. an unjoined fork), that Error is
-    raised and no stream is left capturing."""
+    discarded (the Graph stays empty). With update=True it is empty afterwards too: ending an
+    update after the body applies it, so the half-made recapture has replaced the old graph
+    (cgc.capture(stream, body, update=g) keeps the old graph instead, ending inside the
+    library). If ending fails (e.g. an unjoined fork), that Error is raised, no stream is left
+    capturing and an updated Graph keeps its old graph."""
 
-    def __init__(self, cuda_graph, stream=None, pool=None, mode="global", upload=False):
+    def __init__(self, cuda_graph, stream=None, pool=None, mode="global", upload=False, update=False):
         self.cuda_graph = cuda_graph
         self.stream = stream
         self.pool = pool
         self.mode = _mode(mode)
         self.upload = upload
+        self.update = update
         self._torch_ctx = None
         self._join = None
+        self._on_torch_stream = False
 
     def _resolve_stream(self):
         stream = self.stream
@@ -1719,7 +1802,6 @@ class graph(object):
         if torch_stream is not None:
             stream = Stream.from_torch(torch_stream)
             g._owned.append(stream)
-            g._from_torch = True
             torch = _torch()
             # Tensors freed during the capture should be the body's own, not garbage of earlier
             # work collected at a random moment (torch.cuda.graph collects for the same reason).
@@ -1727,10 +1809,11 @@ class graph(object):
             self._torch_ctx = torch.cuda.stream(torch_stream)
             self._torch_ctx.__enter__()
         try:
-            g.capture_begin(stream, pool=self.pool, mode=self.mode, upload=self.upload)
+            g.capture_begin(stream, pool=self.pool, mode=self.mode, upload=self.upload, update=self.update)
         except BaseException:
             self._leave_torch()
             raise
+        self._on_torch_stream = torch_stream is not None
         return g
 
     def _leave_torch(self):
@@ -1745,6 +1828,9 @@ class graph(object):
         try:
             if exc_type is None:
                 self.cuda_graph.capture_end()
+                # Set only once the end succeeded: a failed update leaves the Graph holding its
+                # old graph, which replays where it did.
+                self.cuda_graph._from_torch = self._on_torch_stream
             else:
                 self.cuda_graph._abort_capture()
         finally:
@@ -1752,9 +1838,24 @@ class graph(object):
         return False
 
 
-def capture(stream, body, pool=None, mode="global", upload=False):
+def capture(stream, body, pool=None, mode="global", upload=False, update=None):
     """cgc_capture: begin, body(stream), end, in one C call; returns the new Graph. If body
-    raises, the capture is still ended, the graph discarded and the exception re-raised."""
+    raises, the capture is still ended, the graph discarded and the exception re-raised.
+
+    update (1.2): a Graph holding a graph, which the capture recaptures as with
+    ``cgc.graph(update, ..., update=True)`` and which is returned, updated. Here, unlike in the
+    with statement, a body that raises leaves it as it was: the library itself ends the capture
+    and can discard the recapture, which an end after the body cannot."""
+    if update is not None:
+        if not isinstance(update, Graph):
+            raise _bad_argument("cgc_capture", "update must be a cgc.Graph, not %r", update)
+        if update._capturing is not None:
+            raise InvalidStateError(Status.INVALID_STATE, "cgc_capture: update is a Graph being captured into "
+                                    "already: end that capture first")
+        if update._h is None and not update._is_closed:
+            raise InvalidStateError(Status.INVALID_STATE, "cgc_capture: update is an empty Graph: there is no graph "
+                                    "to update (capture a new one)")
+        update_handle = update.handle  # raises for a closed Graph
     failure = []
 
     def trampoline(_stream, _user):
@@ -1767,12 +1868,17 @@ def capture(stream, body, pool=None, mode="global", upload=False):
 
     fn = capture_fn(trampoline)
     opts = capture_options_t(mode=_mode(mode), pool=None if pool is None else pool.handle,
-                             flags=CAPTURE_UPLOAD if upload else 0)
+                             flags=CAPTURE_UPLOAD if upload else 0,
+                             update=None if update is None else update_handle)
     out = ctypes.c_void_p()
     st = api().cgc_capture(stream.handle, ctypes.byref(opts), fn, None, ctypes.byref(out))
     if failure:
         raise failure[0]
     _check(st)
+    if update is not None and out.value == update_handle:
+        # The library hands back the handle the Graph holds: the same object, updated.
+        update._stream, update._from_torch = stream, False
+        return update
     g = Graph()
     g._h, g._stream = out.value, stream
     return g

@@ -185,7 +185,7 @@ class LoadingTest(unittest.TestCase):
         # The table this module calls through is complete and is the library's own functions.
         lib = cgc.api()
         self.assertGreaterEqual(lib.table.contents.struct_size, ctypes.sizeof(cgc.api_t))
-        self.assertEqual(len(cgc._PROTOTYPES), 63 + 29)  # 1.0's, then 1.1's
+        self.assertEqual(len(cgc._PROTOTYPES), 63 + 29 + 2)  # 1.0's, then 1.1's, then 1.2's
         for name, _, _ in cgc._PROTOTYPES:
             via_table = ctypes.cast(getattr(lib, name), ctypes.c_void_p).value
             via_dlsym = ctypes.cast(getattr(lib.dll, name), ctypes.c_void_p).value
@@ -383,7 +383,7 @@ class WorkBadCallTest(ExpectMixin, unittest.TestCase):
         self.assertEqual(lib.cgc_host_free(None), cgc.Status.SUCCESS)  # like free(NULL)
         # Every 1.1 function is here or in the host-function test below.
         self.assertEqual({c[0] for c in cases} | {"cgc_host_free", "cgc_launch_host_func"},
-                         {p[0] for p in cgc._PROTOTYPES[63:]})
+                         {p[0] for p in cgc._PROTOTYPES[63:63 + 29]})
 
     def test_foreign_handles_are_invalid_handles_naming_the_kind(self):
         lib, H = cgc.api(), cgc.Status.INVALID_HANDLE
@@ -564,7 +564,7 @@ class WorkBadCallTest(ExpectMixin, unittest.TestCase):
         self.assertEqual(cgc.MemOp.barrier(gpu_scope=True), (cgc.MemOpKind.BARRIER, None, 0, cgc.BARRIER_GPU))
         self.assertEqual(ctypes.sizeof(cgc.mem_op_t), 24)
         self.assertEqual(cgc.access_policy_t().struct_size, ctypes.sizeof(cgc.access_policy_t))
-        self.assertEqual(cgc.graph_info_t().struct_size, 144)
+        self.assertEqual(cgc.graph_info_t().struct_size, 160)
         # The enums carry the header's values (CUDA's own).
         self.assertEqual([int(m) for m in cgc.MemOpKind], [1, 2, 3, 4, 5, 6])
         self.assertEqual(cgc.FunctionAttribute.PREFERRED_SHARED_MEMORY_CARVEOUT, 9)
@@ -572,6 +572,84 @@ class WorkBadCallTest(ExpectMixin, unittest.TestCase):
         self.assertEqual((cgc.WAIT_GEQ, cgc.WAIT_EQ, cgc.WAIT_AND, cgc.WAIT_NOR, cgc.WAIT_FLUSH),
                          (0, 1, 2, 3, 0x40000000))
         self.assertEqual((cgc.BARRIER_SYSTEM, cgc.BARRIER_GPU), (0, 1))
+
+
+class UpdateBadCallTest(ExpectMixin, unittest.TestCase):
+    """1.2 without a GPU: the per-node updates and a capture that updates a graph refuse NULL and
+    foreign handles by name (the library checks handles first), and the binding refuses what it
+    can tell is wrong before the call."""
+
+    def test_null_and_foreign_graphs_are_refused_by_name(self):
+        lib = cgc.api()
+        args = (ctypes.c_void_p * 1)()
+        for function, call in (
+                ("cgc_graph_kernel_node_set_enabled", lambda g: lib.cgc_graph_kernel_node_set_enabled(g, 0, 0)),
+                ("cgc_graph_kernel_node_set_args", lambda g: lib.cgc_graph_kernel_node_set_args(g, 0, args))):
+            self.expect(cgc.Status.INVALID_ARGUMENT, function, lambda: call(None), "NULL")
+            self.expect(cgc.Status.INVALID_HANDLE, function, lambda: call(FOREIGN), "not a live cgc graph handle")
+        # The handle is checked before the arguments: a foreign graph with NULL args names the graph.
+        self.expect(cgc.Status.INVALID_HANDLE, "cgc_graph_kernel_node_set_args",
+                    lambda: lib.cgc_graph_kernel_node_set_args(FOREIGN, 0, None), "graph")
+        # The table's 1.2 entries are these two, after 1.1's.
+        self.assertEqual([p[0] for p in cgc._PROTOTYPES[63 + 29:]],
+                         ["cgc_graph_kernel_node_set_enabled", "cgc_graph_kernel_node_set_args"])
+
+    def test_the_binding_passes_foreign_graphs_to_the_library(self):
+        g = cgc.Graph()
+        g._h = FOREIGN
+        self.expect_raise(cgc.InvalidHandleError, "cgc_graph_kernel_node_set_enabled",
+                          lambda: g.set_kernel_enabled(0, False), "graph")
+        self.expect_raise(cgc.InvalidHandleError, "cgc_graph_kernel_node_set_args",
+                          lambda: g.set_kernel_args(0, [ctypes.c_void_p(FOREIGN), ctypes.c_uint32(4)]), "graph")
+        self.expect_raise(cgc.InvalidHandleError, "cgc_graph_kernel_node_set_args",  # no parameters: still an array
+                          lambda: g.set_kernel_args(0, []), "graph")
+        # What the binding refuses itself, naming the C function.
+        err = cgc.InvalidArgumentError
+        self.expect_raise(err, "cgc_graph_kernel_node_set_enabled", lambda: g.set_kernel_enabled(-1), "kernel_index")
+        self.expect_raise(err, "cgc_graph_kernel_node_set_args", lambda: g.set_kernel_args(1 << 64, []), "kernel_index")
+        self.expect_raise(err, "cgc_graph_kernel_node_set_args", lambda: g.set_kernel_args(0, [ctypes.c_float(1), 7]),
+                          "args[1] is a int", "ctypes")
+        # An update capture of the foreign graph on a foreign stream: the library refuses the
+        # stream first, and nothing is left marked as capturing or updating.
+        stream = foreign(cgc.Stream)
+        self.expect_raise(cgc.InvalidHandleError, "cgc_capture_begin", lambda: g.capture_begin(stream, update=True),
+                          "stream")
+        self.assertIsNone(g._capturing)
+        self.assertFalse(g._updating)
+        forget(g, stream)
+
+    def test_an_update_needs_a_graph_to_update(self):
+        g = cgc.Graph()
+        stream = foreign(cgc.Stream)
+        with self.assertRaises(cgc.InvalidStateError) as cm:
+            g.capture_begin(stream, update=True)
+        self.assertIn("empty", cm.exception.message)
+        with self.assertRaises(cgc.InvalidStateError):
+            with cgc.graph(g, stream=stream, update=True):
+                self.fail("the body ran without a capture")
+        with self.assertRaises(cgc.InvalidStateError) as cm:
+            cgc.capture(stream, lambda s: self.fail("the body ran without a capture"), update=g)
+        self.assertIn("empty", cm.exception.message)
+        self.expect_raise(cgc.InvalidArgumentError, "cgc_capture", lambda: cgc.capture(stream, print, update=42),
+                          "cgc.Graph")
+        g._h = FOREIGN  # a Graph that holds a graph is recaptured with update=True only
+        with self.assertRaises(cgc.InvalidStateError) as cm:
+            g.capture_begin(stream)
+        self.assertIn("update=True", cm.exception.message)
+        # Through cgc_capture the library refuses the foreign stream before the body runs.
+        ran = []
+        self.expect_raise(cgc.InvalidHandleError, "cgc_capture_begin",
+                          lambda: cgc.capture(stream, ran.append, update=g), "stream")
+        self.assertEqual(ran, [])
+        forget(g, stream)
+
+    def test_options_and_info_carry_the_update_fields(self):
+        opts = cgc.capture_options_t(update=FOREIGN)
+        self.assertEqual(opts.update, FOREIGN)
+        self.assertEqual(cgc.capture_options_t().update, None)  # NULL: a new graph
+        self.assertEqual(ctypes.sizeof(cgc.capture_options_t), 40)
+        self.assertEqual([int(m) for m in cgc.GraphUpdate], [0, 1, 2])
+        self.assertEqual(cgc.GraphInfo._fields[-3:], ("update_count", "last_update", "last_update_result"))
 
 
 # ---- GPU tests ---------------------------------------------------------------------------------
@@ -1114,6 +1192,161 @@ class GpuWorkTest(ExpectMixin, unittest.TestCase):
         self.expect(A, "cgc_host_unregister", lambda: lib.cgc_host_unregister(ctypes.addressof(mine)), "page-locked")
         self.expect(A, "cgc_host_free", lambda: lib.cgc_host_free(ctypes.addressof(mine)), "page-locked")
         module.close()
+
+
+class GpuUpdateTest(ExpectMixin, unittest.TestCase):
+    """1.2 on a GPU: a recapture that updates a Graph in place or instantiates it anew, and
+    per-node updates of its kernels, with the examples' kernel scale_add (out = in * params[0] +
+    params[1])."""
+
+    def setUp(self):
+        require_gpu(self)
+        self.ctx = cgc.Context(0)
+        self.stream = cgc.Stream(self.ctx)
+        self.module = cgc.Module.from_file(self.ctx, scale_add_ptx())
+        self.scale_add = self.module.function("scale_add")
+        self.n, self.blocks = 4096, []
+        self.inputs = array.array("f", [(i % 97) * 0.25 for i in range(self.n)])
+        self.input = self.malloc(self.n * 4)
+        self.stream.memcpy_htod(self.input, self.inputs)
+        self.params = self.params_of(2.0, 1.0)
+
+    def tearDown(self):
+        self.stream.synchronize()
+        for p in self.blocks:
+            cgc.free(p)
+        self.module.close()
+        self.stream.close()
+        self.ctx.close()
+
+    def malloc(self, nbytes):
+        p = cgc.malloc(self.ctx, nbytes, self.stream)
+        self.blocks.append(p)
+        return p
+
+    def params_of(self, scale, shift):
+        p = self.malloc(8)
+        self.stream.memcpy_htod(p, array.array("f", [scale, shift]))
+        return p
+
+    def zeroed(self):
+        p = self.malloc(self.n * 4)
+        self.stream.memset_d32(p, 0, self.n)
+        return p
+
+    def args(self, out, params=None):
+        return [ctypes.c_void_p(out), ctypes.c_void_p(self.input), ctypes.c_void_p(params or self.params),
+                ctypes.c_uint32(self.n)]
+
+    def launch(self, out, params=None):
+        self.scale_add.launch((self.n + 255) // 256, 256, self.args(out, params), self.stream)
+
+    def expect_values(self, buf, scale, shift, what):
+        out = (ctypes.c_float * self.n)()
+        self.stream.memcpy_dtoh(out, buf)
+        self.stream.synchronize()
+        # The inputs are quarters below 25: every result is exact in float32.
+        want = array.array("f", [x * scale + shift for x in self.inputs])
+        bad = [(i, out[i], want[i]) for i in range(self.n) if out[i] != want[i]]
+        self.assertEqual(bad[:3], [], what)
+
+    def test_the_same_topology_updates_in_place(self):
+        a, b = self.zeroed(), self.zeroed()
+        g = cgc.Graph()
+        with cgc.graph(g, stream=self.stream):
+            self.launch(a)
+        g.replay()
+        self.expect_values(a, 2.0, 1.0, "a, first capture")
+        self.assertEqual(g.info().last_update, cgc.GraphUpdate.NONE)
+        handle, executable = g.handle, g.native_exec
+        self.stream.memset_d32(a, 0, self.n)
+
+        with cgc.graph(g, stream=self.stream, update=True) as same:
+            self.assertIs(same, g)
+            self.launch(b)  # a new pointer, the same topology
+        info = g.info()
+        self.assertEqual((info.update_count, info.last_update, info.last_update_result),
+                         (1, cgc.GraphUpdate.IN_PLACE, 0))
+        self.assertIsInstance(info.last_update, cgc.GraphUpdate)
+        self.assertEqual(info.kernel_nodes, 1)
+        self.assertEqual(g.handle, handle, "the update keeps the graph's handle")
+        self.assertEqual(g.native_exec, executable, "in place: the same executable")
+        g.replay()
+        self.expect_values(b, 2.0, 1.0, "b, written by the updated graph")
+        self.expect_values(a, 0.0, 0.0, "a, no longer written")
+        g.close()
+
+    def test_a_changed_topology_is_instantiated_anew_and_a_failed_body_discards(self):
+        a, b = self.zeroed(), self.zeroed()
+        g = cgc.Graph()
+        with cgc.graph(g, stream=self.stream):
+            self.launch(a)
+        other_params = self.params_of(3.0, -1.0)  # made eagerly: a pageable copy is refused in a capture
+        with cgc.graph(g, stream=self.stream, update=True):
+            self.launch(a, other_params)
+            self.launch(b)  # one kernel more
+        info = g.info()
+        self.assertEqual((info.update_count, info.last_update, info.last_update_result),
+                         (1, cgc.GraphUpdate.REINSTANTIATED, 2))  # 2: CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED
+        self.assertEqual(info.kernel_nodes, 2)
+        g.replay()
+        self.expect_values(a, 3.0, -1.0, "a")
+        self.expect_values(b, 2.0, 1.0, "b")
+
+        # Through cgc.capture a body that raises leaves the graph as it was.
+        with self.assertRaises(ZeroDivisionError):
+            cgc.capture(self.stream, lambda s: (self.launch(a), 1 / 0), update=g)
+        self.assertFalse(self.stream.is_capturing())
+        self.assertEqual(g.info().update_count, 1, "a discarded update counted")
+        self.stream.memset_d32(a, 0, self.n)
+        self.stream.memset_d32(b, 0, self.n)
+        g.replay()
+        self.expect_values(a, 3.0, -1.0, "a, after the discarded update")
+        self.expect_values(b, 2.0, 1.0, "b, after the discarded update")
+        # And a body that ends well updates it: the same Graph comes back.
+        self.assertIs(cgc.capture(self.stream, lambda s: self.launch(b), update=g), g)
+        self.assertEqual(g.info().last_update, cgc.GraphUpdate.REINSTANTIATED)  # one kernel fewer
+        self.assertEqual(g.info().kernel_nodes, 1)
+
+        # A body that raises in an update under with: the half-made recapture is not kept, nor the old graph.
+        with self.assertRaises(ZeroDivisionError):
+            with cgc.graph(g, stream=self.stream, update=True):
+                self.launch(a)
+                1 / 0
+        self.assertFalse(self.stream.is_capturing())
+        with self.assertRaises(cgc.InvalidStateError):
+            g.replay()
+        with cgc.graph(g, stream=self.stream):  # empty again: it captures anew
+            self.launch(a)
+        self.assertEqual(g.info().update_count, 0)
+        g.close()
+
+    def test_kernels_can_be_disabled_and_given_new_arguments(self):
+        a, b, c, d = self.zeroed(), self.zeroed(), self.zeroed(), self.zeroed()
+        g = cgc.Graph()
+        with cgc.graph(g, stream=self.stream):
+            for out in (a, b, c):
+                self.launch(out)
+        self.assertEqual(g.info().kernel_nodes, 3)
+        g.set_kernel_enabled(1, False)  # b's kernel
+        g.set_kernel_args(2, self.args(d, self.params_of(3.0, -1.0)))  # c's kernel now writes d
+        g.replay()
+        self.expect_values(a, 2.0, 1.0, "a")
+        self.expect_values(b, 0.0, 0.0, "b (disabled)")
+        self.expect_values(c, 0.0, 0.0, "c (its kernel writes d now)")
+        self.expect_values(d, 3.0, -1.0, "d (new arguments)")
+        g.set_kernel_enabled(1)
+        g.replay()
+        self.expect_values(b, 2.0, 1.0, "b (enabled again)")
+
+        self.expect_raise(cgc.InvalidArgumentError, "cgc_graph_kernel_node_set_enabled",
+                          lambda: g.set_kernel_enabled(3, False), "3 kernel nodes")
+        self.expect_raise(cgc.InvalidArgumentError, "cgc_graph_kernel_node_set_args",
+                          lambda: g.set_kernel_args(3, self.args(d)), "3 kernel nodes")
+        g.reset()
+        with self.assertRaises(cgc.InvalidStateError):
+            g.set_kernel_enabled(0, False)
+        g.close()
 
 
 class GpuNcclTest(unittest.TestCase):

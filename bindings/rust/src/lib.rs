@@ -29,6 +29,11 @@
 //! [`Function::launch`]). [`Graph::info`] counts the nodes by kind.
 //! `examples/rust/graph_work.rs` (`cargo run --example graph_work`) uses all of them.
 //!
+//! Since 1.2 a graph changes without a new [`Graph`]: [`Stream::capture_update`] recaptures it,
+//! its executable updated in place when the driver accepts the new graph (same topology: new
+//! pointers or values), else instantiated anew; [`Graph::set_kernel_enabled`] and
+//! [`Graph::set_kernel_args`] change one captured kernel.
+//!
 //! Objects own their handle and destroy it on `Drop` (errors there are ignored); each also has
 //! a `destroy(self)` (or `free`, `release`) that reports the library's status. Objects made from
 //! a [`Context`] keep the device state alive on their own, so they borrow nothing from it.
@@ -47,12 +52,15 @@
 //! not the Rust program's.
 #![warn(missing_docs)]
 
+use std::collections::HashSet;
 use std::ffi::CString;
 use std::fmt;
 use std::marker::PhantomData;
 use std::os::raw::{c_int, c_void};
+use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 use std::path::Path;
 use std::ptr;
+use std::sync::{Mutex, MutexGuard};
 
 mod comm;
 mod copies;
@@ -380,27 +388,36 @@ impl Stream {
     }
 
     /// Ends the capture begun on this stream and instantiates the graph. Whatever the outcome,
-    /// no stream is left capturing.
+    /// no stream is left capturing. The capture of a [`Stream::capture_update`] is ended by that
+    /// call: ended here instead (from its body, or from another thread in Relaxed mode), it
+    /// updates its graph all the same, and this returns [`Status::InvalidState`] rather than a
+    /// second owner of that graph's handle.
     pub fn end_capture(&self) -> Result<Graph> {
         let mut raw = ptr::null_mut();
         // SAFETY: live handle, valid out pointer.
         check(self.api, unsafe {
             (self.api.cgc_capture_end)(self.raw, &mut raw)
         })?;
-        Ok(Graph { raw, api: self.api })
+        Graph::adopt(raw, self.api).ok_or_else(|| {
+            Error::new(
+                Status::InvalidState,
+                format!(
+                    "cgc_capture_end: the capture updated graph {:p}, which a Graph owns: the capture has ended and \
+                     the graph is updated, but an update capture is ended by the Stream::capture_update that began it",
+                    raw
+                ),
+            )
+        })
     }
 
     /// Ends a capture whose result is not wanted: errors are ignored (the body's error, or
-    /// the panic, is what the caller needs) and a graph, if any, is destroyed.
+    /// the panic, is what the caller needs) and a new graph, if any, is destroyed.
     fn abandon_capture(&self) {
         let mut graph = ptr::null_mut();
-        // SAFETY: live handle, valid out pointer; the graph is ours and destroyed once.
-        unsafe {
-            (self.api.cgc_capture_end)(self.raw, &mut graph);
-            if !graph.is_null() {
-                (self.api.cgc_graph_destroy)(graph);
-            }
-        }
+        // SAFETY: live handle, valid out pointer.
+        unsafe { (self.api.cgc_capture_end)(self.raw, &mut graph) };
+        // A graph that a Graph owns (an update ended here) is that Graph's to keep.
+        drop(Graph::adopt(graph, self.api));
     }
 
     /// Captures what `body` enqueues on this stream (and on streams it forks through events)
@@ -429,6 +446,108 @@ impl Stream {
                 Err(e)
             }
         }
+    }
+
+    /// Recaptures `graph` (1.2, `cgc_capture_options_t.update`): what `body` enqueues on this
+    /// stream (and on streams it forks) becomes `graph`'s content, in the same [`Graph`] and
+    /// handle. Its executable is updated in place when the driver accepts the new graph (the
+    /// same topology: new pointers or argument values, much cheaper than instantiating), else
+    /// instantiated anew; the result says which, and [`Graph::info`] why
+    /// ([`GraphInfo::last_update_result`]). The recapture allocates from the graph's own pool, so
+    /// `options.pool` must be `None` or that pool. Kernels disabled or given new arguments
+    /// ([`Graph::set_kernel_enabled`], [`Graph::set_kernel_args`]) are as captured again.
+    ///
+    /// The capture is always ended. If `body` returns an error or panics, the recapture is
+    /// discarded and `graph` keeps its old content; the error is returned, the panic goes on.
+    /// If the end fails (e.g. an unjoined side stream), `graph` keeps its old content too.
+    pub fn capture_update<F>(
+        &self,
+        graph: &mut Graph,
+        options: &CaptureOptions<'_>,
+        body: F,
+    ) -> Result<GraphUpdate>
+    where
+        F: FnOnce(&Stream) -> Result<()>,
+    {
+        // cgc_capture rather than begin, body and end from here (as Stream::capture does): an
+        // update capture ended by cgc_capture_end always updates its graph, and only the
+        // library's own cgc_capture can end one whose body failed without applying it. The body
+        // runs inside that C call, through `run_body`, which must not let a panic unwind into C:
+        // it keeps the panic for after the call.
+        struct Call<'s, F> {
+            stream: &'s Stream,
+            body: Option<F>,
+            failure: Option<Error>,
+            panic: Option<Box<dyn std::any::Any + Send>>,
+        }
+        unsafe extern "C" fn run_body<F: FnOnce(&Stream) -> Result<()>>(
+            _stream: sys::cgc_stream_t,
+            user: *mut c_void,
+        ) -> sys::cgc_status_t {
+            // SAFETY: `user` is the `Call` below, alive and otherwise untouched during the call.
+            let call = &mut *(user as *mut Call<'_, F>);
+            let (stream, body) = match call.body.take() {
+                Some(body) => (call.stream, body),
+                None => return sys::CGC_ERROR_INTERNAL, // cgc_capture calls it once
+            };
+            match catch_unwind(AssertUnwindSafe(|| body(stream))) {
+                Ok(Ok(())) => sys::CGC_SUCCESS,
+                Ok(Err(e)) => {
+                    // A failure status makes cgc_capture discard the capture.
+                    let status = match e.status() {
+                        Some(s) if s != Status::Success => s.to_raw(),
+                        _ => sys::CGC_ERROR_INTERNAL,
+                    };
+                    call.failure = Some(e);
+                    status
+                }
+                Err(payload) => {
+                    call.panic = Some(payload);
+                    sys::CGC_ERROR_INTERNAL
+                }
+            }
+        }
+
+        let mut raw_options = options.to_raw();
+        raw_options.update = graph.raw;
+        let mut call = Call {
+            stream: self,
+            body: Some(body),
+            failure: None,
+            panic: None,
+        };
+        let mut out = ptr::null_mut();
+        // SAFETY: live handles (`graph` is borrowed mutably for the whole capture, so it cannot
+        // be reset or dropped meanwhile); the options, `call` and `out` outlive the call, and
+        // `run_body::<F>` is the function for this `Call<F>`.
+        let status = unsafe {
+            (self.api.cgc_capture)(
+                self.raw,
+                &raw_options,
+                Some(run_body::<F>),
+                &mut call as *mut Call<'_, F> as *mut c_void,
+                &mut out,
+            )
+        };
+        let ended = check(self.api, status);
+        if let Some(payload) = call.panic.take() {
+            resume_unwind(payload);
+        }
+        if let Some(e) = call.failure.take() {
+            return Err(e); // the body's error is the cause, whatever the end said after it
+        }
+        ended?;
+        if out != graph.raw {
+            // `body` ended the update itself (end_capture kept the graph with its one owner) and
+            // began another capture, whose new graph this is.
+            drop(Graph::adopt(out, self.api));
+            return Err(Error::new(
+                Status::InvalidState,
+                "cgc_capture: the capture ended here was not the update Stream::capture_update began: its body \
+                 ended that one and began another (discarded)",
+            ));
+        }
+        Ok(graph.info()?.last_update)
     }
 
     /// Destroys the stream (an owned one; a borrowed one only loses its handle), reporting the
@@ -615,7 +734,8 @@ impl CaptureStatus {
 }
 
 /// Options of a capture (`cgc_capture_options_t`). `Default` is Global mode, a new private
-/// pool, no upload.
+/// pool, no upload. The graph a capture updates (1.2) is not an option here but the `&mut Graph`
+/// of [`Stream::capture_update`], so that the updated graph keeps its one owner.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct CaptureOptions<'a> {
     /// The capture mode.
@@ -662,6 +782,9 @@ impl<'a> CaptureOptions<'a> {
             } else {
                 0
             },
+            // No update here: an update hands back a graph that a Graph already owns, which only
+            // Stream::capture_update (holding that Graph) can take back safely.
+            update: ptr::null_mut(),
         }
     }
 }
@@ -746,6 +869,50 @@ pub struct GraphInfo {
     pub pool_bytes_reserved: usize,
     /// The captured nodes by kind (since 1.1; all 0 after reset).
     pub nodes: NodeCounts,
+    /// Captures that updated the graph ([`Stream::capture_update`], since 1.2).
+    pub update_count: u64,
+    /// How the last of them did it.
+    pub last_update: GraphUpdate,
+    /// The driver's `CUgraphExecUpdateResult` of the last update: 0 when the executable took
+    /// the new graph in place, else why it did not (e.g. 2, `CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED`).
+    pub last_update_result: i32,
+}
+
+/// How a [`Stream::capture_update`] changed its graph (`cgc_graph_update_t`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum GraphUpdate {
+    /// Never updated.
+    #[default]
+    None,
+    /// The executable took the new graph in place (`cuGraphExecUpdate`).
+    InPlace,
+    /// The driver refused the new graph ([`GraphInfo::last_update_result`] says why): a new
+    /// executable replaced the old one.
+    Reinstantiated,
+    /// A value this version of the crate does not know (a newer library), kept as is.
+    Unknown(i32),
+}
+
+impl GraphUpdate {
+    /// The kind for a raw `cgc_graph_update_t`.
+    pub fn from_raw(raw: sys::cgc_graph_update_t) -> GraphUpdate {
+        match raw {
+            sys::CGC_GRAPH_UPDATE_NONE => GraphUpdate::None,
+            sys::CGC_GRAPH_UPDATE_IN_PLACE => GraphUpdate::InPlace,
+            sys::CGC_GRAPH_UPDATE_REINSTANTIATED => GraphUpdate::Reinstantiated,
+            other => GraphUpdate::Unknown(other),
+        }
+    }
+
+    /// The raw `cgc_graph_update_t`.
+    pub fn to_raw(self) -> sys::cgc_graph_update_t {
+        match self {
+            GraphUpdate::None => sys::CGC_GRAPH_UPDATE_NONE,
+            GraphUpdate::InPlace => sys::CGC_GRAPH_UPDATE_IN_PLACE,
+            GraphUpdate::Reinstantiated => sys::CGC_GRAPH_UPDATE_REINSTANTIATED,
+            GraphUpdate::Unknown(raw) => raw,
+        }
+    }
 }
 
 /// The captured nodes of a graph by kind (the header's `CGC_GRAPH_NODE_KINDS`). Their sum is
@@ -817,7 +984,41 @@ impl NodeCounts {
     }
 }
 
+/// The handles (as numbers) that a [`Graph`] owns. A capture that updates a graph hands back
+/// that graph's own handle from whichever call ends it ([`Stream::capture_update`], or
+/// [`Stream::end_capture`] called from its body or, in Relaxed mode, from another thread), so a
+/// handle is wrapped only if no Graph owns it yet: each handle has one owner, destroyed once.
+static OWNED_GRAPHS: Mutex<Option<HashSet<usize>>> = Mutex::new(None);
+
+fn owned_graphs() -> MutexGuard<'static, Option<HashSet<usize>>> {
+    // An insert or a remove cannot be left half-done by a panic: go on after one.
+    OWNED_GRAPHS.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 impl Graph {
+    /// Takes ownership of a handle that a capture's end handed back: `None` when a Graph owns it
+    /// already (the graph of an update) or when it is null.
+    fn adopt(raw: sys::cgc_graph_t, api: &'static sys::cgc_api_t) -> Option<Graph> {
+        if raw.is_null() {
+            return None;
+        }
+        let newly_owned = owned_graphs()
+            .get_or_insert_with(HashSet::new)
+            .insert(raw as usize);
+        if newly_owned {
+            Some(Graph { raw, api })
+        } else {
+            None
+        }
+    }
+
+    /// Gives up ownership of `raw`, before it is destroyed (the next graph may get its address).
+    fn disown(raw: sys::cgc_graph_t) {
+        if let Some(owned) = owned_graphs().as_mut() {
+            owned.remove(&(raw as usize));
+        }
+    }
+
     /// The raw handle (still owned by `self`).
     pub fn as_raw(&self) -> sys::cgc_graph_t {
         self.raw
@@ -857,6 +1058,9 @@ impl Graph {
             uploaded: i.uploaded != 0,
             pool_bytes_reserved: i.pool_bytes_reserved,
             nodes: NodeCounts::from_raw(&i),
+            update_count: i.update_count,
+            last_update: GraphUpdate::from_raw(i.last_update),
+            last_update_result: i.last_update_result,
         })
     }
 
@@ -912,10 +1116,43 @@ impl Graph {
         unsafe { (self.api.cgc_graph_native_exec)(self.raw) }
     }
 
+    /// Enables or disables (1.2) the graph's kernel number `kernel_index`: kernels are numbered
+    /// 0 .. [`NodeCounts::kernel`] in the order the capture launched them (cgc's own kernels,
+    /// e.g. random numbers, count too). A disabled kernel does nothing at later replays; what
+    /// depends on it still waits for it. [`Status::InvalidArgument`] past the last kernel,
+    /// [`Status::InvalidState`] after reset.
+    pub fn set_kernel_enabled(&mut self, kernel_index: usize, enabled: bool) -> Result<()> {
+        // SAFETY: live handle; &mut self: no other thread launches or changes the graph.
+        check(self.api, unsafe {
+            (self.api.cgc_graph_kernel_node_set_enabled)(self.raw, kernel_index, c_int::from(enabled))
+        })
+    }
+
+    /// Gives the graph's kernel number `kernel_index` (numbered as for
+    /// [`Graph::set_kernel_enabled`]) new argument values for later replays, e.g. another
+    /// buffer; the kernel, grid and block stay. The values are copied at the call, as with
+    /// [`Function::launch`].
+    ///
+    /// # Safety
+    /// As for [`Function::launch`], for the captured kernel: `args` must hold exactly one value
+    /// per parameter of that kernel, each of the parameter's type, and the memory they point to
+    /// must be large enough for what the kernel does with it and stay alive until the graph's
+    /// last replay with them is over.
+    pub unsafe fn set_kernel_args(&mut self, kernel_index: usize, args: &[&dyn KernelArg]) -> Result<()> {
+        module::with_kernel_params(args, |params| {
+            // &mut self: no other thread launches or changes the graph meanwhile.
+            check(
+                self.api,
+                (self.api.cgc_graph_kernel_node_set_args)(self.raw, kernel_index, params),
+            )
+        })
+    }
+
     /// Resets and frees the handle, reporting the status (see [`Graph::reset`]). Buffers
     /// allocated in the capture (its outputs) stay valid.
     pub fn destroy(mut self) -> Result<()> {
         let raw = std::mem::replace(&mut self.raw, ptr::null_mut());
+        Graph::disown(raw);
         // SAFETY: owned handle, destroyed once.
         check(self.api, unsafe { (self.api.cgc_graph_destroy)(raw) })
     }
@@ -924,6 +1161,7 @@ impl Graph {
 impl Drop for Graph {
     fn drop(&mut self) {
         if !self.raw.is_null() {
+            Graph::disown(self.raw);
             // SAFETY: owned handle.
             unsafe { (self.api.cgc_graph_destroy)(self.raw) };
         }

@@ -299,38 +299,50 @@ impl Function<'_> {
         args: &[&dyn KernelArg],
         stream: &Stream,
     ) -> Result<()> {
-        // The `void**` of cuLaunchKernel: one pointer per parameter, to its value.
-        let mut on_stack = [ptr::null_mut::<c_void>(); ARGS_ON_STACK];
-        let mut on_heap = Vec::new();
-        let params: &mut [*mut c_void] = if args.len() <= ARGS_ON_STACK {
-            &mut on_stack[..args.len()]
-        } else {
-            on_heap.resize(args.len(), ptr::null_mut());
-            &mut on_heap
-        };
-        for (param, arg) in params.iter_mut().zip(args) {
-            // The driver only reads through these pointers (cuLaunchKernel copies the values);
-            // the C type is `void**` rather than `const void* const*`.
-            *param = arg.kernel_param_ptr() as *mut c_void;
-        }
         let [grid_x, grid_y, grid_z] = config.grid;
         let [block_x, block_y, block_z] = config.block;
-        check(
-            self.api,
-            (self.api.cgc_launch_kernel)(
-                self.raw,
-                grid_x,
-                grid_y,
-                grid_z,
-                block_x,
-                block_y,
-                block_z,
-                config.shared_bytes,
-                stream.raw,
-                params.as_mut_ptr(),
-            ),
-        )
+        with_kernel_params(args, |params| {
+            check(
+                self.api,
+                (self.api.cgc_launch_kernel)(
+                    self.raw,
+                    grid_x,
+                    grid_y,
+                    grid_z,
+                    block_x,
+                    block_y,
+                    block_z,
+                    config.shared_bytes,
+                    stream.raw,
+                    params,
+                ),
+            )
+        })
     }
+}
+
+/// Calls `call` with the `void**` that cuLaunchKernel-style calls take for `args`: one pointer
+/// per kernel parameter, to its value, valid during the call (the callee copies the values).
+/// The pointer is never null, also for no arguments: [`crate::Graph::set_kernel_args`]'s C
+/// function refuses null.
+pub(crate) fn with_kernel_params<R>(
+    args: &[&dyn KernelArg],
+    call: impl FnOnce(*mut *mut c_void) -> R,
+) -> R {
+    let mut on_stack = [ptr::null_mut::<c_void>(); ARGS_ON_STACK];
+    let mut on_heap = Vec::new();
+    let params: &mut [*mut c_void] = if args.len() <= ARGS_ON_STACK {
+        &mut on_stack[..args.len()]
+    } else {
+        on_heap.resize(args.len(), ptr::null_mut());
+        &mut on_heap
+    };
+    for (param, arg) in params.iter_mut().zip(args) {
+        // The driver only reads through these pointers (it copies the values); the C type is
+        // `void**` rather than `const void* const*`.
+        *param = arg.kernel_param_ptr() as *mut c_void;
+    }
+    call(params.as_mut_ptr())
 }
 
 // For the tests without a GPU, which need handles the library refuses (NULL).

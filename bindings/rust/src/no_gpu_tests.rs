@@ -1,4 +1,4 @@
-//! The safe layer of 1.1 without a GPU: what the binding checks itself (sizes, names, overflow),
+//! The safe layer of 1.1 and 1.2 without a GPU: what the binding checks itself (sizes, names, overflow),
 //! and what the library refuses on a NULL handle, through the same methods a program calls.
 //!
 //! These live in the crate, not in tests/, because they need objects holding a NULL handle
@@ -13,9 +13,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use crate::{
-    api, sys, AccessPolicy, AccessProperty, BarrierScope, Context, DeviceBuffer, Error, Function,
-    FunctionAttribute, HostBuffer, HostRegistration, KernelArg, LaunchConfig, MemOp, Module,
-    Result, Status, Stream, WaitCondition, WAIT_FLUSH,
+    api, sys, AccessPolicy, AccessProperty, BarrierScope, CaptureMode,
+    CaptureOptions, Context, DeviceBuffer, Error, Function, FunctionAttribute, Graph, GraphInfo,
+    GraphUpdate, HostBuffer, HostRegistration, KernelArg, LaunchConfig, MemOp, Module, Result,
+    Status, Stream, WaitCondition, WAIT_FLUSH,
 };
 
 fn loaded_api() -> &'static sys::cgc_api_t {
@@ -506,4 +507,96 @@ fn access_policies_and_memory_operations_in_c_form() {
     );
     assert_eq!(WaitCondition::Nor.to_raw(), sys::CGC_WAIT_NOR);
     buffer.into_raw();
+}
+
+fn null_graph() -> Graph {
+    // Dropping it calls cgc_graph_destroy(NULL), which is refused and ignored.
+    Graph {
+        raw: ptr::null_mut(),
+        api: loaded_api(),
+    }
+}
+
+#[test]
+fn per_node_updates_refuse_a_null_graph_by_name() {
+    let mut graph = null_graph();
+    assert_refused(
+        graph.set_kernel_enabled(0, false),
+        Status::InvalidArgument,
+        "cgc_graph_kernel_node_set_enabled",
+    );
+    let (buffer, n) = (bogus_buffer(16), 4u32);
+    // SAFETY: refused (NULL graph) before anything reads the arguments' values.
+    assert_refused(
+        unsafe { graph.set_kernel_args(1, &[&buffer, &n]) },
+        Status::InvalidArgument,
+        "cgc_graph_kernel_node_set_args",
+    );
+    // No arguments still pass an array (the library refuses a NULL one): the refusal is the
+    // graph's, not "args is NULL".
+    // SAFETY: as above.
+    let e = unsafe { graph.set_kernel_args(0, &[]) }.expect_err("NULL graph");
+    assert!(e.message().contains("graph"), "{}", e);
+    assert!(!e.message().contains("args is NULL"), "{}", e);
+    // More arguments than fit on the stack take the heap path; still refused by name.
+    let many: Vec<u32> = (0..40).collect();
+    let args: Vec<&dyn KernelArg> = many.iter().map(|x| x as &dyn KernelArg).collect();
+    // SAFETY: as above.
+    assert_refused(
+        unsafe { graph.set_kernel_args(0, &args) },
+        Status::InvalidArgument,
+        "cgc_graph_kernel_node_set_args",
+    );
+    buffer.into_raw();
+}
+
+#[test]
+fn a_refused_update_capture_runs_no_body() {
+    let stream = null_stream();
+    let mut graph = null_graph();
+    let mut ran = false;
+    let outcome = stream.capture_update(
+        &mut graph,
+        &CaptureOptions::new().with_mode(CaptureMode::ThreadLocal),
+        |_| {
+            ran = true;
+            Ok(())
+        },
+    );
+    assert_refused(outcome, Status::InvalidArgument, "cgc_capture_begin");
+    assert!(!ran, "the body ran although the capture did not begin");
+}
+
+#[test]
+fn a_graph_handle_has_one_owner() {
+    // Memory that is no cgc object: the library refuses it as a graph after reading its first
+    // word, so dropping the Graphs below destroys nothing.
+    let not_a_graph: &'static mut [u64; 8] = Box::leak(Box::new([0x5a5a_5a5a_5a5a_5a5a; 8]));
+    let raw = not_a_graph.as_mut_ptr() as sys::cgc_graph_t;
+    let owner = Graph::adopt(raw, loaded_api()).expect("a handle no Graph owns");
+    // What an update capture's end hands back from a call other than capture_update.
+    assert!(Graph::adopt(raw, loaded_api()).is_none(), "a second owner of one handle");
+    assert!(Graph::adopt(ptr::null_mut(), loaded_api()).is_none());
+    drop(owner);
+    let next = Graph::adopt(raw, loaded_api()).expect("the handle once its owner went");
+    assert_refused(next.destroy(), Status::InvalidHandle, "cgc_graph_destroy");
+    drop(Graph::adopt(raw, loaded_api()).expect("destroy gave the handle up"));
+}
+
+#[test]
+fn update_fields_in_c_form() {
+    // Plain options never update: the graph an update hands back is one a Graph owns already.
+    assert!(CaptureOptions::default().to_raw().update.is_null());
+    for (kind, raw) in [
+        (GraphUpdate::None, sys::CGC_GRAPH_UPDATE_NONE),
+        (GraphUpdate::InPlace, sys::CGC_GRAPH_UPDATE_IN_PLACE),
+        (GraphUpdate::Reinstantiated, sys::CGC_GRAPH_UPDATE_REINSTANTIATED),
+        (GraphUpdate::Unknown(7), 7),
+    ] {
+        assert_eq!(kind.to_raw(), raw);
+        assert_eq!(GraphUpdate::from_raw(raw), kind);
+    }
+    assert_eq!((sys::CGC_GRAPH_UPDATE_IN_PLACE, sys::CGC_GRAPH_UPDATE_REINSTANTIATED), (1, 2));
+    let info = GraphInfo::default();
+    assert_eq!((info.update_count, info.last_update, info.last_update_result), (0, GraphUpdate::None, 0));
 }

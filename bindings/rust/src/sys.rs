@@ -19,7 +19,7 @@ use std::sync::{Mutex, MutexGuard, Once};
 /// Major version of the header this crate was written against (also the soname: libcgc.so.1).
 pub const CGC_VERSION_MAJOR: u32 = 1;
 /// Minor version of the header this crate was written against.
-pub const CGC_VERSION_MINOR: u32 = 1;
+pub const CGC_VERSION_MINOR: u32 = 2;
 /// Patch version of the header this crate was written against.
 pub const CGC_VERSION_PATCH: u32 = 0;
 /// `(major << 16) | (minor << 8) | patch`, as `CGC_VERSION` in C.
@@ -143,6 +143,8 @@ pub struct cgc_capture_options_t {
     pub mode: cgc_capture_mode_t,
     pub pool: cgc_pool_t,
     pub flags: c_uint,
+    /// Since 1.2: null, or the graph this capture updates (its end hands back that graph).
+    pub update: cgc_graph_t,
 }
 
 /// Upload the executable at capture end.
@@ -155,6 +157,12 @@ pub type cgc_capture_fn =
     Option<unsafe extern "C" fn(stream: cgc_stream_t, user: *mut c_void) -> cgc_status_t>;
 
 // ---- graphs ------------------------------------------------------------------------------------
+
+/// `cgc_graph_update_t` (1.2): how a capture with `cgc_capture_options_t.update` changed its graph.
+pub type cgc_graph_update_t = c_int;
+pub const CGC_GRAPH_UPDATE_NONE: cgc_graph_update_t = 0;
+pub const CGC_GRAPH_UPDATE_IN_PLACE: cgc_graph_update_t = 1;
+pub const CGC_GRAPH_UPDATE_REINSTANTIATED: cgc_graph_update_t = 2;
 
 /// `cgc_graph_info_t`.
 #[repr(C)]
@@ -179,6 +187,11 @@ pub struct cgc_graph_info_t {
     pub mem_op_nodes: usize,
     pub conditional_nodes: usize,
     pub other_nodes: usize,
+    // Since 1.2: updates by capture (cgc_capture_options_t.update).
+    pub update_count: u64,
+    pub last_update: cgc_graph_update_t,
+    /// The driver's CUgraphExecUpdateResult of the last update (2: topology changed).
+    pub last_update_result: c_int,
 }
 
 // ---- pools -------------------------------------------------------------------------------------
@@ -460,6 +473,9 @@ api_table! {
     fn cgc_launch_kernel(function: cgc_function_t, grid_x: u32, grid_y: u32, grid_z: u32, block_x: u32,
                          block_y: u32, block_z: u32, shared_bytes: u32, stream: cgc_stream_t,
                          args: *mut *mut c_void) -> cgc_status_t;
+    // 1.2: per-node updates of an instantiated graph
+    fn cgc_graph_kernel_node_set_enabled(graph: cgc_graph_t, kernel_index: usize, enabled: c_int) -> cgc_status_t;
+    fn cgc_graph_kernel_node_set_args(graph: cgc_graph_t, kernel_index: usize, args: *mut *mut c_void) -> cgc_status_t;
 }
 
 /// `cgc_get_api`, the one symbol resolved with `dlsym`.
@@ -607,7 +623,7 @@ fn load() -> Result<&'static cgc_api_t, String> {
     // SAFETY: the library filled `table` with a pointer to its static table.
     let api: &'static cgc_api_t = unsafe { &*table };
     // An older minor version would have a shorter table (cgc_get_api already refuses one for
-    // CGC_VERSION); this crate calls every field of the 1.1 table, so all of them must be there.
+    // CGC_VERSION); this crate calls every field of the 1.2 table, so all of them must be there.
     if api.struct_size < std::mem::size_of::<cgc_api_t>() {
         return Err(format!(
             "cgc: '{}' has a function table of {} bytes, shorter than the {} this crate needs; {}",

@@ -349,12 +349,55 @@ fn the_1_1_functions_refuse_bad_arguments_by_name() {
     }
 }
 
+/// 1.2's per-node updates refuse a NULL graph (INVALID_ARGUMENT) and a pointer that is no cgc
+/// graph (INVALID_HANDLE), naming themselves, before they need the driver; a capture that
+/// would update a foreign graph on a foreign stream is refused by name too.
+#[test]
+fn the_1_2_functions_refuse_null_and_foreign_graphs_by_name() {
+    let api = cgc::api().unwrap();
+    // Memory that is not a cgc object (its first word is no cgc magic), as a stale or foreign
+    // handle looks to the library, which reads that word before anything else.
+    let mut not_an_object = [0x5a5a_5a5a_5a5a_5a5a_u64; 32];
+    let foreign = not_an_object.as_mut_ptr() as sys::cgc_graph_t;
+    let mut args = [ptr::null_mut::<c_void>(); 1];
+    // SAFETY: NULL and the foreign pointer are documented inputs (refused by a check of the
+    // handle, which only reads the foreign memory); `args` is a valid array, never read.
+    unsafe {
+        for (graph, want) in [(ptr::null_mut(), Status::InvalidArgument), (foreign, Status::InvalidHandle)] {
+            let st = (api.cgc_graph_kernel_node_set_enabled)(graph, 0, 0);
+            assert_named_refusal(api, st, want, "cgc_graph_kernel_node_set_enabled");
+            let st = (api.cgc_graph_kernel_node_set_args)(graph, 0, args.as_mut_ptr());
+            assert_named_refusal(api, st, want, "cgc_graph_kernel_node_set_args");
+        }
+        // The graph is checked before the arguments.
+        let st = (api.cgc_graph_kernel_node_set_args)(foreign, 0, ptr::null_mut());
+        assert_named_refusal(api, st, Status::InvalidHandle, "cgc_graph_kernel_node_set_args");
+        // An update of a foreign graph on a foreign stream: the stream answers first.
+        let options = sys::cgc_capture_options_t {
+            struct_size: std::mem::size_of::<sys::cgc_capture_options_t>(),
+            mode: sys::CGC_CAPTURE_MODE_GLOBAL,
+            pool: ptr::null_mut(),
+            flags: 0,
+            update: foreign,
+        };
+        let st = (api.cgc_capture_begin)(foreign as sys::cgc_stream_t, &options);
+        assert_named_refusal(api, st, Status::InvalidHandle, "cgc_capture_begin");
+    }
+    // The table's 1.2 functions come right after 1.1's last one.
+    let names = sys::FUNCTION_NAMES;
+    let at = names.iter().position(|n| *n == "cgc_launch_kernel").unwrap();
+    assert_eq!(
+        &names[at + 1..],
+        &["cgc_graph_kernel_node_set_enabled", "cgc_graph_kernel_node_set_args"]
+    );
+}
+
 #[test]
 fn function_table_matches_the_library() {
     use std::mem::size_of;
     // (Struct layouts and parameter types are checked against the header below.)
     let api = cgc::api().unwrap();
-    // A 1.1 library's table is exactly ours (the loader refuses a shorter one).
+    // A 1.2 library's table is exactly ours (the loader refuses a shorter one).
     assert_eq!(api.struct_size, size_of::<sys::cgc_api_t>());
     assert_eq!(
         sys::FUNCTION_NAMES.len(),
@@ -407,7 +450,7 @@ fn class_of_rust_type(ty: &str) -> String {
         "c_char" => "i8".into(),
         "c_int" | "cgc_status_t" | "cgc_capture_mode_t" | "cgc_capture_status_t"
         | "cgc_dtype_t" | "cgc_reduce_op_t" | "cgc_access_property_t" | "cgc_mem_op_kind_t"
-        | "cgc_function_attribute_t" => "i32".into(),
+        | "cgc_function_attribute_t" | "cgc_graph_update_t" => "i32".into(),
         "c_uint" => "u32".into(),
         "u8" | "u16" | "u32" | "u64" | "usize" | "isize" | "f32" => ty.clone(),
         "cgc_context_t" | "cgc_stream_t" | "cgc_event_t" | "cgc_graph_t" | "cgc_pool_t"
@@ -559,13 +602,14 @@ fn struct_layouts_match_the_header() {
         None => return,
     };
     let rust = vec![
-        layout!(cgc_capture_options_t { struct_size, mode, pool, flags }),
+        layout!(cgc_capture_options_t { struct_size, mode, pool, flags, update }),
         layout!(cgc_graph_info_t { struct_size, node_count, replay_count, uploaded,
                                    pool_bytes_reserved, kernel_nodes, memcpy_nodes,
                                    memset_nodes, host_nodes, child_graph_nodes, empty_nodes,
                                    event_wait_nodes, event_record_nodes, mem_alloc_nodes,
                                    mem_free_nodes, mem_op_nodes, conditional_nodes,
-                                   other_nodes }),
+                                   other_nodes, update_count, last_update,
+                                   last_update_result }),
         layout!(cgc_memory_stats_t { struct_size, bytes_reserved, bytes_allocated,
                                      peak_bytes_allocated, peak_bytes_reserved,
                                      num_driver_allocs, num_driver_frees }),

@@ -13,8 +13,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use cgc::{
     AccessPolicy, AccessProperty, BarrierScope, CaptureMode, CaptureOptions, CaptureStatus, Comm, CommId,
-    Context, DType, DeviceBuffer, Error, Event, FunctionAttribute, HostBuffer, HostRegistration,
-    LaunchConfig, MemOp, Module, ReduceOp, Rng, Status, Stream, WaitCondition,
+    Context, DType, DeviceBuffer, Error, Event, Function, FunctionAttribute, GraphUpdate, HostBuffer,
+    HostRegistration, LaunchConfig, MemOp, Module, ReduceOp, Rng, Status, Stream, WaitCondition,
     HOST_WRITE_COMBINED, STREAM_NON_BLOCKING,
 };
 use common::Cuda;
@@ -952,6 +952,274 @@ fn batched_memory_operations_in_a_graph() {
     host_target.free().unwrap();
     for b in [flag, out, target] {
         b.free().unwrap();
+    }
+    stream.destroy().unwrap();
+    ctx.destroy().unwrap();
+}
+
+// ---- 1.2: graphs that change without a new Graph -------------------------------------------------
+
+/// Floats per buffer of the update tests.
+const UPDATE_COUNT: usize = 4096;
+
+/// Inputs of scale_add whose results are exact in f32 (quarters below 25, scales and shifts of
+/// small integers), so that replays are compared with `==`.
+fn update_inputs() -> Vec<f32> {
+    (0..UPDATE_COUNT).map(|i| (i % 97) as f32 * 0.25).collect()
+}
+
+/// A zeroed buffer of UPDATE_COUNT floats (ordered on `stream`).
+fn zeroed(ctx: &Context, stream: &Stream) -> DeviceBuffer {
+    let buffer = DeviceBuffer::alloc(ctx, UPDATE_COUNT * 4, stream).unwrap();
+    stream.memset_d32(&buffer, 0, UPDATE_COUNT).unwrap();
+    buffer
+}
+
+/// scale_add's parameters (scale, shift) in device memory, copied in eagerly: a copy from a
+/// Vec would be refused inside a capture.
+fn scale_add_params(ctx: &Context, stream: &Stream, scale: f32, shift: f32) -> DeviceBuffer {
+    let params = DeviceBuffer::alloc(ctx, 8, stream).unwrap();
+    stream.copy_to_device(&params, &[scale, shift]).unwrap();
+    params
+}
+
+/// Launches scale_add: out = input * params[0] + params[1].
+fn scale_add_into(
+    scale_add: &Function<'_>,
+    out: &DeviceBuffer,
+    input: &DeviceBuffer,
+    params: &DeviceBuffer,
+    stream: &Stream,
+) -> Result<(), Error> {
+    let n = UPDATE_COUNT as u32;
+    // SAFETY: the kernel's four parameters in order; out and input hold n floats, params 2; all
+    // outlive the graphs that replay the launch.
+    unsafe { scale_add.launch(&LaunchConfig::linear(n, 256), &[out, input, params, &n], stream) }
+}
+
+/// Asserts `out` holds inputs * scale + shift.
+#[track_caller]
+fn assert_scale_add(stream: &Stream, out: &DeviceBuffer, inputs: &[f32], scale: f32, shift: f32, what: &str) {
+    let got = read_back::<f32>(stream, out, UPDATE_COUNT);
+    let wrong: Vec<(usize, f32, f32)> = inputs
+        .iter()
+        .zip(&got)
+        .enumerate()
+        .map(|(i, (&x, &y))| (i, y, x * scale + shift))
+        .filter(|&(_, y, want)| y != want)
+        .take(3)
+        .collect();
+    assert!(wrong.is_empty(), "{}: (index, got, want) {:?}", what, wrong);
+}
+
+#[test]
+fn capture_update_of_the_same_topology_is_in_place() {
+    const TEST: &str = "capture_update_of_the_same_topology_is_in_place";
+    let _serial = serial();
+    let ctx = match gpu(TEST) {
+        Some(c) => c,
+        None => return,
+    };
+    let stream = Stream::new(&ctx).unwrap();
+    let ptx = CString::new(SCALE_ADD_PTX).unwrap();
+    let module = Module::from_ptx(&ctx, &ptx).unwrap();
+    let scale_add = module.function("scale_add").unwrap();
+    let inputs = update_inputs();
+    let input = DeviceBuffer::alloc(&ctx, UPDATE_COUNT * 4, &stream).unwrap();
+    stream.copy_to_device(&input, &inputs).unwrap();
+    let params = scale_add_params(&ctx, &stream, 2.0, 1.0);
+    let (a, b) = (zeroed(&ctx, &stream), zeroed(&ctx, &stream));
+
+    let mut graph = stream
+        .capture(&CaptureOptions::default(), |s| scale_add_into(&scale_add, &a, &input, &params, s))
+        .expect("capture writing a");
+    graph.launch(&stream).unwrap();
+    assert_scale_add(&stream, &a, &inputs, 2.0, 1.0, "a, first capture");
+    assert_eq!(graph.info().unwrap().last_update, GraphUpdate::None);
+    let (handle, executable) = (graph.as_raw(), graph.native_exec());
+    stream.memset_d32(&a, 0, UPDATE_COUNT).unwrap();
+
+    // A new pointer, the same topology.
+    let how = stream
+        .capture_update(&mut graph, &CaptureOptions::default(), |s| {
+            scale_add_into(&scale_add, &b, &input, &params, s)
+        })
+        .expect("update writing b");
+    assert_eq!(how, GraphUpdate::InPlace);
+    let info = graph.info().unwrap();
+    assert_eq!(
+        (info.update_count, info.last_update, info.last_update_result),
+        (1, GraphUpdate::InPlace, 0),
+        "{:?}",
+        info
+    );
+    assert_eq!(info.nodes.kernel, 1, "{:?}", info);
+    assert_eq!(graph.as_raw(), handle, "the update keeps the graph's handle");
+    assert_eq!(graph.native_exec(), executable, "in place: the same executable");
+    graph.launch(&stream).unwrap();
+    assert_scale_add(&stream, &b, &inputs, 2.0, 1.0, "b, written by the updated graph");
+    assert_scale_add(&stream, &a, &inputs, 0.0, 0.0, "a, no longer written");
+
+    // A body that ends the update itself gets no second owner of the graph: the capture ends
+    // (and updates the graph), the end is refused, and the graph is dropped once below.
+    let e = stream
+        .capture_update(&mut graph, &CaptureOptions::default(), |s| {
+            scale_add_into(&scale_add, &a, &input, &params, s)?;
+            let refused = s.end_capture().expect_err("end_capture of an update capture");
+            assert_error(&refused, Status::InvalidState, "Stream::capture_update");
+            Err(refused)
+        })
+        .expect_err("the body's error");
+    assert_error(&e, Status::InvalidState, "cgc_capture_end");
+    assert_eq!(stream.capture_status().unwrap().0, CaptureStatus::None);
+    assert_eq!(graph.info().unwrap().update_count, 2);
+
+    graph.destroy().unwrap();
+    module.unload().unwrap();
+    for buffer in [input, params, a, b] {
+        buffer.free().unwrap();
+    }
+    stream.destroy().unwrap();
+    ctx.destroy().unwrap();
+}
+
+#[test]
+fn capture_update_of_a_changed_topology_is_instantiated_anew() {
+    const TEST: &str = "capture_update_of_a_changed_topology_is_instantiated_anew";
+    let _serial = serial();
+    let ctx = match gpu(TEST) {
+        Some(c) => c,
+        None => return,
+    };
+    let stream = Stream::new(&ctx).unwrap();
+    let ptx = CString::new(SCALE_ADD_PTX).unwrap();
+    let module = Module::from_ptx(&ctx, &ptx).unwrap();
+    let scale_add = module.function("scale_add").unwrap();
+    let inputs = update_inputs();
+    let input = DeviceBuffer::alloc(&ctx, UPDATE_COUNT * 4, &stream).unwrap();
+    stream.copy_to_device(&input, &inputs).unwrap();
+    let params = scale_add_params(&ctx, &stream, 2.0, 1.0);
+    let other_params = scale_add_params(&ctx, &stream, 3.0, -1.0);
+    let (a, b) = (zeroed(&ctx, &stream), zeroed(&ctx, &stream));
+
+    let mut graph = stream
+        .capture(&CaptureOptions::default(), |s| scale_add_into(&scale_add, &a, &input, &params, s))
+        .expect("capture of one kernel");
+    let how = stream
+        .capture_update(&mut graph, &CaptureOptions::default(), |s| {
+            scale_add_into(&scale_add, &a, &input, &other_params, s)?;
+            scale_add_into(&scale_add, &b, &input, &params, s) // one kernel more
+        })
+        .expect("update to two kernels");
+    assert_eq!(how, GraphUpdate::Reinstantiated);
+    let info = graph.info().unwrap();
+    assert_eq!(
+        (info.update_count, info.last_update, info.last_update_result),
+        (1, GraphUpdate::Reinstantiated, 2), // 2: CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED
+        "{:?}",
+        info
+    );
+    assert_eq!(info.nodes.kernel, 2, "{:?}", info);
+    graph.launch(&stream).unwrap();
+    assert_scale_add(&stream, &a, &inputs, 3.0, -1.0, "a");
+    assert_scale_add(&stream, &b, &inputs, 2.0, 1.0, "b");
+
+    // A body that fails, or panics: the capture ends, its recapture is discarded, and the graph
+    // keeps what it had (both kernels, a written with the other parameters).
+    let e = stream
+        .capture_update(&mut graph, &CaptureOptions::default(), |s| {
+            scale_add_into(&scale_add, &a, &input, &params, s)?;
+            Err(Error::new(Status::InvalidArgument, "the body gives up"))
+        })
+        .expect_err("the body's error");
+    assert_eq!(e.message(), "the body gives up");
+    assert_eq!(e.status(), Some(Status::InvalidArgument));
+    let panicked = catch_unwind(AssertUnwindSafe(|| {
+        let _ = stream.capture_update(&mut graph, &CaptureOptions::default(), |s| -> Result<(), Error> {
+            scale_add_into(&scale_add, &a, &input, &params, s)?;
+            panic!("the body panics on purpose")
+        });
+    }));
+    assert!(panicked.is_err(), "the body's panic did not go on");
+    assert_eq!(stream.capture_status().unwrap().0, CaptureStatus::None);
+    assert_eq!(graph.info().unwrap().update_count, 1, "a discarded update counted");
+    stream.memset_d32(&a, 0, UPDATE_COUNT).unwrap();
+    stream.memset_d32(&b, 0, UPDATE_COUNT).unwrap();
+    graph.launch(&stream).unwrap();
+    assert_scale_add(&stream, &a, &inputs, 3.0, -1.0, "a, after the discarded updates");
+    assert_scale_add(&stream, &b, &inputs, 2.0, 1.0, "b, after the discarded updates");
+    // A reset graph has nothing to update.
+    graph.reset().unwrap();
+    let e = stream
+        .capture_update(&mut graph, &CaptureOptions::default(), |_| Ok(()))
+        .expect_err("update of a reset graph");
+    assert_error(&e, Status::InvalidState, "cgc_capture_begin");
+
+    graph.destroy().unwrap();
+    module.unload().unwrap();
+    for buffer in [input, params, other_params, a, b] {
+        buffer.free().unwrap();
+    }
+    stream.destroy().unwrap();
+    ctx.destroy().unwrap();
+}
+
+#[test]
+fn kernels_of_a_graph_can_be_disabled_and_given_new_arguments() {
+    const TEST: &str = "kernels_of_a_graph_can_be_disabled_and_given_new_arguments";
+    let _serial = serial();
+    let ctx = match gpu(TEST) {
+        Some(c) => c,
+        None => return,
+    };
+    let stream = Stream::new(&ctx).unwrap();
+    let ptx = CString::new(SCALE_ADD_PTX).unwrap();
+    let module = Module::from_ptx(&ctx, &ptx).unwrap();
+    let scale_add = module.function("scale_add").unwrap();
+    let inputs = update_inputs();
+    let input = DeviceBuffer::alloc(&ctx, UPDATE_COUNT * 4, &stream).unwrap();
+    stream.copy_to_device(&input, &inputs).unwrap();
+    let params = scale_add_params(&ctx, &stream, 2.0, 1.0);
+    let other_params = scale_add_params(&ctx, &stream, 3.0, -1.0);
+    let (a, b, c, d) = (zeroed(&ctx, &stream), zeroed(&ctx, &stream), zeroed(&ctx, &stream), zeroed(&ctx, &stream));
+
+    let mut graph = stream
+        .capture(&CaptureOptions::default(), |s| {
+            for out in [&a, &b, &c] {
+                scale_add_into(&scale_add, out, &input, &params, s)?;
+            }
+            Ok(())
+        })
+        .expect("capture of three kernels");
+    assert_eq!(graph.info().unwrap().nodes.kernel, 3);
+    graph.set_kernel_enabled(1, false).unwrap(); // b's kernel
+    let n = UPDATE_COUNT as u32;
+    // SAFETY: scale_add's four parameters in order; d and input hold n floats, other_params 2;
+    // all outlive the graph.
+    unsafe { graph.set_kernel_args(2, &[&d, &input, &other_params, &n]) }.unwrap(); // c's kernel writes d
+    graph.launch(&stream).unwrap();
+    assert_scale_add(&stream, &a, &inputs, 2.0, 1.0, "a");
+    assert_scale_add(&stream, &b, &inputs, 0.0, 0.0, "b (disabled)");
+    assert_scale_add(&stream, &c, &inputs, 0.0, 0.0, "c (its kernel writes d now)");
+    assert_scale_add(&stream, &d, &inputs, 3.0, -1.0, "d (new arguments)");
+    graph.set_kernel_enabled(1, true).unwrap();
+    graph.launch(&stream).unwrap();
+    assert_scale_add(&stream, &b, &inputs, 2.0, 1.0, "b (enabled again)");
+
+    let e = graph.set_kernel_enabled(3, false).expect_err("kernel 3 of 3");
+    assert_error(&e, Status::InvalidArgument, "3 kernel nodes");
+    assert!(e.message().contains("cgc_graph_kernel_node_set_enabled"), "{}", e);
+    // SAFETY: refused (no kernel 3) before the arguments are used.
+    let e = unsafe { graph.set_kernel_args(3, &[&d, &input, &params, &n]) }.expect_err("kernel 3 of 3");
+    assert_error(&e, Status::InvalidArgument, "cgc_graph_kernel_node_set_args");
+    graph.reset().unwrap();
+    let e = graph.set_kernel_enabled(0, false).expect_err("after reset");
+    assert_error(&e, Status::InvalidState, "cgc_graph_kernel_node_set_enabled");
+
+    graph.destroy().unwrap();
+    module.unload().unwrap();
+    for buffer in [input, params, other_params, a, b, c, d] {
+        buffer.free().unwrap();
     }
     stream.destroy().unwrap();
     ctx.destroy().unwrap();
