@@ -210,7 +210,8 @@ static bool add_done_node(struct cgc__capture* c) {
  * kept: no graph is made and a graph the capture was to update stays as it was. */
 static cgc_status_t end_capture(cgc_stream_t stream, bool discard, cgc_graph_t* out, const char* func) {
   *out = NULL;
-  CGC_CHECK_HANDLE(stream, CGC_MAGIC_STREAM);
+  cgc_status_t checked = cgc__check_handle(stream, CGC_MAGIC_STREAM, func, "stream");
+  if (checked != CGC_SUCCESS) return checked;
   /* The capture is claimed by the stream's key without asking the driver first: another thread
    * may be ending this very capture, and the driver can crash in cuStreamGetCaptureInfo on a
    * stream whose capture another thread ends at that moment (seen on driver 580 with two threads

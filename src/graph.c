@@ -329,7 +329,7 @@ static cgc_status_t claim_for(cgc_graph_t graph, const char* what, const char* f
   bool expected = false;
   if (atomic_compare_exchange_strong(&graph->updating, &expected, true)) return CGC_SUCCESS;
   return cgc__fail(CGC_ERROR_INVALID_STATE, func,
-                   "graph %p is busy: a capture under way updates it (cgc_capture_options_t.update), or another "
+                   "graph %p is being updated by a capture under way (cgc_capture_options_t.update), or another "
                    "thread resets or destroys it; end that first before %s it",
                    (void*)graph, what);
 }
@@ -587,7 +587,7 @@ fail:
 static cgc_status_t kernel_node(cgc_graph_t graph, size_t kernel_index, CUgraphNode* node, const char* func) {
   if (atomic_load(&graph->updating))
     return cgc__fail(CGC_ERROR_INVALID_STATE, func,
-                     "graph %p is busy: a capture under way updates it (cgc_capture_options_t.update), or another "
+                     "graph %p is being updated by a capture under way (cgc_capture_options_t.update), or another "
                      "thread resets or destroys it",
                      (void*)graph);
   if (graph->exec == NULL)
