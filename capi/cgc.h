@@ -629,12 +629,35 @@ typedef enum cgc_function_attribute { /* the values of CUfunction_attribute */
    * parameter, as cgc_launch_kernel; e.g. a new buffer), same kernel, grid and block. */                      \
   X(cgc_status_t, cgc_graph_kernel_node_set_args, (cgc_graph_t graph, size_t kernel_index, void** args))
 
+/* 1.2. Conditional nodes: control flow on the device inside a capture (SEMANTICS 29). The values
+ * are the driver's CUgraphConditionalNodeType. */
+typedef enum cgc_conditional_kind {
+  CGC_CONDITIONAL_IF = 0,   /* the body runs once if *condition != 0 where the node stands */
+  CGC_CONDITIONAL_WHILE = 1 /* the body runs while *condition != 0, read before each iteration */
+} cgc_conditional_kind_t;
+
+#define CGC_FUNCTIONS_CONDITIONALS(X)                                                                          \
+  /* Adds a conditional node at this point of the capture under way on `stream` (a cgc capture, or             \
+   * a body of one) and lends *body, a stream whose work until cgc_capture_conditional_end(*body)               \
+   * is the node's body. `condition` is device memory (a uint32_t) the caller's kernels write:                 \
+   * cgc's own kernel reads it before the node, and for WHILE again after each iteration, so a                  \
+   * body that writes it decides whether it runs again. A body holds kernels (of cgc modules, or                \
+   * the caller's own), copies, sets and nested conditionals (on *body); allocations, host                     \
+   * functions, stream memory operations, events, generator draws and collectives are refused                 \
+   * there (the driver allows none of them in a body). The capture cannot end while a body is                 \
+   * open. CGC_ERROR_NOT_SUPPORTED with a driver older than CUDA 12.4. */                                      \
+  X(cgc_status_t, cgc_capture_conditional_begin,                                                               \
+    (cgc_stream_t stream, cgc_conditional_kind_t kind, const uint32_t* condition, cgc_stream_t* body))         \
+  /* Ends the body begun on `body` (and gives back the lent stream: the handle is then gone). */                \
+  X(cgc_status_t, cgc_capture_conditional_end, (cgc_stream_t body))
+
 CGC_FUNCTIONS_STREAMS_1_1(CGC_DECLARE_FUNCTION_)
 CGC_FUNCTIONS_COPIES(CGC_DECLARE_FUNCTION_)
 CGC_FUNCTIONS_HOST_FUNCS(CGC_DECLARE_FUNCTION_)
 CGC_FUNCTIONS_MEM_OPS(CGC_DECLARE_FUNCTION_)
 CGC_FUNCTIONS_KERNELS(CGC_DECLARE_FUNCTION_)
 CGC_FUNCTIONS_UPDATES(CGC_DECLARE_FUNCTION_)
+CGC_FUNCTIONS_CONDITIONALS(CGC_DECLARE_FUNCTION_)
 
 /* ---- one symbol for dlopen users -------------------------------------------------------------
  *
@@ -663,7 +686,7 @@ CGC_FUNCTIONS_UPDATES(CGC_DECLARE_FUNCTION_)
   CGC_FUNCTIONS_STREAMS_1_1(X) CGC_FUNCTIONS_COPIES(X) CGC_FUNCTIONS_HOST_FUNCS(X) CGC_FUNCTIONS_MEM_OPS(X) \
   CGC_FUNCTIONS_KERNELS(X)                                                                           \
   /* 1.2 */                                                                                          \
-  CGC_FUNCTIONS_UPDATES(X)
+  CGC_FUNCTIONS_UPDATES(X) CGC_FUNCTIONS_CONDITIONALS(X)
 
 #define CGC_API_FIELD_(ret, name, params) ret(*name) params;
 typedef struct cgc_api {

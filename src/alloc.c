@@ -20,6 +20,7 @@ cgc_status_t cgc_malloc(cgc_context_t ctx, size_t size, cgc_stream_t stream, voi
    * Otherwise the hit path makes no driver call at all (measured: the query alone would double
    * it). A capture begun with the driver directly while no cgc capture runs is therefore not
    * seen here; cgc_torch_malloc, through which other frameworks' captures arrive, always asks. */
+  if (__builtin_expect(stream->body != NULL, 0)) return cgc__refuse_in_body(stream, "an allocation", __func__);
   bool ask = cgc__captures_underway() > 0;
   uint64_t id = atomic_load_explicit(&stream->id, memory_order_relaxed);
   cgc__stream_ref_t ref = {.cu = stream->cu, .key = id}; /* not capturing: asked below when it matters */

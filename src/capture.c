@@ -10,6 +10,7 @@ static void free_capture(struct cgc__capture* c) {
   if (c == NULL) return;
   if (c->done != NULL) cgc__drv.cuEventDestroy(c->done);
   free(c->uses);
+  free(c->bodies);
   for (size_t i = 0; i < c->n_sides; i++) free(c->sides[i].absorbed);
   free(c->sides);
   free(c);

@@ -106,10 +106,16 @@ extern "C" {
   X(cuGraphKernelNodeGetParams, PFN_cuGraphKernelNodeGetParams_v12000, 12000)                \
   X(cuGraphExecKernelNodeSetParams, PFN_cuGraphExecKernelNodeSetParams_v12000, 12000)        \
   X(cuGraphNodeSetEnabled, PFN_cuGraphNodeSetEnabled_v11060, 11060)                          \
+  X(cuGraphAddKernelNode, PFN_cuGraphAddKernelNode_v12000, 12000)                            \
+  X(cuStreamUpdateCaptureDependencies, PFN_cuStreamUpdateCaptureDependencies_v11030, 11030)  \
   OPT(cuMemAllocAsync, PFN_cuMemAllocAsync_v11020, 11020)                                    \
   OPT(cuMemFreeAsync, PFN_cuMemFreeAsync_v11020, 11020)                                      \
   OPT(cuDeviceGetDefaultMemPool, PFN_cuDeviceGetDefaultMemPool_v11020, 11020)                \
-  OPT(cuMemPoolSetAttribute, PFN_cuMemPoolSetAttribute_v11020, 11020)
+  OPT(cuMemPoolSetAttribute, PFN_cuMemPoolSetAttribute_v11020, 11020)                       \
+  /* conditional nodes (conditional.c): CUDA 12.3 and newer */                               \
+  OPT(cuGraphConditionalHandleCreate, PFN_cuGraphConditionalHandleCreate_v12030, 12030)      \
+  OPT(cuGraphAddNode, PFN_cuGraphAddNode_v12030, 12030)                                      \
+  OPT(cuStreamBeginCaptureToGraph, PFN_cuStreamBeginCaptureToGraph_v12030, 12030)
 
 #define CGC_DRIVER_FIELD(name, type, version) type name;
 typedef struct cgc__driver {

@@ -39,3 +39,10 @@ cgc_status_t cgc__enqueue_capture(const cgc__stream_ref_t* ref, const char* what
   *id = ref->capture_id;
   return CGC_SUCCESS;
 }
+
+cgc_status_t cgc__refuse_in_body(cgc_stream_t s, const char* what, const char* func) {
+  return cgc__fail(CGC_ERROR_CAPTURE_UNSUPPORTED, func,
+                   "stream %p is the body of a conditional node, which holds kernels, copies, sets and nested "
+                   "conditionals only (the driver's rule): %s goes before or after the conditional node",
+                   (void*)s->cu, what);
+}

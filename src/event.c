@@ -36,6 +36,7 @@ cgc_status_t cgc_event_destroy(cgc_event_t event) {
 cgc_status_t cgc_event_record(cgc_event_t event, cgc_stream_t stream) {
   CGC_CHECK_HANDLE(event, CGC_MAGIC_EVENT);
   CGC_CHECK_HANDLE(stream, CGC_MAGIC_STREAM);
+  if (stream->body != NULL) return cgc__refuse_in_body(stream, "an event record", __func__);
   cgc__stream_ref_t ref;
   cgc_status_t st = cgc__stream_resolve(stream, cgc__captures_underway() > 0, &ref, __func__);
   if (st != CGC_SUCCESS) return st;

@@ -84,6 +84,7 @@ static const cgc__use_ops_t host_call_use_ops = {
 cgc_status_t cgc_launch_host_func(cgc_stream_t stream, cgc_host_fn fn, void* user, cgc_host_fn release) {
   cgc_status_t st = cgc__check_handle(stream, CGC_MAGIC_STREAM, __func__, "stream");
   if (st == CGC_SUCCESS && fn == NULL) st = cgc__fail(CGC_ERROR_INVALID_ARGUMENT, __func__, "fn is NULL");
+  if (st == CGC_SUCCESS && stream->body != NULL) st = cgc__refuse_in_body(stream, "a host function", __func__);
   struct host_call* call = NULL;
   if (st == CGC_SUCCESS) {
     call = calloc(1, sizeof *call);

@@ -156,6 +156,8 @@ struct cgc_stream_s {
   CUstream cu; /* NULL for the legacy stream, CU_STREAM_PER_THREAD for the per-thread stream */
   cgc__stream_kind_t kind;
   bool special; /* legacy or per-thread: the context must be current for every call on it */
+  /* Set on a stream cgc lends for a conditional body (conditional.c): what to end it with. */
+  struct cgc__body* body;
   /* The driver's id of an ordinary stream (unique for the life of the process, never reused,
    * unlike the CUstream's address); 0 while unknown (wrapped while it was capturing: asking
    * the driver for a capturing stream's id invalidates the capture). */
@@ -184,6 +186,10 @@ cgc_status_t cgc__stream_resolve(cgc_stream_t s, bool ask_capture, cgc__stream_r
  * whether it captures. */
 cgc_status_t cgc__stream_resolve_native(struct cgc__device* dev, CUstream cu, cgc__stream_ref_t* out,
                                         const char* func);
+/* A new owned stream of `dev` (cgc_stream_create without a context handle: conditional.c lends
+ * such streams for conditional bodies). */
+cgc_status_t cgc__stream_create(struct cgc__device* dev, unsigned flags, int priority, cgc_stream_t* out,
+                                const char* func);
 /* Enters the device's context when the stream needs it (legacy, per-thread). */
 cgc_status_t cgc__stream_enter(cgc_stream_t s, cgc__ctx_scope_t* scope, const char* func);
 
@@ -268,6 +274,10 @@ struct cgc__capture {
   /* The graph this capture updates (cgc_capture_options_t.update), marked `updating` for the
    * capture's duration: nothing else may reset, destroy or update it meanwhile. */
   cgc_graph_t update;
+  /* Conditional bodies being captured into this capture's graph (their driver capture ids):
+   * calls on a body stream take part in this capture; it cannot end while one is open. */
+  uint64_t* bodies;
+  size_t n_bodies, cap_bodies;
   struct cgc__capture* next;
 };
 
@@ -285,8 +295,16 @@ void cgc__registry_remove(struct cgc__capture* c);
 /* The capture whose origin is `ref`'s stream, claimed for ending (ACTIVE -> ENDING): exactly
  * one of several threads ending it at once gets it; the others get INVALID_STATE. */
 cgc_status_t cgc__registry_claim_end(const cgc__stream_ref_t* ref, struct cgc__capture** out, const char* func);
-/* Whether driver capture `id` is one cgc began and has not ended yet. */
+/* Whether driver capture `id` is one cgc began and has not ended yet, or a conditional body of
+ * one being captured. */
 bool cgc__registry_is_cgc_capture(uint64_t id);
+/* A conditional body (driver capture `body_id`) opens or closes in the cgc capture that `id` (the
+ * capture or one of its bodies) belongs to. Opening: INVALID_STATE when that capture is not
+ * under way (ended, or being ended). */
+cgc_status_t cgc__registry_open_body(uint64_t id, uint64_t body_id, const char* func);
+void cgc__registry_close_body(uint64_t body_id);
+/* Whether driver capture `id` is a conditional body being captured. */
+bool cgc__registry_is_body(uint64_t id);
 /* Whether a recorded capture has the stream of `key` as its origin or a side stream. */
 bool cgc__registry_has_stream(uint64_t key);
 /* Gives a claimed capture back (ENDING -> ACTIVE): the driver kept it going. */
@@ -346,6 +364,9 @@ cgc_status_t cgc__enqueue_begin(cgc_stream_t s, cgc__ask_t ask, cgc__stream_ref_
  * capture; CAPTURE_UNSUPPORTED, naming `what`, when it captures under a capture cgc did not
  * begin or one already invalidated (no graph would hold what `what` needs). */
 cgc_status_t cgc__enqueue_capture(const cgc__stream_ref_t* ref, const char* what, uint64_t* id, const char* func);
+/* CAPTURE_UNSUPPORTED for `what` (an allocation, a host function, ...) on `s`, a conditional
+ * body's stream (s->body set), naming what a body may hold. */
+cgc_status_t cgc__refuse_in_body(cgc_stream_t s, const char* what, const char* func);
 
 /* ---- pools and the allocator (heap.c below alloc.c and pool.c; shared state in alloc.h) ---- */
 

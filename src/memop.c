@@ -141,6 +141,7 @@ static const char* call_name(cgc_mem_op_kind_t kind) {
 static cgc_status_t mem_ops(cgc_stream_t stream, const cgc_mem_op_t* ops, size_t count, bool batch, const char* func) {
   cgc_status_t st = cgc__check_handle(stream, CGC_MAGIC_STREAM, func, "stream");
   if (st != CGC_SUCCESS) return st;
+  if (stream->body != NULL) return cgc__refuse_in_body(stream, "a stream memory operation", func);
   if (batch) {
     if (count == 0 || count > kMaxBatch)
       return cgc__fail(CGC_ERROR_INVALID_ARGUMENT, func, "count is %zu: a batch holds 1 to %d operations", count, kMaxBatch);

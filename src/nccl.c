@@ -387,6 +387,7 @@ static cgc_status_t check_call(cgc_comm_t comm, cgc_stream_t stream, cgc_dtype_t
     return cgc__fail(CGC_ERROR_INVALID_ARGUMENT, func, "stream %p is on device %d, the communicator on device %d",
                      (void*)stream->cu, stream->dev->ordinal, comm->dev->ordinal);
   if (count > 0 && (a == NULL || b == NULL)) return cgc__fail(CGC_ERROR_INVALID_ARGUMENT, func, "a buffer is NULL");
+  if (stream->body != NULL) return cgc__refuse_in_body(stream, "a collective", func);
   return CGC_SUCCESS;
 }
 

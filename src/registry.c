@@ -32,8 +32,11 @@ static struct cgc__capture* find_by_origin(uint64_t key) {
 
 static struct cgc__capture* find_by_id(uint64_t id) {
   if (id == 0) return NULL;
-  for (struct cgc__capture* c = registry; c != NULL; c = c->next)
+  for (struct cgc__capture* c = registry; c != NULL; c = c->next) {
     if (c->id == id) return c;
+    for (size_t i = 0; i < c->n_bodies; i++) /* a conditional body works for its capture */
+      if (c->bodies[i] == id) return c;
+  }
   return NULL;
 }
 
@@ -125,6 +128,11 @@ cgc_status_t cgc__registry_claim_end(const cgc__stream_ref_t* ref, struct cgc__c
   } else if (c->state == CGC__CAPTURE_BEGINNING) {
     st = cgc__fail(CGC_ERROR_INVALID_STATE, func, "the capture on stream %p is still being begun by another thread",
                    (void*)c->origin);
+  } else if (c->n_bodies > 0) {
+    st = cgc__fail(CGC_ERROR_INVALID_STATE, func,
+                   "the capture on stream %p has %zu conditional bod%s still open: end %s first "
+                   "(cgc_capture_conditional_end)",
+                   (void*)c->origin, c->n_bodies, c->n_bodies == 1 ? "y" : "ies", c->n_bodies == 1 ? "it" : "them");
   } else if (c->mode != CGC_CAPTURE_MODE_RELAXED && !pthread_equal(c->thread, pthread_self())) {
     /* The driver refuses it too (CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD); refusing first leaves
      * the capture untouched. */
@@ -146,6 +154,40 @@ bool cgc__registry_is_cgc_capture(uint64_t id) {
   bool ours = find_by_id(id) != NULL;
   pthread_mutex_unlock(&registry_lock);
   return ours;
+}
+
+cgc_status_t cgc__registry_open_body(uint64_t id, uint64_t body_id, const char* func) {
+  cgc_status_t st = CGC_SUCCESS;
+  pthread_mutex_lock(&registry_lock);
+  struct cgc__capture* c = find_by_id(id);
+  if (c == NULL || c->state != CGC__CAPTURE_ACTIVE)
+    st = cgc__fail(CGC_ERROR_INVALID_STATE, func, "capture %llu is not under way (ended, or being ended)",
+                   (unsigned long long)id);
+  else if (!reserve_one((void**)&c->bodies, &c->cap_bodies, c->n_bodies, sizeof *c->bodies))
+    st = cgc__fail(CGC_ERROR_OUT_OF_MEMORY, func, "out of host memory");
+  else
+    c->bodies[c->n_bodies++] = body_id;
+  pthread_mutex_unlock(&registry_lock);
+  return st;
+}
+
+void cgc__registry_close_body(uint64_t body_id) {
+  pthread_mutex_lock(&registry_lock);
+  struct cgc__capture* c = find_by_id(body_id);
+  for (size_t i = 0; c != NULL && i < c->n_bodies; i++)
+    if (c->bodies[i] == body_id) {
+      c->bodies[i] = c->bodies[--c->n_bodies];
+      break;
+    }
+  pthread_mutex_unlock(&registry_lock);
+}
+
+bool cgc__registry_is_body(uint64_t id) {
+  pthread_mutex_lock(&registry_lock);
+  struct cgc__capture* c = find_by_id(id);
+  bool body = c != NULL && c->id != id;
+  pthread_mutex_unlock(&registry_lock);
+  return body;
 }
 
 bool cgc__registry_has_stream(uint64_t key) {

@@ -221,6 +221,8 @@ static cgc_status_t draw(cgc_rng_t rng, float* out, size_t n, bool normal, float
   cgc_status_t st = cgc__check_handle(rng, CGC_MAGIC_RNG, func, "rng");
   if (st == CGC_SUCCESS) st = cgc__check_handle(stream, CGC_MAGIC_STREAM, func, "stream");
   if (st != CGC_SUCCESS) return st;
+  /* A draw in a body would give the same numbers at every iteration of a loop. */
+  if (stream->body != NULL) return cgc__refuse_in_body(stream, "a generator's draw", func);
   if (n == 0) return CGC_SUCCESS;
   CGC_CHECK_ARG(out != NULL, "out is NULL");
   CGC_CHECK_ARG(n <= ((size_t)1 << 62), "n is %zu", n);

@@ -24,23 +24,28 @@ cgc_status_t cgc_stream_create(cgc_context_t ctx, unsigned flags, int priority, 
   *out = NULL;
   CGC_CHECK_HANDLE(ctx, CGC_MAGIC_CONTEXT);
   CGC_CHECK_ARG((flags & ~CGC_STREAM_NON_BLOCKING) == 0, "unknown flag bits 0x%x", flags & ~CGC_STREAM_NON_BLOCKING);
+  return cgc__stream_create(ctx->dev, flags, priority, out, __func__);
+}
+
+cgc_status_t cgc__stream_create(struct cgc__device* dev, unsigned flags, int priority, cgc_stream_t* out,
+                                const char* func) {
   cgc__ctx_scope_t scope;
-  cgc_status_t st = cgc__ctx_enter(ctx->dev, &scope, __func__);
+  cgc_status_t st = cgc__ctx_enter(dev, &scope, func);
   if (st != CGC_SUCCESS) return st;
   int least = 0, greatest = 0;
   CUstream cu = NULL;
   unsigned long long id = 0;
-  st = CGC_CU(cuCtxGetStreamPriorityRange(&least, &greatest));
+  st = cgc__cu_fail(cgc__drv.cuCtxGetStreamPriorityRange(&least, &greatest), func, "cuCtxGetStreamPriorityRange");
   if (st != CGC_SUCCESS) goto fail;
   /* Lower numbers are higher priorities: clamp into [greatest, least] like the runtime does. */
   if (priority > least) priority = least;
   if (priority < greatest) priority = greatest;
   unsigned cu_flags = (flags & CGC_STREAM_NON_BLOCKING) ? CU_STREAM_NON_BLOCKING : CU_STREAM_DEFAULT;
-  st = CGC_CU(cuStreamCreateWithPriority(&cu, cu_flags, priority));
+  st = cgc__cu_fail(cgc__drv.cuStreamCreateWithPriority(&cu, cu_flags, priority), func, "cuStreamCreateWithPriority");
   if (st != CGC_SUCCESS) goto fail;
-  st = CGC_CU(cuStreamGetId(cu, &id)); /* a new stream is not capturing: safe to ask */
+  st = cgc__cu_fail(cgc__drv.cuStreamGetId(cu, &id), func, "cuStreamGetId"); /* a new stream is not capturing: safe to ask */
   if (st != CGC_SUCCESS) goto fail;
-  st = new_handle(ctx->dev, cu, CGC__STREAM_OWNED, id, out, __func__);
+  st = new_handle(dev, cu, CGC__STREAM_OWNED, id, out, func);
   if (st != CGC_SUCCESS) goto fail;
   cgc__ctx_leave(&scope);
   return CGC_SUCCESS;
@@ -85,6 +90,10 @@ void* cgc_stream_native(cgc_stream_t stream) {
 
 cgc_status_t cgc_stream_destroy(cgc_stream_t stream) {
   CGC_CHECK_HANDLE(stream, CGC_MAGIC_STREAM);
+  if (stream->body != NULL)
+    return cgc__fail(CGC_ERROR_INVALID_STATE, __func__,
+                     "stream %p is lent for a conditional body: cgc_capture_conditional_end gives it back",
+                     (void*)stream->cu);
   if (stream->special) { /* the default streams live as long as their context */
     cgc__retire(stream);
     return CGC_SUCCESS;
@@ -155,6 +164,7 @@ cgc_status_t cgc_stream_query(cgc_stream_t stream, int* complete) {
 cgc_status_t cgc_stream_wait_event(cgc_stream_t stream, cgc_event_t event) {
   CGC_CHECK_HANDLE(stream, CGC_MAGIC_STREAM);
   CGC_CHECK_HANDLE(event, CGC_MAGIC_EVENT);
+  if (stream->body != NULL) return cgc__refuse_in_body(stream, "a wait on an event", __func__);
   cgc__stream_ref_t ref;
   cgc_status_t st = cgc__stream_resolve(stream, cgc__captures_underway() > 0, &ref, __func__);
   if (st != CGC_SUCCESS) return st;

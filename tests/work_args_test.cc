@@ -73,6 +73,9 @@ std::vector<Case> WithHandles(cgc_context_t ctx, cgc_stream_t s, cgc_module_t m,
       // 1.2
       {"cgc_graph_kernel_node_set_enabled", [=] { return cgc_graph_kernel_node_set_enabled(g, 0, 0); }},
       {"cgc_graph_kernel_node_set_args", [=] { static void* none[1]; return cgc_graph_kernel_node_set_args(g, 0, none); }},
+      {"cgc_capture_conditional_begin",
+       [=] { static uint32_t c; cgc_stream_t b; return cgc_capture_conditional_begin(s, CGC_CONDITIONAL_IF, &c, &b); }},
+      {"cgc_capture_conditional_end", [=] { return cgc_capture_conditional_end(s); }},
   };
 }
 

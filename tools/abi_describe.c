@@ -48,7 +48,7 @@ static const struct {
     {"cgc_access_property_t", "i32"}, {"cgc_mem_op_kind_t", "i32"},
     {"cgc_function_attribute_t", "i32"},
     /* 1.2 */
-    {"cgc_graph_update_t", "i32"},
+    {"cgc_graph_update_t", "i32"},      {"cgc_conditional_kind_t", "i32"},
     {"cgc_module_t", "handle:cgc_module_t"},   {"cgc_function_t", "handle:cgc_function_t"},
     {"cgc_host_fn", "fnptr:cgc_host_fn"},
     {"cgc_access_policy_t", "struct:cgc_access_policy_t"},

@@ -39,3 +39,17 @@ extern "C" __global__ void cgc_test_scale_add(float* out, const float* in, const
   unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i < n) out[i] = in[i] * params[0] + params[1];
 }
+
+// Loops on the device (conditional nodes): a counter that counts to *n, and the condition
+// "another iteration" written for cgc's condition kernel.
+extern "C" __global__ void cgc_test_loop_init(unsigned* counter, const unsigned* n, unsigned* more) {
+  *counter = 0;
+  *more = *n > 0;
+}
+extern "C" __global__ void cgc_test_loop_step(unsigned* counter, const unsigned* n, unsigned* more) {
+  unsigned c = ++*counter;
+  *more = c < *n;
+}
+// *odd = whether *counter is odd; *hits counts the times it ran.
+extern "C" __global__ void cgc_test_parity(const unsigned* counter, unsigned* odd) { *odd = *counter & 1u; }
+extern "C" __global__ void cgc_test_count(unsigned* hits) { atomicAdd(hits, 1u); }
