@@ -27,3 +27,14 @@ extern "C" __global__ void cgc_bench_layer(float* out, const float* in, unsigned
   const float* row = in + (unsigned long long)r * width;
   out[i] = scale * row[c] + 0.25f * row[(7u * c + 1u) % width] + bias;
 }
+
+// The loop control of the device-loop scenario: counts iterations and says whether another
+// follows (the condition a WHILE node reads).
+extern "C" __global__ void cgc_bench_loop_init(unsigned* counter, unsigned* more) {
+  *counter = 0;
+  *more = 1;
+}
+extern "C" __global__ void cgc_bench_loop_step(unsigned* counter, unsigned n, unsigned* more) {
+  unsigned c = ++*counter;
+  *more = c < n;
+}

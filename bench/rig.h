@@ -36,7 +36,8 @@ typedef struct targets {
   double mixed_worst_ratio;   /* scenario 7, worst size */
   double update_worst_ratio;  /* scenario 8: cgc capture + update / capture + instantiate, >= 1000 nodes */
   double update_step_worst_ratio; /* scenario 8: the driver's update step / instantiation step */
-  bool have_launch, have_capture, have_alloc, have_memory, have_mixed, have_update, have_update_step;
+  double loop_host_ratio, loop_gpu_ratio; /* scenario 9 at K = 64: WHILE / K launches */
+  bool have_launch, have_capture, have_alloc, have_memory, have_mixed, have_update, have_update_step, have_loop;
 } targets_t;
 
 /* The scenarios, one file each (scenario_<name>.c): X(number, name, what it compares). A new
@@ -49,7 +50,8 @@ typedef struct targets {
   X(5, memory, "memory of 35 graphs: private pools vs one shared pool, both orders")         \
   X(6, multistream, "fork/join over 4 streams vs the same work on one stream")                \
   X(7, mixed, "capture + instantiate of copies, sets, kernels, host functions: cgc vs the driver") \
-  X(8, update, "capture + exec update vs capture + instantiate, cgc and the driver")
+  X(8, update, "capture + exec update vs capture + instantiate, cgc and the driver")        \
+  X(9, loop, "a loop on the device (WHILE node) vs K launches vs eager")
 
 typedef void scenario_fn(const rig_t* r, const opts_t* o, json_t* j, targets_t* t);
 #define BENCH_DECLARE_SCENARIO(number, name, what) scenario_fn scenario_##name;
