@@ -12,7 +12,7 @@
  *   blocks.c, heap.c                  the caching allocator's state and mechanisms
  *   alloc.c, pool.c                   its entry points: allocations, private pools
  *   graph.c, rng.c, nccl.c, module.c, hostfn.c   graphs and the objects graphs hold
- *   capture.c, stream.c, event.c, context.c, copy.c, memop.c, api.c
+ *   capture.c, stream.c, event.c, context.c, copy.c, memop.c, conditional.c, api.c
  *                                     the public entry points that drive the rest
  *
  * Lock order (a lock may be taken while holding only locks to its left):
