@@ -23,6 +23,9 @@ Since 1.2 a graph can change without a new Graph: ``with cgc.graph(g, stream=s, 
 recaptures into g, whose executable takes the new graph in place when the driver accepts it (same
 topology: new pointers or values), else is instantiated anew (g.info().last_update says which);
 and g.set_kernel_enabled(i, False) / g.set_kernel_args(i, args) change its i-th captured kernel.
+Inside a capture, ``with stream.conditional(cgc.ConditionalKind.WHILE, cond) as body:`` adds a
+conditional node whose body is the work issued on `body` in the block (kernels, copies, sets and
+nested conditionals), run while the device uint32 at `cond` is nonzero (IF: once if it is).
 
 Errors are ``cgc.Error`` (``.status`` is a ``cgc.Status`` or, for a code this module does not
 know, the raw int; ``.message`` is cgc_last_error() copied right after the failing call, on the
@@ -31,6 +34,7 @@ module checks itself (values ctypes would silently cut to their low bits, host b
 for a copy) raise InvalidArgumentError worded like the library's, naming the C function.
 """
 
+import contextlib
 import ctypes
 import enum
 import gc
@@ -53,8 +57,8 @@ __all__ = [
     "AccessProperty", "MemOpKind", "FunctionAttribute",
     "HOST_WRITE_COMBINED", "HOST_READ_ONLY", "WAIT_GEQ", "WAIT_EQ", "WAIT_AND", "WAIT_NOR",
     "WAIT_FLUSH", "BARRIER_SYSTEM", "BARRIER_GPU", "pending_host_funcs",
-    # 1.2: graphs that change without recapture
-    "GraphUpdate",
+    # 1.2: graphs that change without recapture, and control flow on the device
+    "GraphUpdate", "ConditionalKind",
 ]
 
 # The header's CGC_VERSION that this module was written against: cgc_get_api hands an older
@@ -222,6 +226,11 @@ class FunctionAttribute(enum.IntEnum):  # CUfunction_attribute's values
     CACHE_MODE_CA = 7  # read only
     MAX_DYNAMIC_SHARED_SIZE_BYTES = 8  # settable: needed above 48 KiB of dynamic shared memory
     PREFERRED_SHARED_MEMORY_CARVEOUT = 9  # settable: percent of L1 given to shared memory
+
+
+class ConditionalKind(enum.IntEnum):  # cgc_conditional_kind_t: the driver's CUgraphConditionalNodeType
+    IF = 0  # the body runs once if the condition is nonzero where the node stands
+    WHILE = 1  # the body runs while the condition is nonzero, read before each iteration
 
 
 class GraphUpdate(enum.IntEnum):  # cgc_graph_update_t: how the last update capture changed a graph
@@ -415,6 +424,9 @@ _PROTOTYPES = [
     # 1.2: per-node updates of an instantiated graph
     ("cgc_graph_kernel_node_set_enabled", _st, (_h, _sz, ctypes.c_int)),
     ("cgc_graph_kernel_node_set_args", _st, (_h, _sz, _hp)),
+    # 1.2: conditional nodes (the kind is an int-sized enum; *body is a stream cgc lends)
+    ("cgc_capture_conditional_begin", _st, (_h, ctypes.c_int, _h, _hp)),
+    ("cgc_capture_conditional_end", _st, (_h,)),
 ]
 
 
@@ -1045,11 +1057,86 @@ class Stream(_Handle):
         # An empty array is still an array: the library, not a NULL pointer, says why 0 is refused.
         _check(api().cgc_stream_batch_mem_op(self.handle, c_ops, len(ops)))
 
+    # ---- conditional nodes (1.2) ----
+
+    @contextlib.contextmanager
+    def conditional(self, kind, condition):
+        """Adds a conditional node at this point of the capture under way on this stream (a
+        capture, or the body of another conditional) and yields the body: a Stream that cgc
+        lends, whose work until the end of the `with` block is the node's body::
+
+            with s.conditional(cgc.ConditionalKind.WHILE, more) as body:
+                step.launch(1, 1, [counter, n, more], body)   # writes *more: loop again or not
+
+        kind: a ConditionalKind (or its name, "while"). condition: the device address of a
+        uint32 the caller's kernels write; IF runs the body once if it is nonzero where the node
+        stands, WHILE runs it as long as it is nonzero (read again after each iteration). A body
+        holds kernels, copies, sets and nested conditionals; allocations, host functions, memory
+        operations, events, generator draws and collectives raise CaptureUnsupportedError.
+        NotSupportedError with a driver older than CUDA 12.4.
+
+        The body stream belongs to cgc: it is given back when the block ends, also when the block
+        raises (the block's exception is the one that propagates), and cannot be closed before.
+        The capture cannot end while a body is open."""
+        func = "cgc_capture_conditional_begin"
+        handle = self.handle
+        k = _enum_value(ConditionalKind, kind, func, "kind")
+        out = ctypes.c_void_p()
+        _check(api().cgc_capture_conditional_begin(handle, k, _ptr(condition), ctypes.byref(out)))
+        body = _BodyStream._lend(out.value, self)
+        try:
+            yield body
+        except BaseException:
+            # The block's exception is the caller's news; ending the body still must happen (the
+            # capture cannot end with it open), and a failure to end it would only hide the cause.
+            try:
+                body._end()
+            except Error:
+                pass
+            raise
+        body._end()
+
     def close(self):
         ev = getattr(self, "_join_event", None)
         if ev is not None:
             ev.close()
         super().close()
+
+
+class _BodyStream(Stream):
+    """The body of a conditional node (Stream.conditional): a Stream that cgc lends until the
+    `with` block ends. It is not the caller's: close() refuses while it is lent (as
+    cgc_stream_destroy does), and the block's end gives it back with cgc_capture_conditional_end,
+    after which the object is closed."""
+
+    @classmethod
+    def _lend(cls, handle, parent):
+        self = cls.__new__(cls)
+        # The parent's context (a Stream made by Stream.__new__, as tests do, may have none).
+        self._h, self.context, self.owned, self.parent = handle, getattr(parent, "context", None), False, parent
+        return self
+
+    def _end(self):
+        h, self._h = self._h, None
+        ev = getattr(self, "_join_event", None)
+        if ev is not None:
+            ev.close()
+        if h is not None:
+            # cgc_capture_conditional_end frees the handle whatever it returns: the object is
+            # closed either way.
+            _check(api().cgc_capture_conditional_end(h))
+
+    def close(self):
+        if self._h is not None:
+            raise InvalidStateError(Status.INVALID_STATE,
+                                    "cgc_stream_destroy: stream %#x is lent for a conditional body: the end of "
+                                    "its `with stream.conditional(...)` block gives it back" % self._h)
+
+    def __del__(self):
+        pass  # never destroyed here: a body that is still lent is ended by its `with` block
+
+    def __repr__(self):
+        return "<cgc.Stream %s (conditional body)>" % ("ended" if self._h is None else hex(self._h))
 
 
 class Event(_Handle):

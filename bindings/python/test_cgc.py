@@ -185,7 +185,7 @@ class LoadingTest(unittest.TestCase):
         # The table this module calls through is complete and is the library's own functions.
         lib = cgc.api()
         self.assertGreaterEqual(lib.table.contents.struct_size, ctypes.sizeof(cgc.api_t))
-        self.assertEqual(len(cgc._PROTOTYPES), 63 + 29 + 2)  # 1.0's, then 1.1's, then 1.2's
+        self.assertEqual(len(cgc._PROTOTYPES), 63 + 29 + 4)  # 1.0's, then 1.1's, then 1.2's
         for name, _, _ in cgc._PROTOTYPES:
             via_table = ctypes.cast(getattr(lib, name), ctypes.c_void_p).value
             via_dlsym = ctypes.cast(getattr(lib.dll, name), ctypes.c_void_p).value
@@ -590,9 +590,10 @@ class UpdateBadCallTest(ExpectMixin, unittest.TestCase):
         # The handle is checked before the arguments: a foreign graph with NULL args names the graph.
         self.expect(cgc.Status.INVALID_HANDLE, "cgc_graph_kernel_node_set_args",
                     lambda: lib.cgc_graph_kernel_node_set_args(FOREIGN, 0, None), "graph")
-        # The table's 1.2 entries are these two, after 1.1's.
+        # The table's 1.2 entries are these, after 1.1's.
         self.assertEqual([p[0] for p in cgc._PROTOTYPES[63 + 29:]],
-                         ["cgc_graph_kernel_node_set_enabled", "cgc_graph_kernel_node_set_args"])
+                         ["cgc_graph_kernel_node_set_enabled", "cgc_graph_kernel_node_set_args",
+                          "cgc_capture_conditional_begin", "cgc_capture_conditional_end"])
 
     def test_the_binding_passes_foreign_graphs_to_the_library(self):
         g = cgc.Graph()
@@ -650,6 +651,69 @@ class UpdateBadCallTest(ExpectMixin, unittest.TestCase):
         self.assertEqual(ctypes.sizeof(cgc.capture_options_t), 40)
         self.assertEqual([int(m) for m in cgc.GraphUpdate], [0, 1, 2])
         self.assertEqual(cgc.GraphInfo._fields[-3:], ("update_count", "last_update", "last_update_result"))
+
+
+class ConditionalBadCallTest(ExpectMixin, unittest.TestCase):
+    """1.2's conditional nodes without a GPU: NULL and foreign handles are refused by name, the
+    binding refuses a kind it cannot name, and the lent body stream cannot be closed."""
+
+    def test_null_and_foreign_handles_are_refused_by_name(self):
+        lib, out = cgc.api(), ctypes.c_void_p(FOREIGN)
+        begin = "cgc_capture_conditional_begin"
+        self.expect(cgc.Status.INVALID_ARGUMENT, begin,
+                    lambda: lib.cgc_capture_conditional_begin(None, 1, FOREIGN, ctypes.byref(out)), "NULL")
+        self.assertIsNone(out.value, "the body is cleared on failure")
+        self.expect(cgc.Status.INVALID_HANDLE, begin,
+                    lambda: lib.cgc_capture_conditional_begin(FOREIGN, 1, FOREIGN, ctypes.byref(out)),
+                    "not a live cgc stream handle")
+        self.expect(cgc.Status.INVALID_ARGUMENT, begin,
+                    lambda: lib.cgc_capture_conditional_begin(FOREIGN, 0, FOREIGN, None), "body is NULL")
+        end = "cgc_capture_conditional_end"
+        self.expect(cgc.Status.INVALID_ARGUMENT, end, lambda: lib.cgc_capture_conditional_end(None), "NULL")
+        self.expect(cgc.Status.INVALID_HANDLE, end, lambda: lib.cgc_capture_conditional_end(FOREIGN),
+                    "not a live cgc stream handle")
+
+    def test_the_binding_checks_the_kind_and_passes_foreign_streams_on(self):
+        self.assertEqual([(m.name, int(m)) for m in cgc.ConditionalKind], [("IF", 0), ("WHILE", 1)])
+        stream = foreign(cgc.Stream)
+        func = "cgc_capture_conditional_begin"
+        ran = []
+        for kind in (cgc.ConditionalKind.WHILE, "if", 2):  # 2: the library judges ints (handle first)
+            with self.assertRaises(cgc.InvalidHandleError) as cm:
+                with stream.conditional(kind, FOREIGN) as body:
+                    ran.append(body)
+            self.assertIn(func, cm.exception.message)
+            self.assertIn("stream", cm.exception.message)
+        self.assertEqual(ran, [], "the block ran without a body")
+        with self.assertRaises(cgc.InvalidArgumentError) as cm:
+            with stream.conditional("until", FOREIGN):
+                self.fail("the block ran with a bad kind")
+        self.assertIn(func, cm.exception.message)
+        self.assertIn("'until' is not one of if, while", cm.exception.message)
+        forget(stream)
+        with self.assertRaises(cgc.InvalidHandleError):
+            with stream.conditional(cgc.ConditionalKind.IF, FOREIGN):
+                self.fail("a closed stream began a body")
+
+    def test_a_lent_body_cannot_be_closed_and_is_ended_once(self):
+        parent = foreign(cgc.Stream)
+        body = cgc._BodyStream._lend(FOREIGN, parent)
+        self.assertIsInstance(body, cgc.Stream)
+        self.assertFalse(body.owned)
+        with self.assertRaises(cgc.InvalidStateError) as cm:
+            body.close()
+        self.assertIn("conditional", cm.exception.message)
+        with self.assertRaises(cgc.InvalidStateError):
+            with body:  # a `with` on the body would close it: refused too
+                pass
+        self.assertFalse(body.closed)
+        # Ending it (what the `with stream.conditional` block does) closes the object whatever
+        # the library says: here the foreign handle is refused by name.
+        self.expect_raise(cgc.InvalidHandleError, "cgc_capture_conditional_end", body._end, "stream")
+        self.assertTrue(body.closed)
+        body.close()  # ended: nothing left to refuse
+        body._end()  # and never ended twice
+        forget(parent)
 
 
 # ---- GPU tests ---------------------------------------------------------------------------------
@@ -1347,6 +1411,186 @@ class GpuUpdateTest(ExpectMixin, unittest.TestCase):
         with self.assertRaises(cgc.InvalidStateError):
             g.set_kernel_enabled(0, False)
         g.close()
+
+
+# The conditional tests' kernels (PTX that nvcc -ptx -arch=sm_75 made from this CUDA C):
+#   cond_init(unsigned* counter, const unsigned* n, unsigned* more) { *counter = 0; *more = *n != 0; }
+#   cond_step(unsigned* counter, const unsigned* n, unsigned* more) { unsigned c = ++*counter; *more = c < *n; }
+#   cond_count(unsigned* hits) { ++*hits; }
+CONDITIONAL_PTX = """\
+.version 8.0
+.target sm_75
+.address_size 64
+
+.visible .entry cond_init(.param .u64 cond_init_param_0, .param .u64 cond_init_param_1, .param .u64 cond_init_param_2)
+{
+	.reg .pred %p<2>;
+	.reg .b32 %r<4>;
+	.reg .b64 %rd<7>;
+	ld.param.u64 %rd1, [cond_init_param_0];
+	ld.param.u64 %rd2, [cond_init_param_1];
+	ld.param.u64 %rd3, [cond_init_param_2];
+	cvta.to.global.u64 %rd4, %rd3;
+	cvta.to.global.u64 %rd5, %rd2;
+	cvta.to.global.u64 %rd6, %rd1;
+	mov.u32 %r1, 0;
+	st.global.u32 [%rd6], %r1;
+	ld.global.u32 %r2, [%rd5];
+	setp.ne.s32 %p1, %r2, 0;
+	selp.u32 %r3, 1, 0, %p1;
+	st.global.u32 [%rd4], %r3;
+	ret;
+}
+
+.visible .entry cond_step(.param .u64 cond_step_param_0, .param .u64 cond_step_param_1, .param .u64 cond_step_param_2)
+{
+	.reg .pred %p<2>;
+	.reg .b32 %r<5>;
+	.reg .b64 %rd<7>;
+	ld.param.u64 %rd1, [cond_step_param_0];
+	ld.param.u64 %rd2, [cond_step_param_1];
+	ld.param.u64 %rd3, [cond_step_param_2];
+	cvta.to.global.u64 %rd4, %rd3;
+	cvta.to.global.u64 %rd5, %rd2;
+	cvta.to.global.u64 %rd6, %rd1;
+	ld.global.u32 %r1, [%rd6];
+	add.s32 %r2, %r1, 1;
+	st.global.u32 [%rd6], %r2;
+	ld.global.u32 %r3, [%rd5];
+	setp.lt.u32 %p1, %r2, %r3;
+	selp.u32 %r4, 1, 0, %p1;
+	st.global.u32 [%rd4], %r4;
+	ret;
+}
+
+.visible .entry cond_count(.param .u64 cond_count_param_0)
+{
+	.reg .b32 %r<3>;
+	.reg .b64 %rd<3>;
+	ld.param.u64 %rd1, [cond_count_param_0];
+	cvta.to.global.u64 %rd2, %rd1;
+	ld.global.u32 %r1, [%rd2];
+	add.s32 %r2, %r1, 1;
+	st.global.u32 [%rd2], %r2;
+	ret;
+}
+"""
+
+
+class GpuConditionalTest(ExpectMixin, unittest.TestCase):
+    """1.2's conditional nodes on a GPU: a WHILE loop that counts on the device to a bound given
+    per replay through page-locked memory, an IF that skips its body, and what a body refuses.
+    Skipped with a driver older than CUDA 12.4 (the library says NotSupportedError then)."""
+
+    def setUp(self):
+        require_gpu(self)
+        self.ctx = cgc.Context(0)
+        self.stream = cgc.Stream(self.ctx)
+        self.module = cgc.Module(self.ctx, CONDITIONAL_PTX)
+        self.init, self.step, self.count = (self.module.function(n) for n in ("cond_init", "cond_step", "cond_count"))
+        # Words: 0 counter, 1 n, 2 more (the condition), 3 after-node count, 4 body count.
+        self.words = cgc.malloc(self.ctx, 64, self.stream)
+        self.stream.memset_d32(self.words, 0, 16)
+        self.counter, self.n, self.more, self.after, self.hits = (self.words + 4 * i for i in range(5))
+        self.host = cgc.HostBuffer(self.ctx, 4)  # page-locked: the per-replay value, copied in by the graph
+        self.value = self.host.as_array(ctypes.c_uint32)
+        self.graph = cgc.Graph()
+        self.require_conditionals()
+
+    def tearDown(self):
+        if self.stream.is_capturing():  # a failed test's capture: end it so everything can close
+            try:
+                self.graph.capture_end()
+            except cgc.Error:
+                pass
+        self.stream.synchronize()
+        self.graph.close()
+        cgc.free(self.words)
+        self.host.close()
+        self.module.close()
+        self.stream.close()
+        self.ctx.close()
+
+    def require_conditionals(self):
+        """Skips the test where the driver predates CUDA 12.4: begin says NotSupportedError then
+        (checked after the arguments, before whether the stream captures)."""
+        try:
+            with self.stream.conditional(cgc.ConditionalKind.IF, self.more):
+                self.fail("a body began outside a capture")
+        except cgc.NotSupportedError as e:
+            self.skipTest("conditional nodes need a driver for CUDA 12.4: %s" % e.message)
+        except cgc.InvalidStateError as e:
+            self.assertIn("not capturing", e.message)
+
+    def args(self, *addresses):
+        return [ctypes.c_void_p(a) for a in addresses]
+
+    def words_now(self):
+        out = (ctypes.c_uint32 * 16)()
+        self.stream.synchronize()
+        self.stream.memcpy_dtoh(out, self.words)
+        self.stream.synchronize()
+        return list(out)
+
+    def test_a_while_loop_counts_to_a_bound_given_per_replay(self):
+        s, loop = self.stream, self.args(self.counter, self.n, self.more)
+        with cgc.graph(self.graph, stream=s):
+            s.memcpy_htod(self.n, self.host, 4)  # the bound, read from page-locked memory at each replay
+            self.init.launch(1, 1, loop, s)
+            with s.conditional(cgc.ConditionalKind.WHILE, self.more) as body:
+                self.assertIsInstance(body, cgc.Stream)
+                self.assertNotEqual(body.handle, s.handle)
+                self.step.launch(1, 1, loop, body)
+        self.assertTrue(body.closed, "the block's end gave the body back")
+        self.assertEqual(self.graph.info().conditional_nodes, 1)
+        for bound in (3, 17, 0, 1, 1000):
+            self.value[0] = bound
+            self.graph.launch(s)
+            self.assertEqual(self.words_now()[0], bound, "the loop ran to this replay's bound")
+
+    def test_an_if_skips_its_body_when_the_condition_is_zero(self):
+        s = self.stream
+        with cgc.graph(self.graph, stream=s):
+            s.memcpy_htod(self.more, self.host, 4)  # the condition itself, per replay
+            with s.conditional("if", self.more) as body:
+                self.count.launch(1, 1, self.args(self.hits), body)
+            self.count.launch(1, 1, self.args(self.after), s)  # after the node: always runs
+        want = 0
+        for run in (1, 0, 0, 1, 1):
+            self.value[0] = run
+            self.graph.launch(s)
+            want += run
+            w = self.words_now()
+            self.assertEqual((w[4], w[3]), (want, self.graph.info().replay_count))
+
+    def test_a_body_refuses_an_allocation_and_a_failing_block_ends_the_body(self):
+        s = self.stream
+        # Not capturing, and a kind the library does not know (with a real stream).
+        self.expect_raise(cgc.InvalidStateError, "cgc_capture_conditional_begin",
+                          lambda: s.conditional(cgc.ConditionalKind.WHILE, self.more).__enter__(), "not capturing")
+        self.expect_raise(cgc.InvalidArgumentError, "cgc_capture_conditional_begin",
+                          lambda: s.conditional(2, self.more).__enter__(), "kind 2")
+        with cgc.graph(self.graph, stream=s):
+            with s.conditional(cgc.ConditionalKind.IF, self.more) as body:
+                self.expect_raise(cgc.CaptureUnsupportedError, "cgc_malloc",
+                                  lambda: cgc.malloc(self.ctx, 256, body), "conditional node")
+                self.expect_raise(cgc.CaptureUnsupportedError, "cgc_launch_host_func",
+                                  lambda: body.launch_host_func(lambda: None))
+                with self.assertRaises(cgc.InvalidStateError):
+                    body.close()  # lent: the block gives it back
+                # What a body may hold still works: a set and a kernel.
+                body.memset_d32(self.hits, 7, 1)
+                self.count.launch(1, 1, self.args(self.hits), body)
+            # A block that raises still ends its body (the capture could not end otherwise), and
+            # its exception is the one that comes out. Its condition, n, stays 0: it never runs.
+            with self.assertRaises(ZeroDivisionError):
+                with s.conditional(cgc.ConditionalKind.WHILE, self.n) as failed:
+                    1 / 0
+            self.assertTrue(failed.closed)
+        self.assertEqual(self.graph.info().conditional_nodes, 2)
+        s.memset_d32(self.more, 1, 1)  # the IF runs its body
+        self.graph.launch(s)
+        self.assertEqual(self.words_now()[4], 8, "the body's set (7) and kernel (+1) ran")
 
 
 class GpuNcclTest(unittest.TestCase):
