@@ -150,6 +150,8 @@ var goAPIOfFunction = map[string]any{
 	// 1.2
 	"cgc_graph_kernel_node_set_enabled": (*cgc.Graph).SetKernelEnabled,
 	"cgc_graph_kernel_node_set_args":    (*cgc.Graph).SetKernelArgs,
+	"cgc_capture_conditional_begin":     (*cgc.Stream).Conditional,
+	"cgc_capture_conditional_end":       (*cgc.Stream).Conditional,
 }
 
 // goTypeOfHandle, goTypeOfStruct and goTypeOfCallback are the Go forms of the header's handle

@@ -206,3 +206,33 @@ func TestUpdateFunctionsRefuseNilGraphs(t *testing.T) {
 		t.Error("String of GraphUpdate")
 	}
 }
+
+// 1.2's conditional nodes without a GPU: a nil stream is refused by the library, naming the
+// call, before the body could run; a nil body is the binding's refusal; the kinds print.
+func TestConditionalRefusesNilStreams(t *testing.T) {
+	if err := cgc.Load(); err != nil {
+		t.Fatal(err)
+	}
+	ran := false
+	body := func(*cgc.Stream) error { ran = true; return nil }
+	for _, kind := range []cgc.ConditionalKind{cgc.ConditionalIf, cgc.ConditionalWhile, cgc.ConditionalKind(2)} {
+		// Kind 2 is the library's to judge, after the stream: the NULL stream answers first.
+		err := (*cgc.Stream)(nil).Conditional(kind, cgc.DevicePtr(0x10000), body)
+		if e := asError(t, err, cgc.ErrInvalidArgument); !strings.Contains(e.Message, "cgc_capture_conditional_begin") ||
+			!strings.Contains(e.Message, "NULL") {
+			t.Errorf("Conditional(%v) on a nil stream: %q, want cgc_capture_conditional_begin refusing NULL", kind, e.Message)
+		}
+	}
+	if ran {
+		t.Error("the body ran although no node was added")
+	}
+	err := (*cgc.Stream)(nil).Conditional(cgc.ConditionalWhile, 0, nil)
+	if e := asError(t, err, cgc.ErrInvalidArgument); !strings.Contains(e.Message, "Go binding") ||
+		!strings.Contains(e.Message, "body is nil") {
+		t.Errorf("Conditional with a nil body: %q", e.Message)
+	}
+	if cgc.ConditionalIf.String() != "If" || cgc.ConditionalWhile.String() != "While" ||
+		cgc.ConditionalKind(2).String() != "ConditionalKind(2)" || cgc.ConditionalIf != 0 || cgc.ConditionalWhile != 1 {
+		t.Error("ConditionalKind values or String")
+	}
+}

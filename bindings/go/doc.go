@@ -56,6 +56,9 @@
 // the same *Graph, its executable updated in place when the driver accepts the new graph (the
 // same topology, e.g. new pointers), else instantiated anew; Graph.Info says which and why.
 // Graph.SetKernelEnabled and Graph.SetKernelArgs change one captured kernel for later replays.
+// Stream.Conditional adds a conditional node inside a capture (ConditionalIf, ConditionalWhile):
+// a body that runs on the device as long as a uint32 the caller's kernels write is nonzero,
+// issued by a function on a body stream the library lends for its duration.
 //
 // # Threads
 //

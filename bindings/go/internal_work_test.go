@@ -221,3 +221,59 @@ func TestClosedGraphIsRefusedByTheUpdateCalls(t *testing.T) {
 		t.Errorf("EndCapture on a NULL stream: %v, %v", g, err)
 	}
 }
+
+// foreignStream is a Stream whose handle is memory that is no cgc object (its first word is no
+// cgc magic), as a stale or foreign handle looks to the library, which reads that word first.
+func foreignStream(memory *[32]uint64, lent bool) *Stream {
+	for i := range memory {
+		memory[i] = 0x5a5a5a5a5a5a5a5a
+	}
+	s := &Stream{borrowed: true, lent: lent}
+	*(*unsafe.Pointer)(unsafe.Pointer(&s.h)) = unsafe.Pointer(&memory[0])
+	return s
+}
+
+// The conditional functions refuse a foreign stream by name (the handle is checked before the
+// kind), and the lent body stream cannot be closed by the caller.
+func TestConditionalForeignStreamsAndLentBodies(t *testing.T) {
+	if err := Load(); err != nil {
+		t.Fatal(err)
+	}
+	var memory [32]uint64
+	s := foreignStream(&memory, false)
+	for _, kind := range []ConditionalKind{ConditionalWhile, ConditionalKind(7)} {
+		err := s.Conditional(kind, DevicePtr(0x10000), func(*Stream) error {
+			t.Error("the body ran although no node was added")
+			return nil
+		})
+		var ce *Error
+		if !errors.As(err, &ce) || ce.Status != ErrInvalidHandle || !strings.Contains(ce.Message, "cgc_capture_conditional_begin") ||
+			!strings.Contains(ce.Message, "not a live cgc stream handle") {
+			t.Errorf("Conditional(%v) on a foreign stream: %v", kind, err)
+		}
+	}
+	lent := foreignStream(&memory, true)
+	err := lent.Close()
+	var ce *Error
+	if !errors.As(err, &ce) || ce.Status != ErrInvalidState || !strings.Contains(ce.Message, "conditional") {
+		t.Errorf("Close of a lent body: %v, want ErrInvalidState", err)
+	}
+	if lent.closed || lent.h == nil {
+		t.Error("a refused Close closed the lent body")
+	}
+	// What Conditional does once its body function returns: the end is the library's, which
+	// refuses the foreign handle by name here, and the lent Stream is closed whatever it says.
+	err = lent.endBody()
+	if !errors.As(err, &ce) || ce.Status != ErrInvalidHandle || !strings.Contains(ce.Message, "cgc_capture_conditional_end") {
+		t.Errorf("the end of a foreign body: %v", err)
+	}
+	if !lent.closed || lent.h != nil {
+		t.Error("the lent Stream is still open after its end")
+	}
+	if err := lent.Close(); err != nil {
+		t.Errorf("Close after the end: %v", err)
+	}
+	if err := lent.endBody(); err != nil {
+		t.Errorf("a second end: %v", err)
+	}
+}

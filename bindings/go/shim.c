@@ -445,3 +445,11 @@ cgc_status_t cgcgo_graph_kernel_node_set_args(cgc_graph_t graph, size_t kernel_i
   if (args != on_stack) free(args);
   return st;
 }
+
+cgc_status_t cgcgo_capture_conditional_begin(cgc_stream_t stream, int kind, uintptr_t condition, cgc_stream_t* body,
+                                             char** msg) {
+  CALL(api->cgc_capture_conditional_begin(stream, (cgc_conditional_kind_t)kind, (const uint32_t*)condition, body));
+}
+cgc_status_t cgcgo_capture_conditional_end(cgc_stream_t body, char** msg) {
+  CALL(api->cgc_capture_conditional_end(body));
+}

@@ -167,5 +167,10 @@ cgc_status_t cgcgo_graph_kernel_node_set_enabled(cgc_graph_t graph, size_t kerne
 /* `slots` as for cgcgo_launch_kernel (NULL when count is 0: the shim still passes an array). */
 cgc_status_t cgcgo_graph_kernel_node_set_args(cgc_graph_t graph, size_t kernel_index, void* slots, size_t count,
                                               char** msg);
+/* The condition is a device address, so a uintptr_t as other device addresses; *body is lent by
+ * the library until cgcgo_capture_conditional_end. */
+cgc_status_t cgcgo_capture_conditional_begin(cgc_stream_t stream, int kind, uintptr_t condition, cgc_stream_t* body,
+                                             char** msg);
+cgc_status_t cgcgo_capture_conditional_end(cgc_stream_t body, char** msg);
 
 #endif /* CGCGO_SHIM_H_ */

@@ -32,7 +32,10 @@
 //! Since 1.2 a graph changes without a new [`Graph`]: [`Stream::capture_update`] recaptures it,
 //! its executable updated in place when the driver accepts the new graph (same topology: new
 //! pointers or values), else instantiated anew; [`Graph::set_kernel_enabled`] and
-//! [`Graph::set_kernel_args`] change one captured kernel.
+//! [`Graph::set_kernel_args`] change one captured kernel. Inside a capture,
+//! [`Stream::conditional`] adds a conditional node: a body that runs once ([`ConditionalKind::If`])
+//! or in a loop ([`ConditionalKind::While`]) as long as a device `u32` the caller's kernels
+//! write is nonzero, on a body stream the library lends to a closure.
 //!
 //! Objects own their handle and destroy it on `Drop` (errors there are ignored); each also has
 //! a `destroy(self)` (or `free`, `release`) that reports the library's status. Objects made from
@@ -63,6 +66,7 @@ use std::ptr;
 use std::sync::{Mutex, MutexGuard};
 
 mod comm;
+mod conditional;
 mod copies;
 mod error;
 mod host_func;
@@ -76,6 +80,7 @@ mod stream_attributes;
 pub mod sys;
 
 pub use comm::{group_end, group_start, nccl_version, Comm, CommId, DType, ReduceOp};
+pub use conditional::ConditionalKind;
 pub use error::{Error, Result, Status};
 pub use host_func::host_function_panics;
 pub use host_memory::{HostBuffer, HostRegistration, HOST_READ_ONLY, HOST_WRITE_COMBINED};

@@ -14,7 +14,7 @@ use std::sync::Arc;
 
 use crate::{
     api, sys, AccessPolicy, AccessProperty, BarrierScope, CaptureMode,
-    CaptureOptions, Context, DeviceBuffer, Error, Function, FunctionAttribute, Graph, GraphInfo,
+    CaptureOptions, ConditionalKind, Context, DeviceBuffer, Error, Function, FunctionAttribute, Graph, GraphInfo,
     GraphUpdate, HostBuffer, HostRegistration, KernelArg, LaunchConfig, MemOp, Module, Result,
     Status, Stream, WaitCondition, WAIT_FLUSH,
 };
@@ -599,4 +599,46 @@ fn update_fields_in_c_form() {
     assert_eq!((sys::CGC_GRAPH_UPDATE_IN_PLACE, sys::CGC_GRAPH_UPDATE_REINSTANTIATED), (1, 2));
     let info = GraphInfo::default();
     assert_eq!((info.update_count, info.last_update, info.last_update_result), (0, GraphUpdate::None, 0));
+}
+
+#[test]
+fn a_refused_conditional_runs_no_body() {
+    let stream = null_stream();
+    let condition = bogus_buffer(4);
+    let mut ran = false;
+    let outcome: Result<u32> = stream.conditional(ConditionalKind::While, &condition, |_| {
+        ran = true;
+        Ok(1)
+    });
+    assert_refused(outcome, Status::InvalidArgument, "cgc_capture_conditional_begin");
+    assert!(!ran, "the body ran although the node was not added");
+    // A condition buffer smaller than a u32 is the binding's refusal, before the library.
+    let small = bogus_buffer(2);
+    assert_refused(
+        stream.conditional(ConditionalKind::If, &small, |_| Ok(())),
+        Status::InvalidArgument,
+        "cgc_capture_conditional_begin (condition)",
+    );
+    // SAFETY: refused (NULL stream) before anything reads the address.
+    let outcome = unsafe {
+        stream.conditional_raw(ConditionalKind::If, 0x10000 as *const u32, |_| -> Result<()> {
+            panic!("the body ran although the node was not added")
+        })
+    };
+    assert_refused(outcome, Status::InvalidArgument, "cgc_capture_conditional_begin");
+    condition.into_raw();
+    small.into_raw();
+}
+
+#[test]
+fn conditional_kinds_in_c_form() {
+    for (kind, raw) in [
+        (ConditionalKind::If, sys::CGC_CONDITIONAL_IF),
+        (ConditionalKind::While, sys::CGC_CONDITIONAL_WHILE),
+    ] {
+        assert_eq!(kind.to_raw(), raw);
+        assert_eq!(ConditionalKind::from_raw(raw), Some(kind));
+    }
+    assert_eq!(ConditionalKind::from_raw(2), None);
+    assert_eq!((sys::CGC_CONDITIONAL_IF, sys::CGC_CONDITIONAL_WHILE), (0, 1));
 }

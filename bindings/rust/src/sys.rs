@@ -321,6 +321,14 @@ pub const CGC_FUNC_CACHE_MODE_CA: cgc_function_attribute_t = 7;
 pub const CGC_FUNC_MAX_DYNAMIC_SHARED_SIZE_BYTES: cgc_function_attribute_t = 8;
 pub const CGC_FUNC_PREFERRED_SHARED_MEMORY_CARVEOUT: cgc_function_attribute_t = 9;
 
+/// `cgc_conditional_kind_t` (1.2): the kind of a conditional node (the values of
+/// CUgraphConditionalNodeType).
+pub type cgc_conditional_kind_t = c_int;
+/// The body runs once if the condition is nonzero where the node stands.
+pub const CGC_CONDITIONAL_IF: cgc_conditional_kind_t = 0;
+/// The body runs while the condition is nonzero, read before each iteration.
+pub const CGC_CONDITIONAL_WHILE: cgc_conditional_kind_t = 1;
+
 // ---- the function table ------------------------------------------------------------------------
 
 /// Like the header's X-macro lists: every function is written once, and the list generates the
@@ -476,6 +484,10 @@ api_table! {
     // 1.2: per-node updates of an instantiated graph
     fn cgc_graph_kernel_node_set_enabled(graph: cgc_graph_t, kernel_index: usize, enabled: c_int) -> cgc_status_t;
     fn cgc_graph_kernel_node_set_args(graph: cgc_graph_t, kernel_index: usize, args: *mut *mut c_void) -> cgc_status_t;
+    // 1.2: conditional nodes (*body is a stream the library lends until the end)
+    fn cgc_capture_conditional_begin(stream: cgc_stream_t, kind: cgc_conditional_kind_t, condition: *const u32,
+                                     body: *mut cgc_stream_t) -> cgc_status_t;
+    fn cgc_capture_conditional_end(body: cgc_stream_t) -> cgc_status_t;
 }
 
 /// `cgc_get_api`, the one symbol resolved with `dlsym`.

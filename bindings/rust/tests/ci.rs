@@ -388,8 +388,46 @@ fn the_1_2_functions_refuse_null_and_foreign_graphs_by_name() {
     let at = names.iter().position(|n| *n == "cgc_launch_kernel").unwrap();
     assert_eq!(
         &names[at + 1..],
-        &["cgc_graph_kernel_node_set_enabled", "cgc_graph_kernel_node_set_args"]
+        &[
+            "cgc_graph_kernel_node_set_enabled",
+            "cgc_graph_kernel_node_set_args",
+            "cgc_capture_conditional_begin",
+            "cgc_capture_conditional_end"
+        ]
     );
+}
+
+/// 1.2's conditional nodes refuse a NULL stream (INVALID_ARGUMENT) and a pointer that is no cgc
+/// stream (INVALID_HANDLE), naming themselves, before they need the driver; begin clears *body
+/// on failure and refuses a NULL out pointer.
+#[test]
+fn the_conditional_functions_refuse_null_and_foreign_streams_by_name() {
+    let api = cgc::api().unwrap();
+    let mut not_an_object = [0x5a5a_5a5a_5a5a_5a5a_u64; 32];
+    let foreign = not_an_object.as_mut_ptr() as sys::cgc_stream_t;
+    let condition = not_an_object.as_ptr() as *const u32; // never read: refused before
+    // SAFETY: NULL and the foreign pointer are documented inputs (refused by a check of the
+    // handle, which only reads the foreign memory); the out pointers are valid.
+    unsafe {
+        for (stream, want) in [(ptr::null_mut(), Status::InvalidArgument), (foreign, Status::InvalidHandle)] {
+            let mut body = foreign; // not NULL: the refusal must clear it
+            let st = (api.cgc_capture_conditional_begin)(stream, sys::CGC_CONDITIONAL_WHILE, condition, &mut body);
+            assert_named_refusal(api, st, want, "cgc_capture_conditional_begin");
+            assert!(body.is_null(), "*body is cleared on failure");
+            let st = (api.cgc_capture_conditional_end)(stream);
+            assert_named_refusal(api, st, want, "cgc_capture_conditional_end");
+        }
+        // A kind the header does not have is refused too, but only once the stream is a live
+        // one (the GPU tests); with a foreign stream the handle answers first.
+        let mut body = ptr::null_mut();
+        let st = (api.cgc_capture_conditional_begin)(foreign, 7, condition, &mut body);
+        assert_named_refusal(api, st, Status::InvalidHandle, "cgc_capture_conditional_begin");
+        let st = (api.cgc_capture_conditional_begin)(foreign, sys::CGC_CONDITIONAL_IF, condition, ptr::null_mut());
+        let message = std::ffi::CStr::from_ptr((api.cgc_last_error)()).to_string_lossy().into_owned();
+        assert_named_refusal(api, st, Status::InvalidArgument, "cgc_capture_conditional_begin");
+        assert!(message.contains("body is NULL"), "{}", message);
+    }
+    assert_eq!((sys::CGC_CONDITIONAL_IF, sys::CGC_CONDITIONAL_WHILE), (0, 1));
 }
 
 #[test]
@@ -450,7 +488,7 @@ fn class_of_rust_type(ty: &str) -> String {
         "c_char" => "i8".into(),
         "c_int" | "cgc_status_t" | "cgc_capture_mode_t" | "cgc_capture_status_t"
         | "cgc_dtype_t" | "cgc_reduce_op_t" | "cgc_access_property_t" | "cgc_mem_op_kind_t"
-        | "cgc_function_attribute_t" | "cgc_graph_update_t" => "i32".into(),
+        | "cgc_function_attribute_t" | "cgc_graph_update_t" | "cgc_conditional_kind_t" => "i32".into(),
         "c_uint" => "u32".into(),
         "u8" | "u16" | "u32" | "u64" | "usize" | "isize" | "f32" => ty.clone(),
         "cgc_context_t" | "cgc_stream_t" | "cgc_event_t" | "cgc_graph_t" | "cgc_pool_t"
