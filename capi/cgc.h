@@ -640,15 +640,17 @@ typedef enum cgc_conditional_kind {
   /* Adds a conditional node at this point of the capture under way on `stream` (a cgc capture, or             \
    * a body of one) and lends *body, a stream whose work until cgc_capture_conditional_end(*body)               \
    * is the node's body. `condition` is device memory (a uint32_t) the caller's kernels write:                 \
-   * cgc's own kernel reads it before the node, and for WHILE again after each iteration, so a                  \
-   * body that writes it decides whether it runs again. A body holds kernels (of cgc modules, or                \
-   * the caller's own), copies, sets and nested conditionals (on *body); allocations, host                     \
+   * cgc's own kernel reads it before the node, and for WHILE again as each iteration's last work,             \
+   * so a body that writes it decides whether it runs again. A body holds kernels (of cgc modules              \
+   * or the caller's own), copies, sets and nested conditionals, on *body alone; allocations, host             \
    * functions, stream memory operations, events, generator draws and collectives are refused                 \
-   * there (the driver allows none of them in a body). The capture cannot end while a body is                 \
-   * open. CGC_ERROR_NOT_SUPPORTED with a driver older than CUDA 12.4. */                                      \
+   * there (SEMANTICS 29 says why). The capture cannot end while a body is open; a node that                   \
+   * could not be completed makes the capture's end discard the graph. CGC_ERROR_NOT_SUPPORTED                 \
+   * with a driver older than CUDA 12.4. */                                                                    \
   X(cgc_status_t, cgc_capture_conditional_begin,                                                               \
     (cgc_stream_t stream, cgc_conditional_kind_t kind, const uint32_t* condition, cgc_stream_t* body))         \
-  /* Ends the body begun on `body` (and gives back the lent stream: the handle is then gone). */                \
+  /* Ends the body begun on `body` and gives back the lent stream: the handle is then gone, also               \
+   * when this fails (a second end is refused). */                                                             \
   X(cgc_status_t, cgc_capture_conditional_end, (cgc_stream_t body))
 
 CGC_FUNCTIONS_STREAMS_1_1(CGC_DECLARE_FUNCTION_)

@@ -250,6 +250,10 @@ static cgc_status_t end_capture(cgc_stream_t stream, bool discard, cgc_graph_t* 
     st = cgc__fail(CGC_ERROR_CAPTURE_INVALIDATED, func, "the driver returned no graph");
   if (st == CGC_SUCCESS && !has_done_node)
     st = cgc__fail(CGC_ERROR_CUDA, func, "cuEventRecordWithFlags (the graph's completion record) failed");
+  if (st == CGC_SUCCESS && c->broken)
+    st = cgc__fail(CGC_ERROR_CAPTURE_INVALIDATED, func,
+                   "a conditional node of this capture could not be completed (cgc_capture_conditional_begin or _end "
+                   "reported why): its graph is discarded");
   bool failed = st != CGC_SUCCESS;
   if (!failed && discard) st = CGC_ERROR_INVALID_STATE; /* thrown away below, like a failed capture */
   /* Routing to the pool stops only now, after the driver's end (SEMANTICS 3). */
@@ -274,7 +278,7 @@ static cgc_status_t end_capture(cgc_stream_t stream, bool discard, cgc_graph_t* 
     cgc__release_uses(c->uses, c->n_uses);
     if (c->update != NULL) atomic_store(&c->update->updating, false);
     free_capture(c);
-    return st;
+    return failed ? st : CGC_SUCCESS; /* discarded as asked */
   }
   nodes -= 1; /* the completion record is cgc's, not the user's */
   CUevent done = c->done;
@@ -315,8 +319,19 @@ cgc_status_t cgc_capture(cgc_stream_t stream, const cgc_capture_options_t* optio
 
   char body_message[512];
   snprintf(body_message, sizeof body_message, "%s", cgc_last_error());
+  /* Conditional bodies the failing body left open are ended first, the last opened first: the
+   * capture cannot end with one open. */
+  cgc__stream_ref_t ref;
+  if (cgc__stream_resolve(stream, false, &ref, __func__) == CGC_SUCCESS) {
+    for (cgc_stream_t lent; (lent = cgc__registry_last_body(ref.key)) != NULL;)
+      if (cgc_capture_conditional_end(lent) != CGC_SUCCESS && cgc__registry_last_body(ref.key) == lent) break;
+  }
   cgc_graph_t none = NULL;
-  end_capture(stream, true, &none, __func__); /* a graph it was to update stays as it was */
+  cgc_status_t ended = end_capture(stream, true, &none, __func__); /* a graph it was to update stays as it was */
+  /* An invalidated or unjoined capture was still ended; anything else may have left it open. */
+  if (ended != CGC_SUCCESS && ended != CGC_ERROR_CAPTURE_INVALIDATED && ended != CGC_ERROR_CAPTURE_UNJOINED)
+    return cgc__fail(body_st, __func__, "the body returned %s%s%s; ending the capture failed too (%s)",
+                     cgc_status_string(body_st), body_message[0] ? " -- " : "", body_message, cgc_status_string(ended));
   return cgc__fail(body_st, __func__, "the body returned %s%s%s; the capture was ended and discarded",
                    cgc_status_string(body_st), body_message[0] ? " -- " : "", body_message);
 }

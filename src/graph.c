@@ -228,10 +228,17 @@ static cgc_status_t count_nodes(cgc_graph_t graph, cgc_graph_info_t* info, const
   free(graph->kernel_nodes);
   graph->kernel_nodes = NULL;
   size_t n_kernels = 0;
+  CUfunction condition = atomic_load(&graph->dev->condition_kernel);
   for (size_t i = 0; i < n && st == CGC_SUCCESS; i++) {
     CUgraphNodeType type;
     st = cgc__cu_fail(cgc__drv.cuGraphNodeGetType(nodes[i], &type), func, "cuGraphNodeGetType");
     if (st != CGC_SUCCESS) break;
+    if (type == CU_GRAPH_NODE_TYPE_KERNEL && condition != NULL) {
+      /* cgc's own kernel before a conditional node is not the caller's to count or change */
+      CUDA_KERNEL_NODE_PARAMS p;
+      memset(&p, 0, sizeof p);
+      if (cgc__drv.cuGraphKernelNodeGetParams(nodes[i], &p) == CUDA_SUCCESS && p.func == condition) continue;
+    }
     if (type == CU_GRAPH_NODE_TYPE_KERNEL) nodes[n_kernels++] = nodes[i]; /* in place: i >= n_kernels */
     switch ((int)type) {
 #define COUNT_NODE_KIND_(X, field, node_type) \

@@ -21,7 +21,8 @@
  *   a generator's lock -> registry_lock (a capture's first draw registers its use under it);
  *   a module's functions_lock is taken alone (no driver call that waits under it);
  *   a graph's inspect_lock is taken alone (driver calls on that graph only, none that waits for
- *   the GPU), as is fence_lock (device.c: the fence stream's creation).
+ *   the GPU), as are fence_lock (device.c: the fence stream's creation) and condition_lock
+ *   (conditional.c: loading the condition kernel).
  * No lock that cgc_malloc, cgc_free or cgc_graph_launch takes is held across a driver call that
  * can wait for the GPU (cuMemFree, synchronisations, cuMemAlloc): those run with every lock
  * dropped. The registry lock is held across cuEventRecord / cuStreamWaitEvent (which never wait
@@ -107,6 +108,9 @@ struct cgc__device {
   /* CGC__MEMOP_* capabilities for stream memory operations (memop.c); 0 until asked. */
   atomic_uint memop_caps;
   _Atomic(CUstream) fence_stream; /* cgc__device_fence_stream's, NULL until first needed */
+  /* cgc's conditional-node kernel (conditional.c), NULL until the device's first conditional:
+   * graph.c leaves it out of the kernel nodes it counts and numbers. */
+  _Atomic(CUfunction) condition_kernel;
 };
 
 /* A context handle is the user's ticket to a device; objects made from it point at the device,
@@ -156,8 +160,9 @@ struct cgc_stream_s {
   CUstream cu; /* NULL for the legacy stream, CU_STREAM_PER_THREAD for the per-thread stream */
   cgc__stream_kind_t kind;
   bool special; /* legacy or per-thread: the context must be current for every call on it */
-  /* Set on a stream cgc lends for a conditional body (conditional.c): what to end it with. */
-  struct cgc__body* body;
+  /* Set on a stream cgc lends for a conditional body (conditional.c): what to end it with; taken
+   * (exchanged for NULL) by the one call that ends the body. */
+  _Atomic(struct cgc__body*) body;
   /* The driver's id of an ordinary stream (unique for the life of the process, never reused,
    * unlike the CUstream's address); 0 while unknown (wrapped while it was capturing: asking
    * the driver for a capturing stream's id invalidates the capture). */
@@ -274,10 +279,16 @@ struct cgc__capture {
   /* The graph this capture updates (cgc_capture_options_t.update), marked `updating` for the
    * capture's duration: nothing else may reset, destroy or update it meanwhile. */
   cgc_graph_t update;
-  /* Conditional bodies being captured into this capture's graph (their driver capture ids):
-   * calls on a body stream take part in this capture; it cannot end while one is open. */
-  uint64_t* bodies;
+  /* Conditional bodies being captured into this capture's graph, in the order they opened (an id
+   * of 0: a body being set up, reserved so that no end can start meanwhile). Calls on a body
+   * stream take part in this capture; it cannot end while one is open. `broken`: a conditional
+   * node could not be completed, so the capture's graph must not be kept (its end fails). */
+  struct cgc__open_body {
+    uint64_t id;       /* the driver's id of the body capture, 0 while reserved */
+    cgc_stream_t lent; /* the stream its work goes to */
+  }* bodies;
   size_t n_bodies, cap_bodies;
+  bool broken;
   struct cgc__capture* next;
 };
 
@@ -298,13 +309,19 @@ cgc_status_t cgc__registry_claim_end(const cgc__stream_ref_t* ref, struct cgc__c
 /* Whether driver capture `id` is one cgc began and has not ended yet, or a conditional body of
  * one being captured. */
 bool cgc__registry_is_cgc_capture(uint64_t id);
-/* A conditional body (driver capture `body_id`) opens or closes in the cgc capture that `id` (the
- * capture or one of its bodies) belongs to. Opening: INVALID_STATE when that capture is not
- * under way (ended, or being ended). */
-cgc_status_t cgc__registry_open_body(uint64_t id, uint64_t body_id, const char* func);
+/* A conditional body in the cgc capture that `id` (the capture or one of its bodies) belongs to:
+ * reserved first (INVALID_STATE when that capture is not under way: ended, or being ended), so
+ * that no end of the capture can start while the node is being added; then opened with its
+ * driver capture id and lent stream, or given back; closed at its end. */
+cgc_status_t cgc__registry_reserve_body(uint64_t id, const char* func);
+void cgc__registry_open_body(uint64_t id, uint64_t body_id, cgc_stream_t lent);
+void cgc__registry_unreserve_body(uint64_t id);
 void cgc__registry_close_body(uint64_t body_id);
-/* Whether driver capture `id` is a conditional body being captured. */
-bool cgc__registry_is_body(uint64_t id);
+/* The capture `id` belongs to must not be kept: its end fails (CAPTURE_INVALIDATED). */
+void cgc__registry_mark_broken(uint64_t id);
+/* The lent stream of the last body opened in the capture whose origin is stream `key` (NULL when
+ * none): cgc_capture ends them before discarding the capture. */
+cgc_stream_t cgc__registry_last_body(uint64_t key);
 /* Whether a recorded capture has the stream of `key` as its origin or a side stream. */
 bool cgc__registry_has_stream(uint64_t key);
 /* Gives a claimed capture back (ENDING -> ACTIVE): the driver kept it going. */

@@ -35,7 +35,7 @@ static struct cgc__capture* find_by_id(uint64_t id) {
   for (struct cgc__capture* c = registry; c != NULL; c = c->next) {
     if (c->id == id) return c;
     for (size_t i = 0; i < c->n_bodies; i++) /* a conditional body works for its capture */
-      if (c->bodies[i] == id) return c;
+      if (c->bodies[i].id == id) return c;
   }
   return NULL;
 }
@@ -156,7 +156,7 @@ bool cgc__registry_is_cgc_capture(uint64_t id) {
   return ours;
 }
 
-cgc_status_t cgc__registry_open_body(uint64_t id, uint64_t body_id, const char* func) {
+cgc_status_t cgc__registry_reserve_body(uint64_t id, const char* func) {
   cgc_status_t st = CGC_SUCCESS;
   pthread_mutex_lock(&registry_lock);
   struct cgc__capture* c = find_by_id(id);
@@ -166,28 +166,65 @@ cgc_status_t cgc__registry_open_body(uint64_t id, uint64_t body_id, const char* 
   else if (!reserve_one((void**)&c->bodies, &c->cap_bodies, c->n_bodies, sizeof *c->bodies))
     st = cgc__fail(CGC_ERROR_OUT_OF_MEMORY, func, "out of host memory");
   else
-    c->bodies[c->n_bodies++] = body_id;
+    c->bodies[c->n_bodies++] = (struct cgc__open_body){0, NULL};
   pthread_mutex_unlock(&registry_lock);
   return st;
+}
+
+/* The reservation of `c` (id 0), or NULL. Registry lock held. */
+static struct cgc__open_body* reservation(struct cgc__capture* c) {
+  for (size_t i = c != NULL ? c->n_bodies : 0; i > 0; i--)
+    if (c->bodies[i - 1].id == 0) return &c->bodies[i - 1];
+  return NULL;
+}
+
+void cgc__registry_open_body(uint64_t id, uint64_t body_id, cgc_stream_t lent) {
+  pthread_mutex_lock(&registry_lock);
+  struct cgc__open_body* b = reservation(find_by_id(id));
+  if (b != NULL) *b = (struct cgc__open_body){body_id, lent};
+  pthread_mutex_unlock(&registry_lock);
+}
+
+/* Takes out entry `b` of `c`, keeping the others in the order they opened. */
+static void remove_body(struct cgc__capture* c, struct cgc__open_body* b) {
+  size_t i = (size_t)(b - c->bodies);
+  for (; i + 1 < c->n_bodies; i++) c->bodies[i] = c->bodies[i + 1];
+  c->n_bodies--;
+}
+
+void cgc__registry_unreserve_body(uint64_t id) {
+  pthread_mutex_lock(&registry_lock);
+  struct cgc__capture* c = find_by_id(id);
+  struct cgc__open_body* b = reservation(c);
+  if (b != NULL) remove_body(c, b);
+  pthread_mutex_unlock(&registry_lock);
 }
 
 void cgc__registry_close_body(uint64_t body_id) {
   pthread_mutex_lock(&registry_lock);
   struct cgc__capture* c = find_by_id(body_id);
   for (size_t i = 0; c != NULL && i < c->n_bodies; i++)
-    if (c->bodies[i] == body_id) {
-      c->bodies[i] = c->bodies[--c->n_bodies];
+    if (c->bodies[i].id == body_id) {
+      remove_body(c, &c->bodies[i]);
       break;
     }
   pthread_mutex_unlock(&registry_lock);
 }
 
-bool cgc__registry_is_body(uint64_t id) {
+void cgc__registry_mark_broken(uint64_t id) {
   pthread_mutex_lock(&registry_lock);
   struct cgc__capture* c = find_by_id(id);
-  bool body = c != NULL && c->id != id;
+  if (c != NULL) c->broken = true;
   pthread_mutex_unlock(&registry_lock);
-  return body;
+}
+
+cgc_stream_t cgc__registry_last_body(uint64_t key) {
+  pthread_mutex_lock(&registry_lock);
+  struct cgc__capture* c = find_by_origin(key);
+  cgc_stream_t lent = NULL;
+  for (size_t i = c != NULL ? c->n_bodies : 0; i > 0 && lent == NULL; i--) lent = c->bodies[i - 1].lent;
+  pthread_mutex_unlock(&registry_lock);
+  return lent;
 }
 
 bool cgc__registry_has_stream(uint64_t key) {

@@ -180,4 +180,72 @@ TEST_F(Conditional, ABodyRefusesWhatTheDriverDoesNotAllowThere) {
   CGC_EXPECT_OK(cgc_event_destroy(ev));
 }
 
+// ---- found by review (issue 14) ----
+
+cgc_status_t LeavesABodyOpen(cgc_stream_t s, void* user) {
+  cgc_stream_t body = nullptr;
+  cgc_status_t st = cgc_capture_conditional_begin(s, CGC_CONDITIONAL_WHILE, static_cast<const uint32_t*>(user), &body);
+  return st != CGC_SUCCESS ? st : CGC_ERROR_INVALID_ARGUMENT;  // fails with the body still open
+}
+
+// cgc_capture whose body fails with a conditional body open: the capture is still ended (it
+// used to stay capturing, refused by the open body, while the message said it was ended).
+TEST_F(Conditional, AFailingCaptureBodyWithAnOpenConditionalIsStillEnded) {
+  if (!Supported()) GTEST_SKIP() << "conditional nodes need a driver for CUDA 12.4";
+  cgc_graph_t g = nullptr;
+  EXPECT_EQ(cgc_capture(stream, nullptr, LeavesABodyOpen, more, &g), CGC_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(g, nullptr);
+  cgc_capture_status_t cs = CGC_CAPTURE_ACTIVE;
+  CGC_ASSERT_OK(cgc_stream_capture_status(stream, &cs, nullptr));
+  EXPECT_EQ(cs, CGC_CAPTURE_NONE) << "the capture was left open";
+  // The stream captures again normally.
+  CGC_ASSERT_OK(cgc_capture_begin(stream, nullptr));
+  CGC_ASSERT_OK(Launch(count, stream, {&hits}));
+  CGC_ASSERT_OK(cgc_capture_end(stream, &g));
+  CGC_EXPECT_OK(cgc_graph_destroy(g));
+}
+
+// cgc's condition kernel is not one of the caller's kernel nodes: it is neither counted nor
+// reachable by per-node updates (disabling it would leave the condition unset).
+TEST_F(Conditional, CgcsConditionKernelIsNotAKernelNodeOfTheCallers) {
+  if (!Supported()) GTEST_SKIP() << "conditional nodes need a driver for CUDA 12.4";
+  CGC_ASSERT_OK(cgc_capture_begin(stream, nullptr));
+  CGC_ASSERT_OK(Launch(init, stream, {&counter, &n, &more}));
+  cgc_stream_t body = nullptr;
+  CGC_ASSERT_OK(cgc_capture_conditional_begin(stream, CGC_CONDITIONAL_IF, more, &body));
+  CGC_ASSERT_OK(Launch(count, body, {&hits}));
+  CGC_ASSERT_OK(cgc_capture_conditional_end(body));
+  CGC_ASSERT_OK(Launch(count, stream, {&odd}));
+  cgc_graph_t g = nullptr;
+  CGC_ASSERT_OK(cgc_capture_end(stream, &g));
+  cgc_graph_info_t info = {};
+  info.struct_size = sizeof info;
+  CGC_ASSERT_OK(cgc_graph_info(g, &info));
+  EXPECT_EQ(info.kernel_nodes, 2u) << "init and the count after the node";
+  EXPECT_EQ(info.conditional_nodes, 1u);
+  EXPECT_EQ(cgc_graph_kernel_node_set_enabled(g, 2, 0), CGC_ERROR_INVALID_ARGUMENT);
+  CGC_ASSERT_OK(cgc_graph_kernel_node_set_enabled(g, 1, 0));  // the caller's second kernel
+  *host_n = 1;
+  CGC_ASSERT_OK(cgc_memcpy_htod_async(n, host_n, sizeof(unsigned), stream));
+  CGC_ASSERT_OK(cgc_graph_launch(g, stream));
+  std::vector<unsigned> w = Words();
+  EXPECT_EQ(w[4], 1u) << "the IF ran its body";
+  EXPECT_EQ(w[3], 0u) << "the disabled kernel did not run";
+  CGC_EXPECT_OK(cgc_graph_destroy(g));
+}
+
+// One end per body: a second end of the same body is refused, not a double free.
+TEST_F(Conditional, ABodyEndsOnce) {
+  if (!Supported()) GTEST_SKIP() << "conditional nodes need a driver for CUDA 12.4";
+  CGC_ASSERT_OK(cgc_capture_begin(stream, nullptr));
+  cgc_stream_t body = nullptr;
+  CGC_ASSERT_OK(cgc_capture_conditional_begin(stream, CGC_CONDITIONAL_IF, more, &body));
+  CGC_ASSERT_OK(Launch(count, body, {&hits}));
+  CGC_ASSERT_OK(cgc_capture_conditional_end(body));
+  EXPECT_NE(cgc_capture_conditional_end(body), CGC_SUCCESS) << "the handle is gone";
+  cgc_graph_t g = nullptr;
+  CGC_ASSERT_OK(cgc_capture_end(stream, &g));
+  CGC_EXPECT_OK(cgc_graph_destroy(g));
+}
+
 }  // namespace
