@@ -185,9 +185,10 @@ cgc_status_t cgc_capture_conditional_end(cgc_stream_t body) {
     cuuint64_t id = 0;
     st = CGC_CU(cuStreamGetCaptureInfo(body->cu, &status, &id, NULL, NULL, NULL));
     if (st == CGC_SUCCESS && status == CU_STREAM_CAPTURE_STATUS_INVALIDATED) {
-      /* Ending an invalidated body capture frees the body graph its node still owns (driver 580:
-       * the end of the capture then crashes): the body's capture is left as it is, its stream
-       * with it, and the capture it belongs to is discarded at its end. */
+      /* Ending an invalidated body capture is reported to free the body graph its node still owns,
+       * after which ending the capture it belongs to crashes (a driver bug, not reproduced here):
+       * the body's capture is left as it is, its stream with it (one stream lost), and the
+       * capture it belongs to is discarded at its end. */
       keep_capturing = true;
       st = cgc__fail(CGC_ERROR_CAPTURE_INVALIDATED, __func__,
                      "the body's capture was invalidated by an earlier call; the capture it belongs to will be "
