@@ -47,6 +47,7 @@ struct Counters {
   // Host functions (1.1): launched (eager or captured; each call releases its data exactly once),
   // released, and calls run (eager once, captured at every replay).
   std::atomic<long> host_funcs{0}, host_releases{0}, host_calls{0};
+  std::atomic<long> updates{0}; // 1.2: graphs updated in place by a capture
   std::atomic<long> bad_contents{0}, unexpected{0};
 };
 
@@ -174,7 +175,7 @@ class Worker {
     if (r < 28) return MallocStamp();
     if (r < 50) return CheckFree(rng_() % 8 == 0);
     if (r < 56) return UseElsewhere();
-    if (r < 70) return CaptureGraph();
+    if (r < 70) return rng_() % 5 == 0 ? UpdateGraph() : CaptureGraph(nullptr);
     if (r < 86) return Replay();
     if (r < 93) return DestroyGraph();
     if (r < 95) return SwapStream();
@@ -283,17 +284,25 @@ class Worker {
   }
 
   // in -> t = in + 1 (origin) -> u = t + 2 (side) -> out = u + 0.5 (origin), t and u freed inside.
-  void CaptureGraph() {
-    if (graphs_.size() >= 12) return DestroyGraph();
+  // 1.2: a graph of a private pool captured again into itself (cgc_capture_options_t.update):
+  // the same topology, so the executable is updated in place while earlier replays may run.
+  void UpdateGraph() {
+    for (size_t k = 0; k < graphs_.size(); k++)
+      if (!graphs_[k].shared_pool) return CaptureGraph(&graphs_[k]);
+    CaptureGraph(nullptr);
+  }
+
+  void CaptureGraph(Graph* target) {
+    if (target == nullptr && graphs_.size() >= 12) return DestroyGraph();
     // Graphs sharing the thread's pool are captured on its two stable streams (own_[0] and
     // own_[3] are never swapped), as frameworks capture on fixed streams: a pool's free blocks
     // serve later captures on the stream they were freed on. Graphs with a private pool use
     // the streams that come and go.
-    bool shared_pool = rng_() % 2 == 0;
+    bool shared_pool = target != nullptr ? target->shared_pool : rng_() % 2 == 0;
     cgc_stream_t origin = shared_pool ? own_[0] : own_[1 + rng_() % 2];
     cgc_stream_t side = shared_pool ? own_[3] : (origin == own_[1] ? own_[2] : own_[1]);
     cgc_capture_options_t o = {sizeof o, PickMode(), shared_pool ? pool_ : nullptr,
-                               rng_() % 4 == 0 ? CGC_CAPTURE_UPLOAD : 0u};
+                               rng_() % 4 == 0 ? CGC_CAPTURE_UPLOAD : 0u, target != nullptr ? target->g : nullptr};
     if (!Expect("cgc_capture_begin", cgc_capture_begin(origin, &o), {CGC_SUCCESS})) return;
     bool unjoined = rng_() % 16 == 0;
     std::vector<void*> allocated;
@@ -345,8 +354,19 @@ class Worker {
     }
     if (opts.illegal && st == CGC_ERROR_CAPTURE_INVALIDATED) counters.captures_broken++;
     if (!Expect("cgc_capture_end", st, InCapture()) || !ok) {
-      if (g) cgc_graph_destroy(g);
+      if (g && g != (target != nullptr ? target->g : nullptr)) cgc_graph_destroy(g);
       if (out) cgc_free(out);
+      return;
+    }
+    if (target != nullptr) {
+      // Updated: the graph now writes the new output. Replays launched before may still write
+      // the old one, on any stream: wait for them before it goes back.
+      if (g != target->g) Unexpected("cgc_capture_end (update) handed back another graph", CGC_ERROR_INTERNAL);
+      counters.updates++;
+      for (cgc_stream_t s : shared_streams) Sync(s);
+      for (cgc_stream_t s : own_) Sync(s);
+      Expect("cgc_free (the output before the update)", cgc_free(target->out), {CGC_SUCCESS});
+      target->out = out;
       return;
     }
     graphs_.push_back(Graph{g, out, shared_pool});
@@ -362,7 +382,7 @@ class Worker {
   }
 
   void Replay() {
-    if (graphs_.empty()) return CaptureGraph();
+    if (graphs_.empty()) return CaptureGraph(nullptr);
     Graph& gr = graphs_[rng_() % graphs_.size()];
     cgc_stream_t s = AnyStream();
     if (!Expect("cgc_graph_launch", cgc_graph_launch(gr.g, s), {CGC_SUCCESS})) return;
@@ -555,8 +575,8 @@ int main(int argc, char** argv) {
               c.captures.load(), c.captures_failed_on_purpose.load(), c.captures_broken.load(), c.replays.load(),
               c.replays_checked.load(), c.destroyed_while_running.load(), c.stream_swaps.load(),
               c.empty_caches.load(), c.refused.load());
-  std::printf("host functions %ld launched, %ld released, %ld calls run\n", c.host_funcs.load(), c.host_releases.load(),
-              c.host_calls.load());
+  std::printf("host functions %ld launched, %ld released, %ld calls run; graphs updated by capture %ld\n",
+              c.host_funcs.load(), c.host_releases.load(), c.host_calls.load(), c.updates.load());
   std::printf("end: %zu bytes allocated, %zu reserved before cgc_empty_cache, %zu after; peak reserved %zu\n",
               before.bytes_allocated, before.bytes_reserved, after.bytes_reserved, after.peak_bytes_reserved);
   bool ok = c.bad_contents == 0 && c.unexpected == 0 && before.bytes_allocated == 0 && after.bytes_reserved == 0 &&
