@@ -480,7 +480,13 @@ cgc_status_t cgc__graph_update(cgc_graph_t g, CUgraph graph, CUevent done, size_
     /* Replays launched before the update record the old event, later ones the new: the new event
      * must also cover the earlier replays (the pool waits for it at reset). A record on the
      * device's fence stream after a wait on the old one does that without waiting here. */
-    if (old_done != NULL && cgc__drv.cuEventQuery(old_done) == CUDA_ERROR_NOT_READY) {
+    /* In Relaxed mode: an event query from a thread in Global mode is an unsafe call while any
+     * thread captures, and on driver 580 it crashed inside the driver while another thread's
+     * capture ended (the stress test's illegal mix). */
+    previous = cgc__relaxed_begin();
+    bool pending = old_done != NULL && cgc__drv.cuEventQuery(old_done) == CUDA_ERROR_NOT_READY;
+    cgc__relaxed_end(previous);
+    if (pending) {
       CUstream fence = NULL;
       st = cgc__device_fence_stream(g->dev, &fence, func);
       if (st == CGC_SUCCESS) st = CGC_CU(cuStreamWaitEvent(fence, old_done, 0));
