@@ -45,3 +45,20 @@ TEST(Status, LastErrorIsThreadLocalAndNamesTheFunction) {
 }
 
 }  // namespace
+
+// A caller built against an older minor version (1.0, 1.1) gets the table, whose prefix is what
+// it knows; a newer minor version or another major version is refused, saying why.
+TEST(Status, TheTableServesOlderMinorVersionsAndRefusesNewerOnes) {
+  const cgc_api_t* api = nullptr;
+  for (uint32_t minor = 0; minor <= CGC_VERSION_MINOR; minor++) {
+    api = nullptr;
+    ASSERT_EQ(cgc_get_api((CGC_VERSION_MAJOR << 16) | (minor << 8), &api), CGC_SUCCESS) << "1." << minor;
+    ASSERT_NE(api, nullptr);
+    EXPECT_EQ(api->struct_size, sizeof(cgc_api_t));
+    EXPECT_EQ(api->cgc_version, &cgc_version) << "1.0's first entry is where 1.0 put it";
+  }
+  EXPECT_EQ(cgc_get_api((CGC_VERSION_MAJOR << 16) | ((CGC_VERSION_MINOR + 1) << 8), &api), CGC_ERROR_NOT_SUPPORTED);
+  EXPECT_EQ(api, nullptr);
+  EXPECT_NE(std::string(cgc_last_error()).find("older"), std::string::npos) << cgc_last_error();
+  EXPECT_EQ(cgc_get_api((CGC_VERSION_MAJOR + 1) << 16, &api), CGC_ERROR_NOT_SUPPORTED);
+}
