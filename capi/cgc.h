@@ -59,7 +59,7 @@ extern "C" {
 #define CGC_VERSION_MAJOR 1 /* also the soname: libcgc.so.1 */
 /* 1.1: the work a graph is made of (copies, sets, host functions, memory operations, kernels);
  * 1.2: graphs that change without recapture (exec update, per-node updates) */
-#define CGC_VERSION_MINOR 2
+#define CGC_VERSION_MINOR 3
 #define CGC_VERSION_PATCH 0
 #define CGC_VERSION ((CGC_VERSION_MAJOR << 16) | (CGC_VERSION_MINOR << 8) | CGC_VERSION_PATCH)
 
@@ -632,9 +632,26 @@ typedef enum cgc_function_attribute { /* the values of CUfunction_attribute */
 /* 1.2. Conditional nodes: control flow on the device inside a capture (SEMANTICS 29). The values
  * are the driver's CUgraphConditionalNodeType. */
 typedef enum cgc_conditional_kind {
-  CGC_CONDITIONAL_IF = 0,   /* the body runs once if *condition != 0 where the node stands */
-  CGC_CONDITIONAL_WHILE = 1 /* the body runs while *condition != 0, read before each iteration */
+  CGC_CONDITIONAL_IF = 0,    /* the body runs once if *condition != 0 where the node stands (with a
+                              * second body, 1.3: that one runs if it is 0) */
+  CGC_CONDITIONAL_WHILE = 1, /* the body runs while *condition != 0, read before each iteration */
+  CGC_CONDITIONAL_SWITCH = 2 /* 1.3: body i runs once if *condition == i; none if it is n_bodies or more */
 } cgc_conditional_kind_t;
+
+/* 1.3. Generator draws inside a WHILE body: iteration i of a replay draws what the i-th of as
+ * many eager draws would, for i below this many; each replay advances the generator by this many
+ * iterations' worth, so what follows the loop never repeats its numbers; later iterations draw
+ * from a counter space of their own (fresh, not an eager run's). SEMANTICS 29. */
+#define CGC_LOOP_EAGER_ITERATIONS ((uint64_t)65536)
+
+/* 1.3. Flags of cgc_capture_conditional_begin_bodies. */
+enum {
+  /* WHILE only: cgc reads *condition before the node alone; after that the body's own kernels
+   * decide whether another iteration follows, through the node's handle (CUDA's device function
+   * cudaGraphSetConditional(handle, value)), saving cgc's kernel at every iteration. A body that
+   * never sets it loops for ever. */
+  CGC_CONDITIONAL_BODY_SETS_CONDITION = 1
+};
 
 #define CGC_FUNCTIONS_CONDITIONALS(X)                                                                          \
   /* Adds a conditional node at this point of the capture under way on `stream` (a cgc capture, or             \
@@ -642,16 +659,28 @@ typedef enum cgc_conditional_kind {
    * is the node's body. `condition` is device memory (a uint32_t) the caller's kernels write:                 \
    * cgc's own kernel reads it before the node, and for WHILE again as each iteration's last work,             \
    * so a body that writes it decides whether it runs again. A body holds kernels (of cgc modules              \
-   * or the caller's own), copies, sets and nested conditionals, on *body alone; allocations, host             \
-   * functions, stream memory operations, events, generator draws and collectives are refused                 \
-   * there (SEMANTICS 29 says why). The capture cannot end while a body is open; a node that                   \
-   * could not be completed makes the capture's end discard the graph. CGC_ERROR_NOT_SUPPORTED                 \
-   * with a driver older than CUDA 12.4. */                                                                    \
+   * or the caller's own), copies, sets, nested conditionals and (1.3) allocations from the                    \
+   * capture's pool and generator draws, on *body alone; host functions, stream memory                         \
+   * operations, events and collectives are refused there (SEMANTICS 29 says why). The capture                 \
+   * cannot end while a body is open; a node that could not be completed makes the capture's end               \
+   * discard the graph. CGC_ERROR_NOT_SUPPORTED with a driver older than CUDA 12.4. */                         \
   X(cgc_status_t, cgc_capture_conditional_begin,                                                               \
     (cgc_stream_t stream, cgc_conditional_kind_t kind, const uint32_t* condition, cgc_stream_t* body))         \
   /* Ends the body begun on `body` and gives back the lent stream: the handle is then gone, also               \
-   * when this fails (a second end is refused). */                                                             \
+   * when this fails (a second end is refused; so is ending a body while a body begun inside it is             \
+   * open, 1.3). */                                                                                            \
   X(cgc_status_t, cgc_capture_conditional_end, (cgc_stream_t body))
+
+#define CGC_FUNCTIONS_CONDITIONALS_1_3(X)                                                                      \
+  /* 1.3. A conditional node with every body at once: IF with 1 body or 2 (IF/ELSE), WHILE with 1,            \
+   * SWITCH with 1 to 256; bodies[i] is lent for body i (end each with cgc_capture_conditional_end).           \
+   * `flags`: 0 or CGC_CONDITIONAL_BODY_SETS_CONDITION. *handle (may be NULL) is the node's                    \
+   * conditional handle (a cudaGraphConditionalHandle) for the caller's kernels. IF/ELSE and SWITCH            \
+   * need a driver for CUDA 12.8 (CGC_ERROR_NOT_SUPPORTED before). Otherwise as                                \
+   * cgc_capture_conditional_begin. */                                                                         \
+  X(cgc_status_t, cgc_capture_conditional_begin_bodies,                                                        \
+    (cgc_stream_t stream, cgc_conditional_kind_t kind, const uint32_t* condition, unsigned flags,              \
+     size_t n_bodies, cgc_stream_t* bodies, uint64_t* handle))
 
 CGC_FUNCTIONS_STREAMS_1_1(CGC_DECLARE_FUNCTION_)
 CGC_FUNCTIONS_COPIES(CGC_DECLARE_FUNCTION_)
@@ -660,6 +689,7 @@ CGC_FUNCTIONS_MEM_OPS(CGC_DECLARE_FUNCTION_)
 CGC_FUNCTIONS_KERNELS(CGC_DECLARE_FUNCTION_)
 CGC_FUNCTIONS_UPDATES(CGC_DECLARE_FUNCTION_)
 CGC_FUNCTIONS_CONDITIONALS(CGC_DECLARE_FUNCTION_)
+CGC_FUNCTIONS_CONDITIONALS_1_3(CGC_DECLARE_FUNCTION_)
 
 /* ---- one symbol for dlopen users -------------------------------------------------------------
  *
@@ -688,7 +718,9 @@ CGC_FUNCTIONS_CONDITIONALS(CGC_DECLARE_FUNCTION_)
   CGC_FUNCTIONS_STREAMS_1_1(X) CGC_FUNCTIONS_COPIES(X) CGC_FUNCTIONS_HOST_FUNCS(X) CGC_FUNCTIONS_MEM_OPS(X) \
   CGC_FUNCTIONS_KERNELS(X)                                                                           \
   /* 1.2 */                                                                                          \
-  CGC_FUNCTIONS_UPDATES(X) CGC_FUNCTIONS_CONDITIONALS(X)
+  CGC_FUNCTIONS_UPDATES(X) CGC_FUNCTIONS_CONDITIONALS(X)                                             \
+  /* 1.3 */                                                                                          \
+  CGC_FUNCTIONS_CONDITIONALS_1_3(X)
 
 #define CGC_API_FIELD_(ret, name, params) ret(*name) params;
 typedef struct cgc_api {

@@ -6,6 +6,22 @@
 
 #include "src/alloc.h"
 
+/* On a conditional body's stream: from the pool of the capture the body belongs to, under the
+ * body stream's key (only the body reuses it while the body is open; at its end it passes to
+ * the stream the node was added on: cgc__alloc_body_ended). */
+static cgc_status_t malloc_in_body(cgc_context_t ctx, size_t size, cgc_stream_t stream, void** out) {
+  cgc__stream_ref_t ref;
+  uint64_t capture = 0;
+  cgc_status_t st = cgc__stream_resolve(stream, true, &ref, "cgc_malloc");
+  if (st == CGC_SUCCESS) st = cgc__registry_capture_of(&ref, &capture, "cgc_malloc");
+  if (st == CGC_SUCCESS && capture == 0)
+    st = cgc__fail(CGC_ERROR_INVALID_STATE, "cgc_malloc",
+                   "stream %p was lent for a conditional body that has ended", (void*)stream->cu);
+  if (st != CGC_SUCCESS) return st;
+  ref.capture_id = capture;
+  return cgc__malloc(ctx->dev, size, &ref, out, "cgc_malloc");
+}
+
 cgc_status_t cgc_malloc(cgc_context_t ctx, size_t size, cgc_stream_t stream, void** out) {
   CGC_CHECK_ARG(out != NULL, "out is NULL");
   *out = NULL;
@@ -20,7 +36,7 @@ cgc_status_t cgc_malloc(cgc_context_t ctx, size_t size, cgc_stream_t stream, voi
    * Otherwise the hit path makes no driver call at all (measured: the query alone would double
    * it). A capture begun with the driver directly while no cgc capture runs is therefore not
    * seen here; cgc_torch_malloc, through which other frameworks' captures arrive, always asks. */
-  if (__builtin_expect(stream->body != NULL, 0)) return cgc__refuse_in_body(stream, "an allocation", __func__);
+  if (__builtin_expect(stream->body != NULL, 0)) return malloc_in_body(ctx, size, stream, out);
   bool ask = cgc__captures_underway() > 0;
   uint64_t id = atomic_load_explicit(&stream->id, memory_order_relaxed);
   cgc__stream_ref_t ref = {.cu = stream->cu, .key = id}; /* not capturing: asked below when it matters */

@@ -1,12 +1,21 @@
-/* Conditional nodes: IF and WHILE inside a capture (CUDA 12.4 and newer drivers).
+/* Conditional nodes: IF, IF/ELSE, WHILE and SWITCH inside a capture (CUDA 12.4 and newer drivers;
+ * IF/ELSE and SWITCH 12.8).
  *
- * cgc_capture_conditional_begin adds, at the current point of the capture, a kernel of cgc's that
- * reads the caller's condition (device memory) into a conditional handle, then the conditional
- * node after it, and makes the node the stream's capture dependency, so the capture goes on after
- * it. The node's body graph is captured on a stream cgc lends (cuStreamBeginCaptureToGraph); the
- * registry counts that body capture as part of the cgc capture (modules' code is held, nested
- * conditionals find their capture), and the capture cannot end while a body is open. For WHILE,
- * the condition kernel also ends the body, so each iteration decides whether another follows.
+ * cgc_capture_conditional_begin_bodies adds, at the current point of the capture, a kernel of
+ * cgc's that reads the caller's condition (device memory) into a conditional handle, then the
+ * conditional node after it with its bodies, and makes the node the stream's capture dependency,
+ * so the capture goes on after it. Each body graph is captured on a stream cgc lends
+ * (cuStreamBeginCaptureToGraph); the registry counts those body captures as part of the cgc
+ * capture (modules' code is held, nested conditionals and allocations find their capture), and
+ * the capture cannot end while a body is open. For WHILE, the condition kernel also ends the
+ * body (unless the caller's kernels set the condition themselves), so each iteration decides
+ * whether another follows.
+ *
+ * Memory allocated in a body comes from the capture's pool under the body stream's key, so only
+ * the body reuses it while the body is open; at the body's end it passes to the stream the node
+ * was added on, which the whole node precedes (heap.c). Generator draws in a WHILE body read
+ * per-loop offsets that cgc's kernels advance on the device at each iteration (rng.c); their
+ * device memory is allocated here on a loop's first draw.
  *
  * The condition kernel lives in a fatbin of its own (kernels/conditional.cu), loaded on a device's
  * first conditional node and kept with the device's primary context for the process. */
@@ -20,12 +29,13 @@ extern const unsigned char cgc__conditional_fatbin[];
  * waits for nothing on the GPU) and kept in the device's state. */
 static pthread_mutex_t condition_lock = PTHREAD_MUTEX_INITIALIZER;
 
-struct cgc__body {
-  cgc_conditional_kind_t kind;
-  CUgraphConditionalHandle handle;
-  const uint32_t* condition;
-  uint64_t body_id;   /* the driver's id of the body capture */
-};
+/* Guards every body's loop_states (its allocation and the set node's new parameters). */
+static pthread_mutex_t loop_states_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* The most bodies one SWITCH node may have here: each is a lent stream while it is captured. */
+enum { kMaxBodies = 256 };
+/* What the kernel before a WHILE node zeroes: CGC__LOOP_GENERATORS states of four 64-bit words. */
+enum { kLoopStateWords = CGC__LOOP_GENERATORS * 4 };
 
 static cgc_status_t condition_kernel(struct cgc__device* dev, CUfunction* out, const char* func) {
   *out = atomic_load(&dev->condition_kernel);
@@ -51,55 +61,221 @@ static cgc_status_t condition_kernel(struct cgc__device* dev, CUfunction* out, c
   return st;
 }
 
-/* Adds the condition kernel after `deps` to `graph`; *node is it. */
-static cgc_status_t add_condition_node(CUfunction kernel, CUgraph graph, const CUgraphNode* deps, size_t n_deps,
-                                       struct cgc__body* b, CUgraphNode* node, const char* func) {
-  void* args[] = {&b->handle, (void*)&b->condition}; /* the driver copies the values now */
+/* The condition kernel's parameters (kernels/conditional.cu), and the node that runs it. */
+typedef struct set_args {
+  CUgraphConditionalHandle handle;
+  const uint32_t* condition;
+  unsigned as_index;        /* SWITCH: the value itself; otherwise nonzero -> 1 */
+  unsigned long long* zero; /* words zeroed before the node runs (a loop's generator states) */
+  unsigned n_zero;
+} set_args_t;
+
+static CUDA_KERNEL_NODE_PARAMS set_params(CUfunction kernel, set_args_t* a, void** args) {
+  args[0] = &a->handle;
+  args[1] = (void*)&a->condition;
+  args[2] = &a->as_index;
+  args[3] = (void*)&a->zero;
+  args[4] = &a->n_zero;
   CUDA_KERNEL_NODE_PARAMS p = {0};
   p.func = kernel;
   p.gridDimX = p.gridDimY = p.gridDimZ = 1;
   p.blockDimX = p.blockDimY = p.blockDimZ = 1;
-  p.kernelParams = args;
-  return cgc__cu_fail(cgc__drv.cuGraphAddKernelNode(node, graph, deps, n_deps, &p), func, "cuGraphAddKernelNode");
+  p.kernelParams = args; /* the driver copies the values when the node is added or set */
+  return p;
 }
 
-cgc_status_t cgc_capture_conditional_begin(cgc_stream_t stream, cgc_conditional_kind_t kind, const uint32_t* condition,
-                                           cgc_stream_t* body) {
-  CGC_CHECK_ARG(body != NULL, "body is NULL");
-  *body = NULL;
-  CGC_CHECK_HANDLE(stream, CGC_MAGIC_STREAM);
-  CGC_CHECK_ARG(kind == CGC_CONDITIONAL_IF || kind == CGC_CONDITIONAL_WHILE,
-                "kind %d is not CGC_CONDITIONAL_IF or CGC_CONDITIONAL_WHILE", (int)kind);
-  CGC_CHECK_ARG(condition != NULL, "condition is NULL");
+static set_args_t set_args_of(const struct cgc__body* b, CUdeviceptr zero, unsigned n_zero) {
+  return (set_args_t){b->handle, b->condition, b->kind == CGC_CONDITIONAL_SWITCH,
+                      (unsigned long long*)(uintptr_t)zero, n_zero};
+}
+
+/* ---- a loop's generator states ---- */
+
+struct loop_states {
+  struct cgc__device* dev;
+  CUdeviceptr ptr;
+  atomic_int refs;
+};
+
+static void loop_states_retain(void* object) { atomic_fetch_add(&((struct loop_states*)object)->refs, 1); }
+
+static void loop_states_release(void* object) {
+  struct loop_states* s = object;
+  if (atomic_fetch_sub(&s->refs, 1) != 1) return;
+  cgc__ctx_scope_t scope;
+  if (cgc__ctx_enter(s->dev, &scope, "cgc_graph_reset") == CGC_SUCCESS) {
+    cgc__relaxed_mem_free(s->ptr);
+    cgc__ctx_leave(&scope);
+  }
+  free(s);
+}
+
+static uint64_t loop_states_capture_done(void* object, bool kept) {
+  (void)object;
+  (void)kept;
+  return 0;
+}
+
+static const cgc__use_ops_t loop_states_use_ops = {
+    .kind = "loop's generator states",
+    .retain = loop_states_retain,
+    .release = loop_states_release,
+    .capture_done = loop_states_capture_done,
+    .before_launch = NULL,
+    .release_after_replays = true, /* a replay still running reads and writes them */
+};
+
+cgc_status_t cgc__body_loop_states(struct cgc__body* loop, CUdeviceptr* out, const char* func) {
+  pthread_mutex_lock(&loop_states_lock);
+  *out = loop->loop_states;
+  pthread_mutex_unlock(&loop_states_lock);
+  if (*out != 0) return CGC_SUCCESS;
+  /* Allocated without the lock (cuMemAlloc may wait), installed under it. */
+  struct loop_states* s = calloc(1, sizeof *s);
+  if (s == NULL) return cgc__fail(CGC_ERROR_OUT_OF_MEMORY, func, "out of host memory");
+  cgc__ctx_scope_t scope;
+  cgc_status_t st = cgc__ctx_enter(loop->dev, &scope, func);
+  if (st != CGC_SUCCESS) {
+    free(s);
+    return st;
+  }
+  s->dev = loop->dev;
+  st = cgc__cu_fail(cgc__relaxed_mem_alloc(&s->ptr, kLoopStateWords * sizeof(uint64_t)), func, "cuMemAlloc");
+  bool installed = false;
+  if (st == CGC_SUCCESS) {
+    pthread_mutex_lock(&loop_states_lock);
+    if (loop->loop_states != 0) {
+      *out = loop->loop_states; /* another thread's draw got there first */
+    } else {
+      /* The kernel before the node zeroes them before every run of the node. */
+      set_args_t a = set_args_of(loop, s->ptr, kLoopStateWords);
+      void* args[5];
+      CUDA_KERNEL_NODE_PARAMS p = set_params(loop->set_kernel, &a, args);
+      st = CGC_CU(cuGraphKernelNodeSetParams(loop->set_node, &p));
+      if (st == CGC_SUCCESS) st = cgc__registry_add_new_use(loop->capture_id, &loop_states_use_ops, s, func);
+      if (st == CGC_SUCCESS) {
+        loop->loop_states = *out = s->ptr;
+        installed = true;
+      }
+    }
+    pthread_mutex_unlock(&loop_states_lock);
+  }
+  if (!installed && s->ptr != 0) cgc__relaxed_mem_free(s->ptr);
+  cgc__ctx_leave(&scope);
+  if (!installed) free(s);
+  return st;
+}
+
+/* ---- begin ---- */
+
+static cgc_status_t check_kind(cgc_conditional_kind_t kind, unsigned flags, size_t n_bodies, const char* func) {
+  bool newer = false; /* needs CUDA 12.8: IF/ELSE, SWITCH */
+  switch (kind) {
+    case CGC_CONDITIONAL_IF:
+      if (n_bodies != 1 && n_bodies != 2)
+        return cgc__fail(CGC_ERROR_INVALID_ARGUMENT, func, "n_bodies is %zu: an IF node has 1 body, or 2 (IF/ELSE)",
+                         n_bodies);
+      newer = n_bodies == 2;
+      break;
+    case CGC_CONDITIONAL_WHILE:
+      if (n_bodies != 1)
+        return cgc__fail(CGC_ERROR_INVALID_ARGUMENT, func, "n_bodies is %zu: a WHILE node has 1 body", n_bodies);
+      break;
+    case CGC_CONDITIONAL_SWITCH:
+      if (n_bodies < 1 || n_bodies > kMaxBodies)
+        return cgc__fail(CGC_ERROR_INVALID_ARGUMENT, func, "n_bodies is %zu: a SWITCH node has 1 to %d bodies",
+                         n_bodies, kMaxBodies);
+      newer = true;
+      break;
+    default:
+      return cgc__fail(CGC_ERROR_INVALID_ARGUMENT, func,
+                       "kind %d is not CGC_CONDITIONAL_IF, CGC_CONDITIONAL_WHILE or CGC_CONDITIONAL_SWITCH", (int)kind);
+  }
+  if ((flags & ~(unsigned)CGC_CONDITIONAL_BODY_SETS_CONDITION) != 0)
+    return cgc__fail(CGC_ERROR_INVALID_ARGUMENT, func, "flags 0x%x has unknown bits", flags);
+  if ((flags & CGC_CONDITIONAL_BODY_SETS_CONDITION) && kind != CGC_CONDITIONAL_WHILE)
+    return cgc__fail(CGC_ERROR_INVALID_ARGUMENT, func,
+                     "CGC_CONDITIONAL_BODY_SETS_CONDITION is for WHILE nodes: an IF or SWITCH body runs once");
   if (cgc__drv.cuGraphConditionalHandleCreate == NULL || cgc__drv.cuGraphAddNode == NULL ||
       cgc__drv.cuStreamBeginCaptureToGraph == NULL || cgc__drv.version < 12040)
-    return cgc__fail(CGC_ERROR_NOT_SUPPORTED, __func__,
+    return cgc__fail(CGC_ERROR_NOT_SUPPORTED, func,
                      "conditional nodes need a driver for CUDA 12.4 or newer (this one is %d.%d)", cgc__drv.version / 1000,
                      (cgc__drv.version % 1000) / 10);
+  if (newer && cgc__drv.version < 12080)
+    return cgc__fail(CGC_ERROR_NOT_SUPPORTED, func, "%s needs a driver for CUDA 12.8 or newer (this one is %d.%d)",
+                     kind == CGC_CONDITIONAL_SWITCH ? "a SWITCH node" : "an IF node with an else body",
+                     cgc__drv.version / 1000, (cgc__drv.version % 1000) / 10);
+  return CGC_SUCCESS;
+}
+
+static CUgraphConditionalNodeType driver_kind(cgc_conditional_kind_t kind) {
+  _Static_assert((int)CGC_CONDITIONAL_IF == (int)CU_GRAPH_COND_TYPE_IF &&
+                     (int)CGC_CONDITIONAL_WHILE == (int)CU_GRAPH_COND_TYPE_WHILE &&
+                     (int)CGC_CONDITIONAL_SWITCH == (int)CU_GRAPH_COND_TYPE_SWITCH,
+                 "cgc_conditional_kind_t takes the driver's values");
+  return (CUgraphConditionalNodeType)kind;
+}
+
+/* What a begin made before it could fail: undone in reverse. */
+typedef struct begin_state {
+  size_t n, reserved, begun;
+  struct cgc__body** records;
+  cgc_stream_t* lent;
+} begin_state_t;
+
+static void undo_begin(begin_state_t* s, uint64_t capture) {
+  for (size_t i = 0; i < s->begun; i++) {
+    CUgraph discarded = NULL;
+    cgc__drv.cuStreamEndCapture(s->lent[i]->cu, &discarded); /* the node owns the body graph */
+  }
+  for (size_t i = 0; i < s->reserved; i++) cgc__registry_unreserve_body(capture);
+  for (size_t i = 0; i < s->n; i++) {
+    if (s->lent != NULL && s->lent[i] != NULL) cgc_stream_destroy(s->lent[i]);
+    if (s->records != NULL) free(s->records[i]);
+  }
+}
+
+static cgc_status_t begin(cgc_stream_t stream, cgc_conditional_kind_t kind, const uint32_t* condition, unsigned flags,
+                          size_t n_bodies, cgc_stream_t* bodies, uint64_t* handle, const char* func) {
+  CGC_CHECK_ARG(bodies != NULL, "bodies is NULL");
+  for (size_t i = 0; i < n_bodies && i < kMaxBodies; i++) bodies[i] = NULL;
+  if (handle != NULL) *handle = 0;
+  cgc_status_t st = cgc__check_handle(stream, CGC_MAGIC_STREAM, func, "stream");
+  if (st == CGC_SUCCESS) st = check_kind(kind, flags, n_bodies, func);
+  if (st != CGC_SUCCESS) return st;
+  CGC_CHECK_ARG(condition != NULL, "condition is NULL");
   cgc__stream_ref_t ref;
-  cgc_status_t st = stream->kind == CGC__STREAM_LEGACY ? CGC_SUCCESS : cgc__stream_resolve(stream, true, &ref, __func__);
+  st = stream->kind == CGC__STREAM_LEGACY ? CGC_SUCCESS : cgc__stream_resolve(stream, true, &ref, func);
   if (st != CGC_SUCCESS) return st;
   if (stream->kind == CGC__STREAM_LEGACY || !ref.capturing)
-    return cgc__fail(CGC_ERROR_INVALID_STATE, __func__,
+    return cgc__fail(CGC_ERROR_INVALID_STATE, func,
                      "stream %p is not capturing: a conditional node goes into a capture (cgc_capture_begin first)",
                      (void*)stream->cu);
-  uint64_t capture = 0;
-  st = cgc__enqueue_capture(&ref, "a conditional node", &capture, __func__);
-  if (st != CGC_SUCCESS) return st;
-  /* Reserved first: no end of the capture can start while the node is being added. */
-  st = cgc__registry_reserve_body(capture, __func__);
+  uint64_t capture = 0, root = 0;
+  st = cgc__enqueue_capture(&ref, "a conditional node", &capture, func);
+  if (st == CGC_SUCCESS) st = cgc__registry_capture_of(&ref, &root, func);
   if (st != CGC_SUCCESS) return st;
 
-  /* What can fail without touching the graph comes first: the kernel, the body's stream. */
-  struct cgc__body* b = calloc(1, sizeof *b);
-  cgc_stream_t lent = NULL;
-  bool touched = false, body_begun = false;
+  struct cgc__body* records[kMaxBodies] = {0};
+  cgc_stream_t lent[kMaxBodies] = {0};
+  begin_state_t undo = {n_bodies, 0, 0, records, lent};
+  /* Reserved first: no end of the capture can start while the node is being added. */
+  for (; undo.reserved < n_bodies && st == CGC_SUCCESS; undo.reserved++) {
+    st = cgc__registry_reserve_body(capture, func);
+    if (st != CGC_SUCCESS) break;
+  }
+  /* What can fail without touching the graph comes first: the kernel, the records, the streams. */
+  bool touched = false;
   cgc__ctx_scope_t scope = {false};
-  if (b == NULL) st = cgc__fail(CGC_ERROR_OUT_OF_MEMORY, __func__, "out of host memory");
-  if (st == CGC_SUCCESS) st = cgc__ctx_enter(stream->dev, &scope, __func__);
   CUfunction kernel = NULL;
-  if (st == CGC_SUCCESS) st = condition_kernel(stream->dev, &kernel, __func__);
-  if (st == CGC_SUCCESS) st = cgc__stream_create(stream->dev, CGC_STREAM_NON_BLOCKING, 0, &lent, __func__);
+  if (st == CGC_SUCCESS) st = cgc__ctx_enter(stream->dev, &scope, func);
+  if (st == CGC_SUCCESS) st = condition_kernel(stream->dev, &kernel, func);
+  struct cgc__body* parent = atomic_load(&stream->body);
+  for (size_t i = 0; i < n_bodies && st == CGC_SUCCESS; i++) {
+    records[i] = calloc(1, sizeof *records[i]);
+    if (records[i] == NULL) st = cgc__fail(CGC_ERROR_OUT_OF_MEMORY, func, "out of host memory");
+    if (st == CGC_SUCCESS) st = cgc__stream_create(stream->dev, CGC_STREAM_NON_BLOCKING, 0, &lent[i], func);
+  }
   /* Where the capture stands: its graph and the nodes the next work depends on. */
   CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
   cuuint64_t id = 0;
@@ -108,44 +284,50 @@ cgc_status_t cgc_capture_conditional_begin(cgc_stream_t stream, cgc_conditional_
   size_t n_deps = 0;
   if (st == CGC_SUCCESS) st = CGC_CU(cuStreamGetCaptureInfo(ref.cu, &status, &id, &graph, &deps, &n_deps));
   if (st == CGC_SUCCESS && status != CU_STREAM_CAPTURE_STATUS_ACTIVE)
-    st = cgc__fail(CGC_ERROR_CAPTURE_INVALIDATED, __func__,
+    st = cgc__fail(CGC_ERROR_CAPTURE_INVALIDATED, func,
                    "the capture of stream %p was invalidated by an earlier call: end it (cgc_capture_end says why)",
                    (void*)ref.cu);
+  struct cgc__body shared = {.dev = stream->dev, .kind = kind, .flags = flags, .condition = condition, .capture_id = root,
+                             .outer_key = ref.key, .parent = parent, .set_kernel = kernel};
   if (st == CGC_SUCCESS) {
-    b->kind = kind;
-    b->condition = condition;
     /* From here the graph changes: a failure leaves a node that must not run, so the capture is
      * marked broken and its end discards the graph. The handle's default (0, applied at every
      * launch) keeps a node whose condition kernel never ran from looping. */
     touched = true;
-    st = CGC_CU(cuGraphConditionalHandleCreate(&b->handle, graph, stream->dev->cu, 0, CU_GRAPH_COND_ASSIGN_DEFAULT));
+    st = CGC_CU(cuGraphConditionalHandleCreate(&shared.handle, graph, stream->dev->cu, 0, CU_GRAPH_COND_ASSIGN_DEFAULT));
   }
-  CUgraphNode set = NULL, node = NULL;
-  if (st == CGC_SUCCESS) st = add_condition_node(kernel, graph, deps, n_deps, b, &set, __func__);
-  CUgraph body_graph = NULL;
+  CUgraphNode node = NULL;
+  if (st == CGC_SUCCESS) {
+    set_args_t a = set_args_of(&shared, 0, 0);
+    void* args[5];
+    CUDA_KERNEL_NODE_PARAMS p = set_params(kernel, &a, args);
+    st = CGC_CU(cuGraphAddKernelNode(&shared.set_node, graph, deps, n_deps, &p));
+  }
+  CUgraph body_graphs[kMaxBodies] = {0};
   if (st == CGC_SUCCESS) {
     CUgraphNodeParams params = {0};
     params.type = CU_GRAPH_NODE_TYPE_CONDITIONAL;
-    params.conditional.handle = b->handle;
-    params.conditional.type = kind == CGC_CONDITIONAL_IF ? CU_GRAPH_COND_TYPE_IF : CU_GRAPH_COND_TYPE_WHILE;
-    params.conditional.size = 1;
+    params.conditional.handle = shared.handle;
+    params.conditional.type = driver_kind(kind);
+    params.conditional.size = (unsigned)n_bodies;
     params.conditional.ctx = stream->dev->cu;
-    st = CGC_CU(cuGraphAddNode(&node, graph, &set, NULL, 1, &params));
-    if (st == CGC_SUCCESS) body_graph = params.conditional.phGraph_out[0];
+    st = CGC_CU(cuGraphAddNode(&node, graph, &shared.set_node, NULL, 1, &params));
+    /* phGraph_out: the driver's own array of the `size` body graphs, valid while the node lives. */
+    for (size_t i = 0; st == CGC_SUCCESS && i < n_bodies; i++) body_graphs[i] = params.conditional.phGraph_out[i];
   }
   /* The capture goes on after the conditional node. */
   if (st == CGC_SUCCESS)
     st = CGC_CU(cuStreamUpdateCaptureDependencies(ref.cu, &node, 1, CU_STREAM_SET_CAPTURE_DEPENDENCIES));
-  /* The body is captured on the lent stream; Relaxed, as the body's capture checks nothing the
+  /* Each body is captured on its lent stream; Relaxed, as a body's capture checks nothing the
    * capture it belongs to would not. */
-  if (st == CGC_SUCCESS) {
-    st = CGC_CU(cuStreamBeginCaptureToGraph(lent->cu, body_graph, NULL, NULL, 0, CU_STREAM_CAPTURE_MODE_RELAXED));
-    body_begun = st == CGC_SUCCESS;
-  }
-  if (st == CGC_SUCCESS) {
+  for (size_t i = 0; i < n_bodies && st == CGC_SUCCESS; i++) {
+    st = CGC_CU(cuStreamBeginCaptureToGraph(lent[i]->cu, body_graphs[i], NULL, NULL, 0, CU_STREAM_CAPTURE_MODE_RELAXED));
+    if (st != CGC_SUCCESS) break;
+    undo.begun++;
     cuuint64_t body_id = 0;
-    st = CGC_CU(cuStreamGetCaptureInfo(lent->cu, &status, &body_id, NULL, NULL, NULL));
-    b->body_id = body_id;
+    st = CGC_CU(cuStreamGetCaptureInfo(lent[i]->cu, &status, &body_id, NULL, NULL, NULL));
+    *records[i] = shared;
+    records[i]->body_id = body_id;
   }
   cgc__ctx_leave(&scope);
   if (st != CGC_SUCCESS) {
@@ -153,19 +335,45 @@ cgc_status_t cgc_capture_conditional_begin(cgc_stream_t stream, cgc_conditional_
       cgc__registry_mark_broken(capture);
       cgc__append("; the capture can no longer be kept: cgc_capture_end will discard it");
     }
-    if (body_begun) {
-      CUgraph discarded = NULL;
-      cgc__drv.cuStreamEndCapture(lent->cu, &discarded); /* the node owns the body graph */
-    }
-    cgc__registry_unreserve_body(capture);
-    if (lent != NULL) cgc_stream_destroy(lent);
-    free(b);
+    undo_begin(&undo, capture);
     return st;
   }
-  atomic_store(&lent->body, b);
-  cgc__registry_open_body(capture, b->body_id, lent);
-  *body = lent;
+  if (parent != NULL) atomic_fetch_add(&parent->open_children, (int)n_bodies);
+  for (size_t i = 0; i < n_bodies; i++) {
+    atomic_store(&lent[i]->body, records[i]);
+    cgc__registry_open_body(capture, records[i]->body_id, lent[i]);
+    bodies[i] = lent[i];
+  }
+  if (handle != NULL) *handle = (uint64_t)shared.handle;
   return CGC_SUCCESS;
+}
+
+cgc_status_t cgc_capture_conditional_begin(cgc_stream_t stream, cgc_conditional_kind_t kind, const uint32_t* condition,
+                                           cgc_stream_t* body) {
+  if (kind == CGC_CONDITIONAL_SWITCH)
+    return cgc__fail(CGC_ERROR_INVALID_ARGUMENT, __func__,
+                     "a SWITCH node's bodies are begun with cgc_capture_conditional_begin_bodies");
+  return begin(stream, kind, condition, 0, 1, body, NULL, __func__);
+}
+
+cgc_status_t cgc_capture_conditional_begin_bodies(cgc_stream_t stream, cgc_conditional_kind_t kind,
+                                                  const uint32_t* condition, unsigned flags, size_t n_bodies,
+                                                  cgc_stream_t* bodies, uint64_t* handle) {
+  return begin(stream, kind, condition, flags, n_bodies, bodies, handle, __func__);
+}
+
+/* ---- end ---- */
+
+/* WHILE: the last work of each iteration (the loop's generator states advance, then the
+ * condition for the next iteration is read, unless the body's own kernels set it). */
+static cgc_status_t end_iteration(struct cgc__body* b, cgc_stream_t body, const char* func) {
+  cgc_status_t st = CGC_SUCCESS;
+  if (b->end_iteration != NULL) st = b->end_iteration(b, body->cu, func);
+  if (st != CGC_SUCCESS || (b->flags & CGC_CONDITIONAL_BODY_SETS_CONDITION)) return st;
+  set_args_t a = set_args_of(b, 0, 0);
+  void* args[5];
+  CUDA_KERNEL_NODE_PARAMS p = set_params(b->set_kernel, &a, args);
+  return CGC_CU(cuLaunchKernel(p.func, 1, 1, 1, 1, 1, 1, 0, body->cu, args, NULL));
 }
 
 cgc_status_t cgc_capture_conditional_end(cgc_stream_t body) {
@@ -177,6 +385,13 @@ cgc_status_t cgc_capture_conditional_end(cgc_stream_t body) {
                      "stream %p is not the body of a conditional node (cgc_capture_conditional_begin lends those), or "
                      "another call ended it",
                      (void*)body->cu);
+  int children = atomic_load(&b->open_children);
+  if (children > 0) {
+    atomic_store(&body->body, b); /* still open: the caller ends the nested bodies first */
+    return cgc__fail(CGC_ERROR_INVALID_STATE, __func__,
+                     "%d conditional bodies begun inside the body on stream %p are still open: end them first",
+                     children, (void*)body->cu);
+  }
   cgc__ctx_scope_t scope;
   cgc_status_t st = cgc__ctx_enter(body->dev, &scope, __func__);
   bool keep_capturing = false;
@@ -195,13 +410,7 @@ cgc_status_t cgc_capture_conditional_end(cgc_stream_t body) {
                      "discarded at its end");
     }
   }
-  /* WHILE: the last work of each iteration reads the condition for the next. */
-  if (st == CGC_SUCCESS && b->kind == CGC_CONDITIONAL_WHILE) {
-    CUfunction kernel = NULL;
-    st = condition_kernel(body->dev, &kernel, __func__);
-    void* args[] = {&b->handle, (void*)&b->condition};
-    if (st == CGC_SUCCESS) st = CGC_CU(cuLaunchKernel(kernel, 1, 1, 1, 1, 1, 1, 0, body->cu, args, NULL));
-  }
+  if (st == CGC_SUCCESS && b->kind == CGC_CONDITIONAL_WHILE) st = end_iteration(b, body, __func__);
   if (st != CGC_SUCCESS) cgc__registry_mark_broken(b->body_id);
   if (!keep_capturing) {
     CUgraph ended = NULL;
@@ -209,8 +418,10 @@ cgc_status_t cgc_capture_conditional_end(cgc_stream_t body) {
     if (st == CGC_SUCCESS) st = end_st;
   }
   cgc__ctx_leave(&scope);
-  cgc__registry_close_body(b->body_id);
-  free(b);
+  /* What the body allocated now belongs to the stream the node was added on. */
+  cgc__alloc_body_ended(body->dev, b->capture_id, atomic_load(&body->id), b->outer_key);
+  if (b->parent != NULL) atomic_fetch_sub(&b->parent->open_children, 1);
+  cgc__registry_close_body(b->body_id, b);
   if (!keep_capturing) {
     cgc_status_t destroyed = cgc_stream_destroy(body);
     if (destroyed != CGC_SUCCESS) cgc__retire(body); /* the handle goes all the same, as promised */

@@ -107,6 +107,7 @@ extern "C" {
   X(cuGraphExecKernelNodeSetParams, PFN_cuGraphExecKernelNodeSetParams_v12000, 12000)        \
   X(cuGraphNodeSetEnabled, PFN_cuGraphNodeSetEnabled_v11060, 11060)                          \
   X(cuGraphAddKernelNode, PFN_cuGraphAddKernelNode_v12000, 12000)                            \
+  X(cuGraphKernelNodeSetParams, PFN_cuGraphKernelNodeSetParams_v12000, 12000)                \
   X(cuStreamUpdateCaptureDependencies, PFN_cuStreamUpdateCaptureDependencies_v11030, 11030)  \
   OPT(cuMemAllocAsync, PFN_cuMemAllocAsync_v11020, 11020)                                    \
   OPT(cuMemFreeAsync, PFN_cuMemFreeAsync_v11020, 11020)                                      \

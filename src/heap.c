@@ -841,6 +841,46 @@ void cgc__alloc_fence_unlock(struct cgc__device* dev) {
   if (a != NULL) pthread_mutex_unlock(&a->uses_lock);
 }
 
+/* ---- a conditional body ending ---- */
+
+/* A block of `key` owned by `state`: free, allocated or waiting in `pool`'s deferred list (lock
+ * held); NULL when none is left. */
+static cgc__block_t* block_of_key(struct cgc__allocator* a, cgc_pool_t pool, uint64_t key) {
+  for (int small = 0; small < 2; small++) {
+    cgc__block_t* b = cgc__set_best_fit(cgc__state_set(&pool->state, small), key, 0);
+    if (b != NULL) return b;
+  }
+  for (size_t i = 0; i < a->live.cap; i++) {
+    cgc__block_t* b = a->live.slots[i];
+    if (b != NULL && b->owner == &pool->state && b->stream == key) return b;
+  }
+  for (cgc__block_t* b = pool->deferred; b != NULL; b = b->next_waiting)
+    if (b->stream == key) return b;
+  return NULL;
+}
+
+void cgc__alloc_body_ended(struct cgc__device* dev, uint64_t capture_id, uint64_t body_key, uint64_t outer_key) {
+  struct cgc__allocator* a = atomic_load_explicit(&dev->alloc, memory_order_acquire);
+  if (a == NULL || body_key == 0 || body_key == outer_key) return;
+  cgc__alloc_lock(a);
+  cgc_pool_t pool = NULL;
+  for (cgc_pool_t p = a->recording; p != NULL && pool == NULL; p = p->next_recording)
+    if (p->capture_id == capture_id) pool = p;
+  /* Every block of a segment carries the segment's key: whole segments pass to the outer stream,
+   * free blocks moving to their new place in the sorted sets. */
+  for (cgc__block_t* b; pool != NULL && (b = block_of_key(a, pool, body_key)) != NULL;) {
+    while (b->prev != NULL) b = b->prev;
+    for (; b != NULL; b = b->next) {
+      bool in_set = b->state == CGC_BLOCK_FREE;
+      cgc__block_set_t* set = cgc__state_set(b->owner, b->small);
+      if (in_set) cgc__set_erase(set, b);
+      b->stream = outer_key;
+      if (in_set && !cgc__set_insert(set, b)) cgc__log("out of host memory: a free block of a pool is lost");
+    }
+  }
+  cgc__alloc_unlock(a);
+}
+
 /* ---- giving memory back ---- */
 
 /* Sweeps until nothing more is released: a released block can dissolve a pool, whose segments

@@ -288,6 +288,7 @@ struct cgc__capture {
     cgc_stream_t lent; /* the stream its work goes to */
   }* bodies;
   size_t n_bodies, cap_bodies;
+  struct cgc__body* retired_bodies; /* ended bodies' records, freed when the capture is taken out */
   bool broken;
   struct cgc__capture* next;
 };
@@ -316,7 +317,9 @@ bool cgc__registry_is_cgc_capture(uint64_t id);
 cgc_status_t cgc__registry_reserve_body(uint64_t id, const char* func);
 void cgc__registry_open_body(uint64_t id, uint64_t body_id, cgc_stream_t lent);
 void cgc__registry_unreserve_body(uint64_t id);
-void cgc__registry_close_body(uint64_t body_id);
+/* Closing a body keeps its record until the capture is taken out of the registry (then freed),
+ * so that a late call on the body's stream never reads freed memory. */
+void cgc__registry_close_body(uint64_t body_id, struct cgc__body* record);
 /* The capture `id` belongs to must not be kept: its end fails (CAPTURE_INVALIDATED). */
 void cgc__registry_mark_broken(uint64_t id);
 /* The lent stream of the last body opened in the capture whose origin is stream `key` (NULL when
@@ -337,7 +340,8 @@ cgc_status_t cgc__registry_wait(const cgc__stream_ref_t* ref, cgc_event_t ev, co
 bool cgc__registry_side_joined(uint64_t id, uint64_t key, uint64_t since);
 /* The current bookkeeping sequence number. */
 uint64_t cgc__registry_seq(void);
-/* The cgc capture `ref` (resolved with ask_capture) takes part in, 0 when none. INVALID_STATE
+/* The cgc capture `ref` (resolved with ask_capture) takes part in, 0 when none (for a
+ * conditional body's stream, the capture the body belongs to). INVALID_STATE
  * when it captures under a capture cgc did not begin: work that needs cgc's bookkeeping
  * cannot be recorded into it; CAPTURE_INVALIDATED when the capture was invalidated. */
 cgc_status_t cgc__registry_capture_of(const cgc__stream_ref_t* ref, uint64_t* id, const char* func);
@@ -384,6 +388,52 @@ cgc_status_t cgc__enqueue_capture(const cgc__stream_ref_t* ref, const char* what
 /* CAPTURE_UNSUPPORTED for `what` (an allocation, a host function, ...) on `s`, a conditional
  * body's stream (s->body set), naming what a body may hold. */
 cgc_status_t cgc__refuse_in_body(cgc_stream_t s, const char* what, const char* func);
+
+/* ---- conditional bodies (conditional.c) ---- */
+
+/* Generators drawn from inside one WHILE body, and loops nested with draws: the limits of the
+ * device-side bookkeeping below (rng.c refuses a draw beyond them, naming them). */
+enum { CGC__LOOP_GENERATORS = 8, CGC__LOOP_DEPTH = 4 };
+
+/* One body of a conditional node being captured, from cgc_capture_conditional_begin(_bodies)
+ * to the end of the capture it belongs to (the registry frees it then, so that a late call on
+ * the body's stream never reads freed memory). Written by the call that begins it before it is
+ * published on the lent stream; `open_children` is atomic; the loop fields are rng.c's, guarded
+ * by its loop lock. */
+struct cgc__body {
+  struct cgc__device* dev;
+  cgc_conditional_kind_t kind;
+  unsigned flags;                  /* CGC_CONDITIONAL_BODY_SETS_CONDITION */
+  CUgraphConditionalHandle handle; /* shared by the node's bodies */
+  const uint32_t* condition;
+  uint64_t body_id;    /* the driver's id of this body's capture */
+  uint64_t capture_id; /* the cgc capture it belongs to */
+  uint64_t outer_key;  /* the key of the stream the node was added on: the body's memory goes to it */
+  struct cgc__body* parent; /* the body the node was added in (NULL: the capture itself) */
+  atomic_int open_children; /* bodies of nodes added in this one and not yet ended */
+  /* The kernel node before the conditional node (it sets the condition); for WHILE it also
+   * zeroes `loop_states` before each run of the node, once a draw needed them. */
+  CUgraphNode set_node;
+  CUfunction set_kernel;
+  CUdeviceptr loop_states; /* WHILE with draws: CGC__LOOP_GENERATORS states of 32 bytes */
+  struct cgc__loop_generator {
+    void* rng;      /* cgc_rng_t: the capture holds it */
+    uint64_t begin; /* the generator's position in the graph when the loop first drew from it */
+  } generators[CGC__LOOP_GENERATORS];
+  int n_generators;
+  /* rng.c's work at the end of each iteration (NULL when the loop draws nothing): adds the
+   * kernel that advances the loop's states on `stream`, the body's. */
+  cgc_status_t (*end_iteration)(struct cgc__body* b, CUstream stream, const char* func);
+  struct cgc__body* next_retired; /* the registry's list of ended bodies */
+};
+
+/* A conditional body ended: the blocks of the capture's pool allocated under the body stream's
+ * key `body_key`, free or not, pass to `outer_key`, the stream the node was added on (the whole
+ * node runs before that stream's later work). */
+void cgc__alloc_body_ended(struct cgc__device* dev, uint64_t capture_id, uint64_t body_key, uint64_t outer_key);
+/* The device memory of a WHILE body's generator states (allocated on the first call, zeroed by
+ * the kernel before the node at every run of it, freed with the graph). */
+cgc_status_t cgc__body_loop_states(struct cgc__body* loop, CUdeviceptr* out, const char* func);
 
 /* ---- pools and the allocator (heap.c below alloc.c and pool.c; shared state in alloc.h) ---- */
 

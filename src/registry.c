@@ -100,7 +100,14 @@ void cgc__registry_remove(struct cgc__capture* c) {
     }
   }
   c->next = NULL;
+  struct cgc__body* retired = c->retired_bodies;
+  c->retired_bodies = NULL;
   pthread_mutex_unlock(&registry_lock);
+  while (retired != NULL) {
+    struct cgc__body* b = retired;
+    retired = b->next_retired;
+    free(b);
+  }
 }
 
 cgc_status_t cgc__registry_claim_end(const cgc__stream_ref_t* ref, struct cgc__capture** out, const char* func) {
@@ -200,7 +207,7 @@ void cgc__registry_unreserve_body(uint64_t id) {
   pthread_mutex_unlock(&registry_lock);
 }
 
-void cgc__registry_close_body(uint64_t body_id) {
+void cgc__registry_close_body(uint64_t body_id, struct cgc__body* record) {
   pthread_mutex_lock(&registry_lock);
   struct cgc__capture* c = find_by_id(body_id);
   for (size_t i = 0; c != NULL && i < c->n_bodies; i++)
@@ -208,7 +215,12 @@ void cgc__registry_close_body(uint64_t body_id) {
       remove_body(c, &c->bodies[i]);
       break;
     }
+  if (c != NULL) {
+    record->next_retired = c->retired_bodies;
+    c->retired_bodies = record;
+  }
   pthread_mutex_unlock(&registry_lock);
+  if (c == NULL) free(record); /* cannot happen while the body was open: the capture waits for it */
 }
 
 void cgc__registry_mark_broken(uint64_t id) {
@@ -353,14 +365,15 @@ cgc_status_t cgc__registry_capture_of(const cgc__stream_ref_t* ref, uint64_t* id
                      "on its origin stream reports why), then capture again",
                      (void*)ref->cu);
   pthread_mutex_lock(&registry_lock);
-  bool ours = find_by_id(ref->capture_id) != NULL;
+  struct cgc__capture* c = find_by_id(ref->capture_id);
+  uint64_t capture = c != NULL ? c->id : 0; /* a body's stream works for the capture of its body */
   pthread_mutex_unlock(&registry_lock);
-  if (!ours)
+  if (capture == 0)
     return cgc__fail(CGC_ERROR_INVALID_STATE, func,
                      "stream %p is capturing (capture id %llu) but the capture was not begun with "
                      "cgc_capture_begin: cgc cannot record this call into it",
                      (void*)ref->cu, (unsigned long long)ref->capture_id);
-  *id = ref->capture_id;
+  *id = capture;
   return CGC_SUCCESS;
 }
 

@@ -10,7 +10,18 @@
  * from the same state (SEMANTICS 17, PyTorch's CUDAGeneratorImpl in spirit).
  *
  * The slots are per generator: graphs that draw from one generator must not run concurrently
- * on different streams (each replay's prologue rewrites them), as with PyTorch. */
+ * on different streams (each replay's prologue rewrites them), as with PyTorch.
+ *
+ * Draws inside conditional bodies: an IF or SWITCH body's draws simply take their positions in
+ * the graph, as any captured draw. A WHILE body runs many times per replay, so each loop that
+ * draws keeps, per generator, a state in device memory (conditional.c allocates it; the kernel
+ * before the node zeroes it): how far the iterations so far moved the generator. The draw adds
+ * its enclosing loops' states to its position, and a kernel at the end of each iteration moves
+ * the state on by what one iteration consumes (P). Iteration i of a loop then draws what the
+ * i-th iteration of an eager run draws. The graph reserves P * CGC_LOOP_EAGER_ITERATIONS of the
+ * generator's offsets for the loop, so what follows the loop, and the next replay, never
+ * overlaps it; an iteration past that many starts a new "lap", a counter word no other draw of
+ * the replay uses (kernels/philox.cu). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -20,7 +31,7 @@ extern const unsigned char cgc__kernels_fatbin[];
 
 struct cgc__kernels {
   CUmodule module;
-  CUfunction uniform, normal, set_state;
+  CUfunction uniform, normal, set_state, loop_advance;
   int generators; /* live generators of the device: the module stays while any exists */
 };
 
@@ -31,9 +42,15 @@ struct cgc_rng_s {
   uint64_t seed, offset;
   uint64_t capture_id;     /* the capture drawing from it now (0: none) */
   uint64_t capture_offset; /* what that capture has consumed so far */
-  CUdeviceptr slots;       /* [seed, offset] as the running replay sees them */
+  CUdeviceptr slots;       /* [seed, offset, laps, unused] as the running replay sees them */
   atomic_int refs;         /* the user's handle + each capture and graph that draws from it */
 };
+
+enum { kSlots = 4 };
+
+/* Guards every body's generator list and end_iteration (struct cgc__body's loop fields). Taken
+ * inside a generator's lock, never across a driver call. */
+static pthread_mutex_t loop_lock = PTHREAD_MUTEX_INITIALIZER;
 
 /* Guards every device's `kernels` (and its count of generators) and the dead slots below. */
 static pthread_mutex_t kernels_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -54,6 +71,8 @@ static cgc_status_t device_kernels(struct cgc__device* dev, struct cgc__kernels*
       if (st == CGC_SUCCESS) st = CGC_CU(cuModuleGetFunction(&k->uniform, k->module, "cgc_philox_uniform"));
       if (st == CGC_SUCCESS) st = CGC_CU(cuModuleGetFunction(&k->normal, k->module, "cgc_philox_normal"));
       if (st == CGC_SUCCESS) st = CGC_CU(cuModuleGetFunction(&k->set_state, k->module, "cgc_philox_set_state"));
+      if (st == CGC_SUCCESS)
+        st = CGC_CU(cuModuleGetFunction(&k->loop_advance, k->module, "cgc_philox_loop_advance"));
       cgc__relaxed_end(previous);
       if (st == CGC_SUCCESS) {
         dev->kernels = k;
@@ -138,7 +157,7 @@ cgc_status_t cgc_rng_create(cgc_context_t ctx, uint64_t seed, cgc_rng_t* out) {
     k = NULL;
     goto fail;
   }
-  st = cgc__cu_fail(cgc__relaxed_mem_alloc(&rng->slots, 2 * sizeof(uint64_t)), __func__, "cuMemAlloc");
+  st = cgc__cu_fail(cgc__relaxed_mem_alloc(&rng->slots, kSlots * sizeof(uint64_t)), __func__, "cuMemAlloc");
   if (st != CGC_SUCCESS) goto fail;
   cgc__ctx_leave(&scope);
   pthread_mutex_init(&rng->lock, NULL);
@@ -215,14 +234,103 @@ static const cgc__use_ops_t rng_use_ops = {"generator", rng_retain, rng_release,
 
 static uint64_t round4(uint64_t n) { return (n + 3) & ~(uint64_t)3; }
 
+/* ---- draws inside WHILE loops ---- */
+
+/* kernels/philox.cu's LoopChain and LoopAdvance, field for field. */
+typedef struct loop_chain {
+  uint64_t state[CGC__LOOP_DEPTH]; /* innermost first, 0 after the last */
+} loop_chain_t;
+typedef struct loop_advance {
+  uint64_t amount[CGC__LOOP_GENERATORS];
+  uint64_t laps[CGC__LOOP_GENERATORS];
+  uint64_t cap;
+  uint32_t n;
+} loop_advance_t;
+
+/* The WHILE loops around `body`, innermost first, with their state memory. */
+static cgc_status_t enclosing_loops(struct cgc__body* body, struct cgc__body** loops, CUdeviceptr* states, int* n,
+                                    const char* func) {
+  *n = 0;
+  for (struct cgc__body* b = body; b != NULL; b = b->parent) {
+    if (b->kind != CGC_CONDITIONAL_WHILE) continue;
+    if (*n == CGC__LOOP_DEPTH)
+      return cgc__fail(CGC_ERROR_CAPTURE_UNSUPPORTED, func,
+                       "a generator's draw inside more than %d nested WHILE loops is not supported", CGC__LOOP_DEPTH);
+    cgc_status_t st = cgc__body_loop_states(b, &states[*n], func);
+    if (st != CGC_SUCCESS) return st;
+    loops[(*n)++] = b;
+  }
+  return CGC_SUCCESS;
+}
+
+static cgc_status_t loop_end_iteration(struct cgc__body* b, CUstream stream, const char* func);
+
+/* Under the generator's lock: each loop's state for `rng` (a new one starts at the generator's
+ * current position in the graph), into the draw's chain. */
+static cgc_status_t chain_for(cgc_rng_t rng, struct cgc__body** loops, const CUdeviceptr* states, int n,
+                              loop_chain_t* chain, const char* func) {
+  cgc_status_t st = CGC_SUCCESS;
+  pthread_mutex_lock(&loop_lock);
+  for (int d = n - 1; d >= 0 && st == CGC_SUCCESS; d--) { /* outermost first */
+    struct cgc__body* loop = loops[d];
+    int j = 0;
+    while (j < loop->n_generators && loop->generators[j].rng != rng) j++;
+    if (j == loop->n_generators) {
+      if (j == CGC__LOOP_GENERATORS) {
+        st = cgc__fail(CGC_ERROR_CAPTURE_UNSUPPORTED, func,
+                       "a WHILE loop draws from more than %d generators: not supported", CGC__LOOP_GENERATORS);
+        break;
+      }
+      loop->generators[j] = (struct cgc__loop_generator){rng, rng->capture_offset};
+      loop->n_generators++;
+      loop->end_iteration = loop_end_iteration;
+    }
+    chain->state[d] = states[d] + (uint64_t)j * 4 * sizeof(uint64_t);
+  }
+  pthread_mutex_unlock(&loop_lock);
+  return st;
+}
+
+/* The end of a WHILE body that drew: each generator's window for the loop, and the kernel that
+ * moves the loop's states on at the end of every iteration. */
+static cgc_status_t loop_end_iteration(struct cgc__body* b, CUstream stream, const char* func) {
+  pthread_mutex_lock(&loop_lock);
+  int n = b->n_generators;
+  struct cgc__loop_generator generators[CGC__LOOP_GENERATORS];
+  for (int j = 0; j < n; j++) generators[j] = b->generators[j];
+  CUdeviceptr states = b->loop_states;
+  pthread_mutex_unlock(&loop_lock);
+  loop_advance_t advance = {.cap = CGC_LOOP_EAGER_ITERATIONS, .n = (uint32_t)n};
+  cgc_status_t st = CGC_SUCCESS;
+  for (int j = 0; j < n && st == CGC_SUCCESS; j++) {
+    cgc_rng_t rng = generators[j].rng;
+    pthread_mutex_lock(&rng->lock);
+    uint64_t per_iteration = rng->capture_offset - generators[j].begin;
+    if (per_iteration > UINT64_MAX / CGC_LOOP_EAGER_ITERATIONS / 2) {
+      st = cgc__fail(CGC_ERROR_CAPTURE_UNSUPPORTED, func,
+                     "one iteration of the loop draws %llu numbers from a generator: more than a loop may "
+                     "(its window of %llu iterations would not fit the generator's offsets)",
+                     (unsigned long long)per_iteration, (unsigned long long)CGC_LOOP_EAGER_ITERATIONS);
+    } else {
+      rng->capture_offset = generators[j].begin + per_iteration * CGC_LOOP_EAGER_ITERATIONS;
+    }
+    pthread_mutex_unlock(&rng->lock);
+    advance.amount[j] = per_iteration;
+    advance.laps[j] = rng->slots + 2 * sizeof(uint64_t);
+  }
+  if (st != CGC_SUCCESS) return st;
+  void* args[] = {&states, &advance};
+  cgc_rng_t first = generators[0].rng;
+  return CGC_CU(cuLaunchKernel(first->dev->kernels->loop_advance, 1, 1, 1, CGC__LOOP_GENERATORS, 1, 1, 0, stream, args,
+                               NULL));
+}
+
 /* The common path of uniform and normal: where the draw's numbers come from, then the launch. */
 static cgc_status_t draw(cgc_rng_t rng, float* out, size_t n, bool normal, float mean, float stddev,
                          cgc_stream_t stream, const char* func) {
   cgc_status_t st = cgc__check_handle(rng, CGC_MAGIC_RNG, func, "rng");
   if (st == CGC_SUCCESS) st = cgc__check_handle(stream, CGC_MAGIC_STREAM, func, "stream");
   if (st != CGC_SUCCESS) return st;
-  /* A draw in a body would give the same numbers at every iteration of a loop. */
-  if (stream->body != NULL) return cgc__refuse_in_body(stream, "a generator's draw", func);
   if (n == 0) return CGC_SUCCESS;
   CGC_CHECK_ARG(out != NULL, "out is NULL");
   CGC_CHECK_ARG(n <= ((size_t)1 << 62), "n is %zu", n);
@@ -234,9 +342,18 @@ static cgc_status_t draw(cgc_rng_t rng, float* out, size_t n, bool normal, float
   uint64_t capture_id = 0;
   if (st == CGC_SUCCESS) st = cgc__registry_capture_of(&ref, &capture_id, func);
   if (st != CGC_SUCCESS) return st;
+  /* In a conditional body: the WHILE loops around it, their state memory made first (it may
+   * allocate: never under the generator's lock). */
+  struct cgc__body* body = capture_id != 0 ? atomic_load(&stream->body) : NULL;
+  struct cgc__body* loops[CGC__LOOP_DEPTH];
+  CUdeviceptr states[CGC__LOOP_DEPTH];
+  int n_loops = 0;
+  if (body != NULL) st = enclosing_loops(body, loops, states, &n_loops, func);
+  if (st != CGC_SUCCESS) return st;
 
   unsigned long long seed = 0, offset = 0;
   CUdeviceptr slots = 0;
+  loop_chain_t chain = {{0}};
   pthread_mutex_lock(&rng->lock);
   if (capture_id == 0) {
     seed = rng->seed;
@@ -252,6 +369,9 @@ static cgc_status_t draw(cgc_rng_t rng, float* out, size_t n, bool normal, float
     if (rng->capture_id == 0) st = cgc__registry_add_use(capture_id, &rng_use_ops, rng, func);
     if (st == CGC_SUCCESS) {
       rng->capture_id = capture_id;
+      if (n_loops > 0) st = chain_for(rng, loops, states, n_loops, &chain, func);
+    }
+    if (st == CGC_SUCCESS) {
       slots = rng->slots;
       offset = rng->capture_offset; /* the draw's position in the graph */
       rng->capture_offset += round4(n);
@@ -271,10 +391,10 @@ static cgc_status_t draw(cgc_rng_t rng, float* out, size_t n, bool normal, float
   const unsigned long long* slot_ptr = (const unsigned long long*)(uintptr_t)slots;
   CUresult r;
   if (normal) {
-    void* args[] = {&out, &count, &mean, &stddev, &slot_ptr, &seed, &offset};
+    void* args[] = {&out, &count, &mean, &stddev, &slot_ptr, &chain, &seed, &offset};
     r = cgc__drv.cuLaunchKernel(k->normal, blocks, 1, 1, 256, 1, 1, 0, stream->cu, args, NULL);
   } else {
-    void* args[] = {&out, &count, &slot_ptr, &seed, &offset};
+    void* args[] = {&out, &count, &slot_ptr, &chain, &seed, &offset};
     r = cgc__drv.cuLaunchKernel(k->uniform, blocks, 1, 1, 256, 1, 1, 0, stream->cu, args, NULL);
   }
   cgc__ctx_leave(&scope);

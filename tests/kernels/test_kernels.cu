@@ -53,3 +53,17 @@ extern "C" __global__ void cgc_test_loop_step(unsigned* counter, const unsigned*
 // *odd = whether *counter is odd; *hits counts the times it ran.
 extern "C" __global__ void cgc_test_parity(const unsigned* counter, unsigned* odd) { *odd = *counter & 1u; }
 extern "C" __global__ void cgc_test_count(unsigned* hits) { atomicAdd(hits, 1u); }
+
+// A loop whose body decides itself whether another iteration follows (1.3,
+// CGC_CONDITIONAL_BODY_SETS_CONDITION): counts, and sets the node's condition through its handle.
+#include <cuda_runtime.h>
+extern "C" __global__ void cgc_test_count_and_continue(cudaGraphConditionalHandle handle, unsigned* counter,
+                                                       const unsigned* n) {
+  unsigned c = ++*counter;
+  cudaGraphSetConditional(handle, c < *n ? 1u : 0u);
+}
+// out[*counter * n + i] = in[i]: a loop's iterations each keep their own row.
+extern "C" __global__ void cgc_test_append(float* out, const float* in, const unsigned* counter, unsigned n) {
+  unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) out[(unsigned long long)*counter * n + i] = in[i];
+}
