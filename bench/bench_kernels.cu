@@ -38,3 +38,18 @@ extern "C" __global__ void cgc_bench_loop_step(unsigned* counter, unsigned n, un
   unsigned c = ++*counter;
   *more = c < n;
 }
+
+// The last kernel of a loop body that decides itself whether the loop goes on (cgc 1.3,
+// CGC_CONDITIONAL_BODY_SETS_CONDITION): one LCG step like cgc_bench_lcg, and its first thread
+// counts the iteration and sets the WHILE node's condition, so that an iteration runs exactly
+// the body's kernels, as a decode step that folds its stop test into its last kernel would.
+#include <cuda_runtime.h>
+extern "C" __global__ void cgc_bench_lcg_and_continue(cudaGraphConditionalHandle handle, uint32_t* p, unsigned n,
+                                                      unsigned* counter, unsigned iterations) {
+  unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) p[i] = p[i] * 1664525u + 1013904223u;
+  if (i == 0) {
+    unsigned c = ++*counter;
+    cudaGraphSetConditional(handle, c < iterations ? 1u : 0u);
+  }
+}

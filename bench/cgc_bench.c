@@ -99,7 +99,7 @@ static void print_summary(const targets_t* t) {
     printf("update step / instantiation step <= 0.1:   worst %.3f  %s\n", t->update_step_worst_ratio,
            t->update_step_worst_ratio <= 0.1 ? "met" : "MISSED");
   if (t->have_loop)
-    printf("device loop at K = 64, host <= 0.1x, GPU <= 1x: host %.3f, GPU %.3f  %s\n", t->loop_host_ratio,
+    printf("device loop (body sets its condition) at K = 64, host <= 0.1x, GPU <= 1x: host %.3f, GPU %.3f  %s\n", t->loop_host_ratio,
            t->loop_gpu_ratio, t->loop_host_ratio <= 0.1 && t->loop_gpu_ratio <= 1.0 ? "met" : "MISSED");
   if (t->have_alloc)
     printf("allocator pair on a hit < 100 ns:           worst %.1f ns  %s\n", t->alloc_worst_ns,

@@ -48,10 +48,18 @@
   X(cuModuleGetFunction, PFN_cuModuleGetFunction_v2000, 2000)                               \
   X(cuLaunchKernel, PFN_cuLaunchKernel_v4000, 4000)                                         \
   X(cuLaunchHostFunc, PFN_cuLaunchHostFunc_v10000, 10000)                                    \
+  X(cuStreamCreate, PFN_cuStreamCreate_v2000, 2000)                                         \
+  X(cuStreamDestroy, PFN_cuStreamDestroy_v4000, 4000)                                       \
+  X(cuStreamGetCaptureInfo, PFN_cuStreamGetCaptureInfo_v11030, 11030)                       \
+  X(cuStreamUpdateCaptureDependencies, PFN_cuStreamUpdateCaptureDependencies_v11030, 11030) \
   OPT(cuMemAllocAsync, PFN_cuMemAllocAsync_v11020, 11020)                                   \
   OPT(cuMemFreeAsync, PFN_cuMemFreeAsync_v11020, 11020)                                     \
   OPT(cuDeviceGetDefaultMemPool, PFN_cuDeviceGetDefaultMemPool_v11020, 11020)               \
-  OPT(cuMemPoolSetAttribute, PFN_cuMemPoolSetAttribute_v11020, 11020)
+  OPT(cuMemPoolSetAttribute, PFN_cuMemPoolSetAttribute_v11020, 11020)                      \
+  /* scenario 9's WHILE graph built with the driver alone (CUDA 12.3 and newer) */          \
+  OPT(cuGraphConditionalHandleCreate, PFN_cuGraphConditionalHandleCreate_v12030, 12030)     \
+  OPT(cuGraphAddNode, PFN_cuGraphAddNode_v12030, 12030)                                     \
+  OPT(cuStreamBeginCaptureToGraph, PFN_cuStreamBeginCaptureToGraph_v12030, 12030)
 
 #define BENCH_DRIVER_FIELD(name, type, version) type name;
 typedef struct bench_driver {

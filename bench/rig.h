@@ -36,7 +36,7 @@ typedef struct targets {
   double mixed_worst_ratio;   /* scenario 7, worst size */
   double update_worst_ratio;  /* scenario 8: cgc capture + update / capture + instantiate, >= 1000 nodes */
   double update_step_worst_ratio; /* scenario 8: the driver's update step / instantiation step */
-  double loop_host_ratio, loop_gpu_ratio; /* scenario 9 at K = 64: WHILE / K launches */
+  double loop_host_ratio, loop_gpu_ratio; /* scenario 9 at K = 64: WHILE (body sets it) / K raw launches */
   bool have_launch, have_capture, have_alloc, have_memory, have_mixed, have_update, have_update_step, have_loop;
 } targets_t;
 

@@ -9,7 +9,9 @@
 // inside the capture, deliberate unjoined forks and bad calls, replays on several streams with
 // outputs checked, graphs destroyed while their replay still runs, streams created and destroyed
 // with work pending, and cgc_empty_cache; host functions eagerly and in captures (their data must
-// be released exactly once each by the end), and copies out through cgc_memcpy_dtoh_async. At the end every block is freed and the device's stats
+// be released exactly once each by the end), copies out through cgc_memcpy_dtoh_async, updates
+// of graphs by capture (1.2) and WHILE bodies that allocate from the capture's pool and draw
+// from a generator (1.3). At the end every block is freed and the device's stats
 // must read bytes_allocated == 0 and, after cgc_empty_cache, bytes_reserved == 0.
 //
 // Exit status: 0 when every check held (or there is no GPU: "skipped"), 1 otherwise. The last
@@ -48,6 +50,7 @@ struct Counters {
   // released, and calls run (eager once, captured at every replay).
   std::atomic<long> host_funcs{0}, host_releases{0}, host_calls{0};
   std::atomic<long> updates{0}; // 1.2: graphs updated in place by a capture
+  std::atomic<long> loops{0};   // 1.3: captures with a WHILE body that allocates and draws
   std::atomic<long> bad_contents{0}, unexpected{0};
 };
 
@@ -142,6 +145,7 @@ class Worker {
   void Setup() {
     for (auto& s : own_) Expect("cgc_stream_create", cgc_stream_create(ctx, CGC_STREAM_NON_BLOCKING, 0, &s), {CGC_SUCCESS});
     Expect("cgc_pool_create", cgc_pool_create(ctx, &pool_), {CGC_SUCCESS});
+    Expect("cgc_rng_create", cgc_rng_create(ctx, 1000 + index_, &gen_), {CGC_SUCCESS});
     for (auto& e : events_) Expect("cgc_event_create", cgc_event_create(ctx, 0, &e), {CGC_SUCCESS});
     // Page-locked memory: cuMemAllocHost would break another thread's Global capture, so this
     // thread asks for it in Relaxed mode, as a well-behaved framework does.
@@ -322,7 +326,11 @@ class Worker {
     }
     ok = ok && Expect("cgc_malloc (capture)", cgc_malloc(ctx, kIn * 4, origin, &out), InCapture());
     if (out) allocated.push_back(out);
-    ok = ok && (unjoined || Add(out, u, 0.5f, origin));
+    if (ok && !unjoined && rng_() % 3 == 0) {
+      ok = LoopOnce(origin, out, u);
+    } else {
+      ok = ok && (unjoined || Add(out, u, 0.5f, origin));
+    }
     if (unjoined) ok = ok && Add(out, t, 0.5f, origin);
     if (ok && rng_() % 2 == 0) {  // a host node: its data goes when the graph (or the failed capture) does
       counters.host_funcs++;      // counted only when launched: each launch releases exactly once
@@ -370,6 +378,33 @@ class Worker {
       return;
     }
     graphs_.push_back(Graph{g, out, shared_pool});
+  }
+
+  // 1.3: out = u + 0.5 inside a WHILE body that runs once per replay (its condition, graph
+  // memory, is set before the node and cleared by the body), through a temporary the body
+  // allocates from the capture's pool and frees, after a generator draw into it that the next
+  // step overwrites: allocations, draws and loop states of many threads' captures at once.
+  bool LoopOnce(cgc_stream_t origin, void* out, void* u) {
+    void *condition = nullptr, *tmp = nullptr;
+    if (!Expect("cgc_malloc (condition)", cgc_malloc(ctx, sizeof(uint32_t), origin, &condition), InCapture()))
+      return false;
+    bool ok = Expect("cgc_memset_d32_async", cgc_memset_d32_async(condition, 1, 1, origin), InCapture());
+    cgc_stream_t body = nullptr;
+    ok = ok && Expect("cgc_capture_conditional_begin",
+                      cgc_capture_conditional_begin(origin, CGC_CONDITIONAL_WHILE,
+                                                    static_cast<const uint32_t*>(condition), &body),
+                      InCapture());
+    if (ok) {
+      counters.loops++;
+      ok = Expect("cgc_malloc (body)", cgc_malloc(ctx, kIn * 4, body, &tmp), InCapture()) &&
+           Expect("cgc_rng_uniform (body)", cgc_rng_uniform(gen_, static_cast<float*>(tmp), kIn, body), InCapture()) &&
+           Add(tmp, u, 0.5f, body) && Add(out, tmp, 0.0f, body) &&
+           Expect("cgc_memset_d32_async (body)", cgc_memset_d32_async(condition, 0, 1, body), InCapture());
+      if (tmp) Expect("cgc_free (body)", cgc_free(tmp), {CGC_SUCCESS});
+      ok = Expect("cgc_capture_conditional_end", cgc_capture_conditional_end(body), InCapture()) && ok;
+    }
+    Expect("cgc_free (condition)", cgc_free(condition), {CGC_SUCCESS});
+    return ok;
   }
 
   bool Add(void* out, void* in, float v, cgc_stream_t s) {
@@ -472,6 +507,7 @@ class Worker {
     for (cgc_stream_t s : own_) Expect("cgc_stream_destroy", cgc_stream_destroy(s), {CGC_SUCCESS});
     for (cgc_event_t e : events_) Expect("cgc_event_destroy", cgc_event_destroy(e), {CGC_SUCCESS});
     Expect("cgc_pool_release", cgc_pool_release(pool_), {CGC_SUCCESS});
+    Expect("cgc_rng_destroy", cgc_rng_destroy(gen_), {CGC_SUCCESS});
     if (host_ != nullptr) {
       cgc_capture_mode_t mode = CGC_CAPTURE_MODE_RELAXED;
       cgc_capture_mode_exchange(&mode);
@@ -485,6 +521,7 @@ class Worker {
   std::array<cgc_stream_t, 4> own_{};
   std::array<cgc_event_t, 3> events_{};
   cgc_pool_t pool_ = nullptr;  // shared by this thread's graphs (replayed in order, never at once)
+  cgc_rng_t gen_ = nullptr;    // drawn from in this thread's loop bodies (numbers not checked)
   void* host_ = nullptr;       // page-locked: copies out of it never synchronise by surprise
   void* in_ = nullptr;
   float input_[kIn];
@@ -575,8 +612,9 @@ int main(int argc, char** argv) {
               c.captures.load(), c.captures_failed_on_purpose.load(), c.captures_broken.load(), c.replays.load(),
               c.replays_checked.load(), c.destroyed_while_running.load(), c.stream_swaps.load(),
               c.empty_caches.load(), c.refused.load());
-  std::printf("host functions %ld launched, %ld released, %ld calls run; graphs updated by capture %ld\n",
-              c.host_funcs.load(), c.host_releases.load(), c.host_calls.load(), c.updates.load());
+  std::printf("host functions %ld launched, %ld released, %ld calls run; graphs updated by capture %ld; loop "
+              "bodies that allocate and draw %ld\n",
+              c.host_funcs.load(), c.host_releases.load(), c.host_calls.load(), c.updates.load(), c.loops.load());
   std::printf("end: %zu bytes allocated, %zu reserved before cgc_empty_cache, %zu after; peak reserved %zu\n",
               before.bytes_allocated, before.bytes_reserved, after.bytes_reserved, after.peak_bytes_reserved);
   bool ok = c.bad_contents == 0 && c.unexpected == 0 && before.bytes_allocated == 0 && after.bytes_reserved == 0 &&
