@@ -58,7 +58,9 @@ extern "C" {
 
 #define CGC_VERSION_MAJOR 1 /* also the soname: libcgc.so.1 */
 /* 1.1: the work a graph is made of (copies, sets, host functions, memory operations, kernels);
- * 1.2: graphs that change without recapture (exec update, per-node updates) */
+ * 1.2: graphs that change without recapture (exec update, per-node updates), IF and WHILE nodes;
+ * 1.3: IF/ELSE and SWITCH nodes, loops whose body sets the condition, allocations and generator
+ * draws inside conditional bodies (docs/CHANGELOG.md) */
 #define CGC_VERSION_MINOR 3
 #define CGC_VERSION_PATCH 0
 #define CGC_VERSION ((CGC_VERSION_MAJOR << 16) | (CGC_VERSION_MINOR << 8) | CGC_VERSION_PATCH)
@@ -667,8 +669,8 @@ enum {
   X(cgc_status_t, cgc_capture_conditional_begin,                                                               \
     (cgc_stream_t stream, cgc_conditional_kind_t kind, const uint32_t* condition, cgc_stream_t* body))         \
   /* Ends the body begun on `body` and gives back the lent stream: the handle is then gone, also               \
-   * when this fails (a second end is refused; so is ending a body while a body begun inside it is             \
-   * open, 1.3). */                                                                                            \
+   * when this fails (a second end is refused), except when the end is refused because a body                  \
+   * begun inside this one is still open (1.3: CGC_ERROR_INVALID_STATE; end that one first). */                \
   X(cgc_status_t, cgc_capture_conditional_end, (cgc_stream_t body))
 
 #define CGC_FUNCTIONS_CONDITIONALS_1_3(X)                                                                      \

@@ -237,13 +237,13 @@ static void undo_begin(begin_state_t* s, uint64_t capture) {
 
 static cgc_status_t begin(cgc_stream_t stream, cgc_conditional_kind_t kind, const uint32_t* condition, unsigned flags,
                           size_t n_bodies, cgc_stream_t* bodies, uint64_t* handle, const char* func) {
-  CGC_CHECK_ARG(bodies != NULL, "bodies is NULL");
+  if (bodies == NULL) return cgc__fail(CGC_ERROR_INVALID_ARGUMENT, func, n_bodies == 1 ? "body is NULL" : "bodies is NULL");
   for (size_t i = 0; i < n_bodies && i < kMaxBodies; i++) bodies[i] = NULL;
   if (handle != NULL) *handle = 0;
   cgc_status_t st = cgc__check_handle(stream, CGC_MAGIC_STREAM, func, "stream");
   if (st == CGC_SUCCESS) st = check_kind(kind, flags, n_bodies, func);
   if (st != CGC_SUCCESS) return st;
-  CGC_CHECK_ARG(condition != NULL, "condition is NULL");
+  if (condition == NULL) return cgc__fail(CGC_ERROR_INVALID_ARGUMENT, func, "condition is NULL");
   cgc__stream_ref_t ref;
   st = stream->kind == CGC__STREAM_LEGACY ? CGC_SUCCESS : cgc__stream_resolve(stream, true, &ref, func);
   if (st != CGC_SUCCESS) return st;
