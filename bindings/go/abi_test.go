@@ -152,6 +152,9 @@ var goAPIOfFunction = map[string]any{
 	"cgc_graph_kernel_node_set_args":    (*cgc.Graph).SetKernelArgs,
 	"cgc_capture_conditional_begin":     (*cgc.Stream).Conditional,
 	"cgc_capture_conditional_end":       (*cgc.Stream).Conditional,
+
+	// 1.3
+	"cgc_capture_conditional_begin_bodies": (*cgc.Stream).ConditionalBodies,
 }
 
 // goTypeOfHandle, goTypeOfStruct and goTypeOfCallback are the Go forms of the header's handle
@@ -273,6 +276,37 @@ func TestCallbacksMatchTheHeader(t *testing.T) {
 	}
 	if callbacks != len(goTypeOfCallback) {
 		t.Errorf("the header has %d callbacks, the binding knows %d", callbacks, len(goTypeOfCallback))
+	}
+}
+
+// TestArrayAndOutParametersMatchTheHeader pins the signatures of the functions whose shims hand
+// C an array or output memory that the Go side sizes itself: a header that changed one of those
+// (an element class, a count's width, an output's size) would otherwise still compile, with at
+// most a C warning, and write past what Go allocated.
+func TestArrayAndOutParametersMatchTheHeader(t *testing.T) {
+	want := map[string]string{
+		// ConditionalBodies: n_bodies+1 stream handles (Go memory) and one uint64 for the handle.
+		"cgc_capture_conditional_begin_bodies": "i32 stream:handle:cgc_stream_t kind:i32 condition:ptr(u32) flags:u32 " +
+			"n_bodies:usize bodies:ptr(handle:cgc_stream_t) handle:ptr(u64)",
+		// Conditional: one stream handle.
+		"cgc_capture_conditional_begin": "i32 stream:handle:cgc_stream_t kind:i32 condition:ptr(u32) body:ptr(handle:cgc_stream_t)",
+	}
+	found := 0
+	for _, f := range abiDescription(t) {
+		if f[0] != "function" || len(f) < 4 {
+			continue
+		}
+		w, ok := want[f[2]]
+		if !ok {
+			continue
+		}
+		found++
+		if got := strings.Join(f[3:], " "); got != w {
+			t.Errorf("%s is %q; the binding's shim and Go side are written for %q", f[2], got, w)
+		}
+	}
+	if found != len(want) {
+		t.Errorf("the description has %d of the %d functions pinned here", found, len(want))
 	}
 }
 

@@ -215,24 +215,88 @@ func TestConditionalRefusesNilStreams(t *testing.T) {
 	}
 	ran := false
 	body := func(*cgc.Stream) error { ran = true; return nil }
-	for _, kind := range []cgc.ConditionalKind{cgc.ConditionalIf, cgc.ConditionalWhile, cgc.ConditionalKind(2)} {
-		// Kind 2 is the library's to judge, after the stream: the NULL stream answers first.
+	for _, kind := range []cgc.ConditionalKind{cgc.ConditionalIf, cgc.ConditionalWhile, cgc.ConditionalKind(3)} {
+		// Kind 3 is the library's to judge, after the stream: the NULL stream answers first.
 		err := (*cgc.Stream)(nil).Conditional(kind, cgc.DevicePtr(0x10000), body)
 		if e := asError(t, err, cgc.ErrInvalidArgument); !strings.Contains(e.Message, "cgc_capture_conditional_begin") ||
 			!strings.Contains(e.Message, "NULL") {
 			t.Errorf("Conditional(%v) on a nil stream: %q, want cgc_capture_conditional_begin refusing NULL", kind, e.Message)
 		}
 	}
+	// A SWITCH has as many bodies as cases: the one-body call refuses it before anything else,
+	// pointing to the call that makes one (1.3).
+	err := (*cgc.Stream)(nil).Conditional(cgc.ConditionalSwitch, cgc.DevicePtr(0x10000), body)
+	if e := asError(t, err, cgc.ErrInvalidArgument); !strings.Contains(e.Message, "cgc_capture_conditional_begin:") ||
+		!strings.Contains(e.Message, "cgc_capture_conditional_begin_bodies") {
+		t.Errorf("Conditional(Switch): %q, want cgc_capture_conditional_begin naming cgc_capture_conditional_begin_bodies", e.Message)
+	}
 	if ran {
 		t.Error("the body ran although no node was added")
 	}
-	err := (*cgc.Stream)(nil).Conditional(cgc.ConditionalWhile, 0, nil)
+	err = (*cgc.Stream)(nil).Conditional(cgc.ConditionalWhile, 0, nil)
 	if e := asError(t, err, cgc.ErrInvalidArgument); !strings.Contains(e.Message, "Go binding") ||
 		!strings.Contains(e.Message, "body is nil") {
 		t.Errorf("Conditional with a nil body: %q", e.Message)
 	}
 	if cgc.ConditionalIf.String() != "If" || cgc.ConditionalWhile.String() != "While" ||
-		cgc.ConditionalKind(2).String() != "ConditionalKind(2)" || cgc.ConditionalIf != 0 || cgc.ConditionalWhile != 1 {
+		cgc.ConditionalSwitch.String() != "Switch" || cgc.ConditionalKind(3).String() != "ConditionalKind(3)" ||
+		cgc.ConditionalIf != 0 || cgc.ConditionalWhile != 1 || cgc.ConditionalSwitch != 2 {
 		t.Error("ConditionalKind values or String")
+	}
+}
+
+// 1.3's ConditionalBodies without a GPU: the library checks the stream before the kind, the
+// count and the flags, so a nil stream is what it refuses here, by name, whatever those are
+// (they are checked on a GPU, TestGPUConditionalBodiesChecksKindCountAndFlags); what the binding
+// sees is wrong never reaches C; no body function runs when no node was added.
+func TestConditionalBodiesRefusesNilStreamsAndBadCounts(t *testing.T) {
+	if err := cgc.Load(); err != nil {
+		t.Fatal(err)
+	}
+	ran := false
+	body := func([]*cgc.Stream, cgc.ConditionalHandle) error { ran = true; return nil }
+	cases := []struct {
+		kind    cgc.ConditionalKind
+		flags   cgc.ConditionalFlags
+		nBodies int
+	}{
+		{cgc.ConditionalIf, 0, 1}, {cgc.ConditionalIf, 0, 2}, {cgc.ConditionalWhile, 0, 1},
+		{cgc.ConditionalWhile, cgc.ConditionalBodySetsCondition, 1}, {cgc.ConditionalSwitch, 0, 3},
+		{cgc.ConditionalSwitch, 0, 256},
+		// Wrong for the kind, but the stream answers first.
+		{cgc.ConditionalIf, 0, 3}, {cgc.ConditionalSwitch, 0, 0}, {cgc.ConditionalKind(7), 0, 1},
+		{cgc.ConditionalIf, cgc.ConditionalBodySetsCondition, 1}, {cgc.ConditionalWhile, 0x80, 1},
+	}
+	for _, c := range cases {
+		err := (*cgc.Stream)(nil).ConditionalBodies(c.kind, cgc.DevicePtr(0x10000), c.flags, c.nBodies, body)
+		e := asError(t, err, cgc.ErrInvalidArgument)
+		if !strings.Contains(e.Message, "cgc_capture_conditional_begin_bodies") || !strings.Contains(e.Message, "NULL") {
+			t.Errorf("ConditionalBodies(%v, flags %d, %d bodies) on a nil stream: %q, want "+
+				"cgc_capture_conditional_begin_bodies refusing NULL", c.kind, c.flags, c.nBodies, e.Message)
+		}
+	}
+	refusals := map[string]struct {
+		err  error
+		want string
+	}{
+		"nil body": {(*cgc.Stream)(nil).ConditionalBodies(cgc.ConditionalIf, 0, 0, 1, nil), "body is nil"},
+		"-1 bodies": {(*cgc.Stream)(nil).ConditionalBodies(cgc.ConditionalSwitch, 0, 0, -1, body),
+			"nBodies is -1"},
+		"257 bodies": {(*cgc.Stream)(nil).ConditionalBodies(cgc.ConditionalSwitch, 0, 0, 257, body),
+			"nBodies is 257: a conditional node has 1 to 256 bodies"},
+	}
+	for name, c := range refusals {
+		if e := asError(t, c.err, cgc.ErrInvalidArgument); !strings.Contains(e.Message, c.want) ||
+			!strings.Contains(e.Message, "Go binding") || !strings.Contains(e.Message, "Stream.ConditionalBodies") {
+			t.Errorf("%s: message %q, want the binding's refusal saying %q", name, e.Message, c.want)
+		}
+	}
+	if ran {
+		t.Error("a body function ran although no node was added")
+	}
+	// The header's values, through cgo.
+	if cgc.ConditionalBodySetsCondition != 1 || cgc.LoopEagerIterations != 65536 {
+		t.Errorf("ConditionalBodySetsCondition %d, LoopEagerIterations %d; the header says 1 and 65536",
+			cgc.ConditionalBodySetsCondition, cgc.LoopEagerIterations)
 	}
 }

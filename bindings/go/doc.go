@@ -2,8 +2,9 @@
 // torch.cuda.graph (stream capture, replay, private memory pools shared across graphs,
 // fork/join capture through events, NCCL collectives and a graph-safe Philox generator), since
 // version 1.1 the work a graph is made of: copies and sets, page-locked host memory, host
-// functions, stream memory operations and kernels of the caller's own modules, and since 1.2
-// graphs that change without a new Graph (updates by capture, per-kernel changes).
+// functions, stream memory operations and kernels of the caller's own modules, since 1.2
+// graphs that change without a new Graph (updates by capture, per-kernel changes) and
+// conditional nodes, and since 1.3 conditional nodes with several bodies.
 //
 // # Loading
 //
@@ -58,7 +59,10 @@
 // Graph.SetKernelEnabled and Graph.SetKernelArgs change one captured kernel for later replays.
 // Stream.Conditional adds a conditional node inside a capture (ConditionalIf, ConditionalWhile):
 // a body that runs on the device as long as a uint32 the caller's kernels write is nonzero,
-// issued by a function on a body stream the library lends for its duration.
+// issued by a function on a body stream the library lends for its duration. Since 1.3,
+// Stream.ConditionalBodies adds one with all its bodies at once (if/else, ConditionalSwitch) and
+// gives the node's ConditionalHandle to kernels that set a loop's condition themselves
+// (ConditionalBodySetsCondition); bodies may allocate and draw random numbers.
 //
 // # Threads
 //

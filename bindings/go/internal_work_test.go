@@ -7,6 +7,7 @@ package cgc
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"math"
 	"strings"
 	"sync"
@@ -275,5 +276,52 @@ func TestConditionalForeignStreamsAndLentBodies(t *testing.T) {
 	}
 	if err := lent.endBody(); err != nil {
 		t.Errorf("a second end: %v", err)
+	}
+}
+
+// 1.3: ConditionalBodies refuses a foreign stream by name (the handle is checked before the kind,
+// the count and the flags), and what it does once its body function returns, endBodies, ends
+// every lent body, the last first, even when each end fails, returning the first failure.
+func TestConditionalBodiesForeignStreamsAndTheirEnds(t *testing.T) {
+	if err := Load(); err != nil {
+		t.Fatal(err)
+	}
+	var memory [32]uint64
+	s := foreignStream(&memory, false)
+	for _, kind := range []ConditionalKind{ConditionalSwitch, ConditionalKind(7)} {
+		err := s.ConditionalBodies(kind, DevicePtr(0x10000), 0, 3, func([]*Stream, ConditionalHandle) error {
+			t.Error("the body function ran although no node was added")
+			return nil
+		})
+		var ce *Error
+		if !errors.As(err, &ce) || ce.Status != ErrInvalidHandle ||
+			!strings.Contains(ce.Message, "cgc_capture_conditional_begin_bodies") ||
+			!strings.Contains(ce.Message, "not a live cgc stream handle") {
+			t.Errorf("ConditionalBodies(%v) on a foreign stream: %v", kind, err)
+		}
+	}
+	var memories [3][32]uint64
+	bodies := make([]*Stream, len(memories))
+	for i := range memories {
+		bodies[i] = foreignStream(&memories[i], true)
+	}
+	err := endBodies(bodies)
+	var ce *Error
+	// The library names the handle it refused: the first failure is the last body's.
+	last := fmt.Sprintf("%p", unsafe.Pointer(&memories[2][0]))
+	if !errors.As(err, &ce) || ce.Status != ErrInvalidHandle || !strings.Contains(ce.Message, "cgc_capture_conditional_end") ||
+		!strings.Contains(ce.Message, last) {
+		t.Errorf("the ends of three foreign bodies: %v, want the last one's (%s) refusal", err, last)
+	}
+	for i, b := range bodies {
+		if !b.closed || b.h != nil {
+			t.Errorf("body %d is still open after the ends", i)
+		}
+	}
+	if err := endBodies(bodies); err != nil {
+		t.Errorf("ending them again: %v", err)
+	}
+	if err := endBodies(nil); err != nil {
+		t.Errorf("no bodies: %v", err)
 	}
 }

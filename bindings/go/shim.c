@@ -453,3 +453,12 @@ cgc_status_t cgcgo_capture_conditional_begin(cgc_stream_t stream, int kind, uint
 cgc_status_t cgcgo_capture_conditional_end(cgc_stream_t body, char** msg) {
   CALL(api->cgc_capture_conditional_end(body));
 }
+
+/* ---- 1.3 ---- */
+
+cgc_status_t cgcgo_capture_conditional_begin_bodies(cgc_stream_t stream, int kind, uintptr_t condition, unsigned flags,
+                                                    size_t n_bodies, cgc_stream_t* bodies, uint64_t* handle,
+                                                    char** msg) {
+  CALL(api->cgc_capture_conditional_begin_bodies(stream, (cgc_conditional_kind_t)kind, (const uint32_t*)condition,
+                                                 flags, n_bodies, bodies, handle));
+}

@@ -173,4 +173,12 @@ cgc_status_t cgcgo_capture_conditional_begin(cgc_stream_t stream, int kind, uint
                                              char** msg);
 cgc_status_t cgcgo_capture_conditional_end(cgc_stream_t body, char** msg);
 
+/* ---- 1.3: conditional nodes with several bodies ---- */
+
+/* `bodies` has room for n_bodies handles (Go memory: the library writes C handles there, never
+ * Go pointers); *handle is the node's conditional handle, a number the caller's kernels take. */
+cgc_status_t cgcgo_capture_conditional_begin_bodies(cgc_stream_t stream, int kind, uintptr_t condition, unsigned flags,
+                                                    size_t n_bodies, cgc_stream_t* bodies, uint64_t* handle,
+                                                    char** msg);
+
 #endif /* CGCGO_SHIM_H_ */

@@ -22,8 +22,8 @@ type Stream struct {
 	h        C.cgc_stream_t
 	borrowed bool
 	closed   bool
-	// lent marks the body stream of a conditional node (Stream.Conditional), which the library
-	// lends and takes back itself: Close refuses it.
+	// lent marks the body stream of a conditional node (Stream.Conditional,
+	// Stream.ConditionalBodies), which the library lends and takes back itself: Close refuses it.
 	lent bool
 
 	// updating is the Graph that the capture under way on the stream updates
@@ -150,15 +150,17 @@ func (s *Stream) WaitEvent(e *Event) error {
 
 // Close destroys an owned stream (pending work still completes) or frees the handle of a
 // borrowed one. The library refuses it (ErrInvalidState) while a capture begun with cgc is
-// under way on the stream; the Stream then stays open. The body stream of Stream.Conditional is
-// the library's: refused there too (ErrInvalidState). Idempotent; does nothing on nil.
+// under way on the stream; the Stream then stays open. A body stream of Stream.Conditional or
+// Stream.ConditionalBodies is the library's: refused there too (ErrInvalidState). Idempotent;
+// does nothing on nil.
 func (s *Stream) Close() error {
 	if s == nil || s.closed || s.h == nil {
 		return nil
 	}
 	if s.lent {
 		return &Error{Status: ErrInvalidState, Message: "cgc (Go binding): Stream.Close: the stream is the body of a " +
-			"conditional node, lent by the library: Stream.Conditional gives it back when its body function returns"}
+			"conditional node, lent by the library: Stream.Conditional or Stream.ConditionalBodies gives it back when " +
+			"its body function returns"}
 	}
 	var msg *C.char
 	if err := check(C.cgcgo_stream_destroy(s.h, &msg), msg); err != nil {

@@ -24,8 +24,14 @@ recaptures into g, whose executable takes the new graph in place when the driver
 topology: new pointers or values), else is instantiated anew (g.info().last_update says which);
 and g.set_kernel_enabled(i, False) / g.set_kernel_args(i, args) change its i-th captured kernel.
 Inside a capture, ``with stream.conditional(cgc.ConditionalKind.WHILE, cond) as body:`` adds a
-conditional node whose body is the work issued on `body` in the block (kernels, copies, sets and
-nested conditionals), run while the device uint32 at `cond` is nonzero (IF: once if it is).
+conditional node whose body is the work issued on `body` in the block (kernels, copies, sets,
+nested conditionals and, since 1.3, allocations and generator draws), run while the device uint32
+at `cond` is nonzero (IF: once if it is).
+
+Since 1.3 ``with stream.conditional_bodies(kind, cond, n_bodies) as (bodies, handle):`` adds a node
+with all its bodies at once: IF/ELSE (2 bodies, the second runs when the condition is 0), SWITCH
+(body i runs when it is i), or a WHILE whose own kernels set the condition through `handle`
+(flags=CONDITIONAL_BODY_SETS_CONDITION).
 
 Errors are ``cgc.Error`` (``.status`` is a ``cgc.Status`` or, for a code this module does not
 know, the raw int; ``.message`` is cgc_last_error() copied right after the failing call, on the
@@ -59,11 +65,13 @@ __all__ = [
     "WAIT_FLUSH", "BARRIER_SYSTEM", "BARRIER_GPU", "pending_host_funcs",
     # 1.2: graphs that change without recapture, and control flow on the device
     "GraphUpdate", "ConditionalKind",
+    # 1.3: conditional nodes with every body at once, and what bodies may hold
+    "ConditionalNode", "CONDITIONAL_BODY_SETS_CONDITION", "LOOP_EAGER_ITERATIONS",
 ]
 
 # The header's CGC_VERSION that this module was written against: cgc_get_api hands an older
 # minor version's table to a newer library, and struct_size says how much of it there is.
-VERSION_MAJOR, VERSION_MINOR, VERSION_PATCH = 1, 2, 0
+VERSION_MAJOR, VERSION_MINOR, VERSION_PATCH = 1, 3, 0
 _HEADER_VERSION = (VERSION_MAJOR << 16) | (VERSION_MINOR << 8) | VERSION_PATCH
 
 STREAM_NON_BLOCKING = 0x1
@@ -85,6 +93,18 @@ WAIT_FLUSH = 0x40000000  # also make remote writes before the wait visible
 # say its scope:
 BARRIER_SYSTEM = 0x0  # earlier writes visible to the whole system (host, peers)
 BARRIER_GPU = 0x1  # earlier writes visible to the device
+# 1.3: the flag of Stream.conditional_bodies. WHILE only: the body's own kernels set the node's
+# condition (CUDA's device function cudaGraphSetConditional(handle, value), the handle passed to
+# them as a 64-bit integer), so cgc adds no kernel at the end of each iteration; a body that never
+# sets it loops for ever.
+CONDITIONAL_BODY_SETS_CONDITION = 0x1
+# 1.3: iteration i of a WHILE body draws what the i-th of as many eager draws would, for i below
+# this many; each replay advances the generator by this many iterations' worth of numbers (those
+# of one iteration rounded up to 4), so what follows the loop never repeats them.
+LOOP_EAGER_ITERATIONS = 65536
+# The most bodies a node has (a SWITCH's; the header's "SWITCH with 1 to 256"). The binding
+# allocates the array of lent bodies, so it refuses more itself rather than allocate any size.
+_MAX_CONDITIONAL_BODIES = 256
 
 
 # ---- status and errors ---------------------------------------------------------------------
@@ -229,8 +249,9 @@ class FunctionAttribute(enum.IntEnum):  # CUfunction_attribute's values
 
 
 class ConditionalKind(enum.IntEnum):  # cgc_conditional_kind_t: the driver's CUgraphConditionalNodeType
-    IF = 0  # the body runs once if the condition is nonzero where the node stands
+    IF = 0  # the body runs once if the condition is nonzero where the node stands (IF/ELSE: else the second)
     WHILE = 1  # the body runs while the condition is nonzero, read before each iteration
+    SWITCH = 2  # 1.3: body i runs once if the condition is i; none if it is the number of bodies or more
 
 
 class GraphUpdate(enum.IntEnum):  # cgc_graph_update_t: how the last update capture changed a graph
@@ -303,6 +324,10 @@ GraphInfo = namedtuple("GraphInfo", ("node_count", "replay_count", "uploaded", "
                        + GRAPH_NODE_KINDS + ("other_nodes", "update_count", "last_update", "last_update_result"))
 MemoryStats = namedtuple("MemoryStats", "bytes_reserved bytes_allocated peak_bytes_allocated "
                          "peak_bytes_reserved num_driver_allocs num_driver_frees")
+# 1.3: what `with stream.conditional_bodies(...)` yields: the lent body Streams (a tuple, body i
+# first: IF/ELSE's else body is bodies[1]) and the node's conditional handle, an int to pass to
+# the caller's kernels as ctypes.c_uint64 (a cudaGraphConditionalHandle).
+ConditionalNode = namedtuple("ConditionalNode", "bodies handle")
 
 # ---- prototypes, in the order of cgc_api_t (the header's CGC_FUNCTIONS) --------------------
 
@@ -427,6 +452,9 @@ _PROTOTYPES = [
     # 1.2: conditional nodes (the kind is an int-sized enum; *body is a stream cgc lends)
     ("cgc_capture_conditional_begin", _st, (_h, ctypes.c_int, _h, _hp)),
     ("cgc_capture_conditional_end", _st, (_h,)),
+    # 1.3: a conditional node with every body at once (flags are unsigned; *bodies is an array of
+    # n_bodies streams cgc lends; *handle the node's 64-bit conditional handle)
+    ("cgc_capture_conditional_begin_bodies", _st, (_h, ctypes.c_int, _h, ctypes.c_uint, _sz, _hp, _u64p)),
 ]
 
 
@@ -661,7 +689,8 @@ def device_count():
 
 def malloc(ctx, size, stream):
     """Device memory from cgc's caching allocator, ordered on `stream`; an int address (0 for size
-    0). During a capture on `stream` it comes from the capture's pool."""
+    0). During a capture on `stream` it comes from the capture's pool, also on the body of a
+    conditional node (1.3), where memory freed is reused by that body alone until it ends."""
     out = ctypes.c_void_p()
     _check(api().cgc_malloc(ctx.handle, size, stream.handle, ctypes.byref(out)))
     return out.value or 0
@@ -1057,7 +1086,13 @@ class Stream(_Handle):
         # An empty array is still an array: the library, not a NULL pointer, says why 0 is refused.
         _check(api().cgc_stream_batch_mem_op(self.handle, c_ops, len(ops)))
 
-    # ---- conditional nodes (1.2) ----
+    # ---- conditional nodes (1.2, 1.3) ----
+    # A body holds kernels, copies, sets, nested conditionals and (1.3) allocations (from the
+    # capture's pool: memory freed in a body is reused there, and passes to this stream when the
+    # body ends) and generator draws (in a WHILE body, iteration i draws what the i-th of as many
+    # eager draws would: see LOOP_EAGER_ITERATIONS); host functions, memory operations, events
+    # and collectives raise CaptureUnsupportedError there. The capture cannot end while a body is
+    # open. NotSupportedError with a driver older than CUDA 12.4 (IF/ELSE and SWITCH: 12.8).
 
     @contextlib.contextmanager
     def conditional(self, kind, condition):
@@ -1068,33 +1103,56 @@ class Stream(_Handle):
             with s.conditional(cgc.ConditionalKind.WHILE, more) as body:
                 step.launch(1, 1, [counter, n, more], body)   # writes *more: loop again or not
 
-        kind: a ConditionalKind (or its name, "while"). condition: the device address of a
-        uint32 the caller's kernels write; IF runs the body once if it is nonzero where the node
-        stands, WHILE runs it as long as it is nonzero (read again after each iteration). A body
-        holds kernels, copies, sets and nested conditionals; allocations, host functions, memory
-        operations, events, generator draws and collectives raise CaptureUnsupportedError.
-        NotSupportedError with a driver older than CUDA 12.4.
+        kind: ConditionalKind.IF or WHILE (or its name, "while"; a SWITCH has its bodies from
+        conditional_bodies). condition: the device address of a uint32 the caller's kernels
+        write; IF runs the body once if it is nonzero where the node stands, WHILE runs it as
+        long as it is nonzero (read again after each iteration).
 
         The body stream belongs to cgc: it is given back when the block ends, also when the block
-        raises (the block's exception is the one that propagates), and cannot be closed before.
-        The capture cannot end while a body is open."""
+        raises (the block's exception is the one that propagates), and cannot be closed before."""
         func = "cgc_capture_conditional_begin"
         handle = self.handle
         k = _enum_value(ConditionalKind, kind, func, "kind")
         out = ctypes.c_void_p()
         _check(api().cgc_capture_conditional_begin(handle, k, _ptr(condition), ctypes.byref(out)))
-        body = _BodyStream._lend(out.value, self)
-        try:
+        with _ending_bodies((_BodyStream._lend(out.value, self),)) as (body,):
             yield body
-        except BaseException:
-            # The block's exception is the caller's news; ending the body still must happen (the
-            # capture cannot end with it open), and a failure to end it would only hide the cause.
-            try:
-                body._end()
-            except Error:
-                pass
-            raise
-        body._end()
+
+    @contextlib.contextmanager
+    def conditional_bodies(self, kind, condition, n_bodies=1, flags=0):
+        """1.3: adds a conditional node with all its bodies, as conditional() does one, and yields
+        a ConditionalNode (bodies, handle)::
+
+            with s.conditional_bodies("switch", which, 3) as (bodies, _):
+                for i, body in enumerate(bodies):
+                    ...                                   # work of case i, issued on bodies[i]
+
+        kind and n_bodies: IF with 1 body, or 2 (IF/ELSE: bodies[1] runs when the condition is
+        0); WHILE with 1; SWITCH with 1 to 256 (bodies[i] runs when the condition is i, none when
+        it is n_bodies or more). condition: the device address of a uint32, as for conditional().
+        flags: 0, or CONDITIONAL_BODY_SETS_CONDITION for a WHILE whose body's kernels set the
+        condition themselves: cgc reads the condition before the node only, and the kernels get
+        `handle` (ctypes.c_uint64(handle)) to call cudaGraphSetConditional(handle, value) with.
+        handle is the node's conditional handle whatever the flags.
+
+        Every body is given back when the block ends, the last first, each once, also when the
+        block raises (its exception is the one that propagates); none can be closed before.
+        IF/ELSE and SWITCH need a driver for CUDA 12.8 (NotSupportedError before)."""
+        func = "cgc_capture_conditional_begin_bodies"
+        handle = self.handle
+        k = _enum_value(ConditionalKind, kind, func, "kind")
+        count = _unsigned(n_bodies, 64, func, "n_bodies")
+        if count > _MAX_CONDITIONAL_BODIES:
+            raise _bad_argument(func, "n_bodies is %d: a node has at most %d bodies (a SWITCH's)",
+                                count, _MAX_CONDITIONAL_BODIES)
+        f = _unsigned(flags, 32, func, "flags")
+        # At least one slot, so that the library, not a NULL pointer, says why 0 bodies is refused.
+        lent = (ctypes.c_void_p * max(count, 1))()
+        node_handle = ctypes.c_uint64(0)
+        _check(api().cgc_capture_conditional_begin_bodies(handle, k, _ptr(condition), f, count, lent,
+                                                          ctypes.byref(node_handle)))
+        with _ending_bodies(tuple(_BodyStream._lend(lent[i], self) for i in range(count))) as bodies:
+            yield ConditionalNode(bodies, node_handle.value)
 
     def close(self):
         ev = getattr(self, "_join_event", None)
@@ -1103,11 +1161,36 @@ class Stream(_Handle):
         super().close()
 
 
+@contextlib.contextmanager
+def _ending_bodies(bodies):
+    """Yields the lent `bodies` and ends each exactly once when the block ends, the last first
+    (the order nested `with` blocks would end them in), whether the block raised or not. A failed
+    end does not stop the others: the capture could not end while any body is open."""
+    failures = []
+
+    def end_all():
+        for body in reversed(bodies):
+            try:
+                body._end()
+            except Error as e:
+                failures.append(e)
+
+    try:
+        yield bodies
+    except BaseException:
+        # The block's exception is the caller's news: a failure to end a body would only hide it.
+        end_all()
+        raise
+    end_all()
+    if failures:
+        raise failures[0]
+
+
 class _BodyStream(Stream):
-    """The body of a conditional node (Stream.conditional): a Stream that cgc lends until the
-    `with` block ends. It is not the caller's: close() refuses while it is lent (as
-    cgc_stream_destroy does), and the block's end gives it back with cgc_capture_conditional_end,
-    after which the object is closed."""
+    """The body of a conditional node (Stream.conditional, Stream.conditional_bodies): a Stream
+    that cgc lends until the `with` block ends. It is not the caller's: close() refuses while it
+    is lent (as cgc_stream_destroy does), and the block's end gives it back with
+    cgc_capture_conditional_end, after which the object is closed."""
 
     @classmethod
     def _lend(cls, handle, parent):
@@ -1122,15 +1205,20 @@ class _BodyStream(Stream):
         if ev is not None:
             ev.close()
         if h is not None:
-            # cgc_capture_conditional_end frees the handle whatever it returns: the object is
-            # closed either way.
-            _check(api().cgc_capture_conditional_end(h))
+            # cgc_capture_conditional_end frees the handle whatever it returns, but for one
+            # refusal: a body with a body begun inside it still open (InvalidStateError) stays
+            # lent, to be ended once the inner one has; the object then stays open too.
+            st = api().cgc_capture_conditional_end(h)
+            if st == Status.INVALID_STATE:
+                self._h = h
+            _check(st)
 
     def close(self):
         if self._h is not None:
             raise InvalidStateError(Status.INVALID_STATE,
                                     "cgc_stream_destroy: stream %#x is lent for a conditional body: the end of "
-                                    "its `with stream.conditional(...)` block gives it back" % self._h)
+                                    "its `with stream.conditional(...)` (or conditional_bodies) block gives it back"
+                                    % self._h)
 
     def __del__(self):
         pass  # never destroyed here: a body that is still lent is ended by its `with` block
@@ -1410,7 +1498,11 @@ class Graph(_Handle):
 
 
 class Rng(_Handle):
-    """A graph-safe Philox generator: draws captured in a graph give fresh numbers each replay."""
+    """A graph-safe Philox generator: draws captured in a graph give fresh numbers each replay.
+    Since 1.3 it also draws in conditional bodies: in a WHILE body, iteration i of a replay draws
+    what the i-th of as many eager draws from the replay's starting state would (for i below
+    LOOP_EAGER_ITERATIONS), and each replay advances the offset by LOOP_EAGER_ITERATIONS times
+    the numbers one iteration draws (each draw's count rounded up to 4)."""
 
     _destroy = "cgc_rng_destroy"
 

@@ -185,7 +185,7 @@ class LoadingTest(unittest.TestCase):
         # The table this module calls through is complete and is the library's own functions.
         lib = cgc.api()
         self.assertGreaterEqual(lib.table.contents.struct_size, ctypes.sizeof(cgc.api_t))
-        self.assertEqual(len(cgc._PROTOTYPES), 63 + 29 + 4)  # 1.0's, then 1.1's, then 1.2's
+        self.assertEqual(len(cgc._PROTOTYPES), 63 + 29 + 4 + 1)  # 1.0's, then 1.1's, 1.2's and 1.3's
         for name, _, _ in cgc._PROTOTYPES:
             via_table = ctypes.cast(getattr(lib, name), ctypes.c_void_p).value
             via_dlsym = ctypes.cast(getattr(lib.dll, name), ctypes.c_void_p).value
@@ -590,8 +590,8 @@ class UpdateBadCallTest(ExpectMixin, unittest.TestCase):
         # The handle is checked before the arguments: a foreign graph with NULL args names the graph.
         self.expect(cgc.Status.INVALID_HANDLE, "cgc_graph_kernel_node_set_args",
                     lambda: lib.cgc_graph_kernel_node_set_args(FOREIGN, 0, None), "graph")
-        # The table's 1.2 entries are these, after 1.1's.
-        self.assertEqual([p[0] for p in cgc._PROTOTYPES[63 + 29:]],
+        # The table's 1.2 entries are these, after 1.1's (1.3's follow them).
+        self.assertEqual([p[0] for p in cgc._PROTOTYPES[63 + 29:63 + 29 + 4]],
                          ["cgc_graph_kernel_node_set_enabled", "cgc_graph_kernel_node_set_args",
                           "cgc_capture_conditional_begin", "cgc_capture_conditional_end"])
 
@@ -667,18 +667,22 @@ class ConditionalBadCallTest(ExpectMixin, unittest.TestCase):
                     lambda: lib.cgc_capture_conditional_begin(FOREIGN, 1, FOREIGN, ctypes.byref(out)),
                     "not a live cgc stream handle")
         self.expect(cgc.Status.INVALID_ARGUMENT, begin,
-                    lambda: lib.cgc_capture_conditional_begin(FOREIGN, 0, FOREIGN, None), "body is NULL")
+                    lambda: lib.cgc_capture_conditional_begin(FOREIGN, 0, FOREIGN, None), "NULL")
+        # 1.3: a SWITCH has its bodies from begin_bodies; this begin refuses it before anything else.
+        self.expect(cgc.Status.INVALID_ARGUMENT, begin,
+                    lambda: lib.cgc_capture_conditional_begin(None, 2, FOREIGN, ctypes.byref(out)),
+                    "cgc_capture_conditional_begin_bodies")
         end = "cgc_capture_conditional_end"
         self.expect(cgc.Status.INVALID_ARGUMENT, end, lambda: lib.cgc_capture_conditional_end(None), "NULL")
         self.expect(cgc.Status.INVALID_HANDLE, end, lambda: lib.cgc_capture_conditional_end(FOREIGN),
                     "not a live cgc stream handle")
 
     def test_the_binding_checks_the_kind_and_passes_foreign_streams_on(self):
-        self.assertEqual([(m.name, int(m)) for m in cgc.ConditionalKind], [("IF", 0), ("WHILE", 1)])
+        self.assertEqual([(m.name, int(m)) for m in cgc.ConditionalKind], [("IF", 0), ("WHILE", 1), ("SWITCH", 2)])
         stream = foreign(cgc.Stream)
         func = "cgc_capture_conditional_begin"
         ran = []
-        for kind in (cgc.ConditionalKind.WHILE, "if", 2):  # 2: the library judges ints (handle first)
+        for kind in (cgc.ConditionalKind.WHILE, "if", 7):  # 7: the library judges ints (handle first)
             with self.assertRaises(cgc.InvalidHandleError) as cm:
                 with stream.conditional(kind, FOREIGN) as body:
                     ran.append(body)
@@ -689,7 +693,7 @@ class ConditionalBadCallTest(ExpectMixin, unittest.TestCase):
             with stream.conditional("until", FOREIGN):
                 self.fail("the block ran with a bad kind")
         self.assertIn(func, cm.exception.message)
-        self.assertIn("'until' is not one of if, while", cm.exception.message)
+        self.assertIn("'until' is not one of if, while, switch", cm.exception.message)
         forget(stream)
         with self.assertRaises(cgc.InvalidHandleError):
             with stream.conditional(cgc.ConditionalKind.IF, FOREIGN):
@@ -912,17 +916,22 @@ class GpuForkJoinTest(unittest.TestCase):
         ctx.close()
 
 
-def scale_add_ptx():
-    """The examples' kernel, examples/kernels/scale_add.ptx: $CGC_SCALE_ADD_PTX (Bazel's test sets
-    it), else where the repository or the GPU bundle (its tools/ folder) keeps it."""
-    candidates = [os.environ.get("CGC_SCALE_ADD_PTX"),
-                  os.path.join(HERE, "..", "..", "examples", "kernels", "scale_add.ptx"),
-                  os.path.join(HERE, "..", "tools", "scale_add.ptx"),
-                  os.path.join(HERE, "scale_add.ptx")]
+def example_kernel_path(file_name, variable):
+    """The path of one of the examples' kernels, examples/kernels/<file_name>: $<variable> (Bazel's
+    test sets it), else where the repository or the GPU bundle (its tools/ folder) keeps it."""
+    candidates = [os.environ.get(variable),
+                  os.path.join(HERE, "..", "..", "examples", "kernels", file_name),
+                  os.path.join(HERE, "..", "tools", file_name),
+                  os.path.join(HERE, file_name)]
     for path in candidates:
         if path and os.path.isfile(path):
             return path
-    raise AssertionError("scale_add.ptx is not in any of %s: set CGC_SCALE_ADD_PTX to it" % candidates[1:])
+    raise AssertionError("%s is not in any of %s: set %s to it" % (file_name, candidates[1:], variable))
+
+
+def scale_add_ptx():
+    """The examples' kernel scale_add (out = in * params[0] + params[1])."""
+    return example_kernel_path("scale_add.ptx", "CGC_SCALE_ADD_PTX")
 
 
 def float_bits(x):
@@ -1479,7 +1488,8 @@ CONDITIONAL_PTX = """\
 
 class GpuConditionalTest(ExpectMixin, unittest.TestCase):
     """1.2's conditional nodes on a GPU: a WHILE loop that counts on the device to a bound given
-    per replay through page-locked memory, an IF that skips its body, and what a body refuses.
+    per replay through page-locked memory, an IF that skips its body, and what a body refuses
+    (1.3's bodies and what they may hold since: test_conditional_bodies).
     Skipped with a driver older than CUDA 12.4 (the library says NotSupportedError then)."""
 
     def setUp(self):
@@ -1564,17 +1574,20 @@ class GpuConditionalTest(ExpectMixin, unittest.TestCase):
             w = self.words_now()
             self.assertEqual((w[4], w[3]), (want, self.graph.info().replay_count))
 
-    def test_a_body_refuses_an_allocation_and_a_failing_block_ends_the_body(self):
+    def test_a_body_refuses_a_host_function_and_a_failing_block_ends_the_body(self):
         s = self.stream
-        # Not capturing, and a kind the library does not know (with a real stream).
+        # Not capturing, a kind the library does not know and a SWITCH (whose bodies come from
+        # conditional_bodies), with a real stream.
         self.expect_raise(cgc.InvalidStateError, "cgc_capture_conditional_begin",
                           lambda: s.conditional(cgc.ConditionalKind.WHILE, self.more).__enter__(), "not capturing")
         self.expect_raise(cgc.InvalidArgumentError, "cgc_capture_conditional_begin",
-                          lambda: s.conditional(2, self.more).__enter__(), "kind 2")
+                          lambda: s.conditional(7, self.more).__enter__(), "kind 7")
+        self.expect_raise(cgc.InvalidArgumentError, "cgc_capture_conditional_begin",
+                          lambda: s.conditional(cgc.ConditionalKind.SWITCH, self.more).__enter__(),
+                          "cgc_capture_conditional_begin_bodies")
         with cgc.graph(self.graph, stream=s):
             with s.conditional(cgc.ConditionalKind.IF, self.more) as body:
-                self.expect_raise(cgc.CaptureUnsupportedError, "cgc_malloc",
-                                  lambda: cgc.malloc(self.ctx, 256, body), "conditional node")
+                # (Allocations and draws are allowed in bodies since 1.3: test_conditional_bodies.)
                 self.expect_raise(cgc.CaptureUnsupportedError, "cgc_launch_host_func",
                                   lambda: body.launch_host_func(lambda: None))
                 with self.assertRaises(cgc.InvalidStateError):
