@@ -643,8 +643,12 @@ typedef enum cgc_conditional_kind {
 /* 1.3. Generator draws inside a WHILE body: iteration i of a replay draws what the i-th of as
  * many eager draws would, for i below this many; each replay advances the generator by this many
  * iterations' worth, so what follows the loop never repeats its numbers; later iterations draw
- * from a counter space of their own (fresh, not an eager run's). SEMANTICS 29. */
+ * from a counter space of their own (fresh, not an eager run's). Not in a WHILE nested in
+ * another (refused). SEMANTICS 29. */
 #define CGC_LOOP_EAGER_ITERATIONS ((uint64_t)65536)
+
+/* 1.3. The most bodies a node may have (a SWITCH's; each is a lent stream while captured). */
+#define CGC_CONDITIONAL_MAX_BODIES 256
 
 /* 1.3. Flags of cgc_capture_conditional_begin_bodies. */
 enum {
@@ -675,7 +679,7 @@ enum {
 
 #define CGC_FUNCTIONS_CONDITIONALS_1_3(X)                                                                      \
   /* 1.3. A conditional node with every body at once: IF with 1 body or 2 (IF/ELSE), WHILE with 1,            \
-   * SWITCH with 1 to 256; bodies[i] is lent for body i (end each with cgc_capture_conditional_end).           \
+   * SWITCH with 1 to CGC_CONDITIONAL_MAX_BODIES; bodies[i] is lent for body i (end each with cgc_capture_conditional_end).           \
    * `flags`: 0 or CGC_CONDITIONAL_BODY_SETS_CONDITION. *handle (may be NULL) is the node's                    \
    * conditional handle (a cudaGraphConditionalHandle) for the caller's kernels. IF/ELSE and SWITCH            \
    * need a driver for CUDA 12.8 (CGC_ERROR_NOT_SUPPORTED before). Otherwise as                                \

@@ -33,7 +33,7 @@ static pthread_mutex_t condition_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_mutex_t loop_states_lock = PTHREAD_MUTEX_INITIALIZER;
 
 /* The most bodies one SWITCH node may have here: each is a lent stream while it is captured. */
-enum { kMaxBodies = 256 };
+enum { kMaxBodies = CGC_CONDITIONAL_MAX_BODIES };
 /* What the kernel before a WHILE node zeroes: CGC__LOOP_GENERATORS states of four 64-bit words. */
 enum { kLoopStateWords = CGC__LOOP_GENERATORS * 4 };
 
@@ -147,22 +147,30 @@ cgc_status_t cgc__body_loop_states(struct cgc__body* loop, CUdeviceptr* out, con
     if (loop->loop_states != 0) {
       *out = loop->loop_states; /* another thread's draw got there first */
     } else {
-      /* The kernel before the node zeroes them before every run of the node. */
-      set_args_t a = set_args_of(loop, s->ptr, kLoopStateWords);
-      void* args[5];
-      CUDA_KERNEL_NODE_PARAMS p = set_params(loop->set_kernel, &a, args);
-      st = CGC_CU(cuGraphKernelNodeSetParams(loop->set_node, &p));
-      if (st == CGC_SUCCESS) st = cgc__registry_add_new_use(loop->capture_id, &loop_states_use_ops, s, func);
+      /* Held by the capture first (then its graph frees it after the last replay), so that no
+       * node can point at memory already freed. Then the kernel before the node is told to zero
+       * the states before every run of the node; if that fails the loop would start from stale
+       * states, so the capture is marked broken. */
+      st = cgc__registry_add_new_use(loop->capture_id, &loop_states_use_ops, s, func);
       if (st == CGC_SUCCESS) {
-        loop->loop_states = *out = s->ptr;
         installed = true;
+        set_args_t a = set_args_of(loop, s->ptr, kLoopStateWords);
+        void* args[5];
+        CUDA_KERNEL_NODE_PARAMS p = set_params(loop->set_kernel, &a, args);
+        st = CGC_CU_FOR(func, cuGraphKernelNodeSetParams(loop->set_node, &p));
+        if (st == CGC_SUCCESS) {
+          loop->loop_states = *out = s->ptr;
+        } else {
+          cgc__registry_mark_broken(loop->capture_id);
+          cgc__append("; the capture can no longer be kept: cgc_capture_end will discard it");
+        }
       }
     }
     pthread_mutex_unlock(&loop_states_lock);
   }
   if (!installed && s->ptr != 0) cgc__relaxed_mem_free(s->ptr);
   cgc__ctx_leave(&scope);
-  if (!installed) free(s);
+  if (!installed) free(s); /* installed: the capture's use frees it */
   return st;
 }
 
@@ -183,7 +191,7 @@ static cgc_status_t check_kind(cgc_conditional_kind_t kind, unsigned flags, size
       break;
     case CGC_CONDITIONAL_SWITCH:
       if (n_bodies < 1 || n_bodies > kMaxBodies)
-        return cgc__fail(CGC_ERROR_INVALID_ARGUMENT, func, "n_bodies is %zu: a SWITCH node has 1 to %d bodies",
+        return cgc__fail(CGC_ERROR_INVALID_ARGUMENT, func, "n_bodies is %zu: a SWITCH node has 1 to %d bodies (CGC_CONDITIONAL_MAX_BODIES)",
                          n_bodies, kMaxBodies);
       newer = true;
       break;
@@ -237,9 +245,9 @@ static void undo_begin(begin_state_t* s, uint64_t capture) {
 
 static cgc_status_t begin(cgc_stream_t stream, cgc_conditional_kind_t kind, const uint32_t* condition, unsigned flags,
                           size_t n_bodies, cgc_stream_t* bodies, uint64_t* handle, const char* func) {
+  if (handle != NULL) *handle = 0;
   if (bodies == NULL) return cgc__fail(CGC_ERROR_INVALID_ARGUMENT, func, n_bodies == 1 ? "body is NULL" : "bodies is NULL");
   for (size_t i = 0; i < n_bodies && i < kMaxBodies; i++) bodies[i] = NULL;
-  if (handle != NULL) *handle = 0;
   cgc_status_t st = cgc__check_handle(stream, CGC_MAGIC_STREAM, func, "stream");
   if (st == CGC_SUCCESS) st = check_kind(kind, flags, n_bodies, func);
   if (st != CGC_SUCCESS) return st;
@@ -270,7 +278,10 @@ static cgc_status_t begin(cgc_stream_t stream, cgc_conditional_kind_t kind, cons
   CUfunction kernel = NULL;
   if (st == CGC_SUCCESS) st = cgc__ctx_enter(stream->dev, &scope, func);
   if (st == CGC_SUCCESS) st = condition_kernel(stream->dev, &kernel, func);
+  /* The enclosing body (if `stream` is one) counts these as open from now on, so that it cannot
+   * end while the node is being built in it. */
   struct cgc__body* parent = atomic_load(&stream->body);
+  if (parent != NULL) atomic_fetch_add(&parent->open_children, (int)n_bodies);
   for (size_t i = 0; i < n_bodies && st == CGC_SUCCESS; i++) {
     records[i] = calloc(1, sizeof *records[i]);
     if (records[i] == NULL) st = cgc__fail(CGC_ERROR_OUT_OF_MEMORY, func, "out of host memory");
@@ -282,7 +293,7 @@ static cgc_status_t begin(cgc_stream_t stream, cgc_conditional_kind_t kind, cons
   CUgraph graph = NULL;
   const CUgraphNode* deps = NULL;
   size_t n_deps = 0;
-  if (st == CGC_SUCCESS) st = CGC_CU(cuStreamGetCaptureInfo(ref.cu, &status, &id, &graph, &deps, &n_deps));
+  if (st == CGC_SUCCESS) st = CGC_CU_FOR(func, cuStreamGetCaptureInfo(ref.cu, &status, &id, &graph, &deps, &n_deps));
   if (st == CGC_SUCCESS && status != CU_STREAM_CAPTURE_STATUS_ACTIVE)
     st = cgc__fail(CGC_ERROR_CAPTURE_INVALIDATED, func,
                    "the capture of stream %p was invalidated by an earlier call: end it (cgc_capture_end says why)",
@@ -294,14 +305,14 @@ static cgc_status_t begin(cgc_stream_t stream, cgc_conditional_kind_t kind, cons
      * marked broken and its end discards the graph. The handle's default (0, applied at every
      * launch) keeps a node whose condition kernel never ran from looping. */
     touched = true;
-    st = CGC_CU(cuGraphConditionalHandleCreate(&shared.handle, graph, stream->dev->cu, 0, CU_GRAPH_COND_ASSIGN_DEFAULT));
+    st = CGC_CU_FOR(func, cuGraphConditionalHandleCreate(&shared.handle, graph, stream->dev->cu, 0, CU_GRAPH_COND_ASSIGN_DEFAULT));
   }
   CUgraphNode node = NULL;
   if (st == CGC_SUCCESS) {
     set_args_t a = set_args_of(&shared, 0, 0);
     void* args[5];
     CUDA_KERNEL_NODE_PARAMS p = set_params(kernel, &a, args);
-    st = CGC_CU(cuGraphAddKernelNode(&shared.set_node, graph, deps, n_deps, &p));
+    st = CGC_CU_FOR(func, cuGraphAddKernelNode(&shared.set_node, graph, deps, n_deps, &p));
   }
   CUgraph body_graphs[kMaxBodies] = {0};
   if (st == CGC_SUCCESS) {
@@ -311,21 +322,21 @@ static cgc_status_t begin(cgc_stream_t stream, cgc_conditional_kind_t kind, cons
     params.conditional.type = driver_kind(kind);
     params.conditional.size = (unsigned)n_bodies;
     params.conditional.ctx = stream->dev->cu;
-    st = CGC_CU(cuGraphAddNode(&node, graph, &shared.set_node, NULL, 1, &params));
+    st = CGC_CU_FOR(func, cuGraphAddNode(&node, graph, &shared.set_node, NULL, 1, &params));
     /* phGraph_out: the driver's own array of the `size` body graphs, valid while the node lives. */
     for (size_t i = 0; st == CGC_SUCCESS && i < n_bodies; i++) body_graphs[i] = params.conditional.phGraph_out[i];
   }
   /* The capture goes on after the conditional node. */
   if (st == CGC_SUCCESS)
-    st = CGC_CU(cuStreamUpdateCaptureDependencies(ref.cu, &node, 1, CU_STREAM_SET_CAPTURE_DEPENDENCIES));
+    st = CGC_CU_FOR(func, cuStreamUpdateCaptureDependencies(ref.cu, &node, 1, CU_STREAM_SET_CAPTURE_DEPENDENCIES));
   /* Each body is captured on its lent stream; Relaxed, as a body's capture checks nothing the
    * capture it belongs to would not. */
   for (size_t i = 0; i < n_bodies && st == CGC_SUCCESS; i++) {
-    st = CGC_CU(cuStreamBeginCaptureToGraph(lent[i]->cu, body_graphs[i], NULL, NULL, 0, CU_STREAM_CAPTURE_MODE_RELAXED));
+    st = CGC_CU_FOR(func, cuStreamBeginCaptureToGraph(lent[i]->cu, body_graphs[i], NULL, NULL, 0, CU_STREAM_CAPTURE_MODE_RELAXED));
     if (st != CGC_SUCCESS) break;
     undo.begun++;
     cuuint64_t body_id = 0;
-    st = CGC_CU(cuStreamGetCaptureInfo(lent[i]->cu, &status, &body_id, NULL, NULL, NULL));
+    st = CGC_CU_FOR(func, cuStreamGetCaptureInfo(lent[i]->cu, &status, &body_id, NULL, NULL, NULL));
     *records[i] = shared;
     records[i]->body_id = body_id;
   }
@@ -336,9 +347,9 @@ static cgc_status_t begin(cgc_stream_t stream, cgc_conditional_kind_t kind, cons
       cgc__append("; the capture can no longer be kept: cgc_capture_end will discard it");
     }
     undo_begin(&undo, capture);
+    if (parent != NULL) atomic_fetch_sub(&parent->open_children, (int)n_bodies);
     return st;
   }
-  if (parent != NULL) atomic_fetch_add(&parent->open_children, (int)n_bodies);
   for (size_t i = 0; i < n_bodies; i++) {
     atomic_store(&lent[i]->body, records[i]);
     cgc__registry_open_body(capture, records[i]->body_id, lent[i]);
@@ -350,6 +361,7 @@ static cgc_status_t begin(cgc_stream_t stream, cgc_conditional_kind_t kind, cons
 
 cgc_status_t cgc_capture_conditional_begin(cgc_stream_t stream, cgc_conditional_kind_t kind, const uint32_t* condition,
                                            cgc_stream_t* body) {
+  if (body != NULL) *body = NULL;
   if (kind == CGC_CONDITIONAL_SWITCH)
     return cgc__fail(CGC_ERROR_INVALID_ARGUMENT, __func__,
                      "a SWITCH node's bodies are begun with cgc_capture_conditional_begin_bodies");
@@ -373,7 +385,7 @@ static cgc_status_t end_iteration(struct cgc__body* b, cgc_stream_t body, const 
   set_args_t a = set_args_of(b, 0, 0);
   void* args[5];
   CUDA_KERNEL_NODE_PARAMS p = set_params(b->set_kernel, &a, args);
-  return CGC_CU(cuLaunchKernel(p.func, 1, 1, 1, 1, 1, 1, 0, body->cu, args, NULL));
+  return CGC_CU_FOR(func, cuLaunchKernel(p.func, 1, 1, 1, 1, 1, 1, 0, body->cu, args, NULL));
 }
 
 cgc_status_t cgc_capture_conditional_end(cgc_stream_t body) {

@@ -153,6 +153,8 @@ CUresult cgc__relaxed_mem_free(CUdeviceptr p);
 /* CGC_CU(cuFoo(a, b)) calls cgc__drv.cuFoo(a, b) and turns its result into a status whose
  * message names the calling function and the call's text. */
 #define CGC_CU(call) cgc__cu_fail(cgc__drv.call, __func__, #call)
+/* The same inside a helper that reports for the public function `func` names. */
+#define CGC_CU_FOR(func, call) cgc__cu_fail(cgc__drv.call, func, #call)
 
 #ifdef __cplusplus
 }

@@ -42,7 +42,8 @@ cgc_status_t cgc__enqueue_capture(const cgc__stream_ref_t* ref, const char* what
 
 cgc_status_t cgc__refuse_in_body(cgc_stream_t s, const char* what, const char* func) {
   return cgc__fail(CGC_ERROR_CAPTURE_UNSUPPORTED, func,
-                   "stream %p is the body of a conditional node, which holds kernels, copies, sets and nested "
-                   "conditionals only (SEMANTICS 29): %s goes before or after the conditional node",
+                   "stream %p is the body of a conditional node, which holds kernels, copies, sets, nested "
+                   "conditionals, allocations and generator draws only (SEMANTICS 29): %s goes before or after "
+                   "the conditional node",
                    (void*)s->cu, what);
 }

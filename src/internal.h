@@ -19,6 +19,8 @@
  *   allocator uses_lock (mutex) -> allocator lock (spinlock) -> registry_lock (mutex)
  *     -> kernels_lock, devices_lock, quarantine_lock;
  *   a generator's lock -> registry_lock (a capture's first draw registers its use under it);
+ *   a generator's lock -> rng.c's loop_lock (a loop's generator list; no driver call under it);
+ *   conditional.c's loop_states_lock -> registry_lock (a loop's states registered as a use);
  *   a module's functions_lock is taken alone (no driver call that waits under it);
  *   a graph's inspect_lock is taken alone (driver calls on that graph only, none that waits for
  *   the GPU), as are fence_lock (device.c: the fence stream's creation) and condition_lock
@@ -391,9 +393,12 @@ cgc_status_t cgc__refuse_in_body(cgc_stream_t s, const char* what, const char* f
 
 /* ---- conditional bodies (conditional.c) ---- */
 
-/* Generators drawn from inside one WHILE body, and loops nested with draws: the limits of the
- * device-side bookkeeping below (rng.c refuses a draw beyond them, naming them). */
-enum { CGC__LOOP_GENERATORS = 8, CGC__LOOP_DEPTH = 4 };
+/* Generators drawn from inside one WHILE body, and WHILE loops around a draw: the limits of the
+ * bookkeeping below (rng.c refuses a draw beyond them, naming them). One loop: each loop
+ * reserves CGC_LOOP_EAGER_ITERATIONS iterations of offsets per replay, and nested loops'
+ * reservations would multiply (2^32 and more per replay), wrapping the 64-bit offset within a few
+ * thousand replays. The device side (kernels/philox.cu's LoopChain) has room for 4. */
+enum { CGC__LOOP_GENERATORS = 8, CGC__LOOP_DEPTH = 1 };
 
 /* One body of a conditional node being captured, from cgc_capture_conditional_begin(_bodies)
  * to the end of the capture it belongs to (the registry frees it then, so that a late call on

@@ -67,12 +67,12 @@ static cgc_status_t device_kernels(struct cgc__device* dev, struct cgc__kernels*
       st = cgc__fail(CGC_ERROR_OUT_OF_MEMORY, func, "out of host memory");
     } else {
       CUstreamCaptureMode previous = cgc__relaxed_begin();
-      st = CGC_CU(cuModuleLoadData(&k->module, cgc__kernels_fatbin));
-      if (st == CGC_SUCCESS) st = CGC_CU(cuModuleGetFunction(&k->uniform, k->module, "cgc_philox_uniform"));
-      if (st == CGC_SUCCESS) st = CGC_CU(cuModuleGetFunction(&k->normal, k->module, "cgc_philox_normal"));
-      if (st == CGC_SUCCESS) st = CGC_CU(cuModuleGetFunction(&k->set_state, k->module, "cgc_philox_set_state"));
+      st = CGC_CU_FOR(func, cuModuleLoadData(&k->module, cgc__kernels_fatbin));
+      if (st == CGC_SUCCESS) st = CGC_CU_FOR(func, cuModuleGetFunction(&k->uniform, k->module, "cgc_philox_uniform"));
+      if (st == CGC_SUCCESS) st = CGC_CU_FOR(func, cuModuleGetFunction(&k->normal, k->module, "cgc_philox_normal"));
+      if (st == CGC_SUCCESS) st = CGC_CU_FOR(func, cuModuleGetFunction(&k->set_state, k->module, "cgc_philox_set_state"));
       if (st == CGC_SUCCESS)
-        st = CGC_CU(cuModuleGetFunction(&k->loop_advance, k->module, "cgc_philox_loop_advance"));
+        st = CGC_CU_FOR(func, cuModuleGetFunction(&k->loop_advance, k->module, "cgc_philox_loop_advance"));
       cgc__relaxed_end(previous);
       if (st == CGC_SUCCESS) {
         dev->kernels = k;
@@ -255,7 +255,10 @@ static cgc_status_t enclosing_loops(struct cgc__body* body, struct cgc__body** l
     if (b->kind != CGC_CONDITIONAL_WHILE) continue;
     if (*n == CGC__LOOP_DEPTH)
       return cgc__fail(CGC_ERROR_CAPTURE_UNSUPPORTED, func,
-                       "a generator's draw inside more than %d nested WHILE loops is not supported", CGC__LOOP_DEPTH);
+                       "a generator's draw inside a WHILE loop nested in another WHILE loop is not supported: each "
+                       "loop reserves %llu iterations of the generator's offsets per replay, and nested "
+                       "reservations multiply; draw in the outer loop's body, or before the loops",
+                       (unsigned long long)CGC_LOOP_EAGER_ITERATIONS);
     cgc_status_t st = cgc__body_loop_states(b, &states[*n], func);
     if (st != CGC_SUCCESS) return st;
     loops[(*n)++] = b;
@@ -321,7 +324,7 @@ static cgc_status_t loop_end_iteration(struct cgc__body* b, CUstream stream, con
   if (st != CGC_SUCCESS) return st;
   void* args[] = {&states, &advance};
   cgc_rng_t first = generators[0].rng;
-  return CGC_CU(cuLaunchKernel(first->dev->kernels->loop_advance, 1, 1, 1, CGC__LOOP_GENERATORS, 1, 1, 0, stream, args,
+  return CGC_CU_FOR(func, cuLaunchKernel(first->dev->kernels->loop_advance, 1, 1, 1, CGC__LOOP_GENERATORS, 1, 1, 0, stream, args,
                                NULL));
 }
 

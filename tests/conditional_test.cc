@@ -539,6 +539,34 @@ TEST_F(LoopDraws, IterationsPastTheWindowStayFresh) {
   CGC_EXPECT_OK(cgc_rng_destroy(rng));
 }
 
+// A draw in a WHILE loop nested in another is refused (found by review: each loop reserved
+// 65,536 iterations of offsets per replay and nested reservations multiplied, wrapping the 64-bit
+// offset within a few thousand replays); the capture goes on and the outer loop may draw.
+TEST_F(LoopDraws, ADrawInANestedLoopIsRefusedAndTheCaptureGoesOn) {
+  if (!Supported()) GTEST_SKIP() << "conditional nodes need a driver for CUDA 12.4";
+  cgc_rng_t rng = nullptr;
+  CGC_ASSERT_OK(cgc_rng_create(ctx, 5, &rng));
+  void* tmp = nullptr;
+  CGC_ASSERT_OK(cgc_malloc(ctx, kPerIteration * sizeof(float), stream, &tmp));
+  CGC_ASSERT_OK(cgc_capture_begin(stream, nullptr));
+  CGC_ASSERT_OK(cgc_memset_d32_async(more, 0, 1, stream));
+  cgc_stream_t outer = nullptr, inner = nullptr;
+  CGC_ASSERT_OK(cgc_capture_conditional_begin(stream, CGC_CONDITIONAL_WHILE, more, &outer));
+  CGC_ASSERT_OK(cgc_capture_conditional_begin(outer, CGC_CONDITIONAL_WHILE, odd, &inner));
+  EXPECT_EQ(cgc_rng_uniform(rng, static_cast<float*>(tmp), 4, inner), CGC_ERROR_CAPTURE_UNSUPPORTED);
+  EXPECT_TRUE(Contains(cgc_last_error(), "nested")) << cgc_last_error();
+  CGC_ASSERT_OK(cgc_capture_conditional_end(inner));
+  CGC_ASSERT_OK(cgc_rng_uniform(rng, static_cast<float*>(tmp), 4, outer));
+  CGC_ASSERT_OK(cgc_capture_conditional_end(outer));
+  cgc_graph_t g = nullptr;
+  CGC_ASSERT_OK(cgc_capture_end(stream, &g));
+  CGC_ASSERT_OK(cgc_graph_launch(g, stream));
+  CGC_ASSERT_OK(cgc_stream_synchronize(stream));
+  CGC_EXPECT_OK(cgc_graph_destroy(g));
+  CGC_EXPECT_OK(cgc_free(tmp));
+  CGC_EXPECT_OK(cgc_rng_destroy(rng));
+}
+
 // A draw in an IF body takes its position in the graph like any captured draw.
 TEST_F(LoopDraws, ADrawInAnIfBodyIsAnOrdinaryCapturedDraw) {
   if (!Supported()) GTEST_SKIP() << "conditional nodes need a driver for CUDA 12.4";

@@ -1,5 +1,5 @@
 // The 1.1 functions (copies, sets, host memory, host functions, memory operations, stream
-// queries, modules and kernels) and 1.2's per-node updates: NULL and foreign handles and NULL outputs give a clear status
+// queries, modules and kernels), 1.2's per-node updates and conditionals, and 1.3's: NULL and foreign handles and NULL outputs give a clear status
 // and a message naming the function, with or without a GPU (handles are checked first). The
 // checks that need a live stream or module (bad enums, flags, alignment, sizes that overflow)
 // are in work_test.cc, which runs on a GPU.
@@ -76,6 +76,14 @@ std::vector<Case> WithHandles(cgc_context_t ctx, cgc_stream_t s, cgc_module_t m,
       {"cgc_capture_conditional_begin",
        [=] { static uint32_t c; cgc_stream_t b; return cgc_capture_conditional_begin(s, CGC_CONDITIONAL_IF, &c, &b); }},
       {"cgc_capture_conditional_end", [=] { return cgc_capture_conditional_end(s); }},
+      // 1.3
+      {"cgc_capture_conditional_begin_bodies",
+       [=] {
+         static uint32_t c;
+         cgc_stream_t b[2];
+         uint64_t h;
+         return cgc_capture_conditional_begin_bodies(s, CGC_CONDITIONAL_IF, &c, 0, 2, b, &h);
+       }},
   };
 }
 
@@ -120,6 +128,30 @@ TEST(WorkArgs, NullOutputsAreInvalidArgumentsAndOutputsAreCleared) {
   EXPECT_EQ(cgc_stream_device(nullptr, &device, &native), CGC_ERROR_INVALID_ARGUMENT);
   EXPECT_EQ(device, -1);
   EXPECT_EQ(native, nullptr);
+}
+
+// Conditional begins clear their outputs on every failure, including the ones found before the
+// stream is looked at (found by review: SWITCH through the 1.2 call, a NULL body array).
+TEST(WorkArgs, ConditionalBeginsClearTheirOutputsWhenTheyFail) {
+  static uint32_t c;
+  cgc_stream_t body = Fake<cgc_stream_t>();
+  EXPECT_EQ(cgc_capture_conditional_begin(Fake<cgc_stream_t>(), CGC_CONDITIONAL_SWITCH, &c, &body),
+            CGC_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(body, nullptr);
+  EXPECT_NE(std::string(cgc_last_error()).find("cgc_capture_conditional_begin_bodies"), std::string::npos)
+      << cgc_last_error();
+  uint64_t handle = 9;
+  EXPECT_EQ(cgc_capture_conditional_begin_bodies(Fake<cgc_stream_t>(), CGC_CONDITIONAL_IF, &c, 0, 2, nullptr, &handle),
+            CGC_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(handle, 0u);
+  EXPECT_NE(std::string(cgc_last_error()).find("cgc_capture_conditional_begin_bodies: bodies is NULL"),
+            std::string::npos)
+      << cgc_last_error();
+  cgc_stream_t bodies[2] = {Fake<cgc_stream_t>(), Fake<cgc_stream_t>()};
+  EXPECT_EQ(cgc_capture_conditional_begin_bodies(nullptr, CGC_CONDITIONAL_IF, &c, 0, 2, bodies, &handle),
+            CGC_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(bodies[0], nullptr);
+  EXPECT_EQ(bodies[1], nullptr);
 }
 
 // The release callback runs exactly once, also when the call fails before anything was queued:
