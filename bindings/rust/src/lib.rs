@@ -37,6 +37,12 @@
 //! or in a loop ([`ConditionalKind::While`]) as long as a device `u32` the caller's kernels
 //! write is nonzero, on a body stream the library lends to a closure.
 //!
+//! Since 1.3 [`Stream::conditional_bodies`] adds a node with all its bodies at once, lent to a
+//! closure as [`ConditionalBodies`]: IF/ELSE (two bodies), SWITCH ([`ConditionalKind::Switch`],
+//! the body the condition numbers) and WHILE loops whose own kernels set the condition through
+//! the node's handle ([`CONDITIONAL_BODY_SETS_CONDITION`]). Bodies may allocate from the
+//! capture's pool and draw from generators ([`LOOP_EAGER_ITERATIONS`] says what a loop draws).
+//!
 //! Objects own their handle and destroy it on `Drop` (errors there are ignored); each also has
 //! a `destroy(self)` (or `free`, `release`) that reports the library's status. Objects made from
 //! a [`Context`] keep the device state alive on their own, so they borrow nothing from it.
@@ -80,7 +86,7 @@ mod stream_attributes;
 pub mod sys;
 
 pub use comm::{group_end, group_start, nccl_version, Comm, CommId, DType, ReduceOp};
-pub use conditional::ConditionalKind;
+pub use conditional::{ConditionalBodies, ConditionalKind, CONDITIONAL_BODY_SETS_CONDITION, LOOP_EAGER_ITERATIONS};
 pub use error::{Error, Result, Status};
 pub use host_func::host_function_panics;
 pub use host_memory::{HostBuffer, HostRegistration, HOST_READ_ONLY, HOST_WRITE_COMBINED};

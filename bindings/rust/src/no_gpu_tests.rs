@@ -1,4 +1,4 @@
-//! The safe layer of 1.1 and 1.2 without a GPU: what the binding checks itself (sizes, names, overflow),
+//! The safe layer of 1.1 to 1.3 without a GPU: what the binding checks itself (sizes, names, overflow),
 //! and what the library refuses on a NULL handle, through the same methods a program calls.
 //!
 //! These live in the crate, not in tests/, because they need objects holding a NULL handle
@@ -8,13 +8,15 @@
 //! They need libcgc (CGC_LIBRARY), as tests/ci.rs does.
 
 use std::os::raw::c_void;
+use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::ptr;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard};
 
+use crate::conditional::run_bodies;
 use crate::{
     api, sys, AccessPolicy, AccessProperty, BarrierScope, CaptureMode,
-    CaptureOptions, ConditionalKind, Context, DeviceBuffer, Error, Function, FunctionAttribute, Graph, GraphInfo,
+    CaptureOptions, ConditionalBodies, ConditionalKind, Context, DeviceBuffer, Error, Function, FunctionAttribute, Graph, GraphInfo,
     GraphUpdate, HostBuffer, HostRegistration, KernelArg, LaunchConfig, MemOp, Module, Result,
     Status, Stream, WaitCondition, WAIT_FLUSH,
 };
@@ -635,10 +637,135 @@ fn conditional_kinds_in_c_form() {
     for (kind, raw) in [
         (ConditionalKind::If, sys::CGC_CONDITIONAL_IF),
         (ConditionalKind::While, sys::CGC_CONDITIONAL_WHILE),
+        (ConditionalKind::Switch, sys::CGC_CONDITIONAL_SWITCH),
     ] {
         assert_eq!(kind.to_raw(), raw);
         assert_eq!(ConditionalKind::from_raw(raw), Some(kind));
     }
-    assert_eq!(ConditionalKind::from_raw(2), None);
+    assert_eq!(ConditionalKind::from_raw(3), None);
     assert_eq!((sys::CGC_CONDITIONAL_IF, sys::CGC_CONDITIONAL_WHILE), (0, 1));
+}
+
+#[test]
+fn the_1_3_constants_are_the_headers() {
+    assert_eq!(sys::CGC_CONDITIONAL_SWITCH, 2);
+    assert_eq!(crate::CONDITIONAL_BODY_SETS_CONDITION, 1);
+    assert_eq!(crate::LOOP_EAGER_ITERATIONS, 65536);
+    assert_eq!((sys::CGC_VERSION_MINOR, sys::CGC_VERSION), (3, 0x1_03_00));
+}
+
+#[test]
+fn a_refused_node_with_bodies_runs_no_closure() {
+    let stream = null_stream();
+    let condition = bogus_buffer(4);
+    let mut ran = false;
+    let outcome: Result<u32> = stream.conditional_bodies(ConditionalKind::Switch, &condition, 3, 0, |_| {
+        ran = true;
+        Ok(1)
+    });
+    assert_refused(outcome, Status::InvalidArgument, "cgc_capture_conditional_begin_bodies");
+    assert!(!ran, "the closure ran although the node was not added");
+    // The binding's own refusals, before the library: a condition smaller than a u32, and more
+    // bodies than a node can have (no vector of that many handles is made).
+    let small = bogus_buffer(2);
+    assert_refused(
+        stream.conditional_bodies(ConditionalKind::If, &small, 2, 0, |_| Ok(())),
+        Status::InvalidArgument,
+        "cgc_capture_conditional_begin_bodies (condition)",
+    );
+    let e = stream
+        .conditional_bodies(ConditionalKind::Switch, &condition, usize::MAX, 0, |_| Ok(()))
+        .expect_err("usize::MAX bodies");
+    assert_eq!(e.status(), Some(Status::InvalidArgument), "{}", e);
+    assert!(e.message().contains("cgc_capture_conditional_begin_bodies: n_bodies is"), "{}", e);
+    // SAFETY: refused (NULL stream) before anything reads the address.
+    let outcome = unsafe {
+        stream.conditional_bodies_raw(
+            ConditionalKind::While,
+            0x10000 as *const u32,
+            1,
+            crate::CONDITIONAL_BODY_SETS_CONDITION,
+            |_| -> Result<()> { panic!("the closure ran although the node was not added") },
+        )
+    };
+    assert_refused(outcome, Status::InvalidArgument, "cgc_capture_conditional_begin_bodies");
+    condition.into_raw();
+    small.into_raw();
+}
+
+// ---- the ending of a node's bodies, with fake bodies ---------------------------------------------
+//
+// Bodies over fake handles (0x1000, 0x2000, 0x3000), whose ends a function standing in for
+// cgc_capture_conditional_end records; the one of 0x2000 fails, as an end the library refuses.
+
+// The handles the stand-in was given, in order. One test at a time uses it (FAKE_BODIES_LOCK).
+static ENDED: Mutex<Vec<usize>> = Mutex::new(Vec::new());
+static FAKE_BODIES_LOCK: Mutex<()> = Mutex::new(());
+
+fn lock<T>(m: &'static Mutex<T>) -> MutexGuard<'static, T> {
+    // A failed test poisons the lock; the next one must still run.
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+unsafe extern "C" fn record_end(body: sys::cgc_stream_t) -> sys::cgc_status_t {
+    lock(&ENDED).push(body as usize);
+    if body as usize == 0x2000 {
+        sys::CGC_ERROR_INVALID_STATE
+    } else {
+        sys::CGC_SUCCESS
+    }
+}
+
+fn fake_bodies() -> ConditionalBodies {
+    lock(&ENDED).clear();
+    let raw = vec![0x1000 as sys::cgc_stream_t, 0x2000 as _, 0x3000 as _];
+    ConditionalBodies::with_end(loaded_api(), raw, 77, record_end)
+}
+
+fn ended() -> Vec<usize> {
+    lock(&ENDED).clone()
+}
+
+const EACH_ONCE_THE_LAST_FIRST: [usize; 3] = [0x3000, 0x2000, 0x1000];
+
+#[test]
+fn every_body_is_ended_once_the_last_first() {
+    let _serial = lock(&FAKE_BODIES_LOCK);
+    let outcome = run_bodies(fake_bodies(), |bodies| {
+        assert_eq!((bodies.len(), bodies.handle()), (3, 77));
+        assert_eq!(bodies[1].as_raw() as usize, 0x2000, "bodies[i] is body i");
+        assert!(bodies.iter().all(Stream::is_borrowed));
+        assert!(ended().is_empty(), "no body ends while the closure runs");
+        Ok(5)
+    });
+    assert_eq!(ended(), EACH_ONCE_THE_LAST_FIRST, "ends go on past a failing one");
+    let e = outcome.expect_err("the failed end is reported");
+    assert_eq!(e.status(), Some(Status::InvalidState), "{}", e);
+}
+
+#[test]
+fn the_closures_error_wins_and_every_body_is_still_ended() {
+    let _serial = lock(&FAKE_BODIES_LOCK);
+    let outcome: Result<()> = run_bodies(fake_bodies(), |_| Err(Error::new(Status::Internal, "the closure's own failure")));
+    assert_eq!(outcome.unwrap_err().message(), "the closure's own failure");
+    assert_eq!(ended(), EACH_ONCE_THE_LAST_FIRST);
+}
+
+#[test]
+fn a_panicking_closure_ends_every_body_while_unwinding() {
+    let _serial = lock(&FAKE_BODIES_LOCK);
+    let panicked = catch_unwind(AssertUnwindSafe(|| {
+        run_bodies(fake_bodies(), |_| -> Result<()> { panic!("in the bodies") })
+    }));
+    assert!(panicked.is_err());
+    assert_eq!(ended(), EACH_ONCE_THE_LAST_FIRST);
+}
+
+#[test]
+fn ended_bodies_are_not_ended_again_when_dropped() {
+    let _serial = lock(&FAKE_BODIES_LOCK);
+    let mut bodies = fake_bodies();
+    let _ = bodies.end_all();
+    drop(bodies);
+    assert_eq!(ended(), EACH_ONCE_THE_LAST_FIRST);
 }

@@ -19,7 +19,7 @@ use std::sync::{Mutex, MutexGuard, Once};
 /// Major version of the header this crate was written against (also the soname: libcgc.so.1).
 pub const CGC_VERSION_MAJOR: u32 = 1;
 /// Minor version of the header this crate was written against.
-pub const CGC_VERSION_MINOR: u32 = 2;
+pub const CGC_VERSION_MINOR: u32 = 3;
 /// Patch version of the header this crate was written against.
 pub const CGC_VERSION_PATCH: u32 = 0;
 /// `(major << 16) | (minor << 8) | patch`, as `CGC_VERSION` in C.
@@ -324,10 +324,22 @@ pub const CGC_FUNC_PREFERRED_SHARED_MEMORY_CARVEOUT: cgc_function_attribute_t = 
 /// `cgc_conditional_kind_t` (1.2): the kind of a conditional node (the values of
 /// CUgraphConditionalNodeType).
 pub type cgc_conditional_kind_t = c_int;
-/// The body runs once if the condition is nonzero where the node stands.
+/// The body runs once if the condition is nonzero where the node stands (1.3: a second body
+/// runs if it is 0).
 pub const CGC_CONDITIONAL_IF: cgc_conditional_kind_t = 0;
 /// The body runs while the condition is nonzero, read before each iteration.
 pub const CGC_CONDITIONAL_WHILE: cgc_conditional_kind_t = 1;
+/// 1.3: body i runs once if the condition is i; none if it is the number of bodies or more.
+pub const CGC_CONDITIONAL_SWITCH: cgc_conditional_kind_t = 2;
+
+/// 1.3: iteration i of a WHILE body's generator draws gives what the i-th of as many eager
+/// draws gives, for i below this many; each replay advances the generator by this many
+/// iterations' worth.
+pub const CGC_LOOP_EAGER_ITERATIONS: u64 = 65536;
+
+/// 1.3, a flag of `cgc_capture_conditional_begin_bodies` (WHILE only): the body's own kernels
+/// set the node's condition through its handle; cgc adds no kernel at the end of an iteration.
+pub const CGC_CONDITIONAL_BODY_SETS_CONDITION: c_uint = 1;
 
 // ---- the function table ------------------------------------------------------------------------
 
@@ -488,6 +500,10 @@ api_table! {
     fn cgc_capture_conditional_begin(stream: cgc_stream_t, kind: cgc_conditional_kind_t, condition: *const u32,
                                      body: *mut cgc_stream_t) -> cgc_status_t;
     fn cgc_capture_conditional_end(body: cgc_stream_t) -> cgc_status_t;
+    // 1.3: a conditional node with all its bodies (bodies[i] lent until its end) and its handle
+    fn cgc_capture_conditional_begin_bodies(stream: cgc_stream_t, kind: cgc_conditional_kind_t,
+                                            condition: *const u32, flags: c_uint, n_bodies: usize,
+                                            bodies: *mut cgc_stream_t, handle: *mut u64) -> cgc_status_t;
 }
 
 /// `cgc_get_api`, the one symbol resolved with `dlsym`.
@@ -635,7 +651,7 @@ fn load() -> Result<&'static cgc_api_t, String> {
     // SAFETY: the library filled `table` with a pointer to its static table.
     let api: &'static cgc_api_t = unsafe { &*table };
     // An older minor version would have a shorter table (cgc_get_api already refuses one for
-    // CGC_VERSION); this crate calls every field of the 1.2 table, so all of them must be there.
+    // CGC_VERSION); this crate calls every field of the 1.3 table, so all of them must be there.
     if api.struct_size < std::mem::size_of::<cgc_api_t>() {
         return Err(format!(
             "cgc: '{}' has a function table of {} bytes, shorter than the {} this crate needs; {}",

@@ -383,7 +383,7 @@ fn the_1_2_functions_refuse_null_and_foreign_graphs_by_name() {
         let st = (api.cgc_capture_begin)(foreign as sys::cgc_stream_t, &options);
         assert_named_refusal(api, st, Status::InvalidHandle, "cgc_capture_begin");
     }
-    // The table's 1.2 functions come right after 1.1's last one.
+    // The table's 1.2 functions come right after 1.1's last one, and 1.3's after them.
     let names = sys::FUNCTION_NAMES;
     let at = names.iter().position(|n| *n == "cgc_launch_kernel").unwrap();
     assert_eq!(
@@ -392,7 +392,8 @@ fn the_1_2_functions_refuse_null_and_foreign_graphs_by_name() {
             "cgc_graph_kernel_node_set_enabled",
             "cgc_graph_kernel_node_set_args",
             "cgc_capture_conditional_begin",
-            "cgc_capture_conditional_end"
+            "cgc_capture_conditional_end",
+            "cgc_capture_conditional_begin_bodies"
         ]
     );
 }
@@ -425,9 +426,73 @@ fn the_conditional_functions_refuse_null_and_foreign_streams_by_name() {
         let st = (api.cgc_capture_conditional_begin)(foreign, sys::CGC_CONDITIONAL_IF, condition, ptr::null_mut());
         let message = std::ffi::CStr::from_ptr((api.cgc_last_error)()).to_string_lossy().into_owned();
         assert_named_refusal(api, st, Status::InvalidArgument, "cgc_capture_conditional_begin");
-        assert!(message.contains("body is NULL"), "{}", message);
+        assert!(message.contains("is NULL"), "{}", message);
     }
     assert_eq!((sys::CGC_CONDITIONAL_IF, sys::CGC_CONDITIONAL_WHILE), (0, 1));
+}
+
+/// 1.3's cgc_capture_conditional_begin_bodies refuses, naming itself, before it needs the
+/// driver: a NULL bodies array (checked first, whatever the stream), a NULL stream
+/// (INVALID_ARGUMENT) and a pointer that is no cgc stream (INVALID_HANDLE, also with a kind,
+/// count or flags that a live stream would have refused: the handle answers first). Every body
+/// slot and the handle are cleared on failure; the handle may be NULL.
+#[test]
+fn begin_bodies_refuses_null_arrays_and_null_and_foreign_streams_by_name() {
+    const BEGIN_BODIES: &str = "cgc_capture_conditional_begin_bodies";
+    let api = cgc::api().unwrap();
+    let mut not_an_object = [0x5a5a_5a5a_5a5a_5a5a_u64; 32];
+    let foreign = not_an_object.as_mut_ptr() as sys::cgc_stream_t;
+    let condition = not_an_object.as_ptr() as *const u32; // never read: refused before
+    let (switch, sets) = (sys::CGC_CONDITIONAL_SWITCH, sys::CGC_CONDITIONAL_BODY_SETS_CONDITION);
+    // SAFETY: NULL and the foreign pointer are documented inputs (refused by a check of the
+    // handle, which only reads the foreign memory); the arrays hold n_bodies slots.
+    unsafe {
+        for stream in [ptr::null_mut(), foreign] {
+            let mut handle = 7u64;
+            let st = (api.cgc_capture_conditional_begin_bodies)(stream, switch, condition, 0, 3, ptr::null_mut(), &mut handle);
+            assert_named_refusal(api, st, Status::InvalidArgument, BEGIN_BODIES);
+            let message = std::ffi::CStr::from_ptr((api.cgc_last_error)()).to_string_lossy().into_owned();
+            assert!(message.contains("bodies is NULL"), "{}", message);
+        }
+        // (kind, flags, n_bodies): valid ones, and ones only a live stream's check reaches.
+        let arguments = [
+            (switch, 0, 3),
+            (sys::CGC_CONDITIONAL_IF, 0, 2),
+            (sys::CGC_CONDITIONAL_WHILE, sets, 1),
+            (7, 0, 1),                          // no such kind
+            (sys::CGC_CONDITIONAL_IF, 0, 3),    // IF has 1 or 2 bodies
+            (sys::CGC_CONDITIONAL_IF, sets, 1), // the flag is WHILE's
+            (sys::CGC_CONDITIONAL_WHILE, 0x80, 1),
+            (switch, 0, 0),
+        ];
+        for (stream, want) in [(ptr::null_mut(), Status::InvalidArgument), (foreign, Status::InvalidHandle)] {
+            for (kind, flags, n_bodies) in arguments {
+                let mut bodies = [foreign; 4]; // not NULL: the refusal must clear the slots it was given
+                let mut handle = 7u64;
+                let st = (api.cgc_capture_conditional_begin_bodies)(
+                    stream, kind, condition, flags, n_bodies, bodies.as_mut_ptr(), &mut handle,
+                );
+                assert_named_refusal(api, st, want, BEGIN_BODIES);
+                assert!(bodies[..n_bodies].iter().all(|b| b.is_null()), "bodies are cleared on failure");
+                assert!(bodies[n_bodies..].iter().all(|&b| b == foreign), "slots past n_bodies are not written");
+                assert_eq!(handle, 0, "*handle is cleared on failure");
+            }
+            let mut body = foreign;
+            let st = (api.cgc_capture_conditional_begin_bodies)(stream, sys::CGC_CONDITIONAL_IF, condition, 0, 1,
+                                                                 &mut body, ptr::null_mut());
+            assert_named_refusal(api, st, want, BEGIN_BODIES);
+            assert!(body.is_null());
+        }
+        // The 1.2 function leaves SWITCH to this one; with a foreign stream the kind answers
+        // first there (the library checks it before the stream).
+        let mut body = ptr::null_mut();
+        let st = (api.cgc_capture_conditional_begin)(foreign, switch, condition, &mut body);
+        assert_named_refusal(api, st, Status::InvalidArgument, "cgc_capture_conditional_begin");
+        let message = std::ffi::CStr::from_ptr((api.cgc_last_error)()).to_string_lossy().into_owned();
+        assert!(message.contains(BEGIN_BODIES), "SWITCH is refused pointing at {}: {}", BEGIN_BODIES, message);
+    }
+    assert_eq!((sys::CGC_CONDITIONAL_SWITCH, sys::CGC_CONDITIONAL_BODY_SETS_CONDITION), (2, 1));
+    assert_eq!(sys::CGC_LOOP_EAGER_ITERATIONS, 65536);
 }
 
 #[test]
@@ -435,7 +500,7 @@ fn function_table_matches_the_library() {
     use std::mem::size_of;
     // (Struct layouts and parameter types are checked against the header below.)
     let api = cgc::api().unwrap();
-    // A 1.2 library's table is exactly ours (the loader refuses a shorter one).
+    // A 1.3 library's table is exactly ours (the loader refuses a shorter one).
     assert_eq!(api.struct_size, size_of::<sys::cgc_api_t>());
     assert_eq!(
         sys::FUNCTION_NAMES.len(),

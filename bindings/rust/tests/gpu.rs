@@ -1,48 +1,27 @@
 //! GPU tests. Each prints "skipping: <reason>" and returns when cgc finds no GPU (Rust tests
 //! cannot mark themselves skipped at run time). Find libcgc through CGC_LIBRARY.
 //!
-//! They run one at a time (GPU_LOCK): a Global-mode capture is broken by an unsafe call from
-//! any thread, so one test's synchronisation must not overlap another test's capture.
+//! They run one at a time (common::serial): a Global-mode capture is broken by an unsafe call
+//! from any thread, so one test's synchronisation must not overlap another test's capture.
+//! Conditional nodes have a file of their own, gpu_conditional.rs.
 
 mod common;
 
 use std::ffi::CString;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 
 use cgc::{
     AccessPolicy, AccessProperty, BarrierScope, CaptureMode, CaptureOptions, CaptureStatus, Comm, CommId,
-    ConditionalKind, Context, DType, DeviceBuffer, Error, Event, Function, FunctionAttribute, GraphUpdate, HostBuffer,
+    Context, DType, DeviceBuffer, Error, Event, Function, FunctionAttribute, GraphUpdate, HostBuffer,
     HostRegistration, LaunchConfig, MemOp, Module, ReduceOp, Rng, Status, Stream, WaitCondition,
     HOST_WRITE_COMBINED, STREAM_NON_BLOCKING,
 };
-use common::Cuda;
+use common::{assert_error, gpu, read_back, serial, Cuda};
 
 const N: usize = 1 << 16;
 const BYTES: usize = N * 4;
-
-static GPU_LOCK: Mutex<()> = Mutex::new(());
-
-fn serial() -> MutexGuard<'static, ()> {
-    // A failed test poisons the lock; the next test must still run.
-    GPU_LOCK.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-/// Device 0's context, or None after printing why the test is skipped.
-fn gpu(test: &str) -> Option<Context> {
-    match cgc::device_count() {
-        Err(e) => {
-            println!("skipping: {}: no usable GPU: {}", test, e);
-            None
-        }
-        Ok(0) => {
-            println!("skipping: {}: cgc_device_count found 0 devices", test);
-            None
-        }
-        Ok(_) => Some(Context::new(0).expect("cgc_context_create(0)")),
-    }
-}
 
 /// The buffer's floats, copied to the host.
 fn host(cuda: &Cuda, buf: &DeviceBuffer) -> Vec<f32> {
@@ -455,23 +434,6 @@ fn nccl_one_rank_eager_and_captured() {
 /// The examples' own kernel: scale_add(float* out, const float* in, const float* params,
 /// unsigned n) computes out[i] = in[i] * params[0] + params[1]. Built into the test binary.
 const SCALE_ADD_PTX: &str = include_str!("../../../examples/kernels/scale_add.ptx");
-
-/// `n` values of `buffer`, copied to the host through cgc (eagerly, into pageable memory).
-fn read_back<T: Copy + Default>(stream: &Stream, buffer: &DeviceBuffer, n: usize) -> Vec<T> {
-    let mut values = vec![T::default(); n];
-    // SAFETY: an eager copy into pageable memory has written it when the call returns (and the
-    // stream is synchronised below anyway); the tests read plain numbers, valid for any bytes.
-    unsafe { stream.copy_to_host(&mut values, buffer) }.expect("cgc_memcpy_dtoh_async");
-    stream.synchronize().expect("cgc_stream_synchronize");
-    values
-}
-
-/// Asserts `e` has `status` and a message naming `what`.
-#[track_caller]
-fn assert_error(e: &Error, status: Status, what: &str) {
-    assert_eq!(e.status(), Some(status), "{}", e);
-    assert!(e.message().contains(what), "the message does not name {}: {}", what, e.message());
-}
 
 #[test]
 fn eager_copies_and_sets_round_trip() {
@@ -1219,261 +1181,6 @@ fn kernels_of_a_graph_can_be_disabled_and_given_new_arguments() {
     graph.destroy().unwrap();
     module.unload().unwrap();
     for buffer in [input, params, other_params, a, b, c, d] {
-        buffer.free().unwrap();
-    }
-    stream.destroy().unwrap();
-    ctx.destroy().unwrap();
-}
-
-// ---- conditional nodes (1.2) ---------------------------------------------------------------------
-
-/// The conditional tests' kernels, PTX that `nvcc -ptx -arch=sm_75` made from this CUDA C:
-///   cond_init(unsigned* counter, const unsigned* n, unsigned* more) { *counter = 0; *more = *n != 0; }
-///   cond_step(unsigned* counter, const unsigned* n, unsigned* more) { unsigned c = ++*counter; *more = c < *n; }
-///   cond_count(unsigned* hits) { ++*hits; }
-const CONDITIONAL_PTX: &str = r#".version 8.0
-.target sm_75
-.address_size 64
-
-.visible .entry cond_init(.param .u64 cond_init_param_0, .param .u64 cond_init_param_1, .param .u64 cond_init_param_2)
-{
-	.reg .pred %p<2>;
-	.reg .b32 %r<4>;
-	.reg .b64 %rd<7>;
-	ld.param.u64 %rd1, [cond_init_param_0];
-	ld.param.u64 %rd2, [cond_init_param_1];
-	ld.param.u64 %rd3, [cond_init_param_2];
-	cvta.to.global.u64 %rd4, %rd3;
-	cvta.to.global.u64 %rd5, %rd2;
-	cvta.to.global.u64 %rd6, %rd1;
-	mov.u32 %r1, 0;
-	st.global.u32 [%rd6], %r1;
-	ld.global.u32 %r2, [%rd5];
-	setp.ne.s32 %p1, %r2, 0;
-	selp.u32 %r3, 1, 0, %p1;
-	st.global.u32 [%rd4], %r3;
-	ret;
-}
-
-.visible .entry cond_step(.param .u64 cond_step_param_0, .param .u64 cond_step_param_1, .param .u64 cond_step_param_2)
-{
-	.reg .pred %p<2>;
-	.reg .b32 %r<5>;
-	.reg .b64 %rd<7>;
-	ld.param.u64 %rd1, [cond_step_param_0];
-	ld.param.u64 %rd2, [cond_step_param_1];
-	ld.param.u64 %rd3, [cond_step_param_2];
-	cvta.to.global.u64 %rd4, %rd3;
-	cvta.to.global.u64 %rd5, %rd2;
-	cvta.to.global.u64 %rd6, %rd1;
-	ld.global.u32 %r1, [%rd6];
-	add.s32 %r2, %r1, 1;
-	st.global.u32 [%rd6], %r2;
-	ld.global.u32 %r3, [%rd5];
-	setp.lt.u32 %p1, %r2, %r3;
-	selp.u32 %r4, 1, 0, %p1;
-	st.global.u32 [%rd4], %r4;
-	ret;
-}
-
-.visible .entry cond_count(.param .u64 cond_count_param_0)
-{
-	.reg .b32 %r<3>;
-	.reg .b64 %rd<3>;
-	ld.param.u64 %rd1, [cond_count_param_0];
-	cvta.to.global.u64 %rd2, %rd1;
-	ld.global.u32 %r1, [%rd2];
-	add.s32 %r2, %r1, 1;
-	st.global.u32 [%rd2], %r2;
-	ret;
-}
-"#;
-
-/// One `u32` of device memory, set to `value`.
-fn word(ctx: &Context, stream: &Stream, value: u32) -> DeviceBuffer {
-    let w = DeviceBuffer::alloc(ctx, 4, stream).unwrap();
-    stream.memset_d32(&w, value, 1).unwrap();
-    w
-}
-
-/// Whether the driver has conditional nodes (CUDA 12.4): begin outside a capture says
-/// NotSupported on an older driver (checked before whether the stream captures), else
-/// InvalidState. Prints why the test is skipped otherwise.
-fn conditionals_supported(test: &str, stream: &Stream, condition: &DeviceBuffer) -> bool {
-    let e = stream
-        .conditional(ConditionalKind::If, condition, |_| -> cgc::Result<()> {
-            panic!("a body began outside a capture")
-        })
-        .expect_err("not capturing");
-    if e.status() == Some(Status::NotSupported) {
-        println!("skipping: {}: conditional nodes need a driver for CUDA 12.4: {}", test, e);
-        return false;
-    }
-    assert_error(&e, Status::InvalidState, "cgc_capture_conditional_begin");
-    true
-}
-
-fn launch1(f: &Function<'_>, args: &[&dyn cgc::KernelArg], stream: &Stream) -> cgc::Result<()> {
-    // SAFETY: the callers pass the kernel's parameters (unsigned* each) as buffers of one u32
-    // that outlive the graphs.
-    unsafe { f.launch(&LaunchConfig::linear(1, 1), args, stream) }
-}
-
-#[test]
-fn a_while_loop_counts_on_the_device_to_a_bound_given_per_replay() {
-    const TEST: &str = "a_while_loop_counts_on_the_device_to_a_bound_given_per_replay";
-    let _serial = serial();
-    let ctx = match gpu(TEST) {
-        Some(c) => c,
-        None => return,
-    };
-    let stream = Stream::new(&ctx).unwrap();
-    let (counter, n, more) = (word(&ctx, &stream, 0), word(&ctx, &stream, 0), word(&ctx, &stream, 0));
-    if !conditionals_supported(TEST, &stream, &more) {
-        return;
-    }
-    let ptx = CString::new(CONDITIONAL_PTX).unwrap();
-    let module = Module::from_ptx(&ctx, &ptx).unwrap();
-    let (init, step) = (module.function("cond_init").unwrap(), module.function("cond_step").unwrap());
-    // Page-locked: the bound, copied in by the graph at every replay.
-    let mut bound = HostBuffer::new(&ctx, 1, 0u32).unwrap();
-    let mut lent = None;
-    let graph = stream
-        .capture(&CaptureOptions::default(), |s| {
-            s.copy_to_device(&n, &bound)?;
-            launch1(&init, &[&counter, &n, &more], s)?;
-            let got = s.conditional(ConditionalKind::While, &more, |body| {
-                lent = Some(body.as_raw());
-                assert_ne!(body.as_raw(), s.as_raw(), "the body is a stream of its own");
-                launch1(&step, &[&counter, &n, &more], body)?;
-                Ok(42)
-            })?;
-            assert_eq!(got, 42, "the body's value");
-            Ok(())
-        })
-        .expect("capture of the loop");
-    assert!(lent.is_some());
-    assert_eq!(graph.info().unwrap().nodes.conditional, 1);
-    for b in [3u32, 17, 0, 1, 1000] {
-        bound[0] = b;
-        graph.launch(&stream).unwrap();
-        stream.synchronize().unwrap();
-        assert_eq!(read_back::<u32>(&stream, &counter, 1), [b], "the loop ran to this replay's bound");
-    }
-    graph.destroy().unwrap();
-    module.unload().unwrap();
-    bound.free().unwrap();
-    for buffer in [counter, n, more] {
-        buffer.free().unwrap();
-    }
-    stream.destroy().unwrap();
-    ctx.destroy().unwrap();
-}
-
-#[test]
-fn an_if_skips_its_body_when_the_condition_is_zero() {
-    const TEST: &str = "an_if_skips_its_body_when_the_condition_is_zero";
-    let _serial = serial();
-    let ctx = match gpu(TEST) {
-        Some(c) => c,
-        None => return,
-    };
-    let stream = Stream::new(&ctx).unwrap();
-    let (condition, hits, after) = (word(&ctx, &stream, 0), word(&ctx, &stream, 0), word(&ctx, &stream, 0));
-    if !conditionals_supported(TEST, &stream, &condition) {
-        return;
-    }
-    let ptx = CString::new(CONDITIONAL_PTX).unwrap();
-    let module = Module::from_ptx(&ctx, &ptx).unwrap();
-    let count = module.function("cond_count").unwrap();
-    let mut run = HostBuffer::new(&ctx, 1, 0u32).unwrap();
-    let graph = stream
-        .capture(&CaptureOptions::default(), |s| {
-            s.copy_to_device(&condition, &run)?; // the condition itself, per replay
-            s.conditional(ConditionalKind::If, &condition, |body| launch1(&count, &[&hits], body))?;
-            launch1(&count, &[&after], s) // after the node: runs at every replay
-        })
-        .expect("capture of the IF");
-    let mut want = 0;
-    for (replay, r) in [1u32, 0, 0, 1, 1].into_iter().enumerate() {
-        run[0] = r;
-        graph.launch(&stream).unwrap();
-        stream.synchronize().unwrap();
-        want += r;
-        assert_eq!(read_back::<u32>(&stream, &hits, 1), [want], "replay {}", replay);
-        assert_eq!(read_back::<u32>(&stream, &after, 1), [replay as u32 + 1], "replay {}", replay);
-    }
-    graph.destroy().unwrap();
-    module.unload().unwrap();
-    run.free().unwrap();
-    for buffer in [condition, hits, after] {
-        buffer.free().unwrap();
-    }
-    stream.destroy().unwrap();
-    ctx.destroy().unwrap();
-}
-
-#[test]
-fn a_body_refuses_an_allocation_and_is_ended_when_its_closure_fails() {
-    const TEST: &str = "a_body_refuses_an_allocation_and_is_ended_when_its_closure_fails";
-    let _serial = serial();
-    let ctx = match gpu(TEST) {
-        Some(c) => c,
-        None => return,
-    };
-    let stream = Stream::new(&ctx).unwrap();
-    let (condition, never, hits) = (word(&ctx, &stream, 1), word(&ctx, &stream, 0), word(&ctx, &stream, 0));
-    if !conditionals_supported(TEST, &stream, &condition) {
-        return;
-    }
-    let ptx = CString::new(CONDITIONAL_PTX).unwrap();
-    let module = Module::from_ptx(&ctx, &ptx).unwrap();
-    let count = module.function("cond_count").unwrap();
-    stream.synchronize().unwrap();
-    let graph = stream
-        .capture(&CaptureOptions::default(), |s| {
-            s.conditional(ConditionalKind::If, &condition, |body| {
-                let e = DeviceBuffer::alloc(&ctx, 256, body).expect_err("an allocation in a body");
-                assert_error(&e, Status::CaptureUnsupported, "conditional node");
-                assert!(e.message().contains("cgc_malloc"), "{}", e);
-                let e = body.launch_host_func(|| {}).expect_err("a host function in a body");
-                assert_error(&e, Status::CaptureUnsupported, "cgc_launch_host_func");
-                // What a body may hold still works: a set and a kernel.
-                body.memset_d32(&hits, 7, 1)?;
-                launch1(&count, &[&hits], body)
-            })?;
-            // A closure that fails: its error comes back and the body is ended (else the
-            // capture could not end below). Its condition stays 0: it never runs.
-            let e = s
-                .conditional(ConditionalKind::While, &never, |_| -> cgc::Result<()> {
-                    Err(Error::new(Status::Internal, "the body's own failure"))
-                })
-                .expect_err("the body's error");
-            assert_eq!(e.message(), "the body's own failure");
-            // A closure that panics: the body is ended while unwinding.
-            let panicked = catch_unwind(AssertUnwindSafe(|| {
-                s.conditional(ConditionalKind::If, &never, |_| -> cgc::Result<()> { panic!("in the body") })
-            }));
-            assert!(panicked.is_err());
-            Ok(())
-        })
-        .expect("the capture ends: no body is left open");
-    assert_eq!(graph.info().unwrap().nodes.conditional, 3);
-    graph.launch(&stream).unwrap();
-    stream.synchronize().unwrap();
-    assert_eq!(read_back::<u32>(&stream, &hits, 1), [8], "the body's set (7) and kernel (+1) ran");
-    // A kind the library does not know, with a live stream (the raw table: the enum has none).
-    let api = cgc::api().unwrap();
-    let mut body = std::ptr::null_mut();
-    // SAFETY: live stream and buffer, valid out pointer; refused before anything is captured.
-    let st = unsafe {
-        (api.cgc_capture_conditional_begin)(stream.as_raw(), 2, condition.as_ptr() as *const u32, &mut body)
-    };
-    assert_eq!(Status::from_raw(st), Status::InvalidArgument);
-    assert!(body.is_null());
-    graph.destroy().unwrap();
-    module.unload().unwrap();
-    for buffer in [condition, never, hits] {
         buffer.free().unwrap();
     }
     stream.destroy().unwrap();

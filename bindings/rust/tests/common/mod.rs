@@ -1,11 +1,15 @@
-//! Helpers shared by the test files: re-running this test binary as a child process, and the
-//! few CUDA driver calls the 1.0 GPU tests read results with: through the driver, not cgc's own
-//! copies (1.1), so that those tests check cgc's graphs with nothing of cgc's in the way.
+//! Helpers shared by the test files: re-running this test binary as a child process; what every
+//! GPU test file needs (one test at a time, the skip when there is no GPU, reading results back);
+//! and the few CUDA driver calls the 1.0 GPU tests read results with: through the driver, not
+//! cgc's own copies (1.1), so that those tests check cgc's graphs with nothing of cgc's in the way.
 #![allow(dead_code)] // each test file uses a part
 
 use std::ffi::CString;
 use std::os::raw::{c_char, c_int, c_void};
 use std::process::Command;
+use std::sync::{Mutex, MutexGuard};
+
+use cgc::{Context, DeviceBuffer, Error, Status, Stream};
 
 #[link(name = "dl")]
 extern "C" {
@@ -74,6 +78,52 @@ pub fn dlsym_name(handle: *mut c_void, name: &str) -> *mut c_void {
     // SAFETY: valid handle and C string.
     unsafe { dlsym(handle, c.as_ptr()) }
 }
+
+// ---- GPU tests ---------------------------------------------------------------------------------
+
+// A test binary's GPU tests run one at a time: a Global-mode capture is broken by an unsafe call
+// from any thread, so one test's synchronisation must not overlap another test's capture.
+static GPU_LOCK: Mutex<()> = Mutex::new(());
+
+/// Held for the whole of a GPU test.
+pub fn serial() -> MutexGuard<'static, ()> {
+    // A failed test poisons the lock; the next test must still run.
+    GPU_LOCK.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Device 0's context, or None after printing why the test is skipped.
+pub fn gpu(test: &str) -> Option<Context> {
+    match cgc::device_count() {
+        Err(e) => {
+            println!("skipping: {}: no usable GPU: {}", test, e);
+            None
+        }
+        Ok(0) => {
+            println!("skipping: {}: cgc_device_count found 0 devices", test);
+            None
+        }
+        Ok(_) => Some(Context::new(0).expect("cgc_context_create(0)")),
+    }
+}
+
+/// `n` values of `buffer`, copied to the host through cgc (eagerly, into pageable memory).
+pub fn read_back<T: Copy + Default>(stream: &Stream, buffer: &DeviceBuffer, n: usize) -> Vec<T> {
+    let mut values = vec![T::default(); n];
+    // SAFETY: an eager copy into pageable memory has written it when the call returns (and the
+    // stream is synchronised below anyway); the tests read plain numbers, valid for any bytes.
+    unsafe { stream.copy_to_host(&mut values, buffer) }.expect("cgc_memcpy_dtoh_async");
+    stream.synchronize().expect("cgc_stream_synchronize");
+    values
+}
+
+/// Asserts `e` has `status` and a message naming `what`.
+#[track_caller]
+pub fn assert_error(e: &Error, status: Status, what: &str) {
+    assert_eq!(e.status(), Some(status), "{}", e);
+    assert!(e.message().contains(what), "the message does not name {}: {}", what, e.message());
+}
+
+// ---- the CUDA driver ----------------------------------------------------------------------------
 
 type CuResult = c_int;
 
