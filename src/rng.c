@@ -236,9 +236,11 @@ static uint64_t round4(uint64_t n) { return (n + 3) & ~(uint64_t)3; }
 
 /* ---- draws inside WHILE loops ---- */
 
-/* kernels/philox.cu's LoopChain and LoopAdvance, field for field. */
+/* kernels/philox.cu's LoopChain and LoopAdvance, field for field: their sizes are the kernels'
+ * (the chain has the device's 4 slots whatever depth the library allows, CGC__LOOP_DEPTH). */
+enum { kLoopChainSlots = 4 };
 typedef struct loop_chain {
-  uint64_t state[CGC__LOOP_DEPTH]; /* innermost first, 0 after the last */
+  uint64_t state[kLoopChainSlots]; /* innermost first, 0 after the last */
 } loop_chain_t;
 typedef struct loop_advance {
   uint64_t amount[CGC__LOOP_GENERATORS];
@@ -246,6 +248,9 @@ typedef struct loop_advance {
   uint64_t cap;
   uint32_t n;
 } loop_advance_t;
+_Static_assert(sizeof(loop_chain_t) == 32 && sizeof(loop_advance_t) == 144,
+               "loop_chain_t and loop_advance_t are kernel parameters: kernels/philox.cu's layout");
+_Static_assert((int)CGC__LOOP_DEPTH <= (int)kLoopChainSlots, "the kernels take at most 4 enclosing loops");
 
 /* The WHILE loops around `body`, innermost first, with their state memory. */
 static cgc_status_t enclosing_loops(struct cgc__body* body, struct cgc__body** loops, CUdeviceptr* states, int* n,
