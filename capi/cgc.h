@@ -60,8 +60,10 @@ extern "C" {
 /* 1.1: the work a graph is made of (copies, sets, host functions, memory operations, kernels);
  * 1.2: graphs that change without recapture (exec update, per-node updates), IF and WHILE nodes;
  * 1.3: IF/ELSE and SWITCH nodes, loops whose body sets the condition, allocations and generator
- * draws inside conditional bodies (docs/CHANGELOG.md) */
-#define CGC_VERSION_MINOR 3
+ * draws inside conditional bodies;
+ * 1.4: captures that others begin (torch.cuda.graph with cgc as PyTorch's allocator) allocating
+ * from a cgc pool, record_stream for a native stream (docs/CHANGELOG.md) */
+#define CGC_VERSION_MINOR 4
 #define CGC_VERSION_PATCH 0
 #define CGC_VERSION ((CGC_VERSION_MAJOR << 16) | (CGC_VERSION_MINOR << 8) | CGC_VERSION_PATCH)
 
@@ -337,9 +339,10 @@ typedef struct cgc_memory_stats { CGC_MEMORY_STATS_FIELDS(CGC_DECLARE_FIELD_) } 
    * the block comes from the capture's pool. size 0 gives NULL and success. Errors:                           \
    * CGC_ERROR_OUT_OF_MEMORY after giving cached memory back and retrying, with the sizes in the               \
    * message; CGC_ERROR_CAPTURE_UNSUPPORTED when `stream` captures under a capture cgc did not begin           \
-   * (a raw cuStreamBeginCapture): eager memory must not go into a graph. cgc_malloc asks the driver           \
-   * whether its stream captures while a cgc capture is under way (with none, its cache hit makes no           \
-   * driver call, so begin captures with cgc_capture_begin); cgc_torch_malloc always asks. */                  \
+   * (a raw cuStreamBeginCapture) and no pool adopted it (1.4: cgc_pool_adopt_capture): eager memory         \
+   * must not go into a graph. cgc_malloc asks the driver whether its stream captures while a cgc              \
+   * capture is under way or a pool adopts one (with none, its cache hit makes no driver call, so              \
+   * begin captures with cgc_capture_begin); cgc_torch_malloc always asks. */                                  \
   X(cgc_status_t, cgc_malloc, (cgc_context_t ctx, size_t size, cgc_stream_t stream, void** out))               \
   /* Frees a block of cgc_malloc, ordered on its allocation stream. NULL is a no-op; a pointer cgc             \
    * did not hand out, or one already freed, is CGC_ERROR_INVALID_ARGUMENT and changes nothing. */             \
@@ -697,6 +700,29 @@ CGC_FUNCTIONS_UPDATES(CGC_DECLARE_FUNCTION_)
 CGC_FUNCTIONS_CONDITIONALS(CGC_DECLARE_FUNCTION_)
 CGC_FUNCTIONS_CONDITIONALS_1_3(CGC_DECLARE_FUNCTION_)
 
+#define CGC_FUNCTIONS_ADOPTED_CAPTURES(X)                                                                      \
+  /* 1.4. A capture cgc did not begin (a framework's own: torch.cuda.graph when cgc is PyTorch's               \
+   * allocator) allocates from `pool`: from this call until cgc_pool_end_adopted_capture(pool),                \
+   * cgc_malloc and cgc_torch_malloc on any stream of the capture that `native_stream` (a CUstream             \
+   * of the pool's device) takes part in take their blocks from `pool`, exactly as in a capture                \
+   * begun with options->pool = pool (SEMANTICS 30). The capture must be active and not one of                 \
+   * cgc's (CGC_ERROR_INVALID_STATE otherwise; CGC_ERROR_CAPTURE_INVALIDATED for an invalidated one);          \
+   * a pool records one capture at a time. The pool holds a reference of its own until the end.                \
+   * `native_stream` must stay valid until then: cgc asks it whether the capture is over, and ends an          \
+   * adoption whose capture is over at the next cgc_empty_cache or adoption of the pool.                       \
+   * cgc does not see the replays of graphs it did not instantiate, so a pool that adopted a capture           \
+   * never hands its memory to other streams once it is released: the memory returns to the                   \
+   * driver at cgc_empty_cache (PyTorch's own allocator treats a released graph pool the same way). */         \
+  X(cgc_status_t, cgc_pool_adopt_capture, (cgc_pool_t pool, void* native_stream))                              \
+  /* Ends the adoption begun by cgc_pool_adopt_capture (call it after the capture ended, or was                \
+   * abandoned): allocations on the capture's streams are refused again, and blocks freed during               \
+   * it with uses on other streams are settled. CGC_ERROR_INVALID_STATE when the pool adopts none. */          \
+  X(cgc_status_t, cgc_pool_end_adopted_capture, (cgc_pool_t pool))                                             \
+  /* cgc_record_stream for a native CUstream (PyTorch's record_stream hook passes one): `ptr` is               \
+   * used by work on `native_stream` too, so after cgc_free it is not reused before that work is done. */      \
+  X(cgc_status_t, cgc_record_stream_native, (void* ptr, void* native_stream))
+CGC_FUNCTIONS_ADOPTED_CAPTURES(CGC_DECLARE_FUNCTION_)
+
 /* ---- one symbol for dlopen users -------------------------------------------------------------
  *
  * A dlopen user resolves cgc_get_api alone and calls everything through the table:
@@ -726,7 +752,9 @@ CGC_FUNCTIONS_CONDITIONALS_1_3(CGC_DECLARE_FUNCTION_)
   /* 1.2 */                                                                                          \
   CGC_FUNCTIONS_UPDATES(X) CGC_FUNCTIONS_CONDITIONALS(X)                                             \
   /* 1.3 */                                                                                          \
-  CGC_FUNCTIONS_CONDITIONALS_1_3(X)
+  CGC_FUNCTIONS_CONDITIONALS_1_3(X)                                                                  \
+  /* 1.4 */                                                                                          \
+  CGC_FUNCTIONS_ADOPTED_CAPTURES(X)
 
 #define CGC_API_FIELD_(ret, name, params) ret(*name) params;
 typedef struct cgc_api {

@@ -37,7 +37,7 @@ cgc_status_t cgc_malloc(cgc_context_t ctx, size_t size, cgc_stream_t stream, voi
    * it). A capture begun with the driver directly while no cgc capture runs is therefore not
    * seen here; cgc_torch_malloc, through which other frameworks' captures arrive, always asks. */
   if (__builtin_expect(stream->body != NULL, 0)) return malloc_in_body(ctx, size, stream, out);
-  bool ask = cgc__captures_underway() > 0;
+  bool ask = cgc__captures_underway() > 0 || atomic_load_explicit(&cgc__adopted_captures, memory_order_relaxed) > 0;
   uint64_t id = atomic_load_explicit(&stream->id, memory_order_relaxed);
   cgc__stream_ref_t ref = {.cu = stream->cu, .key = id}; /* not capturing: asked below when it matters */
   if (ask || stream->special || id == 0) {
@@ -120,41 +120,39 @@ static cgc_status_t add_use(struct cgc__allocator* a, cgc__block_t* b, const cgc
   return CGC_SUCCESS;
 }
 
-cgc_status_t cgc_record_stream(void* ptr, cgc_stream_t stream) {
-  CGC_CHECK_ARG(ptr != NULL, "ptr is NULL");
-  CGC_CHECK_HANDLE(stream, CGC_MAGIC_STREAM);
-  bool per_thread = stream->kind == CGC__STREAM_PER_THREAD;
-  cgc__stream_ref_t ref;
-  cgc_status_t st = cgc__stream_resolve(stream, per_thread, &ref, __func__);
-  if (st != CGC_SUCCESS) return st;
-  struct cgc__allocator* own = cgc__allocator_of(stream->dev);
-  if (own == NULL) return cgc__fail(CGC_ERROR_OUT_OF_MEMORY, __func__, "out of host memory");
+/* Records that `ptr` is used by work on the stream `ref` resolves (of device `dev`; `per_thread`:
+ * the per-thread default stream, resolved with its capture state). */
+static cgc_status_t record_use(struct cgc__device* dev, void* ptr, const cgc__stream_ref_t* ref, bool per_thread,
+                               const char* func) {
+  struct cgc__allocator* own = cgc__allocator_of(dev);
+  if (own == NULL) return cgc__fail(CGC_ERROR_OUT_OF_MEMORY, func, "out of host memory");
   /* The per-thread stream is another stream on every thread: no other thread can record on it
    * later, so its fence is recorded now and covers the work enqueued on it so far. */
   cgc__fence_t* now = NULL;
   if (per_thread) {
-    if (ref.capturing)
-      return cgc__fail(CGC_ERROR_INVALID_STATE, __func__,
+    if (ref->capturing)
+      return cgc__fail(CGC_ERROR_INVALID_STATE, func,
                        "the per-thread stream is capturing: record the use on a created stream instead");
     cgc__ctx_scope_t scope;
-    st = cgc__ctx_enter(stream->dev, &scope, __func__);
+    cgc_status_t st = cgc__ctx_enter(dev, &scope, func);
     if (st != CGC_SUCCESS) return st;
     now = cgc__alloc_record_fence(own, CU_STREAM_PER_THREAD);
     cgc__ctx_leave(&scope);
-    if (now == NULL) return cgc__fail(CGC_ERROR_CUDA, __func__, "recording an event on the per-thread stream failed");
+    if (now == NULL) return cgc__fail(CGC_ERROR_CUDA, func, "recording an event on the per-thread stream failed");
   }
+  cgc_status_t st = CGC_SUCCESS;
   cgc__block_t* b = NULL;
   struct cgc__allocator* a = cgc__alloc_find(ptr, &b);
   if (a == NULL) {
-    st = cgc__fail(CGC_ERROR_INVALID_ARGUMENT, __func__, "%p is not a live allocation of cgc_malloc", ptr);
+    st = cgc__fail(CGC_ERROR_INVALID_ARGUMENT, func, "%p is not a live allocation of cgc_malloc", ptr);
     cgc__alloc_lock(own); /* where the unused fence goes back */
     a = own;
   } else if (a != own) {
-    st = cgc__fail(CGC_ERROR_INVALID_ARGUMENT, __func__, "%p is memory of device %d, stream %p of device %d", ptr,
-                   a->dev->ordinal, (void*)stream->cu, stream->dev->ordinal);
+    st = cgc__fail(CGC_ERROR_INVALID_ARGUMENT, func, "%p is memory of device %d, stream %p of device %d", ptr,
+                   a->dev->ordinal, (void*)ref->cu, dev->ordinal);
   } else {
     struct cgc__block_use* use = NULL;
-    st = add_use(a, b, &ref, &use, __func__);
+    st = add_use(a, b, ref, &use, func);
     if (use != NULL && now != NULL) { /* the newer record covers more work */
       if (use->fence != NULL) cgc__fence_put(a, use->fence);
       use->fence = now;
@@ -173,6 +171,31 @@ cgc_status_t cgc_record_stream(void* ptr, cgc_stream_t stream) {
   return st;
 }
 
+cgc_status_t cgc_record_stream(void* ptr, cgc_stream_t stream) {
+  CGC_CHECK_ARG(ptr != NULL, "ptr is NULL");
+  CGC_CHECK_HANDLE(stream, CGC_MAGIC_STREAM);
+  bool per_thread = stream->kind == CGC__STREAM_PER_THREAD;
+  cgc__stream_ref_t ref;
+  cgc_status_t st = cgc__stream_resolve(stream, per_thread, &ref, __func__);
+  if (st != CGC_SUCCESS) return st;
+  return record_use(stream->dev, ptr, &ref, per_thread, __func__);
+}
+
+cgc_status_t cgc_record_stream_native(void* ptr, void* native_stream) {
+  CGC_CHECK_ARG(ptr != NULL, "ptr is NULL");
+  /* The stream is resolved on the block's device (a native stream names none); the block is
+   * looked up again under the lock when the use is added, in case it was freed meanwhile. */
+  cgc__block_t* b = NULL;
+  struct cgc__allocator* a = cgc__alloc_find(ptr, &b);
+  if (a == NULL) return cgc__fail(CGC_ERROR_INVALID_ARGUMENT, __func__, "%p is not a live allocation of cgc_malloc", ptr);
+  struct cgc__device* dev = a->dev;
+  cgc__alloc_unlock(a);
+  cgc__stream_ref_t ref;
+  cgc_status_t st = cgc__stream_resolve_native(dev, (CUstream)native_stream, &ref, __func__);
+  if (st != CGC_SUCCESS) return st;
+  return record_use(dev, ptr, &ref, (CUstream)native_stream == CU_STREAM_PER_THREAD, __func__);
+}
+
 cgc_status_t cgc_empty_cache(cgc_context_t ctx) {
   CGC_CHECK_HANDLE(ctx, CGC_MAGIC_CONTEXT);
   CUstream origin = NULL;
@@ -184,6 +207,19 @@ cgc_status_t cgc_empty_cache(cgc_context_t ctx) {
                      captures, ctx->dev->ordinal, (void*)origin);
   struct cgc__allocator* a = atomic_load_explicit(&ctx->dev->alloc, memory_order_acquire);
   if (a == NULL) return CGC_SUCCESS;
+  /* Captures others began count too, once a pool adopted them (1.4), unless they are over. */
+  if (cgc__pool_end_finished_adoptions(ctx->dev) > 0) {
+    cgc__alloc_lock(a);
+    cgc_pool_t adopting = a->recording;
+    while (adopting != NULL && !adopting->adopting) adopting = adopting->next_recording;
+    CUstream adopted_origin = adopting != NULL ? adopting->capture_origin : NULL;
+    cgc__alloc_unlock(a);
+    if (adopting != NULL)
+      return cgc__fail(CGC_ERROR_INVALID_STATE, __func__,
+                       "a capture cgc did not begin (on stream %p) allocates from pool %p: cached memory is given "
+                       "back after its end",
+                       (void*)adopted_origin, (void*)adopting);
+  }
   cgc__alloc_give_back(a);
   return CGC_SUCCESS;
 }

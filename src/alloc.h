@@ -82,6 +82,12 @@ struct cgc_pool_s {
    * eager work): then its memory, dissolved, is reused as eagerly freed memory is, on the stream
    * it was allocated on (its key), not by any stream. */
   bool escaped;
+  /* 1.4: `adopting`: the capture it records is one cgc did not begin (cgc_pool_adopt_capture),
+   * until cgc_pool_end_adopted_capture. `adopted`: it ever recorded one, so graphs cgc does not
+   * see (nor their replays) may use its memory: dissolved, its segments go back to the driver at
+   * cgc_empty_cache only, never to other streams (heap.c's dissolve). */
+  bool adopting;
+  bool adopted;
   cgc__fence_t** fences;  /* last replays of its destroyed graphs that may still run */
   size_t n_fences, cap_fences;
   cgc_pool_t next_recording;
@@ -133,6 +139,14 @@ void cgc__fence_put(struct cgc__allocator* a, cgc__fence_t* f);
 void cgc__alloc_add_drain(struct cgc__allocator* a, cgc__drain_t* d);
 /* (lock held) A new fence of one reference on `ev`; NULL when out of host memory. */
 cgc__fence_t* cgc__fence_new(CUevent ev);
+/* Pools adopting a capture cgc did not begin, process-wide (pool.c; a relaxed hint, like
+ * cgc__captures_underway): while non-zero, cgc_malloc asks whether its stream captures. */
+extern atomic_int cgc__adopted_captures;
+/* Ends the adoptions of `dev`'s pools whose captures are over although nobody ended the
+ * adoption (pool.c); returns how many adoptions remain. Asks each adopting pool's stream under
+ * the allocator lock (cuStreamGetCaptureInfo, which never waits for the GPU): an adopter ends its
+ * adoption, and may then destroy the stream, only after taking that lock. */
+int cgc__pool_end_finished_adoptions(struct cgc__device* dev);
 /* (lock held) The pool capture-routing sends `ref`'s allocations to, or NULL. */
 cgc_pool_t cgc__pool_recording(struct cgc__allocator* a, const cgc__stream_ref_t* ref);
 /* (lock held) Notes a pool block's free: outside the capture that allocated it, the pool's

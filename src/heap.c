@@ -171,7 +171,7 @@ static void drain_dying_segment(struct cgc__allocator* a, cgc__block_t* s) {
       return;
     }
     /* No memory for a drain: a key no one asks for; cgc_empty_cache takes it back. */
-    s->stream = CGC__KEY_OF_ADDRESS(s);
+    s->stream = CGC__KEY_NO_STREAM(s);
     cgc__fence_put(a, f);
   }
   if (!cgc__set_insert(set, s)) cgc__log("out of host memory: a segment is lost");
@@ -581,7 +581,8 @@ static cgc_status_t refuse_foreign_capture(const cgc__stream_ref_t* ref, const c
                    "stream %p is capturing (capture id %llu) under a capture cgc did not begin: its allocation "
                    "cannot come from the eager cache, whose blocks eager work reuses while the graph's replays "
                    "still use them. Begin the capture with cgc_capture_begin (or cgc.graph), or allocate "
-                   "before the capture",
+                   "before the capture, or let a pool adopt the capture (cgc_pool_adopt_capture; with PyTorch: "
+                   "cgc.use_as_torch_allocator() does it for torch.cuda.graph)",
                    (void*)ref->cu, (unsigned long long)ref->capture_id);
 }
 
@@ -922,7 +923,7 @@ static void dissolve(cgc_pool_t pool) {
   cgc__state_coalesce(&pool->state, cgc__alloc_recycle_block, a);
   cgc__drain_t* drain = NULL;
   bool had_fences = pool->n_fences > 0;
-  if (had_fences && (drain = calloc(1, sizeof *drain)) != NULL) {
+  if (had_fences && !pool->adopted && (drain = calloc(1, sizeof *drain)) != NULL) {
     drain->fences = pool->fences;
     drain->n_fences = pool->n_fences;
     drain->keep_keys = pool->escaped;
@@ -941,10 +942,11 @@ static void dissolve(cgc_pool_t pool) {
         drain->segments = b;
         continue;
       }
-      /* With fences but no memory for a drain: a key no stream has (only cgc_empty_cache, whose
-       * cuMemFree waits for the device, takes it back). */
-      if (had_fences)
-        b->stream = CGC__KEY_OF_ADDRESS(pool);
+      /* With fences but no memory for a drain, or graphs cgc does not see (an adopted capture's):
+       * a key no stream has (only cgc_empty_cache, whose cuMemFree waits for the device, takes it
+       * back). */
+      if (had_fences || pool->adopted)
+        b->stream = CGC__KEY_NO_STREAM(pool);
       else if (!pool->escaped)
         b->stream = CGC_ANY_STREAM;
       if (!cgc__set_insert(cgc__state_set(&a->cache, b->small), b)) cgc__log("out of host memory: a segment is lost");

@@ -28,7 +28,9 @@
  * No lock that cgc_malloc, cgc_free or cgc_graph_launch takes is held across a driver call that
  * can wait for the GPU (cuMemFree, synchronisations, cuMemAlloc): those run with every lock
  * dropped. The registry lock is held across cuEventRecord / cuStreamWaitEvent (which never wait
- * for the GPU) so that the fork/join bookkeeping is in the driver's order. */
+ * for the GPU) so that the fork/join bookkeeping is in the driver's order, and the allocator lock
+ * across cuStreamGetCaptureInfo of the streams adopted captures came through (pool.c: their
+ * adopters keep them alive until an end that takes that lock). */
 #ifndef CGC_INTERNAL_H_
 #define CGC_INTERNAL_H_
 
@@ -174,6 +176,11 @@ struct cgc_stream_s {
 /* A key that no driver stream id takes: for a stream whose id cannot be asked now (it is
  * capturing), its address marked with the top bit. Only ever compared within one capture. */
 #define CGC__KEY_OF_ADDRESS(cu) ((uint64_t)(uintptr_t)(cu) | ((uint64_t)1 << 63))
+/* A key no stream ever has (the top two bits set: a stream's address key has bit 62 clear, a
+ * dying segment's key bit 63 clear), made unique by an address of cgc's: cached memory under it
+ * serves no allocation, and only cgc_empty_cache's cuMemFree (which waits for the device) takes
+ * it back. */
+#define CGC__KEY_NO_STREAM(p) ((uint64_t)(uintptr_t)(p) | ((uint64_t)3 << 62))
 
 /* One stream, resolved for the calling thread. */
 typedef struct cgc__stream_ref {

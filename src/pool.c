@@ -170,6 +170,141 @@ void cgc__pool_end_capture(cgc_pool_t pool, bool graph_keeps_ref, const uint64_t
   pthread_mutex_unlock(&a->uses_lock);
 }
 
+/* ---- captures cgc did not begin (1.4) ---- */
+
+atomic_int cgc__adopted_captures;
+
+/* (lock held) Claims `pool`'s adoption for its end: of several racing ends, one gets it. */
+static bool claim_adoption(cgc_pool_t pool) {
+  if (!(pool->recording && pool->adopting)) return false;
+  pool->adopting = false;
+  return true;
+}
+
+/* Ends a claimed adoption (lock not held; the adoption's pool reference keeps the pool alive).
+ * Only the stream the capture was adopted through is known to be in it (with PyTorch, whichever
+ * of its streams allocated first): uses on other streams are settled with fences, as uses
+ * outside a capture are. */
+static void finish_adoption(cgc_pool_t pool) {
+  struct cgc__allocator* a = pool->state.allocator;
+  cgc__alloc_lock(a);
+  uint64_t origin_key = pool->capture_origin_key;
+  cgc__alloc_unlock(a);
+  cgc__pool_end_capture(pool, false, &origin_key, 1);
+  atomic_fetch_sub_explicit(&cgc__adopted_captures, 1, memory_order_release);
+}
+
+/* (lock held) Whether the capture `pool` adopts is over: ended, or abandoned without an end of
+ * the adoption (PyTorch never calls endAllocateToPool for a capture whose cudaStreamEndCapture
+ * failed). Asks the stream it was adopted through, under the lock: its adopter keeps it valid
+ * until the adoption ends, which the lock holds off. A query, which never waits for the GPU. */
+static bool adopted_capture_is_over(cgc_pool_t pool) {
+  CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+  cuuint64_t id = 0;
+  CUresult r = cgc__drv.cuStreamGetCaptureInfo(pool->capture_origin, &status, &id, NULL, NULL, NULL);
+  if (r != CUDA_SUCCESS) return true; /* the stream is gone: so is its capture */
+  if (status == CU_STREAM_CAPTURE_STATUS_NONE) return true;
+  return status == CU_STREAM_CAPTURE_STATUS_ACTIVE && id != pool->capture_id;
+}
+
+int cgc__pool_end_finished_adoptions(struct cgc__device* dev) {
+  struct cgc__allocator* a = atomic_load_explicit(&dev->alloc, memory_order_acquire);
+  if (a == NULL || atomic_load_explicit(&cgc__adopted_captures, memory_order_acquire) == 0) return 0;
+  enum { kMax = 16 };
+  cgc_pool_t over[kMax];
+  int n_over = 0, still = 0;
+  cgc__alloc_lock(a);
+  for (cgc_pool_t p = a->recording; p != NULL; p = p->next_recording) {
+    if (!p->adopting) continue;
+    if (n_over < kMax && adopted_capture_is_over(p) && claim_adoption(p))
+      over[n_over++] = p;
+    else
+      still++;
+  }
+  cgc__alloc_unlock(a);
+  for (int i = 0; i < n_over; i++) finish_adoption(over[i]);
+  return still;
+}
+
+cgc_status_t cgc_pool_adopt_capture(cgc_pool_t pool, void* native_stream) {
+  CGC_CHECK_HANDLE(pool, CGC_MAGIC_POOL);
+  /* What the driver says of the stream, asked before any lock: the capture must be active, not
+   * one of cgc's (whose pool is routed already), and of the pool's device. */
+  CUstream cu = (CUstream)native_stream;
+  cgc__stream_ref_t ref;
+  cgc_status_t st = cgc__stream_resolve_native(pool->dev, cu, &ref, __func__);
+  if (st != CGC_SUCCESS) return st;
+  if (ref.invalidated)
+    return cgc__fail(CGC_ERROR_CAPTURE_INVALIDATED, __func__,
+                     "native_stream %p is in a capture that an earlier call invalidated", native_stream);
+  if (!ref.capturing)
+    return cgc__fail(CGC_ERROR_INVALID_STATE, __func__, "native_stream %p is not capturing: there is no capture to adopt",
+                     native_stream);
+  if (cu != NULL && cu != CU_STREAM_LEGACY && cu != CU_STREAM_PER_THREAD) {
+    CUcontext owner = NULL;
+    st = cgc__cu_fail(cgc__drv.cuStreamGetCtx(cu, &owner), __func__, "cuStreamGetCtx");
+    if (st != CGC_SUCCESS) return st;
+    if (owner != pool->dev->cu)
+      return cgc__fail(CGC_ERROR_INVALID_ARGUMENT, __func__,
+                       "native_stream %p is not a stream of device %d's primary context, whose pool %p is",
+                       native_stream, pool->dev->ordinal, (void*)pool);
+  }
+  if (cgc__registry_is_cgc_capture(ref.capture_id))
+    return cgc__fail(CGC_ERROR_INVALID_STATE, __func__,
+                     "native_stream %p is in capture %llu, which cgc began: it allocates from its own pool already",
+                     native_stream, (unsigned long long)ref.capture_id);
+  /* An earlier adoption of this pool whose capture is over (never ended by its adopter) ends now. */
+  struct cgc__allocator* a = pool->state.allocator;
+  cgc__alloc_lock(a);
+  bool stale = pool->recording && pool->adopting && adopted_capture_is_over(pool) && claim_adoption(pool);
+  cgc__alloc_unlock(a);
+  if (stale) finish_adoption(pool);
+
+  cgc__alloc_lock(a);
+  st = cgc__check_handle(pool, CGC_MAGIC_POOL, __func__, "pool");
+  cgc_pool_t other = NULL;
+  for (cgc_pool_t p = a->recording; st == CGC_SUCCESS && p != NULL; p = p->next_recording)
+    /* The same capture, or (id not yet known) a cgc capture being begun on this very stream. */
+    if (p->capture_id == ref.capture_id || (p->capture_id == 0 && p->capture_origin == ref.cu)) other = p;
+  if (st == CGC_SUCCESS && pool->recording)
+    st = cgc__fail(CGC_ERROR_INVALID_STATE, __func__,
+                   "pool %p is being recorded into by another capture (on stream %p): a pool records one capture at a "
+                   "time",
+                   (void*)pool, (void*)pool->capture_origin);
+  else if (st == CGC_SUCCESS && other != NULL)
+    st = cgc__fail(CGC_ERROR_INVALID_STATE, __func__, "capture %llu allocates from pool %p already",
+                   (unsigned long long)ref.capture_id, (void*)other);
+  if (st == CGC_SUCCESS) {
+    pool->internal_refs++;
+    pool->recording = true;
+    pool->adopted = true;
+    pool->adopting = true;
+    pool->capture_id = ref.capture_id;
+    pool->capture_origin = ref.cu;
+    pool->capture_origin_key = ref.key;
+    pool->next_recording = a->recording;
+    a->recording = pool;
+    atomic_fetch_add_explicit(&cgc__adopted_captures, 1, memory_order_release);
+  }
+  cgc__alloc_unlock(a);
+  return st;
+}
+
+cgc_status_t cgc_pool_end_adopted_capture(cgc_pool_t pool) {
+  CGC_CHECK_HANDLE(pool, CGC_MAGIC_POOL);
+  struct cgc__allocator* a = pool->state.allocator;
+  cgc__alloc_lock(a);
+  bool mine = claim_adoption(pool);
+  cgc__alloc_unlock(a);
+  if (!mine)
+    return cgc__fail(CGC_ERROR_INVALID_STATE, __func__,
+                     "pool %p adopts no capture (cgc_pool_adopt_capture; one whose capture was over may have been "
+                     "ended by cgc_empty_cache)",
+                     (void*)pool);
+  finish_adoption(pool);
+  return CGC_SUCCESS;
+}
+
 /* Blocks until `fence` completes (Relaxed: never breaks a capture) and destroys it. */
 static void wait_fence(CUevent fence) {
   CUstreamCaptureMode previous = cgc__relaxed_begin();

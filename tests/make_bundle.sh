@@ -17,6 +17,7 @@ mkdir -p "$out/bin" "$out/data/capi" "$out/tools"
 for f in "${@:1:$#-1}"; do
   case "$f" in
     *libcgc.so) cp -L "$f" "$out/data/libcgc.so" && cp -L "$f" "$out/data/libcgc.so.1" ;;
+    *libcgc_torch.so) cp -L "$f" "$out/data/libcgc_torch.so" && cp -L "$f" "$out/data/libcgc_torch.so.1" ;;
     *capi/cgc.h) cp -L "$f" "$out/data/capi/cgc.h" ;;
     *tools/abi.txt) cp -L "$f" "$out/data/abi.txt" ;;
     *run_bundle.sh) cp -L "$f" "$out/run_tests.sh" && chmod +x "$out/run_tests.sh" ;;

@@ -10,8 +10,10 @@
 // outputs checked, graphs destroyed while their replay still runs, streams created and destroyed
 // with work pending, and cgc_empty_cache; host functions eagerly and in captures (their data must
 // be released exactly once each by the end), copies out through cgc_memcpy_dtoh_async, updates
-// of graphs by capture (1.2) and WHILE bodies that allocate from the capture's pool and draw
-// from a generator (1.3). At the end every block is freed and the device's stats
+// of graphs by capture (1.2), WHILE bodies that allocate from the capture's pool and draw
+// from a generator (1.3), and captures begun with the driver alone (as PyTorch begins its own)
+// that a new pool adopts, allocated into through cgc_torch_malloc on two streams, with
+// cgc_record_stream_native, replayed, checked and the pool released (1.4). At the end every block is freed and the device's stats
 // must read bytes_allocated == 0 and, after cgc_empty_cache, bytes_reserved == 0.
 //
 // Exit status: 0 when every check held (or there is no GPU: "skipped"), 1 otherwise. The last
@@ -51,6 +53,7 @@ struct Counters {
   std::atomic<long> host_funcs{0}, host_releases{0}, host_calls{0};
   std::atomic<long> updates{0}; // 1.2: graphs updated in place by a capture
   std::atomic<long> loops{0};   // 1.3: captures with a WHILE body that allocates and draws
+  std::atomic<long> adopted{0}; // 1.4: captures begun with the driver, adopted by a pool
   std::atomic<long> bad_contents{0}, unexpected{0};
 };
 
@@ -152,6 +155,8 @@ class Worker {
     cgc_capture_mode_t mode = CGC_CAPTURE_MODE_RELAXED;
     cgc_capture_mode_exchange(&mode);
     if (cgc__drv.cuMemAllocHost(&host_, 8 << 20) != CUDA_SUCCESS) host_ = nullptr;
+    for (auto& e : raw_events_)  // the driver's own, for the captures cgc did not begin
+      if (cgc__drv.cuEventCreate(&e, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS) host_ = nullptr;
     cgc_capture_mode_exchange(&mode);
     if (host_ == nullptr) {
       Unexpected("cuMemAllocHost", CGC_ERROR_OUT_OF_MEMORY);
@@ -179,7 +184,12 @@ class Worker {
     if (r < 28) return MallocStamp();
     if (r < 50) return CheckFree(rng_() % 8 == 0);
     if (r < 56) return UseElsewhere();
-    if (r < 70) return rng_() % 5 == 0 ? UpdateGraph() : CaptureGraph(nullptr);
+    if (r < 70) {
+      unsigned kind = rng_() % 10;
+      if (kind < 2) return UpdateGraph();
+      if (kind < 4) return AdoptedCapture();
+      return CaptureGraph(nullptr);
+    }
     if (r < 86) return Replay();
     if (r < 93) return DestroyGraph();
     if (r < 95) return SwapStream();
@@ -407,6 +417,81 @@ class Worker {
     return ok;
   }
 
+  // 1.4: what torch.cuda.graph does with cgc as its allocator, with the driver alone: begin a
+  // capture, let the thread's adopting pool adopt it (shared by its adopted captures, as torch
+  // shares a graph_pool_handle), allocate through PyTorch's entry point on the origin and a side
+  // stream forked and joined with the driver's events, record the side stream's use, free
+  // inside, end, instantiate, replay and check. One time in eight the pool is released while the
+  // output lives and the graph's executable goes after the check (its memory then waits for
+  // cgc_empty_cache), and the next adopted capture gets a new pool.
+  void AdoptedCapture() {
+    cgc_stream_t origin = own_[1 + rng_() % 2];
+    cgc_stream_t side = origin == own_[1] ? own_[2] : own_[1];
+    CUstream o = Native(origin), sd = Native(side);
+    if (adopting_pool_ == nullptr &&
+        !Expect("cgc_pool_create", cgc_pool_create(ctx, &adopting_pool_), {CGC_SUCCESS}))
+      return;
+    cgc_pool_t pool = adopting_pool_;
+    CUstreamCaptureMode mode = rng_() % 2 ? CU_STREAM_CAPTURE_MODE_THREAD_LOCAL : CU_STREAM_CAPTURE_MODE_RELAXED;
+    if (cgc__drv.cuStreamBeginCapture(o, mode) != CUDA_SUCCESS) {
+      Unexpected("cuStreamBeginCapture", CGC_ERROR_CUDA);
+      return;
+    }
+    bool ok = Expect("cgc_pool_adopt_capture", cgc_pool_adopt_capture(pool, o), {CGC_SUCCESS});
+    void* t = ok ? cgc_torch_malloc(kIn * 4, 0, o) : nullptr;
+    ok = ok && t != nullptr && Add(t, in_, 1.0f, origin);
+    ok = ok && cgc__drv.cuEventRecord(raw_events_[0], o) == CUDA_SUCCESS &&
+         cgc__drv.cuStreamWaitEvent(sd, raw_events_[0], 0) == CUDA_SUCCESS;
+    void* u = ok ? cgc_torch_malloc(kIn * 4, 0, sd) : nullptr;
+    ok = ok && u != nullptr && Add(u, t, 2.0f, side);
+    ok = ok && Expect("cgc_record_stream_native", cgc_record_stream_native(t, sd), {CGC_SUCCESS});
+    ok = ok && cgc__drv.cuEventRecord(raw_events_[1], sd) == CUDA_SUCCESS &&
+         cgc__drv.cuStreamWaitEvent(o, raw_events_[1], 0) == CUDA_SUCCESS;
+    void* out = ok ? cgc_torch_malloc(kIn * 4, 0, o) : nullptr;
+    ok = ok && out != nullptr && Add(out, u, 0.5f, origin);
+    if (t) Expect("cgc_free (adopted)", cgc_free(t), {CGC_SUCCESS});
+    if (u) Expect("cgc_free (adopted)", cgc_free(u), {CGC_SUCCESS});
+    CUgraph graph = nullptr;
+    CUresult ended = cgc__drv.cuStreamEndCapture(o, &graph);
+    // The capture is over: another thread's cgc_empty_cache may have ended the adoption already.
+    Expect("cgc_pool_end_adopted_capture", cgc_pool_end_adopted_capture(pool), {CGC_SUCCESS, CGC_ERROR_INVALID_STATE});
+    if (!ok || ended != CUDA_SUCCESS) Unexpected("the adopted capture", CGC_ERROR_CUDA);
+    CUgraphExec exec = nullptr;
+    if (ok && ended == CUDA_SUCCESS) {
+      cgc_capture_mode_t relaxed = CGC_CAPTURE_MODE_RELAXED;  // as a framework instantiates
+      cgc_capture_mode_exchange(&relaxed);
+      if (cgc__drv.cuGraphInstantiateWithFlags(&exec, graph, 0) != CUDA_SUCCESS) exec = nullptr;
+      cgc_capture_mode_exchange(&relaxed);
+      if (exec == nullptr) Unexpected("cuGraphInstantiateWithFlags", CGC_ERROR_CUDA);
+    }
+    if (graph) cgc__drv.cuGraphDestroy(graph);
+    counters.adopted++;
+    // Released while its graph lives: replays cgc cannot see keep the memory from other streams.
+    if (rng_() % 8 == 0) {
+      Expect("cgc_pool_release", cgc_pool_release(pool), {CGC_SUCCESS});
+      adopting_pool_ = nullptr;
+    }
+    if (exec != nullptr && cgc__drv.cuGraphLaunch(exec, o) == CUDA_SUCCESS) {
+      counters.replays++;
+      if (Expect("cgc_memcpy_dtoh_async", cgc_memcpy_dtoh_async(host_, out, kIn * 4, origin), {CGC_SUCCESS}) &&
+          Sync(origin)) {
+        counters.replays_checked++;
+        const float* f = static_cast<const float*>(host_);
+        for (unsigned i = 0; i < kIn; i += 7)
+          if (f[i] != expected_[i]) {
+            if (++counters.bad_contents <= 5) {
+              std::lock_guard<std::mutex> g(report_lock);
+              std::fprintf(stderr, "BAD ADOPTED REPLAY OUTPUT: %u is %g, expected %g\n", i, f[i], expected_[i]);
+            }
+            break;
+          }
+      }
+    }
+    Sync(origin);
+    if (exec != nullptr) cgc__drv.cuGraphExecDestroy(exec);
+    if (out) Expect("cgc_free (adopted output)", cgc_free(out), {CGC_SUCCESS});
+  }
+
   bool Add(void* out, void* in, float v, cgc_stream_t s) {
     CUdeviceptr o = Dev(out), i = Dev(in);
     unsigned n = kIn;
@@ -506,7 +591,10 @@ class Worker {
     Expect("cgc_free", cgc_free(in_), {CGC_SUCCESS});
     for (cgc_stream_t s : own_) Expect("cgc_stream_destroy", cgc_stream_destroy(s), {CGC_SUCCESS});
     for (cgc_event_t e : events_) Expect("cgc_event_destroy", cgc_event_destroy(e), {CGC_SUCCESS});
+    for (CUevent e : raw_events_)
+      if (e != nullptr) cgc__drv.cuEventDestroy(e);
     Expect("cgc_pool_release", cgc_pool_release(pool_), {CGC_SUCCESS});
+    if (adopting_pool_ != nullptr) Expect("cgc_pool_release", cgc_pool_release(adopting_pool_), {CGC_SUCCESS});
     Expect("cgc_rng_destroy", cgc_rng_destroy(gen_), {CGC_SUCCESS});
     if (host_ != nullptr) {
       cgc_capture_mode_t mode = CGC_CAPTURE_MODE_RELAXED;
@@ -520,7 +608,9 @@ class Worker {
   std::mt19937_64 rng_;
   std::array<cgc_stream_t, 4> own_{};
   std::array<cgc_event_t, 3> events_{};
+  std::array<CUevent, 2> raw_events_{};
   cgc_pool_t pool_ = nullptr;  // shared by this thread's graphs (replayed in order, never at once)
+  cgc_pool_t adopting_pool_ = nullptr;  // adopts this thread's driver-begun captures (1.4)
   cgc_rng_t gen_ = nullptr;    // drawn from in this thread's loop bodies (numbers not checked)
   void* host_ = nullptr;       // page-locked: copies out of it never synchronise by surprise
   void* in_ = nullptr;
@@ -613,8 +703,9 @@ int main(int argc, char** argv) {
               c.replays_checked.load(), c.destroyed_while_running.load(), c.stream_swaps.load(),
               c.empty_caches.load(), c.refused.load());
   std::printf("host functions %ld launched, %ld released, %ld calls run; graphs updated by capture %ld; loop "
-              "bodies that allocate and draw %ld\n",
-              c.host_funcs.load(), c.host_releases.load(), c.host_calls.load(), c.updates.load(), c.loops.load());
+              "bodies that allocate and draw %ld; captures begun with the driver and adopted by a pool %ld\n",
+              c.host_funcs.load(), c.host_releases.load(), c.host_calls.load(), c.updates.load(), c.loops.load(),
+              c.adopted.load());
   std::printf("end: %zu bytes allocated, %zu reserved before cgc_empty_cache, %zu after; peak reserved %zu\n",
               before.bytes_allocated, before.bytes_reserved, after.bytes_reserved, after.peak_bytes_reserved);
   bool ok = c.bad_contents == 0 && c.unexpected == 0 && before.bytes_allocated == 0 && after.bytes_reserved == 0 &&
