@@ -155,6 +155,11 @@ var goAPIOfFunction = map[string]any{
 
 	// 1.3
 	"cgc_capture_conditional_begin_bodies": (*cgc.Stream).ConditionalBodies,
+
+	// 1.4
+	"cgc_pool_adopt_capture":       (*cgc.Pool).AdoptCapture,
+	"cgc_pool_end_adopted_capture": (*cgc.Pool).EndAdoptedCapture,
+	"cgc_record_stream_native":     (*cgc.DeviceMemory).RecordStreamNative,
 }
 
 // goTypeOfHandle, goTypeOfStruct and goTypeOfCallback are the Go forms of the header's handle
@@ -282,7 +287,8 @@ func TestCallbacksMatchTheHeader(t *testing.T) {
 // TestArrayAndOutParametersMatchTheHeader pins the signatures of the functions whose shims hand
 // C an array or output memory that the Go side sizes itself: a header that changed one of those
 // (an element class, a count's width, an output's size) would otherwise still compile, with at
-// most a C warning, and write past what Go allocated.
+// most a C warning, and write past what Go allocated. It pins those whose shims pass numbers as
+// void* too (1.4's native streams).
 func TestArrayAndOutParametersMatchTheHeader(t *testing.T) {
 	want := map[string]string{
 		// ConditionalBodies: n_bodies+1 stream handles (Go memory) and one uint64 for the handle.
@@ -290,6 +296,12 @@ func TestArrayAndOutParametersMatchTheHeader(t *testing.T) {
 			"n_bodies:usize bodies:ptr(handle:cgc_stream_t) handle:ptr(u64)",
 		// Conditional: one stream handle.
 		"cgc_capture_conditional_begin": "i32 stream:handle:cgc_stream_t kind:i32 condition:ptr(u32) body:ptr(handle:cgc_stream_t)",
+		// AdoptCapture, EndAdoptedCapture, RecordStreamNative (1.4): native streams and device
+		// addresses cross as uintptr_t and reach C as void*, which C converts to any pointer
+		// parameter without a word, so a parameter that changed class would still compile.
+		"cgc_pool_adopt_capture":       "i32 pool:handle:cgc_pool_t native_stream:ptr(void)",
+		"cgc_pool_end_adopted_capture": "i32 pool:handle:cgc_pool_t",
+		"cgc_record_stream_native":     "i32 ptr:ptr(void) native_stream:ptr(void)",
 	}
 	found := 0
 	for _, f := range abiDescription(t) {

@@ -300,3 +300,28 @@ func TestConditionalBodiesRefusesNilStreamsAndBadCounts(t *testing.T) {
 			cgc.ConditionalBodySetsCondition, cgc.LoopEagerIterations)
 	}
 }
+
+// 1.4 without a GPU: a nil pool is refused by the library, naming the call, whatever the native
+// stream (the pool is checked before the driver is asked about the stream); what the binding
+// can tell is wrong (a nil or freed block) never reaches C.
+func TestAdoptedCapturesRefuseNilPools(t *testing.T) {
+	if err := cgc.Load(); err != nil {
+		t.Fatal(err)
+	}
+	var p *cgc.Pool
+	for _, native := range []uintptr{0, 2 /* cudaStreamPerThread */, 0x10000} {
+		e := asError(t, p.AdoptCapture(native), cgc.ErrInvalidArgument)
+		if !strings.Contains(e.Message, "cgc_pool_adopt_capture") || !strings.Contains(e.Message, "NULL") {
+			t.Errorf("AdoptCapture(%#x) on a nil pool: %q, want cgc_pool_adopt_capture refusing NULL", native, e.Message)
+		}
+	}
+	e := asError(t, p.EndAdoptedCapture(), cgc.ErrInvalidArgument)
+	if !strings.Contains(e.Message, "cgc_pool_end_adopted_capture") || !strings.Contains(e.Message, "NULL") {
+		t.Errorf("EndAdoptedCapture on a nil pool: %q", e.Message)
+	}
+	var m *cgc.DeviceMemory
+	e = asError(t, m.RecordStreamNative(0), cgc.ErrInvalidArgument)
+	if !strings.Contains(e.Message, "Go binding") || !strings.Contains(e.Message, "DeviceMemory.RecordStreamNative") {
+		t.Errorf("RecordStreamNative of a nil block: %q, want the binding's refusal", e.Message)
+	}
+}

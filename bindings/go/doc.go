@@ -4,7 +4,8 @@
 // version 1.1 the work a graph is made of: copies and sets, page-locked host memory, host
 // functions, stream memory operations and kernels of the caller's own modules, since 1.2
 // graphs that change without a new Graph (updates by capture, per-kernel changes) and
-// conditional nodes, and since 1.3 conditional nodes with several bodies.
+// conditional nodes, since 1.3 conditional nodes with several bodies, and since 1.4 captures
+// that another framework began with the driver allocating from a cgc pool (Pool.AdoptCapture).
 //
 // # Loading
 //

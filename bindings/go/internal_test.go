@@ -7,6 +7,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"unsafe"
 )
 
 func TestClosedObjectsAreRefused(t *testing.T) {
@@ -58,5 +59,52 @@ func TestFreeOfForeignPointerChangesNothing(t *testing.T) {
 	// The failed free did not mark the block freed: its address is still there to inspect.
 	if m.Ptr() != 0x1234 {
 		t.Errorf("Ptr after a failed Free = %#x", m.Ptr())
+	}
+}
+
+// 1.4: a closed pool never reaches C, a pointer that is no cgc pool is refused by the library
+// (INVALID_HANDLE, naming the call), and so is a block cgc did not hand out, for
+// RecordStreamNative; a freed DeviceMemory is the binding's refusal.
+func TestAdoptedCapturesForeignPoolsAndBlocks(t *testing.T) {
+	if err := Load(); err != nil {
+		t.Fatal(err)
+	}
+	closed := &Pool{closed: true}
+	for name, err := range map[string]error{
+		"Pool.AdoptCapture":      closed.AdoptCapture(0),
+		"Pool.EndAdoptedCapture": closed.EndAdoptedCapture(),
+	} {
+		var ce *Error
+		if !errors.As(err, &ce) || ce.Status != ErrInvalidHandle || !strings.Contains(ce.Message, "closed") ||
+			!strings.Contains(ce.Message, name) {
+			t.Errorf("%s on a closed pool: %v, want ErrInvalidHandle naming the closed pool", name, err)
+		}
+	}
+	var memory [32]uint64
+	for i := range memory {
+		memory[i] = 0x5a5a5a5a5a5a5a5a
+	}
+	foreign := &Pool{}
+	*(*unsafe.Pointer)(unsafe.Pointer(&foreign.h)) = unsafe.Pointer(&memory[0])
+	for name, err := range map[string]error{
+		"cgc_pool_adopt_capture":       foreign.AdoptCapture(0),
+		"cgc_pool_end_adopted_capture": foreign.EndAdoptedCapture(),
+	} {
+		var ce *Error
+		if !errors.As(err, &ce) || ce.Status != ErrInvalidHandle || !strings.Contains(ce.Message, name) {
+			t.Errorf("%s of a foreign pool: %v, want ErrInvalidHandle naming the call", name, err)
+		}
+	}
+	m := &DeviceMemory{ptr: 0x1234, size: 4}
+	err := m.RecordStreamNative(0)
+	var ce *Error
+	if !errors.As(err, &ce) || ce.Status != ErrInvalidArgument || !strings.Contains(ce.Message, "cgc_record_stream_native") ||
+		!strings.Contains(ce.Message, "not a live allocation") {
+		t.Errorf("RecordStreamNative of a pointer cgc did not hand out: %v", err)
+	}
+	freed := &DeviceMemory{ptr: 0x1234, size: 4, freed: true}
+	if err := freed.RecordStreamNative(0); !errors.As(err, &ce) || ce.Status != ErrInvalidArgument ||
+		!strings.Contains(ce.Message, "nil or freed block") {
+		t.Errorf("RecordStreamNative of a freed block: %v", err)
 	}
 }

@@ -72,6 +72,46 @@ func (p *Pool) Close() error {
 	return nil
 }
 
+// AdoptCapture (1.4) lets a capture that cgc did not begin, one another framework began with the
+// driver (torch.cuda.graph with cgc as PyTorch's allocator, or a raw cuStreamBeginCapture),
+// allocate from the pool: from this call until EndAdoptedCapture, Context.Malloc on any stream
+// taking part in the capture that nativeStream (a CUstream of the pool's device, given as its
+// numeric value as for Context.WrapStream) takes part in gets its blocks from the pool, as in a
+// capture begun with CaptureOptions.Pool set to it; without an adoption such an allocation is
+// refused (ErrCaptureUnsupported).
+//
+// ErrInvalidState when the stream is not capturing, when its capture is one cgc began, or when
+// the pool records another capture (one at a time); ErrCaptureInvalidated for an invalidated
+// capture. A nil pool is refused by the library (ErrInvalidArgument). The pool holds a
+// reference of its own until the end. cgc does not see the replays of graphs it did not
+// instantiate, so once the pool is released its memory never goes to other streams: it returns
+// to the driver at Context.EmptyCache.
+func (p *Pool) AdoptCapture(nativeStream uintptr) error {
+	ph, err := p.handle("Pool.AdoptCapture")
+	if err != nil {
+		return err
+	}
+	var msg *C.char
+	err = check(C.cgcgo_pool_adopt_capture(ph, C.uintptr_t(nativeStream), &msg), msg)
+	runtime.KeepAlive(p)
+	return err
+}
+
+// EndAdoptedCapture (1.4) ends the adoption begun by AdoptCapture; call it after the capture
+// ended (or was abandoned). Allocations on the capture's streams are refused again, and blocks
+// freed during it that other streams used are settled. ErrInvalidState when the pool adopts no
+// capture.
+func (p *Pool) EndAdoptedCapture() error {
+	ph, err := p.handle("Pool.EndAdoptedCapture")
+	if err != nil {
+		return err
+	}
+	var msg *C.char
+	err = check(C.cgcgo_pool_end_adopted_capture(ph, &msg), msg)
+	runtime.KeepAlive(p)
+	return err
+}
+
 // DevicePtr is a device address (a CUdeviceptr), kept as a number because it is not host
 // memory.
 type DevicePtr uintptr
@@ -164,6 +204,21 @@ func (m *DeviceMemory) RecordStream(s *Stream) error {
 	err = check(C.cgcgo_record_stream(C.uintptr_t(m.ptr), sh, &msg), msg)
 	runtime.KeepAlive(s)
 	return err
+}
+
+// RecordStreamNative (1.4) is RecordStream for a native CUstream cgc has no Stream for (a
+// framework's), given as its numeric value as for Context.WrapStream: after Free the block is not
+// reused before the work enqueued on nativeStream so far is done. The stream is taken as one of
+// the block's device.
+func (m *DeviceMemory) RecordStreamNative(nativeStream uintptr) error {
+	if m == nil || m.freed {
+		return &Error{Status: ErrInvalidArgument, Message: "cgc (Go binding): DeviceMemory.RecordStreamNative: nil or freed block"}
+	}
+	if err := Load(); err != nil {
+		return err
+	}
+	var msg *C.char
+	return check(C.cgcgo_record_stream_native(C.uintptr_t(m.ptr), C.uintptr_t(nativeStream), &msg), msg)
 }
 
 // EmptyCache gives the device cache's unused segments back to the driver; referenced pools

@@ -462,3 +462,15 @@ cgc_status_t cgcgo_capture_conditional_begin_bodies(cgc_stream_t stream, int kin
   CALL(api->cgc_capture_conditional_begin_bodies(stream, (cgc_conditional_kind_t)kind, (const uint32_t*)condition,
                                                  flags, n_bodies, bodies, handle));
 }
+
+/* ---- 1.4 ---- */
+
+cgc_status_t cgcgo_pool_adopt_capture(cgc_pool_t pool, uintptr_t native_stream, char** msg) {
+  CALL(api->cgc_pool_adopt_capture(pool, (void*)native_stream));
+}
+cgc_status_t cgcgo_pool_end_adopted_capture(cgc_pool_t pool, char** msg) {
+  CALL(api->cgc_pool_end_adopted_capture(pool));
+}
+cgc_status_t cgcgo_record_stream_native(uintptr_t ptr, uintptr_t native_stream, char** msg) {
+  CALL(api->cgc_record_stream_native((void*)ptr, (void*)native_stream));
+}

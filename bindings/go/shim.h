@@ -181,4 +181,11 @@ cgc_status_t cgcgo_capture_conditional_begin_bodies(cgc_stream_t stream, int kin
                                                     size_t n_bodies, cgc_stream_t* bodies, uint64_t* handle,
                                                     char** msg);
 
+/* ---- 1.4: captures cgc did not begin allocating from a pool ---- */
+
+/* Native streams are numbers, as for cgcgo_stream_wrap. */
+cgc_status_t cgcgo_pool_adopt_capture(cgc_pool_t pool, uintptr_t native_stream, char** msg);
+cgc_status_t cgcgo_pool_end_adopted_capture(cgc_pool_t pool, char** msg);
+cgc_status_t cgcgo_record_stream_native(uintptr_t ptr, uintptr_t native_stream, char** msg);
+
 #endif /* CGCGO_SHIM_H_ */

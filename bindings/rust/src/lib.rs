@@ -43,6 +43,12 @@
 //! the node's handle ([`CONDITIONAL_BODY_SETS_CONDITION`]). Bodies may allocate from the
 //! capture's pool and draw from generators ([`LOOP_EAGER_ITERATIONS`] says what a loop draws).
 //!
+//! Since 1.4 a capture that cgc did not begin, one another framework began with the driver
+//! (`torch.cuda.graph` with cgc as PyTorch's allocator), can allocate from a cgc pool:
+//! [`Pool::adopt_capture`] (or [`Pool::adopt_stream_capture`]) until
+//! [`Pool::end_adopted_capture`]; [`DeviceBuffer::record_stream_native`] records a use by a
+//! native stream.
+//!
 //! Objects own their handle and destroy it on `Drop` (errors there are ignored); each also has
 //! a `destroy(self)` (or `free`, `release`) that reports the library's status. Objects made from
 //! a [`Context`] keep the device state alive on their own, so they borrow nothing from it.
@@ -1227,6 +1233,48 @@ impl Pool {
         })
     }
 
+    /// 1.4: lets a capture that cgc did not begin (one another framework began with the
+    /// driver, e.g. `torch.cuda.graph` with cgc as PyTorch's allocator, or a raw
+    /// `cuStreamBeginCapture`) allocate from this pool. From this call until
+    /// [`Pool::end_adopted_capture`], [`DeviceBuffer::alloc`] on any stream taking part in the
+    /// capture that `native_stream` (a `CUstream` of the pool's device) takes part in gets its
+    /// blocks from this pool, as in a capture begun with [`CaptureOptions::pool`] set to it;
+    /// without an adoption such an allocation is refused ([`Status::CaptureUnsupported`]).
+    ///
+    /// Errors: [`Status::InvalidState`] when the stream is not capturing, when its capture is
+    /// one of cgc's, or when the pool records another capture (a pool records one at a time);
+    /// [`Status::CaptureInvalidated`] for an invalidated capture. The pool holds a reference of
+    /// its own until the end. cgc does not see the replays of graphs it did not instantiate, so
+    /// the pool's memory never goes to other streams once the pool is released: it returns to
+    /// the driver at [`Context::empty_cache`]. [`Pool::adopt_stream_capture`] is the safe form
+    /// for a [`Stream`].
+    ///
+    /// # Safety
+    /// `native_stream` must be a live `CUstream` / `cudaStream_t` of the pool's device (or null,
+    /// `cudaStreamLegacy` or `cudaStreamPerThread`): the library asks the driver about it.
+    pub unsafe fn adopt_capture(&self, native_stream: *mut c_void) -> Result<()> {
+        check(self.api, (self.api.cgc_pool_adopt_capture)(self.raw, native_stream))
+    }
+
+    /// [`Pool::adopt_capture`] of the capture `stream` takes part in (one begun on its
+    /// [`Stream::native`] with the driver, not with cgc).
+    pub fn adopt_stream_capture(&self, stream: &Stream) -> Result<()> {
+        // SAFETY: a live Stream's native stream is alive (created by cgc, or wrapped under the
+        // promise of Stream::wrap) and of the device it was made for.
+        unsafe { self.adopt_capture(stream.native()) }
+    }
+
+    /// 1.4: ends the adoption begun by [`Pool::adopt_capture`]; call it after the capture ended
+    /// (or was abandoned). Allocations on the capture's streams are refused again, and blocks
+    /// freed during it that other streams used are settled. [`Status::InvalidState`] when the
+    /// pool adopts no capture.
+    pub fn end_adopted_capture(&self) -> Result<()> {
+        // SAFETY: live handle (we hold a reference).
+        check(self.api, unsafe {
+            (self.api.cgc_pool_end_adopted_capture)(self.raw)
+        })
+    }
+
     /// Drops this reference, reporting the status. The pool lives on while graphs captured into
     /// it or blocks allocated from it exist.
     pub fn release(mut self) -> Result<()> {
@@ -1342,6 +1390,21 @@ impl DeviceBuffer {
         check(self.api, unsafe {
             (self.api.cgc_record_stream)(self.ptr, stream.raw)
         })
+    }
+
+    /// 1.4: [`DeviceBuffer::record_stream`] for a native `CUstream` (one cgc has no [`Stream`]
+    /// for, e.g. a framework's): after the block is freed it is not reused before the work
+    /// enqueued on `native_stream` so far is done. The stream is taken as one of the block's
+    /// device.
+    ///
+    /// # Safety
+    /// `native_stream` must be a live `CUstream` / `cudaStream_t` of the block's device (or
+    /// null, `cudaStreamLegacy` or `cudaStreamPerThread`): the library asks the driver about it.
+    pub unsafe fn record_stream_native(&self, native_stream: *mut c_void) -> Result<()> {
+        check(
+            self.api,
+            (self.api.cgc_record_stream_native)(self.ptr, native_stream),
+        )
     }
 
     /// Frees the block, reporting the status.

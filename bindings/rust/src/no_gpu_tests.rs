@@ -1,4 +1,4 @@
-//! The safe layer of 1.1 to 1.3 without a GPU: what the binding checks itself (sizes, names, overflow),
+//! The safe layer of 1.1 to 1.4 without a GPU: what the binding checks itself (sizes, names, overflow),
 //! and what the library refuses on a NULL handle, through the same methods a program calls.
 //!
 //! These live in the crate, not in tests/, because they need objects holding a NULL handle
@@ -17,7 +17,7 @@ use crate::conditional::run_bodies;
 use crate::{
     api, sys, AccessPolicy, AccessProperty, BarrierScope, CaptureMode,
     CaptureOptions, ConditionalBodies, ConditionalKind, Context, DeviceBuffer, Error, Function, FunctionAttribute, Graph, GraphInfo,
-    GraphUpdate, HostBuffer, HostRegistration, KernelArg, LaunchConfig, MemOp, Module, Result,
+    GraphUpdate, HostBuffer, HostRegistration, KernelArg, LaunchConfig, MemOp, Module, Pool, Result,
     Status, Stream, WaitCondition, WAIT_FLUSH,
 };
 
@@ -651,7 +651,48 @@ fn the_1_3_constants_are_the_headers() {
     assert_eq!(sys::CGC_CONDITIONAL_SWITCH, 2);
     assert_eq!(crate::CONDITIONAL_BODY_SETS_CONDITION, 1);
     assert_eq!(crate::LOOP_EAGER_ITERATIONS, 65536);
-    assert_eq!((sys::CGC_VERSION_MINOR, sys::CGC_VERSION), (3, 0x1_03_00));
+}
+
+#[test]
+fn the_crate_is_written_against_1_4() {
+    assert_eq!((sys::CGC_VERSION_MINOR, sys::CGC_VERSION), (4, 0x1_04_00));
+    assert_eq!(env!("CARGO_PKG_VERSION"), "1.4.0", "the crate's version is the ABI version it wraps");
+}
+
+fn null_pool() -> Pool {
+    // Dropping it calls cgc_pool_release(NULL), which is refused and ignored.
+    Pool {
+        raw: ptr::null_mut(),
+        api: loaded_api(),
+    }
+}
+
+/// 1.4's adoption of a capture cgc did not begin, through the methods a program calls: a NULL
+/// pool is refused by name before the driver is needed (so also here, without one), whatever
+/// the stream; so is a block cgc did not hand out for record_stream_native.
+#[test]
+fn adopted_captures_refuse_a_null_pool_and_a_foreign_block_by_name() {
+    let pool = null_pool();
+    for native in [ptr::null_mut(), 0x2 as *mut c_void] {
+        // SAFETY: null and cudaStreamPerThread (0x2) are documented streams; the NULL pool is
+        // refused before the stream is looked at.
+        assert_refused(unsafe { pool.adopt_capture(native) }, Status::InvalidArgument, "cgc_pool_adopt_capture");
+    }
+    assert_refused(pool.adopt_stream_capture(&null_stream()), Status::InvalidArgument, "cgc_pool_adopt_capture");
+    assert_refused(pool.end_adopted_capture(), Status::InvalidArgument, "cgc_pool_end_adopted_capture");
+    let block = bogus_buffer(16);
+    // SAFETY: as above; the block is refused (not a live cgc_malloc block) before the stream.
+    let e = unsafe { block.record_stream_native(ptr::null_mut()) }.expect_err("a block cgc did not hand out");
+    assert_eq!(e.status(), Some(Status::InvalidArgument), "{}", e);
+    assert!(e.message().contains("cgc_record_stream_native"), "{}", e);
+    assert!(e.message().contains("not a live allocation"), "{}", e);
+    block.into_raw();
+    // A NULL block (what DeviceBuffer::alloc gives for 0 bytes) too.
+    // SAFETY: a NULL block is never freed (cgc_free(NULL) is a no-op).
+    let zero = unsafe { DeviceBuffer::from_raw(ptr::null_mut(), 0) }.unwrap();
+    // SAFETY: refused on the NULL pointer before the stream is looked at.
+    assert_refused(unsafe { zero.record_stream_native(ptr::null_mut()) }, Status::InvalidArgument,
+                   "cgc_record_stream_native");
 }
 
 #[test]

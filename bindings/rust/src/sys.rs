@@ -19,7 +19,7 @@ use std::sync::{Mutex, MutexGuard, Once};
 /// Major version of the header this crate was written against (also the soname: libcgc.so.1).
 pub const CGC_VERSION_MAJOR: u32 = 1;
 /// Minor version of the header this crate was written against.
-pub const CGC_VERSION_MINOR: u32 = 3;
+pub const CGC_VERSION_MINOR: u32 = 4;
 /// Patch version of the header this crate was written against.
 pub const CGC_VERSION_PATCH: u32 = 0;
 /// `(major << 16) | (minor << 8) | patch`, as `CGC_VERSION` in C.
@@ -504,6 +504,11 @@ api_table! {
     fn cgc_capture_conditional_begin_bodies(stream: cgc_stream_t, kind: cgc_conditional_kind_t,
                                             condition: *const u32, flags: c_uint, n_bodies: usize,
                                             bodies: *mut cgc_stream_t, handle: *mut u64) -> cgc_status_t;
+    // 1.4: a capture cgc did not begin (a CUstream's) allocating from a pool; record_stream for
+    // a native CUstream
+    fn cgc_pool_adopt_capture(pool: cgc_pool_t, native_stream: *mut c_void) -> cgc_status_t;
+    fn cgc_pool_end_adopted_capture(pool: cgc_pool_t) -> cgc_status_t;
+    fn cgc_record_stream_native(ptr: *mut c_void, native_stream: *mut c_void) -> cgc_status_t;
 }
 
 /// `cgc_get_api`, the one symbol resolved with `dlsym`.
@@ -651,7 +656,7 @@ fn load() -> Result<&'static cgc_api_t, String> {
     // SAFETY: the library filled `table` with a pointer to its static table.
     let api: &'static cgc_api_t = unsafe { &*table };
     // An older minor version would have a shorter table (cgc_get_api already refuses one for
-    // CGC_VERSION); this crate calls every field of the 1.3 table, so all of them must be there.
+    // CGC_VERSION); this crate calls every field of the 1.4 table, so all of them must be there.
     if api.struct_size < std::mem::size_of::<cgc_api_t>() {
         return Err(format!(
             "cgc: '{}' has a function table of {} bytes, shorter than the {} this crate needs; {}",

@@ -383,7 +383,8 @@ fn the_1_2_functions_refuse_null_and_foreign_graphs_by_name() {
         let st = (api.cgc_capture_begin)(foreign as sys::cgc_stream_t, &options);
         assert_named_refusal(api, st, Status::InvalidHandle, "cgc_capture_begin");
     }
-    // The table's 1.2 functions come right after 1.1's last one, and 1.3's after them.
+    // The table's 1.2 functions come right after 1.1's last one, 1.3's after them, and 1.4's
+    // after 1.3's.
     let names = sys::FUNCTION_NAMES;
     let at = names.iter().position(|n| *n == "cgc_launch_kernel").unwrap();
     assert_eq!(
@@ -393,9 +394,14 @@ fn the_1_2_functions_refuse_null_and_foreign_graphs_by_name() {
             "cgc_graph_kernel_node_set_args",
             "cgc_capture_conditional_begin",
             "cgc_capture_conditional_end",
-            "cgc_capture_conditional_begin_bodies"
+            "cgc_capture_conditional_begin_bodies",
+            "cgc_pool_adopt_capture",
+            "cgc_pool_end_adopted_capture",
+            "cgc_record_stream_native"
         ]
     );
+    // 1.0's 63 functions, 1.1's 29, 1.2's 4, 1.3's 1 and 1.4's 3.
+    assert_eq!(names.len(), 63 + 29 + 4 + 1 + 3);
 }
 
 /// 1.2's conditional nodes refuse a NULL stream (INVALID_ARGUMENT) and a pointer that is no cgc
@@ -495,12 +501,41 @@ fn begin_bodies_refuses_null_arrays_and_null_and_foreign_streams_by_name() {
     assert_eq!(sys::CGC_LOOP_EAGER_ITERATIONS, 65536);
 }
 
+/// 1.4's functions refuse, naming themselves, before they need the driver: a NULL pool
+/// (INVALID_ARGUMENT), a pointer that is no cgc pool (INVALID_HANDLE), whatever the stream; a
+/// NULL block, and a block cgc did not hand out (INVALID_ARGUMENT), for record_stream_native.
+#[test]
+fn the_1_4_functions_refuse_null_and_foreign_pools_and_blocks_by_name() {
+    let api = cgc::api().unwrap();
+    let mut not_an_object = [0x5a5a_5a5a_5a5a_5a5a_u64; 32];
+    let foreign = not_an_object.as_mut_ptr() as sys::cgc_pool_t;
+    // SAFETY: NULL and the foreign pointer are documented inputs (refused by a check of the
+    // handle, which only reads the foreign memory); the "streams" are never reached, and the
+    // "blocks" are looked up in cgc's tables only.
+    unsafe {
+        for (pool, want) in [(ptr::null_mut(), Status::InvalidArgument), (foreign, Status::InvalidHandle)] {
+            for native in [ptr::null_mut(), 0x2 as *mut c_void, not_an_object.as_mut_ptr() as *mut c_void] {
+                let st = (api.cgc_pool_adopt_capture)(pool, native);
+                assert_named_refusal(api, st, want, "cgc_pool_adopt_capture");
+            }
+            let st = (api.cgc_pool_end_adopted_capture)(pool);
+            assert_named_refusal(api, st, want, "cgc_pool_end_adopted_capture");
+        }
+        let st = (api.cgc_record_stream_native)(ptr::null_mut(), ptr::null_mut());
+        assert_named_refusal(api, st, Status::InvalidArgument, "cgc_record_stream_native");
+        let st = (api.cgc_record_stream_native)(0x1234 as *mut c_void, ptr::null_mut());
+        assert_named_refusal(api, st, Status::InvalidArgument, "cgc_record_stream_native");
+        let message = std::ffi::CStr::from_ptr((api.cgc_last_error)()).to_string_lossy().into_owned();
+        assert!(message.contains("not a live allocation"), "{}", message);
+    }
+}
+
 #[test]
 fn function_table_matches_the_library() {
     use std::mem::size_of;
     // (Struct layouts and parameter types are checked against the header below.)
     let api = cgc::api().unwrap();
-    // A 1.3 library's table is exactly ours (the loader refuses a shorter one).
+    // A 1.4 library's table is exactly ours (the loader refuses a shorter one).
     assert_eq!(api.struct_size, size_of::<sys::cgc_api_t>());
     assert_eq!(
         sys::FUNCTION_NAMES.len(),

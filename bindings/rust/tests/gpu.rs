@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex};
 use cgc::{
     AccessPolicy, AccessProperty, BarrierScope, CaptureMode, CaptureOptions, CaptureStatus, Comm, CommId,
     Context, DType, DeviceBuffer, Error, Event, Function, FunctionAttribute, GraphUpdate, HostBuffer,
-    HostRegistration, LaunchConfig, MemOp, Module, ReduceOp, Rng, Status, Stream, WaitCondition,
+    HostRegistration, LaunchConfig, MemOp, Module, Pool, ReduceOp, Rng, Status, Stream, WaitCondition,
     HOST_WRITE_COMBINED, STREAM_NON_BLOCKING,
 };
 use common::{assert_error, gpu, read_back, serial, Cuda};
@@ -1185,4 +1185,71 @@ fn kernels_of_a_graph_can_be_disabled_and_given_new_arguments() {
     }
     stream.destroy().unwrap();
     ctx.destroy().unwrap();
+}
+
+// ---- 1.4: a capture cgc did not begin allocates from a pool ------------------------------------
+
+#[test]
+fn a_pool_adopts_a_capture_begun_with_the_driver() {
+    const TEST: &str = "a_pool_adopts_a_capture_begun_with_the_driver";
+    let _serial = serial();
+    let ctx = match gpu(TEST) {
+        Some(c) => c,
+        None => return,
+    };
+    let cuda = Cuda::load_and_make_current(0);
+    let stream = Stream::new(&ctx).unwrap();
+    let side = Stream::new(&ctx).unwrap();
+    let pool = Pool::new(&ctx).unwrap();
+    let before = ctx.memory_stats(Some(&pool)).unwrap();
+
+    // Nothing captures yet: nothing to adopt, nothing to end.
+    let e = pool.adopt_stream_capture(&stream).expect_err("adopting a stream that does not capture");
+    assert_error(&e, Status::InvalidState, "cgc_pool_adopt_capture");
+    let e = pool.end_adopted_capture().expect_err("ending an adoption that was not begun");
+    assert_error(&e, Status::InvalidState, "cgc_pool_end_adopted_capture");
+
+    // A capture begun with the driver, as torch.cuda.graph begins one; the pool adopts it, and
+    // cgc's allocation on the stream comes from the pool. The driver's own set writes the block.
+    cuda.begin_capture(stream.native());
+    // SAFETY: the stream's native CUstream is alive (the Stream owns it).
+    unsafe { pool.adopt_capture(stream.native()) }.expect("cgc_pool_adopt_capture");
+    let e = pool.adopt_stream_capture(&stream).expect_err("a pool records one capture at a time");
+    assert_error(&e, Status::InvalidState, "cgc_pool_adopt_capture");
+    let out = DeviceBuffer::alloc(&ctx, BYTES, &stream).expect("cgc_malloc in the adopted capture");
+    cuda.memset_d32_async(out.device_ptr(), 2.5f32.to_bits(), N, stream.native());
+    let during = ctx.memory_stats(Some(&pool)).unwrap();
+    let graph = cuda.end_capture(stream.native());
+    pool.end_adopted_capture().expect("cgc_pool_end_adopted_capture");
+    let e = pool.end_adopted_capture().expect_err("ending the adoption twice");
+    assert_error(&e, Status::InvalidState, "cgc_pool_end_adopted_capture");
+
+    // The pool's memory grew by the block: reserved from the driver, handed out, still live.
+    let after = ctx.memory_stats(Some(&pool)).unwrap();
+    assert_eq!((before.bytes_reserved, before.bytes_allocated), (0, 0), "a new pool holds nothing: {:?}", before);
+    assert!(after.bytes_reserved >= BYTES, "{:?}", after);
+    assert!(after.bytes_allocated >= BYTES, "{:?}", after);
+    assert_eq!(after.bytes_allocated, during.bytes_allocated, "ending the capture and the adoption frees nothing");
+    assert!(after.num_driver_allocs > before.num_driver_allocs, "{:?}", after);
+
+    // The driver's graph, launched with the driver, writes the block cgc gave it.
+    cuda.launch_once_and_destroy(graph, stream.native());
+    stream.synchronize().unwrap();
+    assert!(host(&cuda, &out).iter().all(|&x| x == 2.5), "the replay did not write the adopted block");
+
+    // record_stream_native: a use by another native stream, then the free (not reused before
+    // that stream's work is done).
+    // SAFETY: the side stream's native CUstream is alive (the Stream owns it).
+    unsafe { out.record_stream_native(side.native()) }.expect("cgc_record_stream_native");
+    let (address, len) = (out.as_ptr(), out.len());
+    out.free().unwrap();
+    assert_eq!(ctx.memory_stats(Some(&pool)).unwrap().bytes_allocated, 0);
+    side.synchronize().unwrap();
+    // A freed block is no longer one cgc handed out (nothing was allocated since).
+    // SAFETY: the stale address is only looked up in cgc's tables (and given up, not freed);
+    // the side stream is alive.
+    let stale = unsafe { DeviceBuffer::from_raw(address, len) }.unwrap();
+    let e = unsafe { stale.record_stream_native(side.native()) }.expect_err("a freed block");
+    assert_error(&e, Status::InvalidArgument, "cgc_record_stream_native");
+    stale.into_raw();
 }

@@ -1,7 +1,8 @@
 //! Helpers shared by the test files: re-running this test binary as a child process; what every
 //! GPU test file needs (one test at a time, the skip when there is no GPU, reading results back);
 //! and the few CUDA driver calls the 1.0 GPU tests read results with: through the driver, not
-//! cgc's own copies (1.1), so that those tests check cgc's graphs with nothing of cgc's in the way.
+//! cgc's own copies (1.1), so that those tests check cgc's graphs with nothing of cgc's in the way;
+//! and a capture begun with the driver (1.4's adopted captures), as a framework begins one.
 #![allow(dead_code)] // each test file uses a part
 
 use std::ffi::CString;
@@ -131,6 +132,14 @@ type CuResult = c_int;
 pub struct Cuda {
     memcpy_dtoh: unsafe extern "C" fn(*mut c_void, u64, usize) -> CuResult,
     memcpy_dtod_async: unsafe extern "C" fn(u64, u64, usize, *mut c_void) -> CuResult,
+    // A capture begun with the driver, not cgc (1.4's adopted captures), and its graph.
+    memset_d32_async: unsafe extern "C" fn(u64, u32, usize, *mut c_void) -> CuResult,
+    stream_begin_capture: unsafe extern "C" fn(*mut c_void, c_int) -> CuResult,
+    stream_end_capture: unsafe extern "C" fn(*mut c_void, *mut *mut c_void) -> CuResult,
+    graph_instantiate: unsafe extern "C" fn(*mut *mut c_void, *mut c_void, u64) -> CuResult,
+    graph_launch: unsafe extern "C" fn(*mut c_void, *mut c_void) -> CuResult,
+    graph_exec_destroy: unsafe extern "C" fn(*mut c_void) -> CuResult,
+    graph_destroy: unsafe extern "C" fn(*mut c_void) -> CuResult,
 }
 
 impl Cuda {
@@ -170,6 +179,13 @@ impl Cuda {
             Cuda {
                 memcpy_dtoh,
                 memcpy_dtod_async,
+                memset_d32_async: std::mem::transmute(sym("cuMemsetD32Async")),
+                stream_begin_capture: std::mem::transmute(sym("cuStreamBeginCapture_v2")),
+                stream_end_capture: std::mem::transmute(sym("cuStreamEndCapture")),
+                graph_instantiate: std::mem::transmute(sym("cuGraphInstantiateWithFlags")),
+                graph_launch: std::mem::transmute(sym("cuGraphLaunch")),
+                graph_exec_destroy: std::mem::transmute(sym("cuGraphExecDestroy")),
+                graph_destroy: std::mem::transmute(sym("cuGraphDestroy")),
             }
         }
     }
@@ -179,6 +195,47 @@ impl Cuda {
         // SAFETY: dst holds dst.len() floats; src is a live device block at least as large.
         let r = unsafe { (self.memcpy_dtoh)(dst.as_mut_ptr() as *mut c_void, src, dst.len() * 4) };
         assert_eq!(r, 0, "cuMemcpyDtoH_v2 failed: CUresult {}", r);
+    }
+
+    /// Enqueues `count` 32-bit `value`s into device memory at `dst` on `stream` (a CUstream);
+    /// captured if it captures.
+    pub fn memset_d32_async(&self, dst: u64, value: u32, count: usize, stream: *mut c_void) {
+        // SAFETY: dst is a live block of at least `count` 32-bit words.
+        let r = unsafe { (self.memset_d32_async)(dst, value, count, stream) };
+        assert_eq!(r, 0, "cuMemsetD32Async failed: CUresult {}", r);
+    }
+
+    /// Begins a Global-mode capture on `stream` (a CUstream) with the driver, as a framework
+    /// (torch.cuda.graph) does: a capture cgc did not begin.
+    pub fn begin_capture(&self, stream: *mut c_void) {
+        // SAFETY: a live stream; 0 is CU_STREAM_CAPTURE_MODE_GLOBAL.
+        let r = unsafe { (self.stream_begin_capture)(stream, 0) };
+        assert_eq!(r, 0, "cuStreamBeginCapture_v2 failed: CUresult {}", r);
+    }
+
+    /// Ends the driver capture on `stream`: its CUgraph.
+    pub fn end_capture(&self, stream: *mut c_void) -> *mut c_void {
+        let mut graph = std::ptr::null_mut();
+        // SAFETY: a live stream, a valid out pointer.
+        let r = unsafe { (self.stream_end_capture)(stream, &mut graph) };
+        assert_eq!(r, 0, "cuStreamEndCapture failed: CUresult {}", r);
+        graph
+    }
+
+    /// Instantiates `graph` (a CUgraph), launches it once on `stream` and destroys both the
+    /// executable and the graph (the launch is ordered on the stream; synchronise it to read).
+    pub fn launch_once_and_destroy(&self, graph: *mut c_void, stream: *mut c_void) {
+        let mut exec = std::ptr::null_mut();
+        // SAFETY: a live graph and stream; each handle is destroyed once, the executable after
+        // its launch was enqueued (the driver waits for it).
+        unsafe {
+            let r = (self.graph_instantiate)(&mut exec, graph, 0);
+            assert_eq!(r, 0, "cuGraphInstantiateWithFlags failed: CUresult {}", r);
+            let r = (self.graph_launch)(exec, stream);
+            assert_eq!(r, 0, "cuGraphLaunch failed: CUresult {}", r);
+            assert_eq!((self.graph_exec_destroy)(exec), 0, "cuGraphExecDestroy");
+            assert_eq!((self.graph_destroy)(graph), 0, "cuGraphDestroy");
+        }
     }
 
     /// Enqueues a device-to-device copy on `stream` (a CUstream); captured if it captures.
