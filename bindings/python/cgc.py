@@ -33,6 +33,12 @@ with all its bodies at once: IF/ELSE (2 bodies, the second runs when the conditi
 (body i runs when it is i), or a WHILE whose own kernels set the condition through `handle`
 (flags=CONDITIONAL_BODY_SETS_CONDITION).
 
+Since 1.4, with cgc as PyTorch's allocator (use_as_torch_allocator), the captures torch begins
+itself (torch.cuda.graph, make_graphed_callables) allocate from cgc's pools too, one per torch
+pool id (torch_pool(g.pool()) is it), and cgc.graph takes torch.cuda.graph's arguments (pool,
+stream, capture_error_mode) and enters as it does. Pool.adopt_capture lets any capture begun
+outside cgc allocate from a cgc pool.
+
 Errors are ``cgc.Error`` (``.status`` is a ``cgc.Status`` or, for a code this module does not
 know, the raw int; ``.message`` is cgc_last_error() copied right after the failing call, on the
 same thread). Each status has its subclass, e.g. ``cgc.CaptureUnjoinedError``. Arguments this
@@ -67,11 +73,13 @@ __all__ = [
     "GraphUpdate", "ConditionalKind",
     # 1.3: conditional nodes with every body at once, and what bodies may hold
     "ConditionalNode", "CONDITIONAL_BODY_SETS_CONDITION", "LOOP_EAGER_ITERATIONS",
+    # 1.4: captures torch begins, on cgc's pools
+    "torch_graph_pools", "torch_pool", "torch_pool_ids", "record_stream_native",
 ]
 
 # The header's CGC_VERSION that this module was written against: cgc_get_api hands an older
 # minor version's table to a newer library, and struct_size says how much of it there is.
-VERSION_MAJOR, VERSION_MINOR, VERSION_PATCH = 1, 3, 0
+VERSION_MAJOR, VERSION_MINOR, VERSION_PATCH = 1, 4, 0
 _HEADER_VERSION = (VERSION_MAJOR << 16) | (VERSION_MINOR << 8) | VERSION_PATCH
 
 STREAM_NON_BLOCKING = 0x1
@@ -455,6 +463,10 @@ _PROTOTYPES = [
     # 1.3: a conditional node with every body at once (flags are unsigned; *bodies is an array of
     # n_bodies streams cgc lends; *handle the node's 64-bit conditional handle)
     ("cgc_capture_conditional_begin_bodies", _st, (_h, ctypes.c_int, _h, ctypes.c_uint, _sz, _hp, _u64p)),
+    # 1.4: a capture cgc did not begin allocating from a pool; record_stream for a native stream
+    ("cgc_pool_adopt_capture", _st, (_h, _h)),
+    ("cgc_pool_end_adopted_capture", _st, (_h,)),
+    ("cgc_record_stream_native", _st, (_h, _h)),
 ]
 
 
@@ -703,6 +715,12 @@ def free(ptr):
 
 def record_stream(ptr, stream):
     _check(api().cgc_record_stream(_ptr(ptr), stream.handle))
+
+
+def record_stream_native(ptr, native_stream):
+    """record_stream for a native CUstream (an int, or a torch stream: its cuda_stream) (1.4)."""
+    native = getattr(native_stream, "cuda_stream", native_stream)
+    _check(api().cgc_record_stream_native(_ptr(ptr), native or None))
 
 
 def memory_stats(ctx, pool=None):
@@ -1289,6 +1307,17 @@ class Pool(_Handle):
             self._refs -= 1
         super().close()
 
+    def adopt_capture(self, native_stream):
+        """1.4: the capture that `native_stream` (a CUstream as an int, or a torch stream) takes
+        part in, begun outside cgc, allocates from this pool from now on, on every stream of it,
+        until end_adopted_capture(). How torch.cuda.graph's captures reach cgc's pools."""
+        native = getattr(native_stream, "cuda_stream", native_stream)
+        _check(api().cgc_pool_adopt_capture(self.handle, native or None))
+
+    def end_adopted_capture(self):
+        """Ends adopt_capture's adoption (after the capture ended, or was abandoned)."""
+        _check(api().cgc_pool_end_adopted_capture(self.handle))
+
     def memory_stats(self, ctx=None):
         ctx = ctx or self.context
         if ctx is None:
@@ -1321,7 +1350,9 @@ class Graph(_Handle):
         self._updating = False  # that capture updates the graph this object holds (1.2)
         self._stream = None  # the Stream it was captured on
         self._from_torch = False  # captured on a torch stream: replay() follows torch's current
-        self._replay_streams = {}
+        self._replay_streams = {}  # torch's raw stream (int) -> a Stream wrapping it
+        self._torch_pool = None  # (device, torch pool id) whose use the graph holds until reset
+        self._launch = self._raw_stream = self._device = None  # replay()'s, set by _set_captured
         self._owned = []  # Stream wrappers made for it, closed with it
 
     @property
@@ -1369,7 +1400,7 @@ class Graph(_Handle):
         _check(api().cgc_capture_end(stream.handle, ctypes.byref(out)))
         # An update hands back the handle this object holds (the library promises it), so
         # nothing else owns it: the same assignment serves both kinds of capture.
-        self._h, self._stream = out.value, stream
+        self._set_captured(out.value, stream, self._from_torch)
 
     def _abort_capture(self):
         """Ends a capture whose body failed: the driver capture ends, the graph is discarded. An
@@ -1385,18 +1416,39 @@ class Graph(_Handle):
                 self._h = None
             api().cgc_graph_destroy(out.value)
 
+    def _hold_torch_pool(self, key):
+        if self._torch_pool is not None:  # a recapture (update) into the pool it holds already
+            _torch_bridge_pool_release(*key)
+        else:
+            self._torch_pool = key
+
+    def _torch_stream(self, raw=None):
+        """Torch's current stream of the graph's device (`raw`: its handle, if read already), as
+        CUDAGraph.replay() uses it, wrapped once per torch stream."""
+        device = self._stream.context.device
+        torch = sys.modules["torch"]
+        if raw is None:
+            raw = torch._C._cuda_getCurrentRawStream(device)
+        s = self._replay_streams.get(raw)
+        if s is None:
+            ts = torch.cuda.current_stream(device)
+            s = self._replay_streams[raw] = Stream.from_torch(ts, self._stream.context)
+        return s
+
     def _default_stream(self):
         if self._from_torch:
-            # Like CUDAGraph.replay(): torch's current stream of the graph's device.
-            torch = sys.modules["torch"]
-            ts = torch.cuda.current_stream(self._stream.context.device)
-            s = self._replay_streams.get(ts.cuda_stream)
-            if s is None:
-                s = self._replay_streams[ts.cuda_stream] = Stream.from_torch(ts, self._stream.context)
-            return s
+            return self._torch_stream()
         if self._stream is None:
             raise InvalidStateError(Status.INVALID_STATE, "the Graph is empty: capture into it first")
         return self._stream
+
+    def _set_captured(self, handle, stream, from_torch):
+        """The graph now holds `handle`, captured on `stream`: replay()'s inputs are read once here."""
+        self._h, self._stream, self._from_torch = handle, stream, from_torch
+        self._launch = api().cgc_graph_launch
+        self._device = stream.context.device if stream.context is not None else None
+        torch = sys.modules.get("torch") if from_torch else None
+        self._raw_stream = torch._C._cuda_getCurrentRawStream if torch is not None else None
 
     def launch(self, stream):
         """Replays the graph on `stream` (any stream of its device). Does not synchronise."""
@@ -1405,7 +1457,19 @@ class Graph(_Handle):
     def replay(self):
         """Replays on the capture stream (or, for a graph captured on a torch stream, on torch's
         current stream, like CUDAGraph.replay())."""
-        _check(api().cgc_graph_launch(self.handle, self._default_stream().handle))
+        # The host time of this call is the point of a graph: no torch Stream object is made
+        # (torch's raw current stream, looked up in a dict), and one ctypes call.
+        h = self._h
+        if h is None:
+            h = self.handle  # raises: closed or empty
+        if self._from_torch:
+            raw = self._raw_stream(self._device)
+            s = self._replay_streams.get(raw) or self._torch_stream(raw)
+        else:
+            s = self._default_stream()
+        st = (self._launch or api().cgc_graph_launch)(h, s._h)
+        if st != 0:
+            _raise(st)
 
     def upload(self, stream=None):
         _check(api().cgc_graph_upload(self.handle, (stream or self._default_stream()).handle))
@@ -1462,13 +1526,17 @@ class Graph(_Handle):
         return (api().cgc_graph_native_exec(self._h) or 0) if self._h else 0
 
     def reset(self):
-        """Like CUDAGraph.reset(): frees the graph now; the object is empty and can capture again."""
+        """Like CUDAGraph.reset(): frees the graph now; the object is empty and can capture again.
+        A graph captured into a torch pool id gives its use of the pool back, as torch's do."""
         h, self._h = self._h, None
         if h is not None:
             st = api().cgc_graph_destroy(h)
             if st != 0:
                 self._h = h
                 _raise(st)
+        if self._torch_pool is not None:
+            key, self._torch_pool = self._torch_pool, None
+            _torch_bridge_pool_release(*key)
 
     def close(self):
         if self._capturing is not None:
@@ -1486,7 +1554,7 @@ class Graph(_Handle):
         return self._is_closed
 
     def __del__(self):
-        if (self._h is not None or self._owned) and not sys.is_finalizing():
+        if (self._h is not None or self._owned or self._torch_pool) and not sys.is_finalizing():
             try:
                 self.close()
             except Exception:
@@ -1909,21 +1977,49 @@ def _torch():
     return sys.modules.get("torch")
 
 
-_side_streams = {}  # device -> torch.cuda.Stream used when torch's current stream is the default
+_default_capture_streams = {}  # device -> the torch.cuda.Stream cgc.graph captures on by default
+
+# What PyTorch says when a random-number op runs in a capture that torch did not begin: its
+# generators take part only in captures of torch.cuda.CUDAGraph (PyTorch 2.11 has no public way
+# to enrol them in another one).
+_TORCH_RNG_REFUSAL = "CUDA generator not in capture mode"
+
+
+def _torch_capture_prelude(torch, collect_garbage):
+    """What torch.cuda.graph.__enter__ (PyTorch 2.11) does before it begins: wait for the device,
+    collect garbage only when asked (torch.compiler.config.force_cudagraph_gc, or collect_garbage),
+    and empty the caches, so that the capture starts from the memory the graph needs."""
+    torch.cuda.synchronize()
+    if collect_garbage is None:
+        config = getattr(getattr(torch, "compiler", None), "config", None)
+        collect_garbage = bool(getattr(config, "force_cudagraph_gc", False))
+    if collect_garbage:
+        gc.collect()
+    torch.cuda.empty_cache()  # cgc's cache too, when cgc is torch's allocator (the bridge's hook)
+    host_empty = getattr(torch._C, "_host_emptyCache", None)
+    if host_empty is not None:
+        host_empty()
 
 
 class graph(object):
-    """Captures the body into `cuda_graph` (a cgc.Graph), like torch.cuda.graph:
+    """Captures the body into `cuda_graph` (a cgc.Graph), like torch.cuda.graph, whose arguments
+    it takes:
 
-        with cgc.graph(g, stream=None, pool=None, mode="global"):
+        with cgc.graph(g, pool=None, stream=None, capture_error_mode="global"):
             ...
 
-    stream: a cgc.Stream, a torch.cuda.Stream, or None for torch's current stream (torch must be
-    imported then). A torch stream is made torch's current stream for the body, so torch work
-    in it is captured; if torch's current stream is the legacy default stream (which cannot
-    capture) a side stream is used instead, ordered after it, as torch.cuda.graph does.
-    pool: None (a new private pool), a Pool, or another graph's pool() to share it.
-    mode: "global", "thread_local" or "relaxed". upload: upload the executable at the end.
+    stream: a cgc.Stream, a torch.cuda.Stream, or None. None (torch imported) captures on a
+    stream cgc keeps per device, as torch.cuda.graph does with its default capture stream. With a
+    torch stream (or None) the body runs with that stream as torch's current stream, so torch
+    work in it is captured, and entering does what torch.cuda.graph's does: synchronise the
+    device, empty the caches, and collect garbage only when collect_garbage=True or
+    torch.compiler.config.force_cudagraph_gc asks (it is slow: about 65 ms with a large model
+    loaded, per capture).
+    pool: None (a new private pool), a Pool, another graph's pool(), or a torch pool id
+    (torch.cuda.graph_pool_handle(), a torch CUDAGraph's pool()) once cgc is torch's allocator
+    (use_as_torch_allocator): then cgc's captures and torch's share that pool.
+    capture_error_mode (or mode): "global", "thread_local" or "relaxed". upload: upload the
+    executable at the end.
     update (1.2): recapture into `cuda_graph`, which holds a graph already, instead of into an
     empty one: at the end the same Graph (same handle) holds the new graph, its executable
     updated in place when the driver accepts the new graph (same topology: new pointers or
@@ -1936,18 +2032,28 @@ class graph(object):
     update after the body applies it, so the half-made recapture has replaced the old graph
     (cgc.capture(stream, body, update=g) keeps the old graph instead, ending inside the
     library). If ending fails (e.g. an unjoined fork), that Error is raised, no stream is left
-    capturing and an updated Graph keeps its old graph."""
+    capturing and an updated Graph keeps its old graph. PyTorch's random numbers (torch.rand,
+    dropout) cannot be drawn in the body: torch refuses them in a capture it did not begin, and
+    cgc.graph raises CaptureUnsupportedError saying what to use instead."""
 
-    def __init__(self, cuda_graph, stream=None, pool=None, mode="global", upload=False, update=False):
+    def __init__(self, cuda_graph, pool=None, stream=None, capture_error_mode=None, mode=None, upload=False,
+                 update=False, collect_garbage=None):
+        if isinstance(pool, Stream) or hasattr(pool, "cuda_stream"):
+            # Before 1.4 the second argument was the stream: cgc.graph(g, s) keeps working.
+            pool, stream = stream, pool
+        if capture_error_mode is not None and mode is not None and _mode(capture_error_mode) != _mode(mode):
+            raise InvalidArgumentError(Status.INVALID_ARGUMENT, "cgc.graph: capture_error_mode=%r and mode=%r disagree"
+                                       % (capture_error_mode, mode))
         self.cuda_graph = cuda_graph
         self.stream = stream
         self.pool = pool
-        self.mode = _mode(mode)
+        self.mode = _mode(capture_error_mode if capture_error_mode is not None else (mode or "global"))
         self.upload = upload
         self.update = update
+        self.collect_garbage = collect_garbage
         self._torch_ctx = None
-        self._join = None
         self._on_torch_stream = False
+        self._torch_pool = None  # the torch pool id this capture took a use of, until its end
 
     def _resolve_stream(self):
         stream = self.stream
@@ -1957,39 +2063,51 @@ class graph(object):
         if stream is None:
             if torch is None:
                 raise InvalidArgumentError(Status.INVALID_ARGUMENT, "cgc.graph: pass stream= (a cgc.Stream); "
-                                           "the default, torch's current stream, needs torch imported")
-            current = torch.cuda.current_stream()
-            if current.cuda_stream != 0:
-                return None, current
-            # The legacy default stream cannot capture: like torch.cuda.graph, capture on a side
-            # stream that first waits for the default stream, and join it back at the end.
-            index = current.device.index or 0
-            side = _side_streams.get(index)
+                                           "the default, a capture stream of torch's, needs torch imported")
+            index = torch.cuda.current_device()
+            side = _default_capture_streams.get(index)
             if side is None:
-                side = _side_streams[index] = torch.cuda.Stream(device=current.device)
-            side.wait_stream(current)
-            self._join = (current, side)
+                side = _default_capture_streams[index] = torch.cuda.Stream(device=index)
             return None, side
         if hasattr(stream, "cuda_stream"):
             return None, stream
         raise InvalidArgumentError(Status.INVALID_ARGUMENT, "cgc.graph: stream must be a cgc.Stream or a "
                                    "torch.cuda.Stream, not %r" % (stream,))
 
+    def _resolve_pool(self, stream):
+        """The pool to capture into: a Pool as given, or the cgc pool behind a torch pool id (one
+        use of it taken, as torch's capture_begin takes one)."""
+        pool = self.pool
+        if pool is None or isinstance(pool, Pool):
+            return pool
+        if isinstance(pool, tuple) and len(pool) == 2 and all(isinstance(x, int) for x in pool):
+            device = stream.context.device
+            handle = _torch_bridge_pool(device, pool, create=True)
+            self._torch_pool = (device, pool)
+            return _LentPool(handle)
+        raise InvalidArgumentError(Status.INVALID_ARGUMENT, "cgc.graph: pool must be None, a cgc.Pool or a torch "
+                                   "pool id (torch.cuda.graph_pool_handle()), not %r" % (pool,))
+
+    def _release_torch_pool(self):
+        if self._torch_pool is not None:
+            (device, pool_id), self._torch_pool = self._torch_pool, None
+            _torch_bridge_pool_release(device, pool_id)
+
     def __enter__(self):
         g = self.cuda_graph
         stream, torch_stream = self._resolve_stream()
         if torch_stream is not None:
+            torch = _torch()
+            _torch_capture_prelude(torch, self.collect_garbage)
             stream = Stream.from_torch(torch_stream)
             g._owned.append(stream)
-            torch = _torch()
-            # Tensors freed during the capture should be the body's own, not garbage of earlier
-            # work collected at a random moment (torch.cuda.graph collects for the same reason).
-            gc.collect()
             self._torch_ctx = torch.cuda.stream(torch_stream)
             self._torch_ctx.__enter__()
         try:
-            g.capture_begin(stream, pool=self.pool, mode=self.mode, upload=self.upload, update=self.update)
+            pool = self._resolve_pool(stream)
+            g.capture_begin(stream, pool=pool, mode=self.mode, upload=self.upload, update=self.update)
         except BaseException:
+            self._release_torch_pool()
             self._leave_torch()
             raise
         self._on_torch_stream = torch_stream is not None
@@ -1999,22 +2117,45 @@ class graph(object):
         if self._torch_ctx is not None:
             ctx, self._torch_ctx = self._torch_ctx, None
             ctx.__exit__(None, None, None)
-        if self._join is not None:
-            (current, side), self._join = self._join, None
-            current.wait_stream(side)
 
     def __exit__(self, exc_type, exc, tb):
+        kept = False
         try:
             if exc_type is None:
                 self.cuda_graph.capture_end()
+                kept = True
                 # Set only once the end succeeded: a failed update leaves the Graph holding its
                 # old graph, which replays where it did.
-                self.cuda_graph._from_torch = self._on_torch_stream
+                g = self.cuda_graph
+                g._set_captured(g._h, g._stream, self._on_torch_stream)
             else:
                 self.cuda_graph._abort_capture()
         finally:
-            self._leave_torch()
+            try:
+                self._leave_torch()
+            finally:
+                if kept and self._torch_pool is not None:
+                    self.cuda_graph._hold_torch_pool(self._torch_pool)  # released at its reset
+                    self._torch_pool = None
+                self._release_torch_pool()
+        if exc is not None and _TORCH_RNG_REFUSAL in str(exc):
+            raise CaptureUnsupportedError(
+                Status.CAPTURE_UNSUPPORTED,
+                "cgc.graph: PyTorch's random numbers (torch.rand, dropout, ...) cannot be drawn in a capture "
+                "that torch did not begin: its generators take part only in torch.cuda.graph's captures. "
+                "Capture this body with torch.cuda.graph (with cgc.use_as_torch_allocator() its memory "
+                "still comes from cgc's pools, and every replay draws fresh numbers), or draw with a "
+                "cgc.Rng inside cgc.graph (torch said: %s)" % exc) from exc
         return False
+
+
+class _LentPool(object):
+    """A pool handle lent by the PyTorch bridge for one capture (the bridge holds the reference)."""
+
+    __slots__ = ("handle",)
+
+    def __init__(self, handle):
+        self.handle = handle
 
 
 def capture(stream, body, pool=None, mode="global", upload=False, update=None):
@@ -2056,24 +2197,70 @@ def capture(stream, body, pool=None, mode="global", upload=False, update=None):
     _check(st)
     if update is not None and out.value == update_handle:
         # The library hands back the handle the Graph holds: the same object, updated.
-        update._stream, update._from_torch = stream, False
+        update._set_captured(update._h, stream, False)
         return update
     g = Graph()
-    g._h, g._stream = out.value, stream
+    g._set_captured(out.value, stream, False)
     return g
 
 
 # ---- PyTorch's allocator -------------------------------------------------------------------
 
 _torch_allocator = None
+_torch_bridge = None  # libcgc_torch.so.1 (ctypes), once attached to torch's allocator
+
+
+def _bridge_candidates(lib_path):
+    """Where libcgc_torch.so.1 may be: $CGC_TORCH_BRIDGE, beside the loaded libcgc, the loader's
+    search path."""
+    if os.environ.get("CGC_TORCH_BRIDGE"):
+        return [os.environ["CGC_TORCH_BRIDGE"]]
+    here = os.path.dirname(lib_path)
+    found = [os.path.join(here, n) for n in ("libcgc_torch.so.1", "libcgc_torch.so")] if here else []
+    return found + ["libcgc_torch.so.1"]
+
+
+def _load_bridge(lib):
+    """(the bridge as a ctypes.CDLL with cgc's table loaded into it, its path), or (None, why)."""
+    errors = []
+    for path in _bridge_candidates(lib.path):
+        try:
+            dll = ctypes.CDLL(path)
+        except OSError as e:
+            errors.append(str(e))
+            continue
+        dll.cgc_torch_bridge_load.restype = ctypes.c_int
+        dll.cgc_torch_bridge_load.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_size_t]
+        dll.cgc_torch_bridge_attach.restype = ctypes.c_int
+        dll.cgc_torch_bridge_attach.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
+        dll.cgc_torch_bridge_pool.restype = ctypes.c_void_p
+        dll.cgc_torch_bridge_pool.argtypes = [ctypes.c_int, ctypes.c_ulonglong, ctypes.c_ulonglong, ctypes.c_int,
+                                              ctypes.c_char_p, ctypes.c_size_t]
+        dll.cgc_torch_bridge_pool_release.restype = None
+        dll.cgc_torch_bridge_pool_release.argtypes = [ctypes.c_int, ctypes.c_ulonglong, ctypes.c_ulonglong]
+        dll.cgc_torch_bridge_pool_ids.restype = ctypes.c_size_t
+        dll.cgc_torch_bridge_pool_ids.argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_ulonglong), ctypes.c_size_t]
+        dll.cgc_torch_bridge_open_routes.restype = ctypes.c_int
+        dll.cgc_torch_bridge_open_routes.argtypes = []
+        error = ctypes.create_string_buffer(512)
+        if dll.cgc_torch_bridge_load(os.fsencode(lib.path), error, len(error)) != 0:
+            return None, error.value.decode("utf-8", "replace")
+        return dll, path
+    return None, "libcgc_torch.so.1 was not found (%s); set CGC_TORCH_BRIDGE to its path" % "; ".join(errors)
 
 
 def use_as_torch_allocator():
-    """Makes cgc PyTorch's CUDA allocator (CUDAPluggableAllocator over cgc_torch_malloc/free),
-    so that torch tensors made during a cgc capture come from the capture's pool. Must run
-    before PyTorch initialises CUDA (its first CUDA tensor, stream or device query); raises
-    InvalidStateError otherwise. Calling it again is a no-op. Returns the torch allocator."""
-    global _torch_allocator
+    """Makes cgc PyTorch's CUDA allocator (a CUDAPluggableAllocator), so that torch tensors made
+    during a cgc capture come from the capture's pool, and (through libcgc_torch.so.1, the C++
+    bridge that receives PyTorch's graph hooks) so that the captures torch begins itself
+    (torch.cuda.graph, CUDAGraph.capture_begin, make_graphed_callables) allocate from cgc's
+    private pools: one per torch pool id, shared as torch shares it, released when torch releases
+    it. torch.cuda.empty_cache() and Tensor.record_stream reach cgc too. Must run before PyTorch
+    initialises CUDA (its first CUDA tensor, stream or device query); raises InvalidStateError
+    otherwise. Without the bridge (not found, or a PyTorch older than 2.3) cgc is still torch's
+    allocator, with a warning: torch's own captures are then refused an allocation. Calling it
+    again is a no-op. Returns the torch allocator."""
+    global _torch_allocator, _torch_bridge
     if _torch_allocator is not None:
         return _torch_allocator
     import torch  # the caller asked for torch; this is the one place cgc imports it
@@ -2082,11 +2269,93 @@ def use_as_torch_allocator():
         raise InvalidStateError(Status.INVALID_STATE, "cgc.use_as_torch_allocator: PyTorch has already "
                                 "initialised CUDA with its own allocator, which cannot be swapped now; "
                                 "call it at program start, before any torch CUDA work")
-    allocator = torch.cuda.memory.CUDAPluggableAllocator(lib.path, "cgc_torch_malloc", "cgc_torch_free")
+    bridge, where = _load_bridge(lib)
+    if bridge is not None:
+        allocator = torch.cuda.memory.CUDAPluggableAllocator(where, "cgc_torch_bridge_malloc", "cgc_torch_bridge_free")
+    else:
+        allocator = torch.cuda.memory.CUDAPluggableAllocator(lib.path, "cgc_torch_malloc", "cgc_torch_free")
     try:
         torch.cuda.memory.change_current_allocator(allocator)
     except RuntimeError as e:
         raise InvalidStateError(Status.INVALID_STATE, "cgc.use_as_torch_allocator: PyTorch refused the "
                                 "allocator swap (%s); call it before any torch CUDA work" % e) from e
     _torch_allocator = allocator
+    why = where
+    if bridge is not None:
+        error = ctypes.create_string_buffer(512)
+        if bridge.cgc_torch_bridge_attach(error, len(error)) == 0:
+            _torch_bridge = bridge
+        else:
+            why = error.value.decode("utf-8", "replace")
+    if _torch_bridge is None:
+        import warnings
+        warnings.warn("cgc is PyTorch's allocator, but torch's own captures (torch.cuda.graph) cannot allocate "
+                      "from cgc's pools: %s" % why, RuntimeWarning, stacklevel=2)
     return allocator
+
+
+def torch_graph_pools():
+    """True when captures that torch begins allocate from cgc's pools (use_as_torch_allocator
+    attached the bridge)."""
+    return _torch_bridge is not None
+
+
+def _bridge():
+    if _torch_bridge is None:
+        raise InvalidStateError(Status.INVALID_STATE, "torch pool ids name cgc pools only once cgc is torch's "
+                                "allocator with its graph hooks (cgc.use_as_torch_allocator(), and "
+                                "cgc.torch_graph_pools() is True)")
+    return _torch_bridge
+
+
+def _pool_id(pool_id):
+    if not (isinstance(pool_id, tuple) and len(pool_id) == 2):
+        raise InvalidArgumentError(Status.INVALID_ARGUMENT, "a torch pool id is a tuple of two ints "
+                                   "(torch.cuda.graph_pool_handle()), not %r" % (pool_id,))
+    return int(pool_id[0]), int(pool_id[1])
+
+
+def _torch_bridge_pool(device, pool_id, create):
+    """The cgc pool handle behind a torch pool id: with create, made if needed, one use more and
+    lent by the bridge; without, a reference of the caller's (or None)."""
+    first, second = _pool_id(pool_id)
+    error = ctypes.create_string_buffer(512)
+    handle = _bridge().cgc_torch_bridge_pool(device, first, second, 1 if create else 0, error, len(error))
+    if not handle and create:
+        raise OutOfMemoryError(Status.OUT_OF_MEMORY, error.value.decode("utf-8", "replace"))
+    return handle
+
+
+def _torch_bridge_pool_release(device, pool_id):
+    first, second = _pool_id(pool_id)
+    _bridge().cgc_torch_bridge_pool_release(device, first, second)
+
+
+def _torch_device(device):
+    if device is None:
+        return _torch().cuda.current_device()
+    return device.index if hasattr(device, "index") else int(device)
+
+
+def torch_pool(pool_id, device=None):
+    """The cgc pool behind torch pool id `pool_id` (a torch CUDAGraph's pool(),
+    torch.cuda.graph_pool_handle()) on `device` (default: torch's current one), as a Pool holding
+    a reference of its own (close it), or None when cgc holds no pool for that id (no capture
+    used it yet, or torch released it)."""
+    device = _torch_device(device)
+    handle = _torch_bridge_pool(device, pool_id, create=False)  # retained by the bridge for us
+    if not handle:
+        return None
+    pool = Pool.__new__(Pool)
+    pool._h, pool.context, pool._refs = handle, _context_for(device), 1
+    return pool
+
+
+def torch_pool_ids(device=None):
+    """The torch pool ids that have a cgc pool on `device` now (default: torch's current one)."""
+    device = _torch_device(device)
+    bridge = _bridge()
+    n = bridge.cgc_torch_bridge_pool_ids(device, None, 0)
+    ids = (ctypes.c_ulonglong * (2 * n))()
+    n = min(n, bridge.cgc_torch_bridge_pool_ids(device, ids, n))
+    return [(ids[2 * i], ids[2 * i + 1]) for i in range(n)]

@@ -14,4 +14,4 @@ if [ $# -ge 4 ]; then
   export CGC_LOOP_CONTINUE_PTX="$PWD/$4"
 fi
 cd "$(dirname "$0")"
-exec python3 -W error -m unittest -v test_cgc test_conditional_bodies test_torch
+exec python3 -W error -m unittest -v test_cgc test_conditional_bodies test_torch test_torch_graphs

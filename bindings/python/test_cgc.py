@@ -185,7 +185,7 @@ class LoadingTest(unittest.TestCase):
         # The table this module calls through is complete and is the library's own functions.
         lib = cgc.api()
         self.assertGreaterEqual(lib.table.contents.struct_size, ctypes.sizeof(cgc.api_t))
-        self.assertEqual(len(cgc._PROTOTYPES), 63 + 29 + 4 + 1)  # 1.0's, then 1.1's, 1.2's and 1.3's
+        self.assertEqual(len(cgc._PROTOTYPES), 63 + 29 + 4 + 1 + 3)  # 1.0's, then 1.1's, 1.2's, 1.3's and 1.4's
         for name, _, _ in cgc._PROTOTYPES:
             via_table = ctypes.cast(getattr(lib, name), ctypes.c_void_p).value
             via_dlsym = ctypes.cast(getattr(lib.dll, name), ctypes.c_void_p).value
@@ -651,6 +651,51 @@ class UpdateBadCallTest(ExpectMixin, unittest.TestCase):
         self.assertEqual(ctypes.sizeof(cgc.capture_options_t), 40)
         self.assertEqual([int(m) for m in cgc.GraphUpdate], [0, 1, 2])
         self.assertEqual(cgc.GraphInfo._fields[-3:], ("update_count", "last_update", "last_update_result"))
+
+
+class AdoptedCaptureBadCallTest(ExpectMixin, unittest.TestCase):
+    """1.4 without a GPU: the adoption calls refuse NULL and foreign pools by name, the binding's
+    torch entry points say what they need, and cgc.graph checks torch.cuda.graph's arguments."""
+
+    def test_null_and_foreign_pools_are_refused_by_name(self):
+        lib = cgc.api()
+        for function, call in (
+                ("cgc_pool_adopt_capture", lambda p: lib.cgc_pool_adopt_capture(p, None)),
+                ("cgc_pool_end_adopted_capture", lambda p: lib.cgc_pool_end_adopted_capture(p))):
+            self.expect(cgc.Status.INVALID_ARGUMENT, function, lambda: call(None), "NULL")
+            self.expect(cgc.Status.INVALID_HANDLE, function, lambda: call(FOREIGN), "pool")
+        self.expect(cgc.Status.INVALID_ARGUMENT, "cgc_record_stream_native",
+                    lambda: lib.cgc_record_stream_native(None, None), "ptr is NULL")
+        self.expect(cgc.Status.INVALID_ARGUMENT, "cgc_record_stream_native",
+                    lambda: lib.cgc_record_stream_native(0x1000, None), "not a live allocation")
+        self.assertEqual([p[0] for p in cgc._PROTOTYPES[63 + 29 + 4 + 1:]],
+                         ["cgc_pool_adopt_capture", "cgc_pool_end_adopted_capture", "cgc_record_stream_native"])
+
+    def test_torch_pool_ids_need_cgc_as_torchs_allocator(self):
+        self.assertFalse(cgc.torch_graph_pools())
+        with self.assertRaises(cgc.InvalidStateError) as raised:
+            cgc.torch_pool((0, 1), device=0)
+        self.assertIn("use_as_torch_allocator", str(raised.exception))
+        with self.assertRaises(cgc.InvalidArgumentError):  # the id's form is checked first
+            cgc.torch_pool([0, 1], device=0)
+
+    def test_graph_takes_torchs_arguments(self):
+        g = cgc.Graph()
+        self.assertEqual(cgc.graph(g, capture_error_mode="relaxed").mode, cgc.CaptureMode.RELAXED)
+        self.assertEqual(cgc.graph(g, mode="thread_local").mode, cgc.CaptureMode.THREAD_LOCAL)
+        self.assertEqual(cgc.graph(g).mode, cgc.CaptureMode.GLOBAL)
+        with self.assertRaises(cgc.InvalidArgumentError):
+            cgc.graph(g, capture_error_mode="relaxed", mode="global")
+        with self.assertRaises(cgc.InvalidArgumentError) as raised:
+            cgc.graph(g, pool="pool")._resolve_pool(None)
+        self.assertIn("torch pool id", str(raised.exception))
+
+        class TorchStream(object):  # what cgc.graph reads of a torch.cuda.Stream
+            cuda_stream = 0x1234
+        s = TorchStream()
+        old_order = cgc.graph(g, s)  # before 1.4 the second argument was the stream
+        self.assertIs(old_order.stream, s)
+        self.assertIsNone(old_order.pool)
 
 
 class ConditionalBadCallTest(ExpectMixin, unittest.TestCase):

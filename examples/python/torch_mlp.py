@@ -33,7 +33,7 @@ def main():
     with torch.no_grad(), torch.cuda.stream(stream):
         for _ in range(3):  # warm up eagerly: cuBLAS sets itself up outside the capture
             model(static_in)
-        with cgc.graph(graph):  # captures on torch's current stream, tensors from the graph's pool
+        with cgc.graph(graph, stream=stream):  # as torch.cuda.graph: tensors from the graph's pool
             static_out = model(static_in)
 
     worst = 0.0
