@@ -207,19 +207,14 @@ cgc_status_t cgc_empty_cache(cgc_context_t ctx) {
                      captures, ctx->dev->ordinal, (void*)origin);
   struct cgc__allocator* a = atomic_load_explicit(&ctx->dev->alloc, memory_order_acquire);
   if (a == NULL) return CGC_SUCCESS;
-  /* Captures others began count too, once a pool adopted them (1.4), unless they are over. */
-  if (cgc__pool_end_finished_adoptions(ctx->dev) > 0) {
-    cgc__alloc_lock(a);
-    cgc_pool_t adopting = a->recording;
-    while (adopting != NULL && !adopting->adopting) adopting = adopting->next_recording;
-    CUstream adopted_origin = adopting != NULL ? adopting->capture_origin : NULL;
-    cgc__alloc_unlock(a);
-    if (adopting != NULL)
-      return cgc__fail(CGC_ERROR_INVALID_STATE, __func__,
-                       "a capture cgc did not begin (on stream %p) allocates from pool %p: cached memory is given "
-                       "back after its end",
-                       (void*)adopted_origin, (void*)adopting);
-  }
+  /* Captures others began count too, once a pool adopted them (1.4), while they are under way. */
+  CUstream adopted_origin = NULL;
+  cgc_pool_t adopting = cgc__pool_adoption_under_way(ctx->dev, &adopted_origin);
+  if (adopting != NULL)
+    return cgc__fail(CGC_ERROR_INVALID_STATE, __func__,
+                     "a capture cgc did not begin (on stream %p) allocates from pool %p: cached memory is given "
+                     "back after its end",
+                     (void*)adopted_origin, (void*)adopting);
   cgc__alloc_give_back(a);
   return CGC_SUCCESS;
 }

@@ -142,11 +142,14 @@ cgc__fence_t* cgc__fence_new(CUevent ev);
 /* Pools adopting a capture cgc did not begin, process-wide (pool.c; a relaxed hint, like
  * cgc__captures_underway): while non-zero, cgc_malloc asks whether its stream captures. */
 extern atomic_int cgc__adopted_captures;
-/* Ends the adoptions of `dev`'s pools whose captures are over although nobody ended the
- * adoption (pool.c); returns how many adoptions remain. Asks each adopting pool's stream under
- * the allocator lock (cuStreamGetCaptureInfo, which never waits for the GPU): an adopter ends its
- * adoption, and may then destroy the stream, only after taking that lock. */
-int cgc__pool_end_finished_adoptions(struct cgc__device* dev);
+/* A pool of `dev` adopting a capture that is still under way (and its stream in *origin), or
+ * NULL (pool.c): adoptions whose captures are over, never ended by their adopters, do not count.
+ * Asks each adopting pool's stream under the allocator lock (cuStreamGetCaptureInfo, which never
+ * waits for the GPU): an adopter ends its adoption, and may then destroy the stream, only after
+ * taking that lock. An adoption is ended only by its adopter's calls (cgc_pool_end_adopted_capture,
+ * or the pool's next adoption), never by another thread's: ending it settles the uses of the
+ * capture's streams, which only their owner knows to be alive. */
+cgc_pool_t cgc__pool_adoption_under_way(struct cgc__device* dev, CUstream* origin);
 /* (lock held) The pool capture-routing sends `ref`'s allocations to, or NULL. */
 cgc_pool_t cgc__pool_recording(struct cgc__allocator* a, const cgc__stream_ref_t* ref);
 /* (lock held) Notes a pool block's free: outside the capture that allocated it, the pool's

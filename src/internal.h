@@ -30,7 +30,7 @@
  * dropped. The registry lock is held across cuEventRecord / cuStreamWaitEvent (which never wait
  * for the GPU) so that the fork/join bookkeeping is in the driver's order, and the allocator lock
  * across cuStreamGetCaptureInfo of the streams adopted captures came through (pool.c: their
- * adopters keep them alive until an end that takes that lock). */
+ * adopters keep them alive until an end that takes that lock; a query never waits for the GPU). */
 #ifndef CGC_INTERNAL_H_
 #define CGC_INTERNAL_H_
 

@@ -207,23 +207,16 @@ static bool adopted_capture_is_over(cgc_pool_t pool) {
   return status == CU_STREAM_CAPTURE_STATUS_ACTIVE && id != pool->capture_id;
 }
 
-int cgc__pool_end_finished_adoptions(struct cgc__device* dev) {
+cgc_pool_t cgc__pool_adoption_under_way(struct cgc__device* dev, CUstream* origin) {
   struct cgc__allocator* a = atomic_load_explicit(&dev->alloc, memory_order_acquire);
-  if (a == NULL || atomic_load_explicit(&cgc__adopted_captures, memory_order_acquire) == 0) return 0;
-  enum { kMax = 16 };
-  cgc_pool_t over[kMax];
-  int n_over = 0, still = 0;
+  if (a == NULL || atomic_load_explicit(&cgc__adopted_captures, memory_order_acquire) == 0) return NULL;
+  cgc_pool_t found = NULL;
   cgc__alloc_lock(a);
-  for (cgc_pool_t p = a->recording; p != NULL; p = p->next_recording) {
-    if (!p->adopting) continue;
-    if (n_over < kMax && adopted_capture_is_over(p) && claim_adoption(p))
-      over[n_over++] = p;
-    else
-      still++;
-  }
+  for (cgc_pool_t p = a->recording; p != NULL && found == NULL; p = p->next_recording)
+    if (p->adopting && !adopted_capture_is_over(p)) found = p;
+  if (found != NULL) *origin = found->capture_origin;
   cgc__alloc_unlock(a);
-  for (int i = 0; i < n_over; i++) finish_adoption(over[i]);
-  return still;
+  return found;
 }
 
 cgc_status_t cgc_pool_adopt_capture(cgc_pool_t pool, void* native_stream) {

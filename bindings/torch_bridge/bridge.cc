@@ -23,9 +23,8 @@
 // Captures that fail: PyTorch calls neither endAllocateToPool nor releasePool for a capture whose
 // cudaStreamEndCapture failed, and its filter may point into a CUDAGraph freed since. PyTorch
 // begins and ends a thread's captures one after another, on that thread, so a new begin on a
-// thread ends the routes that thread began before and never ended; cgc itself ends an adoption
-// whose capture is over at the next cgc_empty_cache (torch.cuda.graph empties the cache before
-// each capture). A begin for a pool id that another thread's open route records into is refused,
+// thread ends the routes that thread began before and never ended, and their pools' adoptions
+// (cgc_empty_cache is not held back by an adoption whose capture is over meanwhile). A begin for a pool id that another thread's open route records into is refused,
 // as PyTorch's own allocator refuses it.
 //
 // Thread safety: one mutex (State::lock) guards the pools, the routes and the contexts, and

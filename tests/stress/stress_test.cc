@@ -421,7 +421,7 @@ class Worker {
   // capture, let the thread's adopting pool adopt it (shared by its adopted captures, as torch
   // shares a graph_pool_handle), allocate through PyTorch's entry point on the origin and a side
   // stream forked and joined with the driver's events, record the side stream's use, free
-  // inside, end, instantiate, replay and check. One time in eight the pool is released while the
+  // inside, end, instantiate, replay and check. One time in 32 the pool is released while the
   // output lives and the graph's executable goes after the check (its memory then waits for
   // cgc_empty_cache), and the next adopted capture gets a new pool.
   void AdoptedCapture() {
@@ -453,8 +453,7 @@ class Worker {
     if (u) Expect("cgc_free (adopted)", cgc_free(u), {CGC_SUCCESS});
     CUgraph graph = nullptr;
     CUresult ended = cgc__drv.cuStreamEndCapture(o, &graph);
-    // The capture is over: another thread's cgc_empty_cache may have ended the adoption already.
-    Expect("cgc_pool_end_adopted_capture", cgc_pool_end_adopted_capture(pool), {CGC_SUCCESS, CGC_ERROR_INVALID_STATE});
+    Expect("cgc_pool_end_adopted_capture", cgc_pool_end_adopted_capture(pool), {CGC_SUCCESS});
     if (!ok || ended != CUDA_SUCCESS) Unexpected("the adopted capture", CGC_ERROR_CUDA);
     CUgraphExec exec = nullptr;
     if (ok && ended == CUDA_SUCCESS) {
@@ -467,7 +466,10 @@ class Worker {
     if (graph) cgc__drv.cuGraphDestroy(graph);
     counters.adopted++;
     // Released while its graph lives: replays cgc cannot see keep the memory from other streams.
-    if (rng_() % 8 == 0) {
+    // Rarely: like PyTorch's released graph pools, a released adopted pool's memory goes back to
+    // the driver only at an empty_cache, which other threads' adopted captures (under way nearly
+    // all the time at 16 threads) hold back, so each release parks its memory until the end.
+    if (rng_() % 32 == 0) {
       Expect("cgc_pool_release", cgc_pool_release(pool), {CGC_SUCCESS});
       adopting_pool_ = nullptr;
     }
