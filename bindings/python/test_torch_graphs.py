@@ -516,6 +516,34 @@ class TorchGraphsTest(unittest.TestCase):
         torch.manual_seed(3)
         self.assertTrue(torch.equal(got, torch.rand(N, device="cuda")))
 
+    def test_failed_capture_holds_nothing_back(self):
+        """A torch capture that fails after its first allocation (PyTorch then calls neither
+        endAllocateToPool nor releasePool): the cache can be emptied, the thread's next capture
+        works, and its routing is ended with it (docs/TORCH.md)."""
+        x = randn(N)
+        bridge = cgc._torch_bridge
+        current = torch.cuda.current_stream()
+        g = torch.cuda.CUDAGraph()
+        with self.assertRaises(RuntimeError):  # a device synchronisation invalidates the capture
+            with torch.cuda.graph(g):
+                y = x * 2
+                torch.cuda.synchronize()
+        del y
+        torch.cuda.set_stream(current)  # torch.cuda.graph leaves its stream current when its end fails
+        self.assertFalse(torch.cuda.is_current_stream_capturing())
+        self.assertEqual(bridge.cgc_torch_bridge_open_routes(), 1, "the failed capture's route is still open")
+        torch.cuda.empty_cache()  # not held back by the adopted capture, which is over
+        self.ctx.empty_cache()
+        g2 = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g2):
+            z = x + 1
+        g2.replay()
+        self.assertTrue(torch.equal(z, x + 1))
+        self.assertEqual(bridge.cgc_torch_bridge_open_routes(), 0, "this thread's next begin ended the stale route")
+        with self.open_pool(g2.pool()) as pool:
+            self.assertGreaterEqual(pool.memory_stats().bytes_allocated, nbytes(z))
+        del g, g2
+
 
 if __name__ == "__main__":
     unittest.main()
