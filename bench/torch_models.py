@@ -599,7 +599,8 @@ def per_bs_table(runs):
 
 def summary_table(runs):
     header = ["variant", "capture ms", "graphs MiB", "replay GPU ms", "replay() host us",
-              "max diff vs eager", "bitwise", "replay bits = A's", "capture x A", "MiB x A", "replay GPU x A"]
+              "max diff vs eager", "bitwise", "replay bits = A's", "capture x A", "capture x A, paired",
+              "MiB x A", "replay GPU x A"]
     a = runs.get("A") if ok(runs.get("A")) else None
     rows = []
     for v, r in runs.items():
@@ -613,13 +614,17 @@ def summary_table(runs):
         if a is not None and v != "A":
             same = "yes" if r["replay_checksums"] == a["replay_checksums"] else "no"
         if a is not None:
-            x = {"cap": ratio(r["capture_total_ms"], a["capture_total_ms"]),
+            # Host timings drift between processes more than between variants: the median of the
+            # ratios of rounds run one after the other (A, B, C of round k) pairs like with like.
+            pairs = zip(r.get("rounds", [r]), a.get("rounds", [a]))
+            x = {"paired": median([ri["capture_total_ms"] / ai["capture_total_ms"] for ri, ai in pairs]),
+                 "cap": ratio(r["capture_total_ms"], a["capture_total_ms"]),
                  "mib": ratio(r["graphs_mib"], a["graphs_mib"]),
                  "gpu": ratio(r["replay_gpu_sum_ms"], a["replay_gpu_sum_ms"])}
         rows.append([name, fmt(r["capture_total_ms"], 1), fmt(r["graphs_mib"], 1), fmt(r["replay_gpu_sum_ms"], 3),
                      fmt(r["replay_host_median_us"], 1), "%.3g" % r["max_abs_diff"],
                      "yes" if r["bitwise_all"] else "no", same,
-                     fmt(x.get("cap")), fmt(x.get("mib")), fmt(x.get("gpu"))])
+                     fmt(x.get("cap")), fmt(x.get("paired")), fmt(x.get("mib")), fmt(x.get("gpu"))])
     return markdown_table(header, rows)
 
 
@@ -776,7 +781,8 @@ def main():
           "replay GPU ms: sum over batch sizes of the median CUDA-event time of one replay; replay() host us: "
           "median over all replays; max diff vs eager: max |replay - eager| over all batch sizes; bitwise: all outputs bit-for-bit "
           "eager's; replay bits = A's: every batch size's replay output bit-for-bit A's (same weights and "
-          "inputs); x A: divided by A's figure.")
+          "inputs); x A: divided by A's figure; capture x A, paired: the median over rounds of round k's "
+          "capture time divided by A's in round k.")
 
     if args.json:
         with open(args.json, "w") as f:
