@@ -68,6 +68,19 @@ cgc_status_t cgc_pool_release(cgc_pool_t pool) {
   return st;
 }
 
+/* (lock held) Routes the allocations of capture `capture_id` (0: its driver capture not begun yet,
+ * matched by its origin stream meanwhile) to `pool`, which holds a reference for the capture. */
+static void start_recording(struct cgc__allocator* a, cgc_pool_t pool, uint64_t capture_id, CUstream origin,
+                            uint64_t origin_key) {
+  pool->internal_refs++;
+  pool->recording = true;
+  pool->capture_id = capture_id;
+  pool->capture_origin = origin;
+  pool->capture_origin_key = origin_key;
+  pool->next_recording = a->recording;
+  a->recording = pool;
+}
+
 cgc_status_t cgc__pool_begin_capture(struct cgc__device* dev, cgc_pool_t requested, CUstream origin,
                                      uint64_t origin_key, cgc_pool_t* out, const char* func) {
   *out = NULL;
@@ -91,14 +104,7 @@ cgc_status_t cgc__pool_begin_capture(struct cgc__device* dev, cgc_pool_t request
                    "capture at a time",
                    (void*)pool, (void*)pool->capture_origin);
   if (st == CGC_SUCCESS) {
-    pool->internal_refs++;
-    pool->recording = true;
-    pool->capture_id = 0;
-    pool->capture_origin = origin;
-    pool->capture_origin_key = origin_key;
-    /* Routing starts now, before the driver begins the capture. */
-    pool->next_recording = a->recording;
-    a->recording = pool;
+    start_recording(a, pool, 0, origin, origin_key); /* routing starts before the driver begins */
     *out = pool;
   }
   cgc__alloc_unlock(a);
@@ -268,15 +274,8 @@ cgc_status_t cgc_pool_adopt_capture(cgc_pool_t pool, void* native_stream) {
     st = cgc__fail(CGC_ERROR_INVALID_STATE, __func__, "capture %llu allocates from pool %p already",
                    (unsigned long long)ref.capture_id, (void*)other);
   if (st == CGC_SUCCESS) {
-    pool->internal_refs++;
-    pool->recording = true;
-    pool->adopted = true;
-    pool->adopting = true;
-    pool->capture_id = ref.capture_id;
-    pool->capture_origin = ref.cu;
-    pool->capture_origin_key = ref.key;
-    pool->next_recording = a->recording;
-    a->recording = pool;
+    start_recording(a, pool, ref.capture_id, ref.cu, ref.key);
+    pool->adopted = pool->adopting = true;
     atomic_fetch_add_explicit(&cgc__adopted_captures, 1, memory_order_release);
   }
   cgc__alloc_unlock(a);

@@ -475,19 +475,7 @@ class Worker {
     }
     if (exec != nullptr && cgc__drv.cuGraphLaunch(exec, o) == CUDA_SUCCESS) {
       counters.replays++;
-      if (Expect("cgc_memcpy_dtoh_async", cgc_memcpy_dtoh_async(host_, out, kIn * 4, origin), {CGC_SUCCESS}) &&
-          Sync(origin)) {
-        counters.replays_checked++;
-        const float* f = static_cast<const float*>(host_);
-        for (unsigned i = 0; i < kIn; i += 7)
-          if (f[i] != expected_[i]) {
-            if (++counters.bad_contents <= 5) {
-              std::lock_guard<std::mutex> g(report_lock);
-              std::fprintf(stderr, "BAD ADOPTED REPLAY OUTPUT: %u is %g, expected %g\n", i, f[i], expected_[i]);
-            }
-            break;
-          }
-      }
+      CheckReplayOutput(out, origin, "adopted");
     }
     Sync(origin);
     if (exec != nullptr) cgc__drv.cuGraphExecDestroy(exec);
@@ -522,8 +510,12 @@ class Worker {
         return;
       }
     }
-    if (host_ == nullptr) return;
-    if (!Expect("cgc_memcpy_dtoh_async", cgc_memcpy_dtoh_async(host_, gr.out, kIn * 4, s), {CGC_SUCCESS})) return;
+    if (host_ != nullptr) CheckReplayOutput(gr.out, s, "cgc");
+  }
+
+  // Copies a replay's output (written on `s`) out and compares it with the expected values.
+  void CheckReplayOutput(void* out, cgc_stream_t s, const char* graph_kind) {
+    if (!Expect("cgc_memcpy_dtoh_async", cgc_memcpy_dtoh_async(host_, out, kIn * 4, s), {CGC_SUCCESS})) return;
     if (!Sync(s)) return;
     counters.replays_checked++;
     const float* f = static_cast<const float*>(host_);
@@ -531,7 +523,7 @@ class Worker {
       if (f[i] != expected_[i]) {
         if (++counters.bad_contents <= 5) {
           std::lock_guard<std::mutex> g(report_lock);
-          std::fprintf(stderr, "BAD REPLAY OUTPUT: %u is %g, expected %g\n", i, f[i], expected_[i]);
+          std::fprintf(stderr, "BAD REPLAY OUTPUT (%s graph): %u is %g, expected %g\n", graph_kind, i, f[i], expected_[i]);
         }
         break;
       }
