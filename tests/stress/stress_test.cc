@@ -1,6 +1,6 @@
 // A multi-thread random API-sequence test of the whole library on a real GPU.
 //
-//   stress_test [--seed N] [--seconds S] [--threads T] [--illegal]
+//   stress_test [--seed N] [--seconds S] [--threads T] [--illegal] [--no-adopted]
 //
 // Threads share one context, the device cache and some streams; each runs a random sequence of:
 // allocations with known contents (checked before every free), cgc_record_stream on another
@@ -42,6 +42,7 @@ struct Options {
   double seconds = 10;
   int threads = 8;
   bool illegal = false;
+  bool adopted = true;  // --no-adopted leaves 1.4's driver-begun captures out (to compare)
 };
 
 struct Counters {
@@ -187,7 +188,7 @@ class Worker {
     if (r < 70) {
       unsigned kind = rng_() % 10;
       if (kind < 2) return UpdateGraph();
-      if (kind < 4) return AdoptedCapture();
+      if (kind < 4 && opts.adopted) return AdoptedCapture();
       return CaptureGraph(nullptr);
     }
     if (r < 86) return Replay();
@@ -628,8 +629,9 @@ bool ParseArgs(int argc, char** argv) {
     else if (a == "--seconds") opts.seconds = std::atof(next("--seconds"));
     else if (a == "--threads") opts.threads = std::atoi(next("--threads"));
     else if (a == "--illegal") opts.illegal = true;
+    else if (a == "--no-adopted") opts.adopted = false;
     else {
-      std::fprintf(stderr, "usage: stress_test [--seed N] [--seconds S] [--threads T] [--illegal]\n");
+      std::fprintf(stderr, "usage: stress_test [--seed N] [--seconds S] [--threads T] [--illegal] [--no-adopted]\n");
       return false;
     }
   }
