@@ -6,8 +6,9 @@
 #   2. the Rust and Go bindings with their own tools (cargo, go), which this offline Bazel 4
 #      cannot drive, against the libcgc.so that Bazel built and the header's ABI description;
 #      warnings are errors;
-#   3. the install: tools/install.sh into a temporary prefix, and a small consumer built against
-#      it with pkg-config and with CMake, run on its no-GPU path.
+#   3. the bindings as packages (tools/check_packages.sh) and the install: tools/install.sh into a
+#      temporary prefix, and a small consumer built against it with pkg-config and with CMake,
+#      run on its no-GPU path (tools/check_install.sh).
 # GPU tests skip with the reason on machines without a GPU (run the bundle there instead).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -33,6 +34,8 @@ echo "== Go binding ($(go version))"
 (cd bindings/go && ! gofmt -l . | grep . && go vet ./... && go test -v ./...)
 (cd examples/go && ! gofmt -l . | grep . && go vet ./... && go build -o /dev/null .)
 (cd examples/go_graph_work && ! gofmt -l . | grep . && go vet ./... && go build -o /dev/null .)
+echo "== Packages (tools/check_packages.sh: pip install of the Python binding offline, cargo package, Go from outside)"
+tools/check_packages.sh
 echo "== Install (tools/check_install.sh: a temporary prefix, a consumer built with pkg-config and CMake)"
 tools/check_install.sh
 echo "all tests passed"

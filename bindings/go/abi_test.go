@@ -14,7 +14,7 @@ import (
 	"strings"
 	"testing"
 
-	cgc "example.com/cgc"
+	cgc "cgc/bindings/go"
 )
 
 // abiDescription returns the description's lines split into fields, or skips the test when

@@ -13,7 +13,7 @@ import (
 	"sync"
 	"testing"
 
-	cgc "example.com/cgc"
+	cgc "cgc/bindings/go"
 )
 
 const childMarker = "CGC_GO_TEST_CHILD"

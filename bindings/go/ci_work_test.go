@@ -9,7 +9,7 @@ import (
 	"testing"
 	"unsafe"
 
-	cgc "example.com/cgc"
+	cgc "cgc/bindings/go"
 )
 
 func TestWorkFunctionsRefuseNilHandles(t *testing.T) {

@@ -7,6 +7,16 @@
 // conditional nodes, since 1.3 conditional nodes with several bodies, and since 1.4 captures
 // that another framework began with the driver allocating from a cgc pool (Pool.AdoptCapture).
 //
+// # Importing
+//
+// The module path is "cgc/bindings/go" (package name cgc), a path without a dot in its first
+// element: no download resolves it, so a module that uses the binding points go at a checkout of
+// the cgc repository (the whole checkout: the package includes ../../capi/cgc.h):
+//
+//	go mod edit -require=cgc/bindings/go@v0.0.0 -replace=cgc/bindings/go=/path/to/cgc/bindings/go
+//
+// (or go work use /path/to/cgc/bindings/go in a go.work), then import cgc "cgc/bindings/go".
+//
 // # Loading
 //
 // The package does not link against libcgc. The first call that needs the library dlopens it:

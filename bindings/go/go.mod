@@ -1,3 +1,3 @@
-module example.com/cgc
+module cgc/bindings/go
 
 go 1.19

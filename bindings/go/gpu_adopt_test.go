@@ -9,8 +9,8 @@ import (
 	"strings"
 	"testing"
 
-	cgc "example.com/cgc"
-	"example.com/cgc/internal/cudatest"
+	cgc "cgc/bindings/go"
+	"cgc/bindings/go/internal/cudatest"
 )
 
 // wantRefusal fails the test unless err is a *cgc.Error with status want naming fn.

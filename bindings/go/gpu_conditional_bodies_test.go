@@ -14,7 +14,7 @@ import (
 	"strings"
 	"testing"
 
-	cgc "example.com/cgc"
+	cgc "cgc/bindings/go"
 )
 
 // noBodies is a ConditionalBodies function that leaves every body empty.

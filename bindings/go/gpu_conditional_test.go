@@ -10,7 +10,7 @@ import (
 	"errors"
 	"testing"
 
-	cgc "example.com/cgc"
+	cgc "cgc/bindings/go"
 )
 
 // conditionalPTX holds the tests' kernels, PTX that nvcc -ptx -arch=sm_75 made from this CUDA C:

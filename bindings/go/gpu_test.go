@@ -11,8 +11,8 @@ import (
 	"strings"
 	"testing"
 
-	cgc "example.com/cgc"
-	"example.com/cgc/internal/cudatest"
+	cgc "cgc/bindings/go"
+	"cgc/bindings/go/internal/cudatest"
 )
 
 const n = 1 << 16 // floats per buffer

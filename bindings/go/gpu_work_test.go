@@ -15,7 +15,7 @@ import (
 	"syscall"
 	"testing"
 
-	cgc "example.com/cgc"
+	cgc "cgc/bindings/go"
 )
 
 // affinePTX is the tests' own kernel, written in PTX so that the test binary carries it (the

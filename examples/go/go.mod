@@ -1,8 +1,8 @@
-module example.com/cgc/examples/fork_join
+module cgc/examples/fork_join
 
 go 1.19
 
-require example.com/cgc v0.0.0
+require cgc/bindings/go v0.0.0
 
 // The binding lives in this repository; building needs no download.
-replace example.com/cgc => ../../bindings/go
+replace cgc/bindings/go => ../../bindings/go

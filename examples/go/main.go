@@ -12,7 +12,7 @@ import (
 	"fmt"
 	"os"
 
-	cgc "example.com/cgc"
+	cgc "cgc/bindings/go"
 )
 
 const n = 1 << 20 // floats per buffer

@@ -29,7 +29,7 @@ import (
 	"strings"
 	"sync/atomic"
 
-	cgc "example.com/cgc"
+	cgc "cgc/bindings/go"
 )
 
 const (
