@@ -120,8 +120,9 @@ cgc_context_t context_for(State& s, int device) {
   return s.contexts[device];
 }
 
-// (lock held) Ends a route: its pool stops adopting the capture it claimed. An adoption cgc
-// ended already (its capture was over at a cgc_empty_cache) is refused with INVALID_STATE: fine.
+// (lock held) Ends a route: its pool stops adopting the capture it claimed. An adoption ended
+// already (the pool's next adoption ends one whose capture is over) is refused with
+// INVALID_STATE: fine.
 std::vector<Route>::iterator end_route(State& s, std::vector<Route>::iterator it) {
   if (it->claimed) {
     cgc_status_t st = api()->cgc_pool_end_adopted_capture(it->pool);
