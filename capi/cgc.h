@@ -62,8 +62,10 @@ extern "C" {
  * 1.3: IF/ELSE and SWITCH nodes, loops whose body sets the condition, allocations and generator
  * draws inside conditional bodies;
  * 1.4: captures that others begin (torch.cuda.graph with cgc as PyTorch's allocator) allocating
- * from a cgc pool, record_stream for a native stream (docs/CHANGELOG.md) */
-#define CGC_VERSION_MINOR 4
+ * from a cgc pool, record_stream for a native stream;
+ * 1.5: pools of memory registered with a communicator (symmetric windows), eager allocation from
+ * a pool (docs/CHANGELOG.md) */
+#define CGC_VERSION_MINOR 5
 #define CGC_VERSION_PATCH 0
 #define CGC_VERSION ((CGC_VERSION_MAJOR << 16) | (CGC_VERSION_MINOR << 8) | CGC_VERSION_PATCH)
 
@@ -723,6 +725,35 @@ CGC_FUNCTIONS_CONDITIONALS_1_3(CGC_DECLARE_FUNCTION_)
   X(cgc_status_t, cgc_record_stream_native, (void* ptr, void* native_stream))
 CGC_FUNCTIONS_ADOPTED_CAPTURES(CGC_DECLARE_FUNCTION_)
 
+/* 1.5: memory NCCL reaches at its best (docs/NCCL.md, SEMANTICS 31). */
+typedef enum cgc_nccl_memory {
+  CGC_NCCL_MEMORY_PLAIN = 0,      /* cuMemAlloc'ed, not registered with the communicator */
+  CGC_NCCL_MEMORY_REGISTERED = 1, /* ncclMemAlloc'ed and registered (ncclCommRegister, NCCL >= 2.19) */
+  CGC_NCCL_MEMORY_SYMMETRIC = 2,  /* ncclMemAlloc'ed, a symmetric window (ncclCommWindowRegister, NCCL >= 2.27) */
+} cgc_nccl_memory_t;
+
+#define CGC_FUNCTIONS_NCCL_POOLS(X)                                                                            \
+  /* 1.5. A pool of `capacity` bytes (rounded up to 2 MiB) of memory registered with `comm`: made at           \
+   * once, on `comm`'s device, and never grown. Collective: every rank of `comm` calls it with the same        \
+   * capacity and kind. `wanted` is the best kind asked for; an older NCCL gives the next one down             \
+   * (SYMMETRIC -> REGISTERED -> PLAIN), *got (may be NULL) says which, and so does cgc_last_error's           \
+   * text when it is not `wanted`. The ranks compare their kinds: one that differs is refused on every         \
+   * rank (CGC_ERROR_INVALID_STATE), since NCCL leaves mixing registered and unregistered buffers              \
+   * undefined. Captures allocate from it through options->pool, eager code through cgc_pool_malloc;           \
+   * allocation beyond the capacity is CGC_ERROR_OUT_OF_MEMORY. For symmetric kernels every rank must          \
+   * allocate from it in the same order with the same sizes (then blocks sit at the same offsets).             \
+   * Releasing its last reference (cgc_pool_release) is collective too: it synchronises the device and        \
+   * drops the registration, and is refused (CGC_ERROR_INVALID_STATE) while a graph or capture holds the       \
+   * pool or a block of it is allocated. The pool holds `comm`: cgc_comm_destroy is refused meanwhile. */      \
+  X(cgc_status_t, cgc_nccl_pool_create,                                                                        \
+    (cgc_comm_t comm, size_t capacity, cgc_nccl_memory_t wanted, cgc_pool_t* out, cgc_nccl_memory_t* got))     \
+  /* 1.5. cgc_malloc from `pool`, outside captures: ordered on `stream` (of the pool's device, not             \
+   * capturing: inside a capture its options->pool decides). Blocks allocated so are reused only by           \
+   * cgc_pool_malloc on the same stream, never by a capture, so graphs' memory and eager memory of one         \
+   * pool stay apart. Freed with cgc_free. */                                                                   \
+  X(cgc_status_t, cgc_pool_malloc, (cgc_pool_t pool, size_t size, cgc_stream_t stream, void** out))
+CGC_FUNCTIONS_NCCL_POOLS(CGC_DECLARE_FUNCTION_)
+
 /* ---- one symbol for dlopen users -------------------------------------------------------------
  *
  * A dlopen user resolves cgc_get_api alone and calls everything through the table:
@@ -754,7 +785,9 @@ CGC_FUNCTIONS_ADOPTED_CAPTURES(CGC_DECLARE_FUNCTION_)
   /* 1.3 */                                                                                          \
   CGC_FUNCTIONS_CONDITIONALS_1_3(X)                                                                  \
   /* 1.4 */                                                                                          \
-  CGC_FUNCTIONS_ADOPTED_CAPTURES(X)
+  CGC_FUNCTIONS_ADOPTED_CAPTURES(X)                                                                  \
+  /* 1.5 */                                                                                          \
+  CGC_FUNCTIONS_NCCL_POOLS(X)
 
 #define CGC_API_FIELD_(ret, name, params) ret(*name) params;
 typedef struct cgc_api {

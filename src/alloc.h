@@ -88,6 +88,9 @@ struct cgc_pool_s {
    * cgc_empty_cache only, never to other streams (heap.c's dissolve). */
   bool adopting;
   bool adopted;
+  /* 1.5: its fixed memory (an NCCL pool), or NULL: a pool that grows by segments from the driver.
+   * Set at creation, never changed. */
+  cgc__arena_t* arena;
   cgc__fence_t** fences;  /* last replays of its destroyed graphs that may still run */
   size_t n_fences, cap_fences;
   cgc_pool_t next_recording;

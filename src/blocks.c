@@ -143,8 +143,10 @@ cgc__block_t* cgc__block_release(cgc__block_t* b, void (*recycle)(cgc__block_t*,
   b->n_uses = 0;
   cgc__block_t* prev = b->prev;
   cgc__block_t* next = b->next;
-  bool merge_prev = prev != NULL && prev->state == CGC_BLOCK_FREE;
-  bool merge_next = next != NULL && next->state == CGC_BLOCK_FREE;
+  /* Neighbours merge only under one key: an arena (a pool's fixed memory) holds blocks of several
+   * streams side by side, and memory must not pass from one stream to another by a merge. */
+  bool merge_prev = prev != NULL && prev->state == CGC_BLOCK_FREE && prev->stream == b->stream;
+  bool merge_next = next != NULL && next->state == CGC_BLOCK_FREE && next->stream == b->stream;
   if (!merge_prev && !merge_next) return cgc__set_insert(set, b) ? b : NULL;
   /* The merged block takes the slot of a free neighbour already in the set. */
   if (merge_prev && merge_next) cgc__set_erase(set, next);
@@ -174,6 +176,16 @@ bool cgc__block_release_unmerged(cgc__block_t* b) {
   return cgc__set_insert(cgc__state_set(b->owner, b->small), b);
 }
 
+/* Free blocks of one key merge (see cgc__block_release). */
+static bool merges_with_next(const cgc__block_t* b) {
+  return b->next != NULL && b->next->state == CGC_BLOCK_FREE && b->next->stream == b->stream;
+}
+
+/* The first free block of a run that can merge. */
+static bool is_run_head(const cgc__block_t* b) {
+  return (b->prev == NULL || !merges_with_next(b->prev)) && merges_with_next(b);
+}
+
 size_t cgc__state_coalesce(cgc__pool_state_t* state, void (*recycle)(cgc__block_t*, void*), void* arg) {
   size_t merges = 0;
   cgc__block_set_t* sets[2] = {&state->small, &state->large};
@@ -184,8 +196,7 @@ size_t cgc__state_coalesce(cgc__pool_state_t* state, void (*recycle)(cgc__block_
     size_t n_heads = 0;
     for (size_t i = 0; i < set->n; i++) {
       cgc__block_t* b = set->items[i];
-      if ((b->prev == NULL || b->prev->state != CGC_BLOCK_FREE) && b->next != NULL &&
-          b->next->state == CGC_BLOCK_FREE)
+      if (is_run_head(b))
         n_heads++;
     }
     if (n_heads == 0) continue;
@@ -194,14 +205,13 @@ size_t cgc__state_coalesce(cgc__pool_state_t* state, void (*recycle)(cgc__block_
     n_heads = 0;
     for (size_t i = 0; i < set->n; i++) {
       cgc__block_t* b = set->items[i];
-      if ((b->prev == NULL || b->prev->state != CGC_BLOCK_FREE) && b->next != NULL &&
-          b->next->state == CGC_BLOCK_FREE)
+      if (is_run_head(b))
         heads[n_heads++] = b;
     }
     for (size_t h = 0; h < n_heads; h++) {
       cgc__block_t* head = heads[h];
       cgc__set_erase(set, head);
-      while (head->next != NULL && head->next->state == CGC_BLOCK_FREE) {
+      while (merges_with_next(head)) {
         cgc__block_t* next = head->next;
         cgc__set_erase(set, next);
         head->size += next->size;

@@ -38,7 +38,7 @@ static bool take_uses(graph_uses_t* out, const struct cgc__use* uses, size_t n_u
   if (out->uses == NULL) return false;
   for (int pass = 0; pass < 2; pass++) {
     for (size_t i = 0; i < n_uses; i++) {
-      bool prologue = uses[i].ops->before_launch != NULL;
+      bool prologue = uses[i].ops->before_launch != NULL || uses[i].ops->after_launch != NULL;
       if (prologue != (pass == 0)) continue;
       struct cgc__use* u = &out->uses[out->n_uses++];
       *u = uses[i];
@@ -154,29 +154,36 @@ static __attribute__((noinline, cold)) cgc_status_t launch_refused(cgc_graph_t g
  * of this graph would run its host functions, module code, pool memory and completion event,
  * which this graph alone owns and releases at its reset. */
 static __attribute__((noinline)) cgc_status_t launch_slow(cgc_graph_t graph, cgc_stream_t stream, const char* func) {
-  if (cgc__captures_underway() > 0 && stream->kind != CGC__STREAM_LEGACY) {
-    cgc__stream_ref_t ref;
-    cgc_status_t st = cgc__stream_resolve(stream, true, &ref, func);
+  cgc__stream_ref_t ref = {.cu = stream->cu};
+  bool capturing_asked = cgc__captures_underway() > 0 && stream->kind != CGC__STREAM_LEGACY;
+  if (capturing_asked || graph->n_prologue > 0) { /* the objects' hooks get the stream's key */
+    cgc_status_t st = cgc__stream_resolve(stream, capturing_asked, &ref, func);
     if (st != CGC_SUCCESS) return st;
-    if (ref.capturing)
-      return cgc__fail(CGC_ERROR_CAPTURE_UNSUPPORTED, func,
-                       "stream %p is capturing (capture id %llu): a graph launched into a capture would become a "
-                       "child graph using what graph %p owns (its pool, host functions, kernels' code), which its "
-                       "reset frees; launch it after the capture ends, or capture its work again",
-                       (void*)stream->cu, (unsigned long long)ref.capture_id, (void*)graph);
   }
+  if (capturing_asked && ref.capturing)
+    return cgc__fail(CGC_ERROR_CAPTURE_UNSUPPORTED, func,
+                     "stream %p is capturing (capture id %llu): a graph launched into a capture would become a "
+                     "child graph using what graph %p owns (its pool, host functions, kernels' code), which its "
+                     "reset frees; launch it after the capture ends, or capture its work again",
+                     (void*)stream->cu, (unsigned long long)ref.capture_id, (void*)graph);
   cgc__ctx_scope_t scope;
   cgc_status_t st = cgc__ctx_enter(graph->dev, &scope, func);
   if (st != CGC_SUCCESS) return st;
   CUresult r = CUDA_SUCCESS;
   for (size_t i = 0; i < graph->n_prologue && r == CUDA_SUCCESS; i++) {
     const struct cgc__use* u = &graph->uses[i];
-    r = u->ops->before_launch(u->object, u->amount, stream->cu);
+    if (u->ops->before_launch != NULL) r = u->ops->before_launch(u->object, u->amount, stream->cu, ref.key);
   }
   if (r == CUDA_SUCCESS) r = cgc__drv.cuGraphLaunch(graph->exec, stream->cu);
-  cgc__ctx_leave(&scope);
   st = cgc__cu_fail(r, func, "cuGraphLaunch");
-  if (st == CGC_SUCCESS) atomic_fetch_add_explicit(&graph->replays, 1, memory_order_relaxed);
+  bool launched = st == CGC_SUCCESS;
+  for (size_t i = 0; i < graph->n_prologue && r == CUDA_SUCCESS; i++) {
+    const struct cgc__use* u = &graph->uses[i];
+    if (u->ops->after_launch != NULL) r = u->ops->after_launch(u->object, stream->cu, ref.key);
+  }
+  if (launched && r != CUDA_SUCCESS) st = cgc__cu_fail(r, func, "an object's step after cuGraphLaunch");
+  cgc__ctx_leave(&scope);
+  if (launched) atomic_fetch_add_explicit(&graph->replays, 1, memory_order_relaxed); /* the replay runs */
   return st;
 }
 

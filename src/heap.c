@@ -490,6 +490,12 @@ static cgc__block_t* take_cached(struct cgc__allocator* a, cgc_pool_t pool, uint
   /* A whole segment of the cache that any stream may take, its last user being done (a
    * dissolved pool's, a dead stream's): it becomes this stream's. */
   if (b == NULL && pool == NULL) b = take_any_stream_segment(a, set, key, rounded);
+  /* An arena's memory that no stream has used yet: a piece of it becomes this stream's, the rest
+   * stays unowned (cut first, keyed after, so the remainder keeps CGC_ANY_STREAM). */
+  if (b == NULL && pool != NULL && pool->arena != NULL) {
+    b = cgc__set_take_best_fit(&owner->large, CGC_ANY_STREAM, rounded, new_block_struct, a);
+    if (b != NULL) b->stream = key;
+  }
   return b;
 }
 
@@ -586,6 +592,53 @@ static cgc_status_t refuse_foreign_capture(const cgc__stream_ref_t* ref, const c
                    (void*)ref->cu, (unsigned long long)ref->capture_id);
 }
 
+/* A pool of fixed memory (an NCCL pool's registered arena) has no segment to grow by: a miss is
+ * out of memory, with its capacity in the message. */
+static cgc_status_t arena_full(struct cgc__allocator* a, cgc_pool_t pool, size_t rounded, const char* func) {
+  cgc__alloc_lock(a);
+  size_t capacity = pool->arena->size, allocated = pool->state.stats.allocated;
+  cgc__alloc_unlock(a);
+  return cgc__fail(CGC_ERROR_OUT_OF_MEMORY, func,
+                   "pool %p is a fixed arena of %zu bytes (registered with a communicator: it never grows) with "
+                   "%zu allocated; no free block of %zu bytes is left for this stream: create the pool larger",
+                   (void*)pool, capacity, allocated, rounded);
+}
+
+/* The rest of an allocation once its owner is known (lock held on entry, released on return):
+ * a cached block, else (without the lock) finished memory settled, else a new segment. `eager`:
+ * a block cgc_pool_malloc hands out from `pool` outside its captures. */
+static cgc_status_t take_or_grow(struct cgc__allocator* a, cgc_pool_t pool, uint64_t key, size_t size, bool eager,
+                                 void** out, const char* func) {
+  size_t rounded = cgc__round_size(size);
+  cgc__block_t* b = take_cached(a, pool, key, rounded);
+  cgc_status_t st = CGC_SUCCESS;
+  if (b == NULL) {
+    /* The slow path runs without the lock; the pool is held meanwhile, so that a capture ended
+     * on another thread cannot dissolve it under us. */
+    if (pool != NULL) pool->internal_refs++;
+    bool settle = a->pending != NULL || a->drains != NULL || a->deferred != NULL;
+    cgc__alloc_unlock(a);
+    if (settle && sweep(a)) {
+      cgc__alloc_lock(a);
+      b = take_cached(a, pool, key, rounded);
+      if (b == NULL) cgc__alloc_unlock(a);
+    }
+    if (b == NULL) st = pool != NULL && pool->arena != NULL ? arena_full(a, pool, rounded, func)
+                                                            : new_segment(a, pool, key, rounded, &b, func);
+    if (st != CGC_SUCCESS) cgc__alloc_lock(a);
+    if (pool != NULL) pool->internal_refs--; /* lock held here on every path */
+  }
+  if (st == CGC_SUCCESS && !hand_out(a, b, size)) st = cgc__fail(CGC_ERROR_OUT_OF_MEMORY, func, "out of host memory");
+  if (st == CGC_SUCCESS) {
+    if (eager) b->capture_id = 0; /* not the capture its pool may be recording meanwhile */
+    *out = (void*)(uintptr_t)b->ptr;
+  }
+  if (pool != NULL) cgc__pool_dissolve_if_unused(pool);
+  cgc__alloc_unlock(a);
+  last_used = a;
+  return st;
+}
+
 cgc_status_t cgc__malloc(struct cgc__device* dev, size_t size, const cgc__stream_ref_t* ref, void** out,
                          const char* func) {
   *out = NULL;
@@ -593,7 +646,6 @@ cgc_status_t cgc__malloc(struct cgc__device* dev, size_t size, const cgc__stream
   if (size > ((size_t)1 << 62)) return cgc__fail(CGC_ERROR_OUT_OF_MEMORY, func, "cannot allocate %zu bytes", size);
   struct cgc__allocator* a = cgc__allocator_of(dev);
   if (a == NULL) return cgc__fail(CGC_ERROR_OUT_OF_MEMORY, func, "out of host memory");
-  size_t rounded = cgc__round_size(size);
   if (atomic_load_explicit(&a->waiting, memory_order_relaxed) > 0) sweep(a);
   cgc_pool_t pool = NULL;
   cgc__alloc_lock(a);
@@ -604,29 +656,24 @@ cgc_status_t cgc__malloc(struct cgc__device* dev, size_t size, const cgc__stream
       return refuse_foreign_capture(ref, func);
     }
   }
-  cgc__block_t* b = take_cached(a, pool, ref->key, rounded);
-  cgc_status_t st = CGC_SUCCESS;
-  if (b == NULL) {
-    /* The slow path runs without the lock; the pool is held meanwhile, so that a capture ended
-     * on another thread cannot dissolve it under us. */
-    if (pool != NULL) pool->internal_refs++;
-    bool settle = a->pending != NULL || a->drains != NULL || a->deferred != NULL;
+  return take_or_grow(a, pool, ref->key, size, false, out, func);
+}
+
+cgc_status_t cgc__pool_malloc(cgc_pool_t pool, size_t size, const cgc__stream_ref_t* ref, void** out,
+                              const char* func) {
+  *out = NULL;
+  if (size == 0) return CGC_SUCCESS;
+  if (size > ((size_t)1 << 62)) return cgc__fail(CGC_ERROR_OUT_OF_MEMORY, func, "cannot allocate %zu bytes", size);
+  struct cgc__allocator* a = pool->state.allocator;
+  if (atomic_load_explicit(&a->waiting, memory_order_relaxed) > 0) sweep(a);
+  cgc__alloc_lock(a);
+  /* Checked again under the lock: another thread may have released the last reference. */
+  cgc_status_t st = cgc__check_handle(pool, CGC_MAGIC_POOL, func, "pool");
+  if (st != CGC_SUCCESS) {
     cgc__alloc_unlock(a);
-    if (settle && sweep(a)) {
-      cgc__alloc_lock(a);
-      b = take_cached(a, pool, ref->key, rounded);
-      if (b == NULL) cgc__alloc_unlock(a);
-    }
-    if (b == NULL) st = new_segment(a, pool, ref->key, rounded, &b, func);
-    if (st != CGC_SUCCESS) cgc__alloc_lock(a);
-    if (pool != NULL) pool->internal_refs--; /* lock held here on every path */
+    return st;
   }
-  if (st == CGC_SUCCESS && !hand_out(a, b, size)) st = cgc__fail(CGC_ERROR_OUT_OF_MEMORY, func, "out of host memory");
-  if (st == CGC_SUCCESS) *out = (void*)(uintptr_t)b->ptr;
-  if (pool != NULL) cgc__pool_dissolve_if_unused(pool);
-  cgc__alloc_unlock(a);
-  last_used = a;
-  return st;
+  return take_or_grow(a, pool, CGC__KEY_POOL_EAGER(ref->key), size, true, out, func);
 }
 
 /* The allocator whose map holds `ptr`, with its lock held, and the block; NULL when none. */
@@ -872,6 +919,7 @@ void cgc__alloc_body_ended(struct cgc__device* dev, uint64_t capture_id, uint64_
   for (cgc__block_t* b; pool != NULL && (b = block_of_key(a, pool, body_key)) != NULL;) {
     while (b->prev != NULL) b = b->prev;
     for (; b != NULL; b = b->next) {
+      if (b->stream != body_key) continue; /* an arena's other streams' blocks (a segment's: none) */
       bool in_set = b->state == CGC_BLOCK_FREE;
       cgc__block_set_t* set = cgc__state_set(b->owner, b->small);
       if (in_set) cgc__set_erase(set, b);
@@ -949,6 +997,8 @@ static void dissolve(cgc_pool_t pool) {
         b->stream = CGC__KEY_NO_STREAM(pool);
       else if (!pool->escaped)
         b->stream = CGC_ANY_STREAM;
+      else
+        b->stream &= ~CGC__KEY_POOL_EAGER_BIT; /* cgc_pool_malloc's blocks: their stream's, like the rest */
       if (!cgc__set_insert(cgc__state_set(&a->cache, b->small), b)) cgc__log("out of host memory: a segment is lost");
     }
     cgc__set_free(sets[s]);
@@ -962,7 +1012,8 @@ static void dissolve(cgc_pool_t pool) {
 }
 
 void cgc__pool_dissolve_if_unused(cgc_pool_t pool) {
-  if (pool->user_refs + pool->internal_refs > 0) return;
+  /* An arena pool ends only in its collective release (pool.c), never by itself. */
+  if (pool->user_refs + pool->internal_refs > 0 || pool->arena != NULL) return;
   pool->magic = CGC_MAGIC_DEAD; /* no caller may reach it any more */
   if (pool->state.outstanding == 0 && !pool->recording && pool->deferred == NULL) dissolve(pool);
 }

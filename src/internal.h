@@ -181,6 +181,11 @@ struct cgc_stream_s {
  * serves no allocation, and only cgc_empty_cache's cuMemFree (which waits for the device) takes
  * it back. */
 #define CGC__KEY_NO_STREAM(p) ((uint64_t)(uintptr_t)(p) | ((uint64_t)3 << 62))
+/* 1.5: the key of a pool's blocks that cgc_pool_malloc hands out on a stream (its key with bit 61,
+ * which no id, address key or dying key has): reused only by cgc_pool_malloc on that stream, never
+ * by a capture into the pool, so that eager memory and graphs' memory of one pool stay apart. */
+#define CGC__KEY_POOL_EAGER_BIT ((uint64_t)1 << 61)
+#define CGC__KEY_POOL_EAGER(key) ((key) | CGC__KEY_POOL_EAGER_BIT)
 
 /* One stream, resolved for the calling thread. */
 typedef struct cgc__stream_ref {
@@ -232,12 +237,15 @@ typedef struct cgc__use_ops {
   /* The capture that used the object is over; `kept`: a graph now holds it. Returns what each
    * replay passes to before_launch (e.g. how far it advances a generator). */
   uint64_t (*capture_done)(void* object, bool kept);
-  /* Run before each launch of a graph holding the object, on the launch stream with the
-   * device's context current; NULL when the object needs nothing at launch. */
-  CUresult (*before_launch)(void* object, uint64_t amount, CUstream stream);
+  /* Run before each launch of a graph holding the object, on the launch stream (`stream_key`: its
+   * key, stream_ref.c) with the device's context current; NULL when the object needs nothing at
+   * launch. */
+  CUresult (*before_launch)(void* object, uint64_t amount, CUstream stream, uint64_t stream_key);
   /* True when the object may be released only after the graph's last replay is over (a host
    * function's data, a module's code): reset then waits for the graph's completion event. */
   bool release_after_replays;
+  /* Run after each successful launch, as before_launch; NULL when nothing is needed. */
+  CUresult (*after_launch)(void* object, CUstream stream, uint64_t stream_key);
 } cgc__use_ops_t;
 
 struct cgc__use {
@@ -465,6 +473,25 @@ void cgc__pool_unref(cgc_pool_t pool, CUevent fence);
 size_t cgc__pool_reserved(cgc_pool_t pool);
 cgc_status_t cgc__malloc(struct cgc__device* dev, size_t size, const cgc__stream_ref_t* ref, void** out,
                          const char* func);
+/* cgc_pool_malloc: an eager block of `pool` for stream `ref` (not capturing), under the stream's
+ * pool-eager key (CGC__KEY_POOL_EAGER). */
+cgc_status_t cgc__pool_malloc(cgc_pool_t pool, size_t size, const cgc__stream_ref_t* ref, void** out,
+                              const char* func);
+
+/* 1.5: fixed memory a pool is made of (an NCCL pool's registered arena, made by nccl.c): the
+ * pool's one segment, never grown and never given to the device cache. The pool is made with
+ * cgc__pool_create_arena; its collective release (cgc_pool_release of the last reference, refused
+ * while graphs, captures or allocated blocks hold it) synchronises the device, then calls `drop`
+ * once, without locks, with the device's context current: it deregisters and frees the memory
+ * and the struct, and returns what failed (the pool is gone either way). */
+typedef struct cgc__arena {
+  CUdeviceptr base;
+  size_t size;
+  cgc_status_t (*drop)(struct cgc__arena* arena, const char* func);
+} cgc__arena_t;
+/* A pool of `dev` holding one user reference, whose memory is `arena` (owned by the pool from
+ * now on, also on failure: then `drop` has run). */
+cgc_status_t cgc__pool_create_arena(struct cgc__device* dev, cgc__arena_t* arena, cgc_pool_t* out, const char* func);
 /* A stream handle is going away: events are recorded on it now for every block that recorded a
  * use of it, and its cached segments go to other streams once its work is done, so that
  * nothing later touches the dead stream or hands its memory out too early. */
@@ -497,7 +524,7 @@ struct cgc_graph_s {
   atomic_int uploaded;
   struct cgc__use* uses; /* objects the graph holds */
   size_t n_uses;
-  size_t n_prologue; /* how many of them have before_launch: the launch fast path tests this */
+  size_t n_prologue; /* how many of them run at launch (before_launch, after_launch): the fast path tests this */
   /* Serialises what inspects the CUgraph (node counts, DOT dumps, per-node updates): the driver
    * does not allow two threads in one graph at once. Guards `counts`, `counted` and
    * `kernel_nodes`. */

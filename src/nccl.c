@@ -8,11 +8,18 @@
  * NCCL's stable ABI (an opaque communicator pointer, a 128-byte unique id, int enums whose values
  * cgc_dtype_t and cgc_reduce_op_t mirror), and the build then needs no NCCL headers.
  *
- * Graph mixing: NCCL documents that a rank may deadlock when eager collectives and graph
- * launches containing collectives are interleaved across communicators in different orders on
- * different ranks (each rank's NCCL kernels wait for their peers in the order they were
- * enqueued). cgc does not reorder anything: every rank must issue eager calls and graph
- * launches in the same order, as with plain NCCL; docs/NCCL.md says more. */
+ * Order: each rank's NCCL kernels wait for their peers in the order they were enqueued, so every
+ * rank must issue eager calls and graph launches in the same order, as with plain NCCL; cgc
+ * reorders nothing.
+ *
+ * Graph mixing (NCCL_GRAPH_MIXING_SUPPORT, on by default): NCCL makes every graph holding a
+ * collective wait, inside the graph, for the communicator's earlier work, so that graphs and
+ * eager calls of one communicator may be outstanding on several streams at once; it costs about
+ * a microsecond per collective (docs/PERFORMANCE.md). With mixing off that is the program's job.
+ * cgc does it for the work it issues: with mixing off, each communicator remembers the stream its
+ * last eager collective or graph launch went to (an event recorded after it), and work issued on
+ * another stream first waits for that event. So turning mixing off is safe for everything done
+ * through cgc; CGC_NCCL_GRAPH_MIXING=off asks cgc to turn it off (docs/NCCL.md). */
 #include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,6 +34,8 @@ typedef struct {
 typedef int ncclResult_t; /* ncclSuccess = 0 */
 typedef int ncclDataType_t;
 typedef int ncclRedOp_t;
+typedef struct nccl_window* ncclWindow_t; /* 2.27: a registered window, opaque */
+enum { kNcclWinCollSymmetric = 0x01, kNcclInt32 = 2, kNcclMax = 2 };
 
 _Static_assert(sizeof(cgc_comm_id_t) == sizeof(ncclUniqueId), "cgc_comm_id_t carries an ncclUniqueId");
 
@@ -47,7 +56,13 @@ _Static_assert(sizeof(cgc_comm_id_t) == sizeof(ncclUniqueId), "cgc_comm_id_t car
   X(ncclRecv, ncclResult_t, (void*, size_t, ncclDataType_t, int, ncclComm_t, CUstream))                    \
   X(ncclGroupStart, ncclResult_t, (void))                                                                  \
   X(ncclGroupEnd, ncclResult_t, (void))                                                                    \
-  OPT(ncclGetLastError, const char*, (ncclComm_t))
+  OPT(ncclGetLastError, const char*, (ncclComm_t))                                                         \
+  OPT(ncclMemAlloc, ncclResult_t, (void**, size_t))                  /* 2.19 */                            \
+  OPT(ncclMemFree, ncclResult_t, (void*))                                                                  \
+  OPT(ncclCommRegister, ncclResult_t, (ncclComm_t, void*, size_t, void**))                                 \
+  OPT(ncclCommDeregister, ncclResult_t, (ncclComm_t, void*))                                               \
+  OPT(ncclCommWindowRegister, ncclResult_t, (ncclComm_t, void*, size_t, ncclWindow_t*, int)) /* 2.27 */    \
+  OPT(ncclCommWindowDeregister, ncclResult_t, (ncclComm_t, ncclWindow_t))
 
 #define NCCL_FIELD(name, ret, params) ret(*name) params;
 static struct {
@@ -89,8 +104,33 @@ static void* open_nccl(char* tried, size_t tried_size) {
   return NULL;
 }
 
+/* NCCL_GRAPH_MIXING_SUPPORT=0 as NCCL will read it (once, at its first use; set before it loads). */
+static bool mixing_off;
+
+/* CGC_NCCL_GRAPH_MIXING=off turns NCCL's graph mixing off for the process, unless the user set
+ * NCCL_GRAPH_MIXING_SUPPORT already (theirs wins). Runs once, before libnccl.so.2 is opened; NCCL
+ * reads the variable at its first communicator, so a process that used NCCL before cgc keeps what
+ * NCCL read then: cgc says so. */
+static void decide_graph_mixing(void) {
+  const char* asked = getenv("CGC_NCCL_GRAPH_MIXING");
+  const char* nccl_setting = getenv("NCCL_GRAPH_MIXING_SUPPORT");
+  if (asked != NULL && (strcmp(asked, "off") == 0 || strcmp(asked, "0") == 0) && nccl_setting == NULL) {
+    void* already = dlopen("libnccl.so.2", RTLD_NOW | RTLD_NOLOAD);
+    if (already != NULL) {
+      dlclose(already);
+      cgc__log("CGC_NCCL_GRAPH_MIXING=off: libnccl.so.2 was loaded before cgc; if it made a communicator "
+               "already, it keeps graph mixing on, and cgc orders nothing");
+    } else {
+      setenv("NCCL_GRAPH_MIXING_SUPPORT", "0", 0);
+      nccl_setting = "0";
+    }
+  }
+  mixing_off = nccl_setting != NULL && strtol(nccl_setting, NULL, 0) == 0 && nccl_setting[0] != '\0';
+}
+
 static void load_nccl(void) {
   char tried[512] = "";
+  decide_graph_mixing();
   void* lib = open_nccl(tried, sizeof tried);
   if (lib == NULL) {
     load_status = CGC_ERROR_NCCL_UNAVAILABLE;
@@ -160,15 +200,51 @@ struct cgc_comm_s {
   ncclComm_t nccl;
   int rank, nranks;
   atomic_bool aborted;    /* ncclCommAbort freed `nccl`: only destroy may follow */
-  atomic_int graph_refs;  /* captures and graphs holding collectives on it */
+  atomic_int graph_refs;  /* captures and graphs holding collectives on it, and its NCCL pools */
   atomic_bool destroyed;  /* the user destroyed the (aborted) handle while graphs held it */
   atomic_bool retired;
+  /* With graph mixing off: the communicator's last work issued through cgc (an eager collective,
+   * a launch of a graph holding it) and the stream it went to (its key; 0: none yet). Guarded by
+   * order_lock, held only around an event record and a stream wait, which never wait for the GPU. */
+  pthread_mutex_t order_lock;
+  CUevent order_event; /* NULL with mixing on */
+  uint64_t order_key;
 };
+
+/* Frees what the handle owns besides NCCL's communicator (the device's context current or not:
+ * destroying an event needs none). */
+static void free_comm_parts(cgc_comm_t comm) {
+  if (comm->order_event != NULL) cgc__drv.cuEventDestroy(comm->order_event);
+  comm->order_event = NULL;
+  pthread_mutex_destroy(&comm->order_lock);
+}
+
+/* Before work of `comm` on `stream` (context current): wait for its last work if that went to
+ * another stream. */
+static CUresult order_before(cgc_comm_t comm, CUstream stream, uint64_t key) {
+  CUresult r = CUDA_SUCCESS;
+  pthread_mutex_lock(&comm->order_lock);
+  if (comm->order_key != 0 && comm->order_key != key) r = cgc__drv.cuStreamWaitEvent(stream, comm->order_event, 0);
+  pthread_mutex_unlock(&comm->order_lock);
+  return r;
+}
+
+/* After it: the event marks it as the communicator's last work. */
+static CUresult order_after(cgc_comm_t comm, CUstream stream, uint64_t key) {
+  pthread_mutex_lock(&comm->order_lock);
+  CUresult r = cgc__drv.cuEventRecord(comm->order_event, stream);
+  if (r == CUDA_SUCCESS) comm->order_key = key;
+  pthread_mutex_unlock(&comm->order_lock);
+  return r;
+}
 
 /* Frees the handle once: after destroy, when no graph holds it any more. */
 static void retire_once(cgc_comm_t comm) {
   bool expected = false;
-  if (atomic_compare_exchange_strong(&comm->retired, &expected, true)) cgc__retire(comm);
+  if (atomic_compare_exchange_strong(&comm->retired, &expected, true)) {
+    free_comm_parts(comm);
+    cgc__retire(comm);
+  }
 }
 
 static void comm_retain(void* object) { atomic_fetch_add(&((cgc_comm_t)object)->graph_refs, 1); }
@@ -189,6 +265,19 @@ static uint64_t comm_capture_done(void* object, bool kept) {
  * graph that references the communicator). Nothing to do at launch. */
 static const cgc__use_ops_t comm_use_ops = {"communicator", comm_retain, comm_release, comm_capture_done, NULL};
 
+static CUresult comm_before_launch(void* object, uint64_t amount, CUstream stream, uint64_t stream_key) {
+  (void)amount;
+  return order_before(object, stream, stream_key);
+}
+
+static CUresult comm_after_launch(void* object, CUstream stream, uint64_t stream_key) {
+  return order_after(object, stream, stream_key);
+}
+
+/* With graph mixing off, the graph's launches also keep the communicator's work in one order. */
+static const cgc__use_ops_t comm_ordered_use_ops = {
+    "communicator", comm_retain, comm_release, comm_capture_done, comm_before_launch, false, comm_after_launch};
+
 /* A collective enqueued into a cgc capture: the capture (then its graph) holds the communicator. */
 static cgc_status_t note_capture(cgc_comm_t comm, cgc_stream_t stream, const char* func) {
   if (cgc__captures_underway() == 0 || stream->kind == CGC__STREAM_LEGACY) return CGC_SUCCESS;
@@ -198,7 +287,8 @@ static cgc_status_t note_capture(cgc_comm_t comm, cgc_stream_t stream, const cha
   if (cgc__stream_resolve(stream, true, &ref, func) != CGC_SUCCESS || !ref.capturing || ref.invalidated ||
       !cgc__registry_is_cgc_capture(ref.capture_id))
     return CGC_SUCCESS;
-  return cgc__registry_add_use(ref.capture_id, &comm_use_ops, comm, func);
+  return cgc__registry_add_use(ref.capture_id, comm->order_event != NULL ? &comm_ordered_use_ops : &comm_use_ops,
+                               comm, func);
 }
 
 /* NCCL's setup and teardown allocate, free and synchronise: calls that would break a Global
@@ -253,12 +343,14 @@ cgc_status_t cgc_comm_create(cgc_context_t ctx, int nranks, const cgc_comm_id_t*
   bool initialised = false;
   ncclResult_t r;
   cgc_comm_t comm = calloc(1, sizeof *comm);
-  if (comm == NULL) {
-    st = cgc__fail(CGC_ERROR_OUT_OF_MEMORY, __func__, "out of host memory");
-    goto fail;
-  }
+  if (comm == NULL) return cgc__fail(CGC_ERROR_OUT_OF_MEMORY, __func__, "out of host memory");
+  pthread_mutex_init(&comm->order_lock, NULL);
   st = cgc__ctx_enter(ctx->dev, &scope, __func__); /* NCCL takes the device from the current context */
   if (st != CGC_SUCCESS) goto fail;
+  if (mixing_off) {
+    st = cgc__cu_fail(cgc__drv.cuEventCreate(&comm->order_event, CU_EVENT_DISABLE_TIMING), __func__, "cuEventCreate");
+    if (st != CGC_SUCCESS) goto fail;
+  }
   ncclUniqueId nid;
   memcpy(nid.internal, id->internal, sizeof nid.internal);
   NCCL_RELAXED(r, nccl.ncclCommInitRank(&comm->nccl, nranks, nid, rank));
@@ -280,6 +372,7 @@ cgc_status_t cgc_comm_create(cgc_context_t ctx, int nranks, const cgc_comm_id_t*
 fail:
   if (initialised) NCCL_RELAXED(r, nccl.ncclCommAbort(comm->nccl));
   cgc__ctx_leave(&scope);
+  free_comm_parts(comm);
   free(comm);
   return st;
 }
@@ -301,8 +394,8 @@ cgc_status_t cgc_comm_destroy(cgc_comm_t comm) {
   int refs = atomic_load(&comm->graph_refs);
   if (refs > 0 && !atomic_load(&comm->aborted))
     return cgc__fail(CGC_ERROR_INVALID_STATE, __func__,
-                     "%d graph(s) or capture(s) hold collectives on communicator %p: destroy them first "
-                     "(ncclCommDestroy would wait for them)",
+                     "%d graph(s) or capture(s) hold collectives on communicator %p, or NCCL pools of it exist: "
+                     "destroy them first, and release the pools (ncclCommDestroy would wait for the graphs)",
                      refs, (void*)comm);
   if (!atomic_load(&comm->aborted)) {
     st = cgc__capture_guard(comm->dev, CGC__GUARD_AS_GLOBAL, "ncclCommDestroy (it frees and synchronises)", __func__);
@@ -315,6 +408,7 @@ cgc_status_t cgc_comm_destroy(cgc_comm_t comm) {
       if (r != 0) st = nccl_fail(r, NULL, __func__, "ncclCommDestroy");
       cgc__ctx_leave(&scope);
     }
+    free_comm_parts(comm);
     cgc__retire(comm);
     return st;
   }
@@ -391,17 +485,65 @@ static cgc_status_t check_call(cgc_comm_t comm, cgc_stream_t stream, cgc_dtype_t
   return CGC_SUCCESS;
 }
 
+/* With graph mixing off, an eager collective on a stream that is not capturing is ordered after
+ * the communicator's last work (order_before); *order_key is then its stream's key, else 0.
+ * Context current. */
+static cgc_status_t order_eager(cgc_comm_t comm, cgc_stream_t stream, uint64_t* order_key, const char* func) {
+  *order_key = 0;
+  if (comm->order_event == NULL) return CGC_SUCCESS;
+  cgc__stream_ref_t ref;
+  cgc_status_t st = cgc__stream_resolve(stream, true, &ref, func);
+  if (st != CGC_SUCCESS || ref.capturing) return st; /* captured: its graph's launches are ordered */
+  st = cgc__cu_fail(order_before(comm, ref.cu, ref.key), func, "cuStreamWaitEvent (after the communicator's last work)");
+  if (st == CGC_SUCCESS) *order_key = ref.key;
+  return st;
+}
+
+/* Collectives inside ncclGroupStart/End are launched at the group's end: with mixing off their
+ * order events are recorded then. Per thread, as NCCL's groups are. */
+typedef struct grouped_work {
+  cgc_comm_t comm;
+  CUstream cu;
+  uint64_t key;
+} grouped_work_t;
+static _Thread_local int group_depth;
+static _Thread_local grouped_work_t* grouped;
+static _Thread_local size_t n_grouped, cap_grouped;
+
+/* After a collective was enqueued on a stream that is ordered (order_key != 0): its order event
+ * now, or at its group's end. Context current. */
+static cgc_status_t order_enqueued(cgc_comm_t comm, CUstream cu, uint64_t order_key, const char* func) {
+  if (group_depth == 0)
+    return cgc__cu_fail(order_after(comm, cu, order_key), func, "cuEventRecord (the communicator's order)");
+  if (n_grouped == cap_grouped) {
+    size_t cap = cap_grouped ? 2 * cap_grouped : 16;
+    grouped_work_t* more = realloc(grouped, cap * sizeof *more);
+    if (more == NULL) return cgc__fail(CGC_ERROR_OUT_OF_MEMORY, func, "out of host memory");
+    grouped = more;
+    cap_grouped = cap;
+  }
+  grouped[n_grouped++] = (grouped_work_t){comm, cu, order_key};
+  return CGC_SUCCESS;
+}
+
 /* Runs an NCCL enqueue with the device current (the legacy stream and NCCL's own device lookups
  * both resolve through it) and maps its result. */
-#define ENQUEUE(comm, stream, call_text, expr)                                            \
-  do {                                                                                     \
-    cgc__ctx_scope_t scope_;                                                               \
-    cgc_status_t st_ = note_capture((comm), (stream), __func__);                           \
-    if (st_ == CGC_SUCCESS) st_ = cgc__ctx_enter((comm)->dev, &scope_, __func__);          \
-    if (st_ != CGC_SUCCESS) return st_;                                                    \
-    ncclResult_t r_ = (expr);                                                              \
-    cgc__ctx_leave(&scope_);                                                               \
-    return r_ == 0 ? CGC_SUCCESS : nccl_fail(r_, (comm)->nccl, __func__, call_text);        \
+#define ENQUEUE(comm, stream, call_text, expr)                                                          \
+  do {                                                                                                   \
+    cgc__ctx_scope_t scope_;                                                                             \
+    uint64_t order_key_ = 0;                                                                             \
+    cgc_status_t st_ = note_capture((comm), (stream), __func__);                                         \
+    if (st_ == CGC_SUCCESS) st_ = cgc__ctx_enter((comm)->dev, &scope_, __func__);                        \
+    if (st_ != CGC_SUCCESS) return st_;                                                                  \
+    st_ = order_eager((comm), (stream), &order_key_, __func__);                                          \
+    ncclResult_t r_ = 0;                                                                                 \
+    if (st_ == CGC_SUCCESS) {                                                                            \
+      r_ = (expr);                                                                                       \
+      st_ = r_ == 0 ? CGC_SUCCESS : nccl_fail(r_, (comm)->nccl, __func__, call_text);                    \
+    }                                                                                                    \
+    if (st_ == CGC_SUCCESS && order_key_ != 0) st_ = order_enqueued((comm), stream->cu, order_key_, __func__); \
+    cgc__ctx_leave(&scope_);                                                                             \
+    return st_;                                                                                          \
   } while (0)
 
 cgc_status_t cgc_all_reduce(cgc_comm_t comm, const void* send, void* recv, size_t count, cgc_dtype_t dtype,
@@ -459,12 +601,224 @@ cgc_status_t cgc_group_start(void) {
   cgc_status_t st = nccl_load(__func__);
   if (st != CGC_SUCCESS) return st;
   ncclResult_t r = nccl.ncclGroupStart();
-  return r == 0 ? CGC_SUCCESS : nccl_fail(r, NULL, __func__, "ncclGroupStart");
+  if (r != 0) return nccl_fail(r, NULL, __func__, "ncclGroupStart");
+  group_depth++;
+  return CGC_SUCCESS;
 }
 
 cgc_status_t cgc_group_end(void) {
   cgc_status_t st = nccl_load(__func__);
   if (st != CGC_SUCCESS) return st;
   ncclResult_t r = nccl.ncclGroupEnd();
-  return r == 0 ? CGC_SUCCESS : nccl_fail(r, NULL, __func__, "ncclGroupEnd");
+  if (group_depth > 0) group_depth--;
+  if (r != 0) st = nccl_fail(r, NULL, __func__, "ncclGroupEnd");
+  /* The outermost end launched the group's collectives: each marks its communicator's order now
+   * (after a failed end nothing was launched, and nothing is marked). */
+  for (size_t i = 0; group_depth == 0 && i < n_grouped; i++) {
+    grouped_work_t* w = &grouped[i];
+    cgc__ctx_scope_t scope;
+    cgc_status_t marked = st == CGC_SUCCESS ? cgc__ctx_enter(w->comm->dev, &scope, __func__) : st;
+    if (marked != CGC_SUCCESS) continue;
+    marked = cgc__cu_fail(order_after(w->comm, w->cu, w->key), __func__, "cuEventRecord (the communicator's order)");
+    cgc__ctx_leave(&scope);
+    if (st == CGC_SUCCESS) st = marked;
+  }
+  if (group_depth == 0) { /* nothing stays with the thread between groups */
+    free(grouped);
+    grouped = NULL;
+    n_grouped = cap_grouped = 0;
+  }
+  return st;
+}
+
+/* ---- NCCL pools (1.5): a pool whose memory is registered with a communicator ---- */
+
+static const char* const kMemoryNames[] = {"plain", "registered", "symmetric"};
+
+/* The arena of an NCCL pool: its memory, where it came from and its registration. */
+typedef struct nccl_arena {
+  cgc__arena_t base;
+  cgc_comm_t comm;       /* held (graph_refs) until the arena is dropped */
+  bool from_nccl;        /* ncclMemAlloc'ed (else cuMemAlloc'ed) */
+  void* registration;    /* ncclCommRegister's handle, or NULL */
+  ncclWindow_t window;   /* ncclCommWindowRegister's window, or NULL */
+} nccl_arena_t;
+
+/* Drops the registration (collective for a window: every rank releases its pool alike), frees the
+ * memory, lets go of the communicator. After an abort NCCL has freed the communicator and what
+ * was registered with it: only the memory is left to free. */
+static cgc_status_t drop_arena(cgc__arena_t* base, const char* func) {
+  nccl_arena_t* arena = (nccl_arena_t*)base;
+  cgc_comm_t comm = arena->comm;
+  cgc_status_t st = CGC_SUCCESS;
+  ncclResult_t r = 0;
+  bool comm_alive = comm != NULL && !atomic_load(&comm->aborted);
+  if (comm_alive && arena->window != NULL) {
+    NCCL_RELAXED(r, nccl.ncclCommWindowDeregister(comm->nccl, arena->window));
+    if (r != 0) st = nccl_fail(r, comm->nccl, func, "ncclCommWindowDeregister");
+  }
+  if (comm_alive && arena->registration != NULL) {
+    NCCL_RELAXED(r, nccl.ncclCommDeregister(comm->nccl, arena->registration));
+    if (r != 0 && st == CGC_SUCCESS) st = nccl_fail(r, comm->nccl, func, "ncclCommDeregister");
+  }
+  if (arena->base.base != 0) {
+    if (arena->from_nccl) {
+      NCCL_RELAXED(r, nccl.ncclMemFree((void*)(uintptr_t)arena->base.base));
+      if (r != 0 && st == CGC_SUCCESS) st = nccl_fail(r, NULL, func, "ncclMemFree");
+    } else {
+      CUresult cr = cgc__relaxed_mem_free(arena->base.base);
+      if (st == CGC_SUCCESS) st = cgc__cu_fail(cr, func, "cuMemFree");
+    }
+  }
+  if (comm != NULL) comm_release(comm);
+  free(arena);
+  return st;
+}
+
+/* The best kind this NCCL offers up to `wanted`. */
+static cgc_nccl_memory_t available_kind(cgc_nccl_memory_t wanted) {
+  if (wanted == CGC_NCCL_MEMORY_SYMMETRIC && (nccl.ncclCommWindowRegister == NULL || nccl.ncclCommWindowDeregister == NULL))
+    wanted = CGC_NCCL_MEMORY_REGISTERED;
+  if (wanted == CGC_NCCL_MEMORY_REGISTERED &&
+      (nccl.ncclMemAlloc == NULL || nccl.ncclMemFree == NULL || nccl.ncclCommRegister == NULL ||
+       nccl.ncclCommDeregister == NULL))
+    wanted = CGC_NCCL_MEMORY_PLAIN;
+  return wanted;
+}
+
+/* Allocates the arena's memory: ncclMemAlloc for a kind NCCL registers, else cuMemAlloc. */
+static cgc_status_t allocate_arena(nccl_arena_t* arena, cgc_nccl_memory_t kind, const char* func) {
+  if (kind == CGC_NCCL_MEMORY_PLAIN)
+    return cgc__cu_fail(cgc__relaxed_mem_alloc(&arena->base.base, arena->base.size), func, "cuMemAlloc");
+  void* p = NULL;
+  ncclResult_t r;
+  NCCL_RELAXED(r, nccl.ncclMemAlloc(&p, arena->base.size));
+  if (r != 0) return nccl_fail(r, arena->comm->nccl, func, "ncclMemAlloc");
+  arena->base.base = (CUdeviceptr)(uintptr_t)p;
+  arena->from_nccl = true;
+  return CGC_SUCCESS;
+}
+
+/* Registers it with the communicator as `kind` (a symmetric window is collective). */
+static cgc_status_t register_arena(nccl_arena_t* arena, cgc_nccl_memory_t kind, const char* func) {
+  ncclComm_t c = arena->comm->nccl;
+  void* p = (void*)(uintptr_t)arena->base.base;
+  ncclResult_t r = 0;
+  if (kind == CGC_NCCL_MEMORY_SYMMETRIC) {
+    NCCL_RELAXED(r, nccl.ncclCommWindowRegister(c, p, arena->base.size, &arena->window, kNcclWinCollSymmetric));
+    return r == 0 ? CGC_SUCCESS : nccl_fail(r, c, func, "ncclCommWindowRegister (symmetric)");
+  }
+  if (kind == CGC_NCCL_MEMORY_REGISTERED) {
+    NCCL_RELAXED(r, nccl.ncclCommRegister(c, p, arena->base.size, &arena->registration));
+    return r == 0 ? CGC_SUCCESS : nccl_fail(r, c, func, "ncclCommRegister");
+  }
+  return CGC_SUCCESS;
+}
+
+/* Every rank learns the lowest and highest of the ranks' `mine` (an eager all-reduce with max of
+ * (mine, -mine) through the 8-byte device buffer `scratch`, waited for). A rank whose own step
+ * failed passes -1, so that the others fail with it instead of waiting for it in a later
+ * collective step. */
+static cgc_status_t agree(cgc_comm_t comm, CUdeviceptr scratch, int mine, int* lowest, int* highest, const char* func) {
+  CUstream s = NULL;
+  int32_t values[2] = {mine, -mine};
+  cgc_status_t st = cgc__cu_fail(cgc__drv.cuStreamCreateWithPriority(&s, CU_STREAM_NON_BLOCKING, 0), func,
+                                 "cuStreamCreateWithPriority");
+  if (st == CGC_SUCCESS)
+    st = cgc__cu_fail(cgc__drv.cuMemcpyHtoDAsync(scratch, values, sizeof values, s), func, "cuMemcpyHtoDAsync");
+  if (st == CGC_SUCCESS) {
+    void* buf = (void*)(uintptr_t)scratch;
+    ncclResult_t r = nccl.ncclAllReduce(buf, buf, 2, kNcclInt32, kNcclMax, comm->nccl, s);
+    if (r != 0) st = nccl_fail(r, comm->nccl, func, "ncclAllReduce (the ranks' agreement on the pool)");
+  }
+  if (st == CGC_SUCCESS)
+    st = cgc__cu_fail(cgc__drv.cuMemcpyDtoHAsync(values, scratch, sizeof values, s), func, "cuMemcpyDtoHAsync");
+  if (st == CGC_SUCCESS) {
+    CUresult cr;
+    NCCL_RELAXED(cr, cgc__drv.cuStreamSynchronize(s));
+    st = cgc__cu_fail(cr, func, "cuStreamSynchronize");
+  }
+  if (s != NULL) cgc__drv.cuStreamDestroy(s);
+  *highest = values[0];
+  *lowest = -values[1];
+  return st;
+}
+
+static const char* memory_name(int kind) { return kind >= 0 && kind <= 2 ? kMemoryNames[kind] : "none (failed)"; }
+
+/* One step every rank takes (allocating, registering): `local` is this rank's result. Each rank
+ * then knows whether all succeeded with the same kind; if not, all fail alike, this rank with its
+ * own error when it had one. */
+static cgc_status_t step_together(cgc_comm_t comm, CUdeviceptr scratch, cgc_status_t local, cgc_nccl_memory_t kind,
+                                  const char* step, const char* func) {
+  int lowest = 0, highest = 0;
+  cgc_status_t st = agree(comm, scratch, local == CGC_SUCCESS ? (int)kind : -1, &lowest, &highest, func);
+  if (st != CGC_SUCCESS) return st;
+  if (local != CGC_SUCCESS) {
+    cgc__append(" (no rank of communicator %p gets the pool)", (void*)comm);
+    return local;
+  }
+  if (lowest < 0)
+    return cgc__fail(CGC_ERROR_INVALID_STATE, func,
+                     "another rank of communicator %p failed %s its part of the pool (its cgc_last_error says "
+                     "why): no rank gets the pool",
+                     (void*)comm, step);
+  if (lowest != highest)
+    return cgc__fail(CGC_ERROR_INVALID_STATE, func,
+                     "the ranks of communicator %p got different kinds of memory (from %s to %s; this rank: %s): "
+                     "NCCL leaves collectives on registered and unregistered buffers undefined, so no rank gets "
+                     "the pool; ask every rank for the same kind, with the same NCCL",
+                     (void*)comm, memory_name(lowest), memory_name(highest), memory_name(kind));
+  return CGC_SUCCESS;
+}
+
+cgc_status_t cgc_nccl_pool_create(cgc_comm_t comm, size_t capacity, cgc_nccl_memory_t wanted, cgc_pool_t* out,
+                                  cgc_nccl_memory_t* got) {
+  CGC_CHECK_ARG(out != NULL, "out is NULL");
+  *out = NULL;
+  cgc_status_t st = check_comm(comm, __func__);
+  if (st != CGC_SUCCESS) return st;
+  CGC_CHECK_ARG((unsigned)wanted <= CGC_NCCL_MEMORY_SYMMETRIC, "wanted %d is not a cgc_nccl_memory_t", (int)wanted);
+  CGC_CHECK_ARG(capacity > 0 && capacity <= ((size_t)1 << 48), "capacity %zu is outside (0, 2^48]", capacity);
+  st = cgc__capture_guard(comm->dev, CGC__GUARD_AS_GLOBAL,
+                          "registering memory with NCCL (it allocates, maps and synchronises)", __func__);
+  if (st != CGC_SUCCESS) return st;
+  cgc_nccl_memory_t kind = available_kind(wanted);
+  nccl_arena_t* arena = calloc(1, sizeof *arena);
+  if (arena == NULL) return cgc__fail(CGC_ERROR_OUT_OF_MEMORY, __func__, "out of host memory");
+  /* Whole 2 MiB pages: ncclMemAlloc's granularity on these GPUs, and 4 KiB-aligned as windows must be. */
+  const size_t page = (size_t)2 << 20;
+  arena->base.size = (capacity + page - 1) / page * page;
+  arena->base.drop = drop_arena;
+  arena->comm = comm;
+  comm_retain(comm);
+  cgc__ctx_scope_t scope;
+  st = cgc__ctx_enter(comm->dev, &scope, __func__);
+  if (st != CGC_SUCCESS) {
+    drop_arena(&arena->base, __func__);
+    return st;
+  }
+  /* Every rank steps together: a rank that fails alone must not leave the others waiting in the
+   * next collective step (the window's registration, the first collective on the pool). */
+  CUdeviceptr scratch = 0;
+  st = cgc__cu_fail(cgc__relaxed_mem_alloc(&scratch, 2 * sizeof(int32_t)), __func__, "cuMemAlloc (8 bytes)");
+  if (st == CGC_SUCCESS)
+    st = step_together(comm, scratch, allocate_arena(arena, kind, __func__), kind, "allocating", __func__);
+  if (st == CGC_SUCCESS)
+    st = step_together(comm, scratch, register_arena(arena, kind, __func__), kind, "registering", __func__);
+  if (scratch != 0) cgc__relaxed_mem_free(scratch);
+  if (st != CGC_SUCCESS) {
+    drop_arena(&arena->base, __func__);
+    cgc__ctx_leave(&scope);
+    return st;
+  }
+  cgc__ctx_leave(&scope);
+  st = cgc__pool_create_arena(comm->dev, &arena->base, out, __func__); /* drops the arena on failure */
+  if (st != CGC_SUCCESS) return st;
+  if (got != NULL) *got = kind;
+  if (kind != wanted)
+    cgc__warn(__func__,
+              "NCCL %d gives %s memory, not %s (registered needs NCCL >= 2.19, symmetric >= 2.27): pool %p is %s",
+              nccl.version, kMemoryNames[kind], kMemoryNames[wanted], (void*)*out, kMemoryNames[kind]);
+  return CGC_SUCCESS;
 }

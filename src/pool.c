@@ -51,21 +51,139 @@ cgc_status_t cgc_pool_retain(cgc_pool_t pool) {
   return st;
 }
 
+/* ---- arena pools (1.5: an NCCL pool's registered memory, nccl.c) ---- */
+
+cgc_status_t cgc__pool_create_arena(struct cgc__device* dev, cgc__arena_t* arena, cgc_pool_t* out, const char* func) {
+  *out = NULL;
+  struct cgc__allocator* a = cgc__allocator_of(dev);
+  cgc_pool_t pool = a ? new_pool(a) : NULL;
+  cgc__block_t* whole = pool ? calloc(1, sizeof *whole) : NULL;
+  if (whole == NULL) goto fail;
+  pool->arena = arena;
+  pool->user_refs = 1;
+  cgc__alloc_lock(a);
+  /* One free block spanning the arena, owned by no stream yet (heap.c's take_cached cuts it). */
+  cgc__block_init(whole, arena->base, arena->size, CGC_ANY_STREAM, &pool->state, false);
+  bool inserted = cgc__set_insert(&pool->state.large, whole);
+  if (inserted) {
+    cgc__stats_add_reserved(&pool->state.stats, (long long)arena->size);
+    cgc__stats_add_reserved(&a->total, (long long)arena->size);
+    pool->state.stats.driver_allocs++;
+    a->total.driver_allocs++;
+  }
+  cgc__alloc_unlock(a);
+  if (!inserted) goto fail;
+  *out = pool;
+  return CGC_SUCCESS;
+
+fail: /* out of host memory: nothing of the allocator refers to the pool or its block */
+  free(whole);
+  free(pool);
+  arena->drop(arena, func);
+  return cgc__fail(CGC_ERROR_OUT_OF_MEMORY, func, "out of host memory");
+}
+
+/* The collective end of an arena pool, at its last user reference (lock held on entry, released
+ * on return). Refused, changing nothing, while anything still uses its memory: the registration
+ * it drops is what every rank's graphs and buffers rely on. Otherwise its blocks are dropped, the
+ * device synchronised (its graphs' last replays and eager work on its blocks are then over: an
+ * eagerly freed block is reused without a fence, so nothing else says when they end), and the
+ * arena dropped. */
+static cgc_status_t release_arena(struct cgc__allocator* a, cgc_pool_t pool, const char* func) {
+  if (pool->internal_refs > 0 || pool->state.outstanding > 0 || pool->recording) {
+    size_t blocks = pool->state.outstanding;
+    long holders = pool->internal_refs;
+    cgc__alloc_unlock(a);
+    return cgc__fail(CGC_ERROR_INVALID_STATE, func,
+                     "NCCL pool %p still has %zu block(s) allocated (or waiting for their streams) and %ld graph(s) "
+                     "or capture(s) holding it: free the blocks and destroy the graphs first, on every rank "
+                     "(its release is collective: it drops the communicator's registration)",
+                     (void*)pool, blocks, holders);
+  }
+  pool->user_refs = 0;
+  pool->magic = CGC_MAGIC_DEAD; /* no caller reaches it any more */
+  cgc__state_coalesce(&pool->state, cgc__alloc_recycle_block, a);
+  cgc__block_set_t* sets[2] = {&pool->state.small, &pool->state.large};
+  for (int i = 0; i < 2; i++) {
+    for (size_t j = 0; j < sets[i]->n; j++) cgc__alloc_recycle_block(sets[i]->items[j], a);
+    cgc__set_free(sets[i]);
+  }
+  cgc__stats_add_reserved(&a->total, -(long long)pool->arena->size);
+  a->total.driver_frees++;
+  cgc__fence_t** fences = pool->fences;
+  size_t n_fences = pool->n_fences;
+  pool->fences = NULL;
+  pool->n_fences = 0;
+  cgc__alloc_unlock(a);
+
+  cgc__ctx_scope_t scope;
+  cgc_status_t st = cgc__ctx_enter(pool->dev, &scope, func);
+  if (st == CGC_SUCCESS) {
+    CUstreamCaptureMode previous = cgc__relaxed_begin();
+    st = cgc__cu_fail(cgc__drv.cuCtxSynchronize(), func, "cuCtxSynchronize (before dropping the registration)");
+    cgc__relaxed_end(previous);
+    cgc_status_t dropped = pool->arena->drop(pool->arena, func);
+    if (st == CGC_SUCCESS) st = dropped;
+    cgc__ctx_leave(&scope);
+  } else {
+    pool->arena->drop(pool->arena, func); /* the context is gone: NCCL frees what it can */
+  }
+  pool->arena = NULL;
+  cgc__alloc_lock(a);
+  for (size_t i = 0; i < n_fences; i++) cgc__fence_put(a, fences[i]);
+  cgc__alloc_unlock(a);
+  free(fences);
+  cgc__retire(pool);
+  return st;
+}
+
 cgc_status_t cgc_pool_release(cgc_pool_t pool) {
   CGC_CHECK_HANDLE(pool, CGC_MAGIC_POOL);
   struct cgc__allocator* a = pool->state.allocator;
+  /* An arena pool's last release synchronises the device: asked first, before anything changes. */
+  if (pool->arena != NULL) {
+    cgc_status_t st = cgc__capture_guard(pool->dev, CGC__GUARD_DEVICE,
+                                         "releasing an NCCL pool (it synchronises the device)", __func__);
+    if (st != CGC_SUCCESS) return st;
+  }
   cgc__alloc_lock(a);
   cgc_status_t st = cgc__check_handle(pool, CGC_MAGIC_POOL, __func__, "pool");
   if (st == CGC_SUCCESS && pool->user_refs == 0)
     st = cgc__fail(CGC_ERROR_INVALID_STATE, __func__,
                    "pool %p holds no reference of yours (cgc_graph_pool lends one: cgc_pool_retain it first)",
                    (void*)pool);
+  if (st == CGC_SUCCESS && pool->arena != NULL && pool->user_refs == 1) return release_arena(a, pool, __func__);
   if (st == CGC_SUCCESS) {
     pool->user_refs--;
     cgc__pool_dissolve_if_unused(pool);
   }
   cgc__alloc_unlock(a);
   return st;
+}
+
+cgc_status_t cgc_pool_malloc(cgc_pool_t pool, size_t size, cgc_stream_t stream, void** out) {
+  CGC_CHECK_ARG(out != NULL, "out is NULL");
+  *out = NULL;
+  CGC_CHECK_HANDLE(pool, CGC_MAGIC_POOL);
+  CGC_CHECK_HANDLE(stream, CGC_MAGIC_STREAM);
+  if (stream->dev != pool->dev)
+    return cgc__fail(CGC_ERROR_INVALID_ARGUMENT, __func__, "stream %p is on device %d, pool %p on device %d",
+                     (void*)stream->cu, stream->dev->ordinal, (void*)pool, pool->dev->ordinal);
+  if (stream->body != NULL)
+    return cgc__fail(CGC_ERROR_CAPTURE_UNSUPPORTED, __func__,
+                     "stream %p is a conditional body's: inside a capture, cgc_malloc allocates from the capture's pool",
+                     (void*)stream->cu);
+  if (size == 0) return CGC_SUCCESS;
+  bool ask = cgc__captures_underway() > 0 || atomic_load_explicit(&cgc__adopted_captures, memory_order_relaxed) > 0;
+  cgc__stream_ref_t ref;
+  cgc_status_t st = cgc__stream_resolve(stream, ask, &ref, __func__);
+  if (st != CGC_SUCCESS) return st;
+  if (ref.capturing)
+    return cgc__fail(CGC_ERROR_CAPTURE_UNSUPPORTED, __func__,
+                     "stream %p is capturing (capture id %llu): cgc_pool_malloc is for eager memory; inside a capture "
+                     "cgc_malloc allocates from the capture's pool (options->pool)",
+                     (void*)stream->cu, (unsigned long long)ref.capture_id);
+  return cgc__pool_malloc(pool, size, &ref, out, __func__);
 }
 
 /* (lock held) Routes the allocations of capture `capture_id` (0: its driver capture not begun yet,

@@ -219,7 +219,8 @@ static uint64_t rng_capture_done(void* object, bool kept) {
 
 /* Before each replay: the generator's seed and offset into its device slots (a one-thread
  * kernel on the launch stream), then the offset advances by what one replay consumes. */
-static CUresult rng_before_launch(void* object, uint64_t amount, CUstream stream) {
+static CUresult rng_before_launch(void* object, uint64_t amount, CUstream stream, uint64_t stream_key) {
+  (void)stream_key;
   cgc_rng_t rng = object;
   pthread_mutex_lock(&rng->lock);
   unsigned long long seed = rng->seed, offset = rng->offset;

@@ -147,6 +147,44 @@ TEST_F(Blocks, UnmergedFreesCoalesceIntoTheWholeSegmentLater) {
   EXPECT_EQ(cgc__state_coalesce(&state_, Recycle, &recycled_), 0u);
 }
 
+// An NCCL pool's arena is one segment whose blocks belong to several streams: a block freed by
+// stream A must never merge into memory stream B may take (or into the arena's unowned part),
+// or B would reuse A's memory before A's work is done.
+TEST_F(Blocks, NeighboursOfDifferentStreamsNeverMerge) {
+  cgc__block_t* arena = Segment(0x30000000, 64 << 20, 0 /* unowned */, false);
+  ASSERT_TRUE(cgc__set_insert(&state_.large, arena));
+  cgc__block_t* a = cgc__set_take_best_fit(&state_.large, 0, 8 << 20, NewSpare, nullptr);
+  ASSERT_EQ(a, arena);
+  a->stream = kStreamA;  // cut first, keyed after: the rest stays unowned
+  a->state = CGC_BLOCK_ALLOCATED;
+  cgc__block_t* b = cgc__set_take_best_fit(&state_.large, 0, 8 << 20, NewSpare, nullptr);
+  ASSERT_NE(b, nullptr);
+  b->stream = kStreamB;
+  b->state = CGC_BLOCK_ALLOCATED;
+  ASSERT_EQ(a->next, b);
+  cgc__block_t* rest = b->next;
+  ASSERT_NE(rest, nullptr);
+  EXPECT_EQ(rest->stream, 0u);
+
+  EXPECT_EQ(cgc__block_release(a, Recycle, &recycled_), a) << "alone: nothing of its stream next to it";
+  EXPECT_EQ(cgc__block_release(b, Recycle, &recycled_), b) << "A's and the unowned neighbours stay apart";
+  EXPECT_EQ(a->size, 8u << 20);
+  EXPECT_EQ(b->size, 8u << 20);
+  EXPECT_EQ(cgc__state_coalesce(&state_, Recycle, &recycled_), 0u);
+  EXPECT_EQ(state_.large.n, 3u);
+  EXPECT_EQ(cgc__set_best_fit(&state_.large, kStreamB, 1), b);
+  EXPECT_EQ(cgc__set_best_fit(&state_.large, kStreamA, 1), a);
+  EXPECT_EQ(cgc__set_best_fit(&state_.large, 0, 40 << 20), rest);
+
+  // Two freed pieces of one stream still merge.
+  cgc__set_erase(&state_.large, a);
+  ASSERT_TRUE(cgc__block_split(a, 4 << 20, NewBlock()));  // remainder (stream A) goes back to the set
+  a->state = CGC_BLOCK_ALLOCATED;
+  EXPECT_EQ(cgc__block_release(a, Recycle, &recycled_), a);
+  EXPECT_EQ(a->size, 8u << 20) << "same-stream neighbours merged";
+  EXPECT_EQ(state_.large.n, 3u);
+}
+
 TEST_F(Blocks, BlocksOfASmallSegmentStayInTheSmallSet) {
   cgc__block_t* seg = Segment(0x10000000, 2 << 20, kStreamA, true);
   ASSERT_TRUE(cgc__block_split(seg, 512, NewBlock()));

@@ -51,6 +51,31 @@ TEST_F(NcclArgs, NullAndForeignArgumentsAreRefused) {
   EXPECT_EQ(cgc_recv(comm, &buf, 1, CGC_INT32, 1, nullptr), CGC_ERROR_INVALID_HANDLE);
 }
 
+TEST_F(NcclArgs, NcclPoolCreationRefusesBadArgumentsAndChangesNothing) {
+  cgc_comm_t comm = reinterpret_cast<cgc_comm_t>(not_an_object);
+  cgc_pool_t pool = reinterpret_cast<cgc_pool_t>(not_an_object);
+  cgc_nccl_memory_t got = CGC_NCCL_MEMORY_SYMMETRIC;
+  EXPECT_EQ(cgc_nccl_pool_create(comm, 1 << 20, CGC_NCCL_MEMORY_SYMMETRIC, nullptr, &got), CGC_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(cgc_last_error()).find("cgc_nccl_pool_create"), std::string::npos) << cgc_last_error();
+  EXPECT_EQ(cgc_nccl_pool_create(nullptr, 1 << 20, CGC_NCCL_MEMORY_SYMMETRIC, &pool, &got), CGC_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(pool, nullptr) << "out is cleared on failure";
+  pool = reinterpret_cast<cgc_pool_t>(not_an_object);
+  EXPECT_EQ(cgc_nccl_pool_create(comm, 1 << 20, CGC_NCCL_MEMORY_REGISTERED, &pool, &got), CGC_ERROR_INVALID_HANDLE);
+  EXPECT_EQ(pool, nullptr);
+  EXPECT_EQ(got, CGC_NCCL_MEMORY_SYMMETRIC) << "got is written only on success";
+}
+
+TEST_F(NcclArgs, PoolMallocRefusesBadHandles) {
+  void* out = &out;
+  cgc_pool_t pool = reinterpret_cast<cgc_pool_t>(not_an_object);
+  cgc_stream_t stream = reinterpret_cast<cgc_stream_t>(not_an_object);
+  EXPECT_EQ(cgc_pool_malloc(pool, 512, stream, nullptr), CGC_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(cgc_pool_malloc(nullptr, 512, stream, &out), CGC_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(out, nullptr);
+  EXPECT_EQ(cgc_pool_malloc(pool, 512, stream, &out), CGC_ERROR_INVALID_HANDLE);
+  EXPECT_NE(std::string(cgc_last_error()).find("cgc_pool_malloc"), std::string::npos) << cgc_last_error();
+}
+
 TEST_F(NcclArgs, GroupCallsPassThrough) {
   EXPECT_EQ(cgc_group_start(), CGC_SUCCESS) << cgc_last_error();
   EXPECT_EQ(cgc_group_end(), CGC_SUCCESS) << cgc_last_error();

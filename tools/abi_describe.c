@@ -53,6 +53,8 @@ static const struct {
     {"cgc_host_fn", "fnptr:cgc_host_fn"},
     {"cgc_access_policy_t", "struct:cgc_access_policy_t"},
     {"cgc_mem_op_t", "struct:cgc_mem_op_t"},
+    /* 1.5 */
+    {"cgc_nccl_memory_t", "i32"},
 };
 
 static int failed;

@@ -1,0 +1,206 @@
+// NCCL pools (1.5) and eager allocation from pools on one GPU: a one-rank communicator is enough
+// for everything but the ranks' agreement, which tests/multi_gpu checks with several ranks.
+// What is checked: the arena's fixed capacity, memory kinds, collectives on its blocks eagerly
+// and in replays, the keys that keep eager and captured blocks of one pool apart, and the rules
+// of the collective release.
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "tests/gpu_test_util.h"
+
+namespace {
+
+using cgc_test::Dev;
+using cgc_test::GpuTest;
+
+// NVLink multicast stays off in every process that loads NCCL on the lent machines.
+class NoNvlsEnvironment : public ::testing::Environment {
+ public:
+  void SetUp() override { setenv("NCCL_NVLS_ENABLE", "0", 1); }
+};
+::testing::Environment* const no_nvls = ::testing::AddGlobalTestEnvironment(new NoNvlsEnvironment);
+
+constexpr size_t kCapacity = 8 << 20;
+
+class NcclPool : public GpuTest {
+ protected:
+  void SetUp() override {
+    GpuTest::SetUp();
+    if (IsSkipped() || HasFatalFailure()) return;
+    int version = 0;
+    if (cgc_nccl_version(&version) != CGC_SUCCESS) GTEST_SKIP() << "skipped: no NCCL here: " << cgc_last_error();
+    cgc_comm_id_t id;
+    CGC_ASSERT_OK(cgc_comm_unique_id(&id));
+    CGC_ASSERT_OK(cgc_comm_create(ctx, 1, &id, 0, &comm_));
+  }
+  void TearDown() override {
+    if (pool_ != nullptr) CGC_EXPECT_OK(cgc_pool_release(pool_));
+    if (comm_ != nullptr) CGC_EXPECT_OK(cgc_comm_destroy(comm_));
+    GpuTest::TearDown();
+  }
+  // A registered pool of kCapacity (registration is local to the rank: one rank suffices).
+  void MakePool(cgc_nccl_memory_t wanted = CGC_NCCL_MEMORY_REGISTERED) {
+    cgc_nccl_memory_t got = CGC_NCCL_MEMORY_PLAIN;
+    CGC_ASSERT_OK(cgc_nccl_pool_create(comm_, kCapacity - 12345, wanted, &pool_, &got));
+    EXPECT_LE(got, wanted);
+    got_ = got;
+  }
+  cgc_comm_t comm_ = nullptr;
+  cgc_pool_t pool_ = nullptr;
+  cgc_nccl_memory_t got_ = CGC_NCCL_MEMORY_PLAIN;
+};
+
+TEST_F(NcclPool, HoldsItsWholeRoundedCapacityAtOnceAndNeverGrows) {
+  MakePool();
+  cgc_memory_stats_t s = Stats(pool_);
+  EXPECT_EQ(s.bytes_reserved, kCapacity) << "rounded up to whole 2 MiB pages";
+  EXPECT_EQ(s.num_driver_allocs, 1u);
+  void* a = nullptr;
+  CGC_ASSERT_OK(cgc_pool_malloc(pool_, 6 << 20, stream, &a));
+  void* b = &b;
+  EXPECT_EQ(cgc_pool_malloc(pool_, 4 << 20, stream, &b), CGC_ERROR_OUT_OF_MEMORY);
+  EXPECT_EQ(b, nullptr);
+  std::string msg = cgc_last_error();
+  EXPECT_NE(msg.find("cgc_pool_malloc"), std::string::npos) << msg;
+  EXPECT_NE(msg.find(std::to_string(kCapacity)), std::string::npos) << "names the capacity: " << msg;
+  EXPECT_EQ(Stats(pool_).bytes_reserved, kCapacity) << "nothing was added from the driver";
+  CGC_ASSERT_OK(cgc_free(a));
+  CGC_ASSERT_OK(cgc_pool_malloc(pool_, 4 << 20, stream, &b));  // the freed memory serves the same stream again
+  CGC_ASSERT_OK(cgc_free(b));
+}
+
+TEST_F(NcclPool, EagerAndCapturedAllReducesOnItsBlocksAreExact) {
+  MakePool();
+  const unsigned n = 4096;
+  void* send = nullptr;
+  void* recv = nullptr;
+  CGC_ASSERT_OK(cgc_pool_malloc(pool_, n * sizeof(float), stream, &send));
+  CGC_ASSERT_OK(cgc_pool_malloc(pool_, n * sizeof(float), stream, &recv));
+  Fill(stream, Dev(send), 3.0f, n);
+  CGC_ASSERT_OK(cgc_all_reduce(comm_, send, recv, n, CGC_FLOAT32, CGC_SUM, stream));
+  for (float v : Download(Dev(recv), n)) ASSERT_EQ(v, 3.0f);
+
+  // A capture into the pool: a temporary from the pool between the input and the result.
+  cgc_capture_options_t opts = {};
+  opts.struct_size = sizeof opts;
+  opts.pool = pool_;
+  cgc_graph_t g = nullptr;
+  CGC_ASSERT_OK(cgc_capture_begin(stream, &opts));
+  void* tmp = nullptr;
+  CGC_ASSERT_OK(cgc_malloc(ctx, n * sizeof(float), stream, &tmp));
+  Add(stream, Dev(tmp), Dev(send), 1.0f, n);
+  CGC_ASSERT_OK(cgc_all_reduce(comm_, tmp, recv, n, CGC_FLOAT32, CGC_SUM, stream));
+  CGC_ASSERT_OK(cgc_free(tmp));
+  CGC_ASSERT_OK(cgc_capture_end(stream, &g));
+  for (int replay = 0; replay < 3; replay++) {
+    float input = 10.0f * (float)replay;
+    Fill(stream, Dev(send), input, n);
+    CGC_ASSERT_OK(cgc_graph_launch(g, stream));
+    std::vector<float> out = Download(Dev(recv), n);
+    for (unsigned i = 0; i < n; i++) ASSERT_EQ(out[i], input + 1.0f) << "replay " << replay << " element " << i;
+  }
+  CGC_ASSERT_OK(cgc_graph_destroy(g));
+  CGC_ASSERT_OK(cgc_free(send));
+  CGC_ASSERT_OK(cgc_free(recv));
+}
+
+TEST_F(NcclPool, EagerBlocksAndCapturedBlocksOfOnePoolStayApart) {
+  MakePool();
+  const size_t bytes = 1 << 20;
+  void* eager = nullptr;
+  CGC_ASSERT_OK(cgc_pool_malloc(pool_, bytes, stream, &eager));
+  CGC_ASSERT_OK(cgc_free(eager));  // free for the stream's eager use, not for a capture's
+  cgc_capture_options_t opts = {};
+  opts.struct_size = sizeof opts;
+  opts.pool = pool_;
+  cgc_graph_t g = nullptr;
+  CGC_ASSERT_OK(cgc_capture_begin(stream, &opts));
+  void* captured = nullptr;
+  CGC_ASSERT_OK(cgc_malloc(ctx, bytes, stream, &captured));
+  Fill(stream, Dev(captured), 1.0f, bytes / sizeof(float));
+  CGC_ASSERT_OK(cgc_free(captured));  // a temporary: its memory is the graph's at every replay
+  CGC_ASSERT_OK(cgc_capture_end(stream, &g));
+  EXPECT_NE(captured, eager) << "a capture took a block eager work may still use";
+  void* again = nullptr;
+  CGC_ASSERT_OK(cgc_pool_malloc(pool_, bytes, stream, &again));
+  EXPECT_NE(again, captured) << "eager work got memory the graph writes at every replay";
+  EXPECT_EQ(again, eager) << "the eager block is reused by eager work on its stream";
+  CGC_ASSERT_OK(cgc_free(again));
+  CGC_ASSERT_OK(cgc_graph_destroy(g));
+}
+
+TEST_F(NcclPool, ReleaseIsRefusedWhileGraphsOrBlocksHoldItAndTheCommunicatorWaitsForIt) {
+  MakePool();
+  void* block = nullptr;
+  CGC_ASSERT_OK(cgc_pool_malloc(pool_, 4096, stream, &block));
+  cgc_capture_options_t opts = {};
+  opts.struct_size = sizeof opts;
+  opts.pool = pool_;
+  cgc_graph_t g = nullptr;
+  CGC_ASSERT_OK(cgc_capture_begin(stream, &opts));
+  CGC_ASSERT_OK(cgc_all_reduce(comm_, block, block, 1024, CGC_FLOAT32, CGC_SUM, stream));
+  CGC_ASSERT_OK(cgc_capture_end(stream, &g));
+
+  EXPECT_EQ(cgc_pool_release(pool_), CGC_ERROR_INVALID_STATE);
+  std::string msg = cgc_last_error();
+  EXPECT_NE(msg.find("1 block(s)"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("1 graph(s)"), std::string::npos) << msg;
+  EXPECT_EQ(cgc_comm_destroy(comm_), CGC_ERROR_INVALID_STATE) << "the pool and the graph hold the communicator";
+  CGC_ASSERT_OK(cgc_graph_launch(g, stream));  // a refused release changed nothing
+  CGC_ASSERT_OK(cgc_stream_synchronize(stream));
+  CGC_ASSERT_OK(cgc_graph_destroy(g));
+  EXPECT_EQ(cgc_pool_release(pool_), CGC_ERROR_INVALID_STATE) << "a block is still allocated";
+  EXPECT_NE(std::string(cgc_last_error()).find("1 block(s)"), std::string::npos) << cgc_last_error();
+  CGC_ASSERT_OK(cgc_free(block));
+  cgc_memory_stats_t before = Stats();
+  CGC_ASSERT_OK(cgc_pool_release(pool_));
+  pool_ = nullptr;
+  EXPECT_EQ(Stats().bytes_reserved, before.bytes_reserved - kCapacity) << "the arena went back at the release";
+  CGC_ASSERT_OK(cgc_comm_destroy(comm_));
+  comm_ = nullptr;
+}
+
+TEST_F(NcclPool, ASymmetricPoolOnOneRankIsMadeOrRefusedWithNcclsReason) {
+  cgc_nccl_memory_t got = CGC_NCCL_MEMORY_PLAIN;
+  cgc_status_t st = cgc_nccl_pool_create(comm_, kCapacity, CGC_NCCL_MEMORY_SYMMETRIC, &pool_, &got);
+  if (st != CGC_SUCCESS) {
+    // NCCL may decline a window on a one-rank communicator: then it says why, and nothing is held.
+    EXPECT_EQ(st, CGC_ERROR_NCCL) << cgc_last_error();
+    EXPECT_NE(std::string(cgc_last_error()).find("ncclCommWindowRegister"), std::string::npos) << cgc_last_error();
+    EXPECT_EQ(pool_, nullptr);
+    return;
+  }
+  std::printf("one-rank symmetric pool: got kind %d\n", (int)got);
+  void* p = nullptr;
+  CGC_ASSERT_OK(cgc_pool_malloc(pool_, 4096, stream, &p));
+  Fill(stream, Dev(p), 2.0f, 1024);
+  CGC_ASSERT_OK(cgc_all_reduce(comm_, p, p, 1024, CGC_FLOAT32, CGC_SUM, stream));
+  for (float v : Download(Dev(p), 1024)) ASSERT_EQ(v, 2.0f);
+  CGC_ASSERT_OK(cgc_free(p));
+}
+
+// cgc_pool_malloc on an ordinary pool: eager memory that graphs captured into it never take.
+class PoolMalloc : public GpuTest {};
+
+TEST_F(PoolMalloc, EagerBlocksOfAnOrdinaryPoolAreCountedAndRefusedInsideCaptures) {
+  cgc_pool_t pool = nullptr;
+  CGC_ASSERT_OK(cgc_pool_create(ctx, &pool));
+  void* p = nullptr;
+  CGC_ASSERT_OK(cgc_pool_malloc(pool, 3 << 20, stream, &p));
+  EXPECT_EQ(Stats(pool).bytes_allocated, (size_t)3 << 20);
+  cgc_graph_t g = nullptr;
+  CGC_ASSERT_OK(cgc_capture_begin(stream, nullptr));
+  void* inside = &inside;
+  EXPECT_EQ(cgc_pool_malloc(pool, 512, stream, &inside), CGC_ERROR_CAPTURE_UNSUPPORTED);
+  EXPECT_EQ(inside, nullptr);
+  EXPECT_NE(std::string(cgc_last_error()).find("options->pool"), std::string::npos) << cgc_last_error();
+  CGC_ASSERT_OK(cgc_capture_end(stream, &g));
+  CGC_ASSERT_OK(cgc_graph_destroy(g));
+  CGC_ASSERT_OK(cgc_pool_release(pool));  // an ordinary pool lives on while its block does
+  Fill(stream, Dev(p), 5.0f, 1024);
+  for (float v : Download(Dev(p), 1024)) ASSERT_EQ(v, 5.0f);
+  CGC_ASSERT_OK(cgc_free(p));
+}
+
+}  // namespace
