@@ -13,7 +13,11 @@
 // of graphs by capture (1.2), WHILE bodies that allocate from the capture's pool and draw
 // from a generator (1.3), and captures begun with the driver alone (as PyTorch begins its own)
 // that a new pool adopts, allocated into through cgc_torch_malloc on two streams, with
-// cgc_record_stream_native, replayed, checked and the pool released (1.4). At the end every block is freed and the device's stats
+// cgc_record_stream_native, replayed, checked and the pool released (1.4); eager blocks from
+// cgc_pool_malloc (1.5) of the thread's own pool, the one its graphs record into (their contents
+// are checked like other blocks: a graph reusing one, or one reusing a graph's memory, shows), and
+// of an NCCL pool that every thread shares (a one-rank communicator's registered arena; absent
+// without NCCL), released at the end. At the end every block is freed and the device's stats
 // must read bytes_allocated == 0 and, after cgc_empty_cache, bytes_reserved == 0.
 //
 // Exit status: 0 when every check held (or there is no GPU: "skipped"), 1 otherwise. The last
@@ -55,6 +59,7 @@ struct Counters {
   std::atomic<long> updates{0}; // 1.2: graphs updated in place by a capture
   std::atomic<long> loops{0};   // 1.3: captures with a WHILE body that allocates and draws
   std::atomic<long> adopted{0}; // 1.4: captures begun with the driver, adopted by a pool
+  std::atomic<long> pool_mallocs{0}, arena_mallocs{0}, arena_full{0}; // 1.5: cgc_pool_malloc
   std::atomic<long> bad_contents{0}, unexpected{0};
 };
 
@@ -65,6 +70,8 @@ CUcontext primary = nullptr;
 CUfunction k_add = nullptr, k_stamp = nullptr, k_spin = nullptr;
 std::vector<cgc_stream_t> shared_streams;
 Options opts;
+cgc_comm_t arena_comm = nullptr;  // a one-rank communicator, for the shared NCCL pool
+cgc_pool_t arena_pool = nullptr;  // 1.5: every thread's cgc_pool_malloc shares it (NULL without NCCL)
 
 constexpr unsigned kIn = 4096;  // floats a graph reads and writes
 
@@ -203,7 +210,24 @@ class Worker {
     size_t bytes = (rng_() % 10 == 0) ? (1 << 20) + rng_() % (5 << 20) : 256 + rng_() % (128 << 10);
     cgc_stream_t s = AnyStream();
     void* p = nullptr;
-    if (!Expect("cgc_malloc", cgc_malloc(ctx, bytes, s, &p), {CGC_SUCCESS})) return;
+    unsigned from = rng_() % 8;
+    if (from == 0) {  // eager memory of the pool this thread's graphs record into (on its own
+      // streams: between steps none of them captures)
+      s = own_[rng_() % own_.size()];
+      if (!Expect("cgc_pool_malloc", cgc_pool_malloc(pool_, bytes, s, &p), {CGC_SUCCESS})) return;
+      counters.pool_mallocs++;
+    } else if (from == 1 && arena_pool != nullptr) {  // the shared, fixed NCCL arena: it may be full
+      s = own_[rng_() % own_.size()];
+      cgc_status_t st = cgc_pool_malloc(arena_pool, bytes, s, &p);
+      if (!Expect("cgc_pool_malloc (NCCL pool)", st, {CGC_SUCCESS, CGC_ERROR_OUT_OF_MEMORY})) return;
+      if (st != CGC_SUCCESS) {
+        counters.arena_full++;
+        return;
+      }
+      counters.arena_mallocs++;
+    } else if (!Expect("cgc_malloc", cgc_malloc(ctx, bytes, s, &p), {CGC_SUCCESS})) {
+      return;
+    }
     counters.mallocs++;
     Block b{p, static_cast<unsigned>(bytes / 4), static_cast<uint32_t>(rng_()), s};
     Stamp(b, b.stream);
@@ -668,6 +692,24 @@ int main(int argc, char** argv) {
     Expect("cgc_stream_create", cgc_stream_create(ctx, CGC_STREAM_NON_BLOCKING, 0, &s), {CGC_SUCCESS});
     shared_streams.push_back(s);
   }
+  // The shared NCCL pool (1.5): a one-rank communicator's registered arena. Made before the
+  // threads start (no capture may run meanwhile), released after they end.
+  setenv("NCCL_NVLS_ENABLE", "0", 1);
+  int nccl_version = 0;
+  cgc_comm_id_t id;
+  if (cgc_nccl_version(&nccl_version) == CGC_SUCCESS) {
+    cgc_nccl_memory_t got = CGC_NCCL_MEMORY_PLAIN;
+    if (!Expect("cgc_comm_unique_id", cgc_comm_unique_id(&id), {CGC_SUCCESS}) ||
+        !Expect("cgc_comm_create", cgc_comm_create(ctx, 1, &id, 0, &arena_comm), {CGC_SUCCESS}) ||
+        !Expect("cgc_nccl_pool_create",
+                cgc_nccl_pool_create(arena_comm, size_t(256) << 20, CGC_NCCL_MEMORY_REGISTERED, &arena_pool, &got),
+                {CGC_SUCCESS}))
+      arena_pool = nullptr;
+    else
+      std::printf("shared NCCL pool: 256 MiB, kind %d (NCCL %d)\n", int(got), nccl_version);
+  } else {
+    std::printf("no NCCL (%s): no shared NCCL pool\n", cgc_last_error());
+  }
   std::printf("stress_test: %d threads, %.0f s, seed %llu%s\n", opts.threads, opts.seconds,
               (unsigned long long)opts.seed, opts.illegal ? ", illegal mix (Global captures while others synchronise)" : "");
   std::fflush(stdout);
@@ -678,6 +720,8 @@ int main(int argc, char** argv) {
   double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 
   for (cgc_stream_t s : shared_streams) Expect("cgc_stream_destroy", cgc_stream_destroy(s), {CGC_SUCCESS});
+  if (arena_pool != nullptr) Expect("cgc_pool_release (NCCL pool)", cgc_pool_release(arena_pool), {CGC_SUCCESS});
+  if (arena_comm != nullptr) Expect("cgc_comm_destroy", cgc_comm_destroy(arena_comm), {CGC_SUCCESS});
   cgc__drv.cuCtxSynchronize();
   cgc_memory_stats_t before = {sizeof before, 0, 0, 0, 0, 0, 0};
   cgc_memory_stats(ctx, nullptr, &before);
@@ -702,6 +746,8 @@ int main(int argc, char** argv) {
               "bodies that allocate and draw %ld; captures begun with the driver and adopted by a pool %ld\n",
               c.host_funcs.load(), c.host_releases.load(), c.host_calls.load(), c.updates.load(), c.loops.load(),
               c.adopted.load());
+  std::printf("cgc_pool_malloc: %ld from the threads' own pools, %ld from the shared NCCL pool (%ld refused: full)\n",
+              c.pool_mallocs.load(), c.arena_mallocs.load(), c.arena_full.load());
   std::printf("end: %zu bytes allocated, %zu reserved before cgc_empty_cache, %zu after; peak reserved %zu\n",
               before.bytes_allocated, before.bytes_reserved, after.bytes_reserved, after.peak_bytes_reserved);
   bool ok = c.bad_contents == 0 && c.unexpected == 0 && before.bytes_allocated == 0 && after.bytes_reserved == 0 &&
