@@ -52,6 +52,14 @@
   X(cuStreamDestroy, PFN_cuStreamDestroy_v4000, 4000)                                       \
   X(cuStreamGetCaptureInfo, PFN_cuStreamGetCaptureInfo_v11030, 11030)                       \
   X(cuStreamUpdateCaptureDependencies, PFN_cuStreamUpdateCaptureDependencies_v11030, 11030) \
+  /* nccl_bench: the raw side's own stream, events and waits, and the census of graph nodes */ \
+  X(cuStreamQuery, PFN_cuStreamQuery_v2000, 2000)                                           \
+  X(cuEventCreate, PFN_cuEventCreate_v2000, 2000)                                           \
+  X(cuEventDestroy, PFN_cuEventDestroy_v4000, 4000)                                         \
+  X(cuEventRecord, PFN_cuEventRecord_v2000, 2000)                                           \
+  X(cuEventElapsedTime, PFN_cuEventElapsedTime_v2000, 2000)                                 \
+  X(cuGraphGetNodes, PFN_cuGraphGetNodes_v10000, 10000)                                     \
+  X(cuGraphNodeGetType, PFN_cuGraphNodeGetType_v10000, 10000)                               \
   OPT(cuMemAllocAsync, PFN_cuMemAllocAsync_v11020, 11020)                                   \
   OPT(cuMemFreeAsync, PFN_cuMemFreeAsync_v11020, 11020)                                     \
   OPT(cuDeviceGetDefaultMemPool, PFN_cuDeviceGetDefaultMemPool_v11020, 11020)               \
