@@ -160,6 +160,10 @@ var goAPIOfFunction = map[string]any{
 	"cgc_pool_adopt_capture":       (*cgc.Pool).AdoptCapture,
 	"cgc_pool_end_adopted_capture": (*cgc.Pool).EndAdoptedCapture,
 	"cgc_record_stream_native":     (*cgc.DeviceMemory).RecordStreamNative,
+
+	// 1.5
+	"cgc_nccl_pool_create": (*cgc.Comm).NewPool,
+	"cgc_pool_malloc":      (*cgc.Pool).Malloc,
 }
 
 // goTypeOfHandle, goTypeOfStruct and goTypeOfCallback are the Go forms of the header's handle
@@ -288,7 +292,7 @@ func TestCallbacksMatchTheHeader(t *testing.T) {
 // C an array or output memory that the Go side sizes itself: a header that changed one of those
 // (an element class, a count's width, an output's size) would otherwise still compile, with at
 // most a C warning, and write past what Go allocated. It pins those whose shims pass numbers as
-// void* too (1.4's native streams).
+// void* too (1.4's native streams), and 1.5's, whose shims cast kinds and addresses.
 func TestArrayAndOutParametersMatchTheHeader(t *testing.T) {
 	want := map[string]string{
 		// ConditionalBodies: n_bodies+1 stream handles (Go memory) and one uint64 for the handle.
@@ -302,6 +306,11 @@ func TestArrayAndOutParametersMatchTheHeader(t *testing.T) {
 		"cgc_pool_adopt_capture":       "i32 pool:handle:cgc_pool_t native_stream:ptr(void)",
 		"cgc_pool_end_adopted_capture": "i32 pool:handle:cgc_pool_t",
 		"cgc_record_stream_native":     "i32 ptr:ptr(void) native_stream:ptr(void)",
+		// Comm.NewPool, Pool.Malloc (1.5): the kinds cross as int and are cast to the enum, and
+		// the block's address comes back as a uintptr_t, so a kind or an output that changed
+		// class would still compile.
+		"cgc_nccl_pool_create": "i32 comm:handle:cgc_comm_t capacity:usize wanted:i32 out:ptr(handle:cgc_pool_t) got:ptr(i32)",
+		"cgc_pool_malloc":      "i32 pool:handle:cgc_pool_t size:usize stream:handle:cgc_stream_t out:ptr(ptr(void))",
 	}
 	found := 0
 	for _, f := range abiDescription(t) {

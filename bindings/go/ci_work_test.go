@@ -5,6 +5,8 @@ package cgc_test
 // naming the C function here too; what the binding refuses itself never reaches C.
 
 import (
+	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"unsafe"
@@ -323,5 +325,60 @@ func TestAdoptedCapturesRefuseNilPools(t *testing.T) {
 	e = asError(t, m.RecordStreamNative(0), cgc.ErrInvalidArgument)
 	if !strings.Contains(e.Message, "Go binding") || !strings.Contains(e.Message, "DeviceMemory.RecordStreamNative") {
 		t.Errorf("RecordStreamNative of a nil block: %q, want the binding's refusal", e.Message)
+	}
+}
+
+// 1.5 without a GPU: a nil pool or communicator is refused by the library, naming the call (the
+// communicator by NCCL's absence where there is no NCCL); negative sizes are the binding's
+// refusal and never reach C.
+func TestNCCLPoolsAndPoolMallocRefuseNilHandles(t *testing.T) {
+	if err := cgc.Load(); err != nil {
+		t.Fatal(err)
+	}
+	var p *cgc.Pool
+	for _, size := range []int{0, 512} {
+		m, err := p.Malloc(size, nil)
+		e := asError(t, err, cgc.ErrInvalidArgument)
+		if m != nil || !strings.Contains(e.Message, "cgc_pool_malloc") || !strings.Contains(e.Message, "pool is NULL") {
+			t.Errorf("Malloc(%d) from a nil pool: %v %q, want cgc_pool_malloc refusing the NULL pool", size, m, e.Message)
+		}
+	}
+	m, err := p.Malloc(-1, nil)
+	if e := asError(t, err, cgc.ErrInvalidArgument); m != nil || !strings.Contains(e.Message, "Go binding") ||
+		!strings.Contains(e.Message, "Pool.Malloc") {
+		t.Errorf("Malloc(-1): %q, want the binding's refusal", e.Message)
+	}
+
+	var cm *cgc.Comm
+	for _, wanted := range []cgc.NCCLMemory{cgc.NCCLMemoryPlain, cgc.NCCLMemoryRegistered, cgc.NCCLMemorySymmetric} {
+		pool, got, err := cm.NewPool(1<<20, wanted)
+		var e *cgc.Error
+		if !errors.As(err, &e) || (e.Status != cgc.ErrInvalidArgument && e.Status != cgc.ErrNCCLUnavailable) ||
+			!strings.Contains(e.Message, "cgc_nccl_pool_create") {
+			t.Errorf("NewPool(%v) on a nil communicator: %v, want cgc_nccl_pool_create refusing it", wanted, err)
+		}
+		if pool != nil || got != cgc.NCCLMemoryPlain {
+			t.Errorf("NewPool(%v) failed but returned %v, %v", wanted, pool, got)
+		}
+	}
+	_, _, err = cm.NewPool(-1, cgc.NCCLMemoryRegistered)
+	if e := asError(t, err, cgc.ErrInvalidArgument); !strings.Contains(e.Message, "Go binding") ||
+		!strings.Contains(e.Message, "Comm.NewPool") {
+		t.Errorf("NewPool(-1): %q, want the binding's refusal", e.Message)
+	}
+}
+
+func TestNCCLMemoryKindsAreTheHeaders(t *testing.T) {
+	kinds := []cgc.NCCLMemory{cgc.NCCLMemoryPlain, cgc.NCCLMemoryRegistered, cgc.NCCLMemorySymmetric}
+	for i, k := range kinds {
+		if int(k) != i {
+			t.Errorf("%v is %d, want %d", k, int(k), i)
+		}
+	}
+	if fmt.Sprint(kinds) != "[Plain Registered Symmetric]" || cgc.NCCLMemory(7).String() != "NCCLMemory(7)" {
+		t.Errorf("names: %v %v", kinds, cgc.NCCLMemory(7))
+	}
+	if cgc.HeaderVersion.Major != 1 || cgc.HeaderVersion.Minor < 5 {
+		t.Errorf("the header is %+v, older than 1.5", cgc.HeaderVersion)
 	}
 }

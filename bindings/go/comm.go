@@ -6,6 +6,7 @@ package cgc
 import "C"
 
 import (
+	"fmt"
 	"runtime"
 	"sync"
 	"unsafe"
@@ -39,6 +40,29 @@ const (
 	Min  ReduceOp = C.CGC_MIN
 	Avg  ReduceOp = C.CGC_AVG
 )
+
+// NCCLMemory is the kind of memory of an NCCL pool (cgc_nccl_memory_t, 1.5): what NCCL reaches
+// at its best. The kinds are ordered, worst first, so got <= wanted compares them.
+type NCCLMemory int32
+
+// Kinds of NCCL pool memory.
+const (
+	NCCLMemoryPlain      NCCLMemory = C.CGC_NCCL_MEMORY_PLAIN      // cuMemAlloc'ed, not registered with the communicator
+	NCCLMemoryRegistered NCCLMemory = C.CGC_NCCL_MEMORY_REGISTERED // ncclMemAlloc'ed and registered (ncclCommRegister, NCCL >= 2.19)
+	NCCLMemorySymmetric  NCCLMemory = C.CGC_NCCL_MEMORY_SYMMETRIC  // ncclMemAlloc'ed, a symmetric window (ncclCommWindowRegister, NCCL >= 2.27)
+)
+
+func (k NCCLMemory) String() string {
+	switch k {
+	case NCCLMemoryPlain:
+		return "Plain"
+	case NCCLMemoryRegistered:
+		return "Registered"
+	case NCCLMemorySymmetric:
+		return "Symmetric"
+	}
+	return fmt.Sprintf("NCCLMemory(%d)", int32(k))
+}
 
 // CommID is an ncclUniqueId: make it on one rank with NewCommID and pass its bytes to the
 // others.
@@ -258,7 +282,45 @@ func (cm *Comm) Abort() error {
 	return err
 }
 
-// Close destroys the communicator. Idempotent; does nothing on nil.
+// NewPool (1.5) makes a pool of capacity bytes (rounded up to 2 MiB) of memory registered with
+// the communicator, at once, on its device; the pool never grows (Pool.Malloc and captures get
+// ErrOutOfMemory beyond it). Collective: every rank calls it with the same capacity and kind.
+// It returns the pool and the kind it got: wanted is the best kind asked for, and an older NCCL
+// gives the next one down (NCCLMemorySymmetric -> NCCLMemoryRegistered -> NCCLMemoryPlain).
+// Ranks that got different kinds are refused on every rank (ErrInvalidState): NCCL leaves mixing
+// registered and unregistered buffers undefined. For NCCL's symmetric kernels every rank must
+// allocate from the pool in the same order with the same sizes.
+//
+// Captures allocate from the pool through CaptureOptions.Pool, eager code through Pool.Malloc.
+// Its Close is collective too and refused while the pool is in use (see Pool.Close); the pool
+// holds the communicator, whose Close is refused meanwhile. An NCCL pool has no finalizer: a
+// collective release cannot run at a time the garbage collector picks, so a forgotten Close
+// leaks the pool and keeps the communicator.
+func (cm *Comm) NewPool(capacity int, wanted NCCLMemory) (*Pool, NCCLMemory, error) {
+	if capacity < 0 {
+		return nil, NCCLMemoryPlain, sizeError("Comm.NewPool", capacity)
+	}
+	h, err := cm.handle("Comm.NewPool")
+	if err != nil {
+		return nil, NCCLMemoryPlain, err
+	}
+	var ph C.cgc_pool_t
+	var got C.int
+	var msg *C.char
+	// The creation registers memory with the communicator and runs a collective on it.
+	unlock := cm.lock()
+	err = check(C.cgcgo_nccl_pool_create(h, C.size_t(capacity), C.int(wanted), &ph, &got, &msg), msg)
+	unlock()
+	runtime.KeepAlive(cm)
+	if err != nil {
+		return nil, NCCLMemoryPlain, err
+	}
+	return &Pool{h: ph, comm: cm}, NCCLMemory(got), nil
+}
+
+// Close destroys the communicator. Idempotent; does nothing on nil. Refused (ErrInvalidState,
+// the communicator stays open) while graphs holding its collectives or NCCL pools made from it
+// (1.5) exist.
 func (cm *Comm) Close() error {
 	if cm == nil || cm.closed || cm.h == nil {
 		return nil

@@ -4,8 +4,10 @@
 // version 1.1 the work a graph is made of: copies and sets, page-locked host memory, host
 // functions, stream memory operations and kernels of the caller's own modules, since 1.2
 // graphs that change without a new Graph (updates by capture, per-kernel changes) and
-// conditional nodes, since 1.3 conditional nodes with several bodies, and since 1.4 captures
-// that another framework began with the driver allocating from a cgc pool (Pool.AdoptCapture).
+// conditional nodes, since 1.3 conditional nodes with several bodies, since 1.4 captures that
+// another framework began with the driver allocating from a cgc pool (Pool.AdoptCapture), and
+// since 1.5 pools of memory registered with an NCCL communicator (Comm.NewPool) and eager
+// allocation from a pool (Pool.Malloc).
 //
 // # Importing
 //
@@ -43,8 +45,9 @@
 // and HostBuffer have no finalizer at all, because their addresses are usually handed to
 // kernels, graphs or other libraries that Go cannot see (a graph reads and writes its
 // page-locked host memory at every replay); freeing them behind the program's back would be
-// worse than leaking them. As in C, an object must not be closed while another goroutine is
-// using it.
+// worse than leaking them. Nor have NCCL pools (Comm.NewPool): their release is collective, so
+// it must not run at a time the garbage collector picks on one rank. As in C, an object must not
+// be closed while another goroutine is using it.
 //
 // # The work a graph is made of
 //

@@ -108,3 +108,45 @@ func TestAdoptedCapturesForeignPoolsAndBlocks(t *testing.T) {
 		t.Errorf("RecordStreamNative of a freed block: %v", err)
 	}
 }
+
+// 1.5: a closed pool or communicator never reaches C; a pointer that is no cgc pool is refused by
+// the library (INVALID_HANDLE, naming the call) whatever the stream, and so is one that is no cgc
+// communicator (or NCCL is absent).
+func TestNCCLPoolsAndPoolMallocForeignAndClosedHandles(t *testing.T) {
+	if err := Load(); err != nil {
+		t.Fatal(err)
+	}
+	closedPool, closedComm := &Pool{closed: true}, &Comm{closed: true}
+	m, err := closedPool.Malloc(512, nil)
+	var ce *Error
+	if m != nil || !errors.As(err, &ce) || ce.Status != ErrInvalidHandle || !strings.Contains(ce.Message, "closed") ||
+		!strings.Contains(ce.Message, "Pool.Malloc") {
+		t.Errorf("Malloc from a closed pool: %v, want ErrInvalidHandle naming the closed pool", err)
+	}
+	p, _, err := closedComm.NewPool(1<<20, NCCLMemoryRegistered)
+	if p != nil || !errors.As(err, &ce) || ce.Status != ErrInvalidHandle || !strings.Contains(ce.Message, "closed") ||
+		!strings.Contains(ce.Message, "Comm.NewPool") {
+		t.Errorf("NewPool on a closed communicator: %v, want ErrInvalidHandle naming the closed communicator", err)
+	}
+
+	var memory [32]uint64
+	for i := range memory {
+		memory[i] = 0x5a5a5a5a5a5a5a5a
+	}
+	foreignPool, foreignStream, foreignComm := &Pool{}, &Stream{}, &Comm{}
+	*(*unsafe.Pointer)(unsafe.Pointer(&foreignPool.h)) = unsafe.Pointer(&memory[0])
+	*(*unsafe.Pointer)(unsafe.Pointer(&foreignStream.h)) = unsafe.Pointer(&memory[0])
+	*(*unsafe.Pointer)(unsafe.Pointer(&foreignComm.h)) = unsafe.Pointer(&memory[0])
+	for _, s := range []*Stream{nil, foreignStream} {
+		m, err := foreignPool.Malloc(512, s)
+		if m != nil || !errors.As(err, &ce) || ce.Status != ErrInvalidHandle || !strings.Contains(ce.Message, "cgc_pool_malloc") {
+			t.Errorf("Malloc from a foreign pool: %v, want ErrInvalidHandle naming cgc_pool_malloc", err)
+		}
+	}
+	p, got, err := foreignComm.NewPool(1<<20, NCCLMemorySymmetric)
+	if p != nil || got != NCCLMemoryPlain || !errors.As(err, &ce) ||
+		(ce.Status != ErrInvalidHandle && ce.Status != ErrNCCLUnavailable) ||
+		!strings.Contains(ce.Message, "cgc_nccl_pool_create") {
+		t.Errorf("NewPool on a foreign communicator: %v, want cgc_nccl_pool_create refusing it", err)
+	}
+}

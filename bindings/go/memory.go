@@ -12,10 +12,12 @@ import (
 
 // Pool is a private memory pool (cgc_pool_t), like torch.cuda.graph_pool_handle(). Each Pool
 // value holds one reference of the caller's, dropped by Close; the pool itself lives on while
-// graphs captured into it or blocks allocated from it exist.
+// graphs captured into it or blocks allocated from it exist. Since 1.5 a pool may be an NCCL
+// pool (Comm.NewPool), whose Close is collective and refused while it is in use.
 type Pool struct {
 	h      C.cgc_pool_t
 	closed bool
+	comm   *Comm // 1.5: an NCCL pool's communicator, which the pool holds (kept reachable here)
 }
 
 func newPool(h C.cgc_pool_t) *Pool {
@@ -58,7 +60,11 @@ func (p *Pool) Equal(q *Pool) bool {
 	return p != nil && q != nil && !p.closed && !q.closed && p.h == q.h
 }
 
-// Close drops this Pool's reference (cgc_pool_release). Idempotent; does nothing on nil.
+// Close drops this Pool's reference (cgc_pool_release). Idempotent; does nothing on nil. The
+// last release of an NCCL pool (1.5) is collective, on every rank, and refused with
+// ErrInvalidState while a block of it is allocated or a graph or capture holds it (and with
+// ErrCaptureUnsupported while a capture is under way on its device: it synchronises the
+// device); the Pool then stays open: free the blocks, destroy the graphs and call Close again.
 func (p *Pool) Close() error {
 	if p == nil || p.closed || p.h == nil {
 		return nil
@@ -67,7 +73,7 @@ func (p *Pool) Close() error {
 	if err := check(C.cgcgo_pool_release(p.h, &msg), msg); err != nil {
 		return err
 	}
-	p.h, p.closed = nil, true
+	p.h, p.closed, p.comm = nil, true, nil
 	runtime.SetFinalizer(p, nil)
 	return nil
 }
@@ -110,6 +116,35 @@ func (p *Pool) EndAdoptedCapture() error {
 	err = check(C.cgcgo_pool_end_adopted_capture(ph, &msg), msg)
 	runtime.KeepAlive(p)
 	return err
+}
+
+// Malloc (1.5) allocates size bytes (512-byte aligned) from the pool outside captures, ordered on
+// s (a stream of the pool's device that is not capturing: inside a capture the capture's pool
+// decides, and Malloc is refused with ErrCaptureUnsupported). Size 0 gives a block with address
+// 0. Blocks allocated so are reused only by Pool.Malloc on the same stream, never by a capture,
+// so a pool's graph memory and its eager memory stay apart. An NCCL pool (Comm.NewPool) never
+// grows: beyond its capacity Malloc is ErrOutOfMemory. Free the block with DeviceMemory.Free.
+func (p *Pool) Malloc(size int, s *Stream) (*DeviceMemory, error) {
+	if size < 0 {
+		return nil, sizeError("Pool.Malloc", size)
+	}
+	ph, err := p.handle("Pool.Malloc")
+	if err != nil {
+		return nil, err
+	}
+	sh, err := s.handle("Pool.Malloc")
+	if err != nil {
+		return nil, err
+	}
+	var out C.uintptr_t
+	var msg *C.char
+	err = check(C.cgcgo_pool_malloc(ph, C.size_t(size), sh, &out, &msg), msg)
+	runtime.KeepAlive(p)
+	runtime.KeepAlive(s)
+	if err != nil {
+		return nil, err
+	}
+	return &DeviceMemory{ptr: DevicePtr(out), size: size}, nil
 }
 
 // DevicePtr is a device address (a CUdeviceptr), kept as a number because it is not host

@@ -474,3 +474,24 @@ cgc_status_t cgcgo_pool_end_adopted_capture(cgc_pool_t pool, char** msg) {
 cgc_status_t cgcgo_record_stream_native(uintptr_t ptr, uintptr_t native_stream, char** msg) {
   CALL(api->cgc_record_stream_native((void*)ptr, (void*)native_stream));
 }
+
+/* ---- 1.5 ---- */
+
+cgc_status_t cgcgo_nccl_pool_create(cgc_comm_t comm, size_t capacity, int wanted, cgc_pool_t* out, int* got,
+                                    char** msg) {
+  cgc_nccl_memory_t kind = (cgc_nccl_memory_t)wanted;
+  cgc_status_t st = api->cgc_nccl_pool_create(comm, capacity, (cgc_nccl_memory_t)wanted, out, &kind);
+  if (st != CGC_SUCCESS) {
+    take_error(msg);
+    return st;
+  }
+  *got = (int)kind;
+  return st;
+}
+cgc_status_t cgcgo_pool_malloc(cgc_pool_t pool, size_t size, cgc_stream_t stream, uintptr_t* out, char** msg) {
+  void* p = NULL;
+  cgc_status_t st = api->cgc_pool_malloc(pool, size, stream, &p);
+  if (st != CGC_SUCCESS) take_error(msg);
+  *out = (uintptr_t)p;
+  return st;
+}

@@ -188,4 +188,11 @@ cgc_status_t cgcgo_pool_adopt_capture(cgc_pool_t pool, uintptr_t native_stream, 
 cgc_status_t cgcgo_pool_end_adopted_capture(cgc_pool_t pool, char** msg);
 cgc_status_t cgcgo_record_stream_native(uintptr_t ptr, uintptr_t native_stream, char** msg);
 
+/* ---- 1.5: pools of memory registered with a communicator, eager allocation from a pool ---- */
+
+/* Kinds cross as int (cgc_nccl_memory_t is int-sized); *got is written only on success. */
+cgc_status_t cgcgo_nccl_pool_create(cgc_comm_t comm, size_t capacity, int wanted, cgc_pool_t* out, int* got,
+                                    char** msg);
+cgc_status_t cgcgo_pool_malloc(cgc_pool_t pool, size_t size, cgc_stream_t stream, uintptr_t* out, char** msg);
+
 #endif /* CGCGO_SHIM_H_ */

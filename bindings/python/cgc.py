@@ -39,6 +39,11 @@ pool id (torch_pool(g.pool()) is it), and cgc.graph takes torch.cuda.graph's arg
 stream, capture_error_mode) and enters as it does. Pool.adopt_capture lets any capture begun
 outside cgc allocate from a cgc pool.
 
+Since 1.5 ``cgc.Pool.nccl(comm, capacity, wanted)`` makes a pool of memory registered with an NCCL
+communicator (a fixed arena, NcclMemory.REGISTERED or SYMMETRIC where NCCL has them; the kind it
+got is ``pool.nccl_memory``), which captures allocate from through ``pool=`` and eager code
+through ``pool.malloc(size, stream)``, eager allocation from any pool.
+
 Errors are ``cgc.Error`` (``.status`` is a ``cgc.Status`` or, for a code this module does not
 know, the raw int; ``.message`` is cgc_last_error() copied right after the failing call, on the
 same thread). Each status has its subclass, e.g. ``cgc.CaptureUnjoinedError``. Arguments this
@@ -75,11 +80,13 @@ __all__ = [
     "ConditionalNode", "CONDITIONAL_BODY_SETS_CONDITION", "LOOP_EAGER_ITERATIONS",
     # 1.4: captures torch begins, on cgc's pools
     "torch_graph_pools", "torch_pool", "torch_pool_ids", "record_stream_native",
+    # 1.5: pools of memory registered with a communicator, eager allocation from a pool
+    "NcclMemory",
 ]
 
 # The header's CGC_VERSION that this module was written against: cgc_get_api hands an older
 # minor version's table to a newer library, and struct_size says how much of it there is.
-VERSION_MAJOR, VERSION_MINOR, VERSION_PATCH = 1, 4, 0
+VERSION_MAJOR, VERSION_MINOR, VERSION_PATCH = 1, 5, 0
 _HEADER_VERSION = (VERSION_MAJOR << 16) | (VERSION_MINOR << 8) | VERSION_PATCH
 
 STREAM_NON_BLOCKING = 0x1
@@ -260,6 +267,12 @@ class ConditionalKind(enum.IntEnum):  # cgc_conditional_kind_t: the driver's CUg
     IF = 0  # the body runs once if the condition is nonzero where the node stands (IF/ELSE: else the second)
     WHILE = 1  # the body runs while the condition is nonzero, read before each iteration
     SWITCH = 2  # 1.3: body i runs once if the condition is i; none if it is the number of bodies or more
+
+
+class NcclMemory(enum.IntEnum):  # cgc_nccl_memory_t (1.5): memory NCCL reaches at its best
+    PLAIN = 0  # cuMemAlloc'ed, not registered with the communicator
+    REGISTERED = 1  # ncclMemAlloc'ed and registered (ncclCommRegister, NCCL >= 2.19)
+    SYMMETRIC = 2  # ncclMemAlloc'ed, a symmetric window (ncclCommWindowRegister, NCCL >= 2.27)
 
 
 class GraphUpdate(enum.IntEnum):  # cgc_graph_update_t: how the last update capture changed a graph
@@ -467,6 +480,10 @@ _PROTOTYPES = [
     ("cgc_pool_adopt_capture", _st, (_h, _h)),
     ("cgc_pool_end_adopted_capture", _st, (_h,)),
     ("cgc_record_stream_native", _st, (_h, _h)),
+    # 1.5: a pool of memory registered with a communicator (the kinds are an int-sized enum, *got
+    # one of them); eager allocation from a pool
+    ("cgc_nccl_pool_create", _st, (_h, _sz, ctypes.c_int, _hp, _ip)),
+    ("cgc_pool_malloc", _st, (_h, _sz, _h, _hp)),
 ]
 
 
@@ -1274,14 +1291,60 @@ class Event(_Handle):
 class Pool(_Handle):
     """A private memory pool, like torch.cuda.graph_pool_handle(). Pass it as ``pool=`` to share
     it between captures. The object holds its references: close() releases them; retain() and
-    release() take and drop more explicitly."""
+    release() take and drop more explicitly. Since 1.5 Pool.nccl makes one of memory registered
+    with a communicator, and malloc() allocates from a pool outside captures."""
 
     _destroy = "cgc_pool_release"
+    nccl_memory = None  # 1.5: the NcclMemory of a pool made by Pool.nccl (None for the others)
+    comm = None  # 1.5: the Comm of a pool made by Pool.nccl, kept alive as long as the pool
 
     def __init__(self, ctx):
         out = ctypes.c_void_p()
         _check(api().cgc_pool_create(ctx.handle, ctypes.byref(out)))
         self._h, self.context, self._refs = out.value, ctx, 1
+
+    @classmethod
+    def nccl(cls, comm, capacity, wanted=NcclMemory.REGISTERED):
+        """1.5: a pool of `capacity` bytes (rounded up to 2 MiB) of memory registered with Comm
+        `comm`, made at once on its device and never grown: allocation beyond it raises
+        OutOfMemoryError. Collective: every rank calls it with the same capacity and kind.
+
+        wanted: the best NcclMemory asked for (a member, its name or an int). An older NCCL
+        gives the next one down (SYMMETRIC -> REGISTERED -> PLAIN); the pool's ``nccl_memory``
+        says which it got (the returned Pool is the pool plus that kind). Ranks that got
+        different kinds are refused on every rank (InvalidStateError). SYMMETRIC is for NCCL's
+        symmetric kernels, which need every rank to allocate from the pool in the same order
+        with the same sizes.
+
+        Captures allocate from it through ``pool=``, eager code through malloc(). Its release
+        (close(), on every rank: it synchronises the device and drops the registration) is
+        refused with InvalidStateError, and the pool stays open, while a graph or capture holds
+        it or a block of it is allocated: free the blocks and close the graphs first. The pool
+        holds the communicator, whose close() is refused meanwhile; this object keeps the Comm
+        alive (``pool.comm``)."""
+        func = "cgc_nccl_pool_create"
+        handle = comm.handle
+        size = _unsigned(capacity, 64, func, "capacity")
+        kind = _enum_value(NcclMemory, wanted, func, "wanted")
+        out, got = ctypes.c_void_p(), ctypes.c_int(0)
+        _check(api().cgc_nccl_pool_create(handle, size, kind, ctypes.byref(out), ctypes.byref(got)))
+        self = cls.__new__(cls)
+        self._h, self.context, self._refs = out.value, getattr(comm, "context", None), 1
+        self.comm, self.nccl_memory = comm, _member_or_int(NcclMemory, got.value)
+        return self
+
+    def malloc(self, size, stream):
+        """1.5: device memory from this pool outside captures, ordered on `stream` (a Stream of
+        the pool's device that is not capturing: inside a capture ``pool=`` decides, and this
+        raises CaptureUnsupportedError); an int address (0 for size 0), freed with cgc.free.
+        Blocks allocated so are reused only by malloc() on the same stream, never by a capture,
+        so a pool's graph memory and its eager memory stay apart."""
+        func = "cgc_pool_malloc"
+        handle = self.handle
+        n = _unsigned(size, 64, func, "size")
+        out = ctypes.c_void_p()
+        _check(api().cgc_pool_malloc(handle, n, stream.handle, ctypes.byref(out)))
+        return out.value or 0
 
     @classmethod
     def _retained(cls, handle, ctx):

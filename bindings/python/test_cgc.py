@@ -176,6 +176,13 @@ class AbiDescriptionTest(unittest.TestCase):
         # GraphInfo is graph_info_t without struct_size, so every count the header adds shows up.
         self.assertEqual(list(cgc.GraphInfo._fields), [f[0] for f in self.structs["cgc_graph_info_t"][1]][1:])
 
+    def test_the_module_is_the_headers_version(self):
+        # The description's first line is the header's CGC_VERSION; cgc.py's version (also the
+        # wheel's) is the ABI version it wraps.
+        with open(os.environ["CGC_ABI_DESCRIPTION"]) as f:
+            versions = [line.split()[1] for line in f if line.startswith("version ")]
+        self.assertEqual(versions, ["%d.%d.%d" % (cgc.VERSION_MAJOR, cgc.VERSION_MINOR, cgc.VERSION_PATCH)])
+
 
 class LoadingTest(unittest.TestCase):
     def test_library_loads_and_is_version_1(self):
@@ -185,7 +192,8 @@ class LoadingTest(unittest.TestCase):
         # The table this module calls through is complete and is the library's own functions.
         lib = cgc.api()
         self.assertGreaterEqual(lib.table.contents.struct_size, ctypes.sizeof(cgc.api_t))
-        self.assertEqual(len(cgc._PROTOTYPES), 63 + 29 + 4 + 1 + 3)  # 1.0's, then 1.1's, 1.2's, 1.3's and 1.4's
+        # 1.0's, then 1.1's, 1.2's, 1.3's, 1.4's and 1.5's
+        self.assertEqual(len(cgc._PROTOTYPES), 63 + 29 + 4 + 1 + 3 + 2)
         for name, _, _ in cgc._PROTOTYPES:
             via_table = ctypes.cast(getattr(lib, name), ctypes.c_void_p).value
             via_dlsym = ctypes.cast(getattr(lib.dll, name), ctypes.c_void_p).value
@@ -668,7 +676,7 @@ class AdoptedCaptureBadCallTest(ExpectMixin, unittest.TestCase):
                     lambda: lib.cgc_record_stream_native(None, None), "ptr is NULL")
         self.expect(cgc.Status.INVALID_ARGUMENT, "cgc_record_stream_native",
                     lambda: lib.cgc_record_stream_native(0x1000, None), "not a live allocation")
-        self.assertEqual([p[0] for p in cgc._PROTOTYPES[63 + 29 + 4 + 1:]],
+        self.assertEqual([p[0] for p in cgc._PROTOTYPES[63 + 29 + 4 + 1:63 + 29 + 4 + 1 + 3]],
                          ["cgc_pool_adopt_capture", "cgc_pool_end_adopted_capture", "cgc_record_stream_native"])
 
     def test_torch_pool_ids_need_cgc_as_torchs_allocator(self):
@@ -696,6 +704,75 @@ class AdoptedCaptureBadCallTest(ExpectMixin, unittest.TestCase):
         old_order = cgc.graph(g, s)  # before 1.4 the second argument was the stream
         self.assertIs(old_order.stream, s)
         self.assertIsNone(old_order.pool)
+
+
+class NcclPoolBadCallTest(ExpectMixin, unittest.TestCase):
+    """1.5 without a GPU: cgc_nccl_pool_create and cgc_pool_malloc refuse NULL and foreign
+    arguments by name, and Pool.nccl / Pool.malloc refuse what ctypes would cut or cannot name."""
+
+    def test_the_table_ends_with_the_1_5_functions(self):
+        self.assertEqual([p[0] for p in cgc._PROTOTYPES[63 + 29 + 4 + 1 + 3:]],
+                         ["cgc_nccl_pool_create", "cgc_pool_malloc"])
+        self.assertEqual((cgc.VERSION_MAJOR, cgc.VERSION_MINOR), (1, 5))
+        self.assertEqual([(m.name, int(m)) for m in cgc.NcclMemory],
+                         [("PLAIN", 0), ("REGISTERED", 1), ("SYMMETRIC", 2)])
+
+    def test_null_and_foreign_arguments_are_refused_by_name(self):
+        lib = cgc.api()
+        out, got = ctypes.c_void_p(FOREIGN), ctypes.c_int(-7)
+        # out is checked first, before NCCL is loaded: the same answer with or without NCCL.
+        self.expect(cgc.Status.INVALID_ARGUMENT, "cgc_nccl_pool_create",
+                    lambda: lib.cgc_nccl_pool_create(FOREIGN, 1 << 20, cgc.NcclMemory.REGISTERED, None,
+                                                     ctypes.byref(got)), "out is NULL")
+        self.assertEqual(got.value, -7, "got is written only on success")
+        # A NULL or foreign communicator: refused by its check, or NCCL is not here at all.
+        for comm, status in ((None, cgc.Status.INVALID_ARGUMENT), (FOREIGN, cgc.Status.INVALID_HANDLE)):
+            st = lib.cgc_nccl_pool_create(comm, 1 << 20, cgc.NcclMemory.REGISTERED, ctypes.byref(out),
+                                          ctypes.byref(got))
+            message = lib.cgc_last_error().decode()
+            self.assertIn(st, (status, cgc.Status.NCCL_UNAVAILABLE), message)
+            self.assertIn("cgc_nccl_pool_create", message)
+            self.assertIsNone(out.value, "out is cleared on failure")
+            self.assertEqual(got.value, -7)
+            out.value = FOREIGN
+
+        self.expect(cgc.Status.INVALID_ARGUMENT, "cgc_pool_malloc",
+                    lambda: lib.cgc_pool_malloc(FOREIGN, 512, FOREIGN, None), "out is NULL")
+        for pool, stream, status, word in ((None, FOREIGN, cgc.Status.INVALID_ARGUMENT, "NULL"),
+                                           (FOREIGN, FOREIGN, cgc.Status.INVALID_HANDLE, "pool"),
+                                           (None, None, cgc.Status.INVALID_ARGUMENT, "NULL")):
+            out.value = FOREIGN
+            self.expect(status, "cgc_pool_malloc",
+                        lambda: lib.cgc_pool_malloc(pool, 512, stream, ctypes.byref(out)), word)
+            self.assertIsNone(out.value, "out is cleared on failure")
+
+    def test_the_binding_refuses_by_name(self):
+        pool, stream, comm = foreign(cgc.Pool), foreign(cgc.Stream), foreign(cgc.Comm)
+        try:
+            self.expect_raise(cgc.InvalidHandleError, "cgc_pool_malloc", lambda: pool.malloc(512, stream), "pool")
+            # Sizes ctypes would cut to their low bits are refused here, naming the C function.
+            for size in (-1, 1 << 64, 1.5):
+                self.expect_raise(cgc.InvalidArgumentError, "cgc_pool_malloc", lambda: pool.malloc(size, stream),
+                                  "size")
+            self.expect_raise(cgc.InvalidArgumentError, "cgc_nccl_pool_create",
+                              lambda: cgc.Pool.nccl(comm, 1 << 20, "pinned"), "wanted", "registered")
+            self.expect_raise(cgc.InvalidArgumentError, "cgc_nccl_pool_create",
+                              lambda: cgc.Pool.nccl(comm, -1), "capacity")
+            self.expect_raise(cgc.InvalidArgumentError, "cgc_nccl_pool_create",
+                              lambda: cgc.Pool.nccl(comm, 1 << 20, 1 << 40), "wanted")
+            # The foreign communicator reaches the library, which refuses it by name (or has no NCCL).
+            for wanted in (cgc.NcclMemory.SYMMETRIC, "registered", 0):
+                self.expect_raise((cgc.InvalidHandleError, cgc.NcclUnavailableError), "cgc_nccl_pool_create",
+                                  lambda: cgc.Pool.nccl(comm, 1 << 20, wanted))
+        finally:
+            forget(pool, stream, comm)
+        closed = cgc.Pool.__new__(cgc.Pool)
+        with self.assertRaises(cgc.InvalidHandleError):
+            closed.malloc(512, stream)
+        self.assertIsNone(closed.nccl_memory)  # an ordinary pool has no NCCL kind
+        self.assertIsNone(closed.comm)
+        with self.assertRaises(cgc.InvalidHandleError):  # a closed communicator never reaches C
+            cgc.Pool.nccl(cgc.Comm.__new__(cgc.Comm), 1 << 20)
 
 
 class ConditionalBadCallTest(ExpectMixin, unittest.TestCase):
@@ -1706,6 +1783,105 @@ class GpuNcclTest(unittest.TestCase):
         cgc.free(recv)
         for obj in (gen, s, ctx):
             obj.close()
+
+    def test_registered_pool_blocks_in_eager_and_captured_all_reduces(self):
+        # 1.5: a pool of memory registered with the communicator, its blocks allocated eagerly
+        # (Pool.malloc) and inside a capture into it; the collective's results are exact.
+        cuda = self.cuda
+        ctx = cgc.Context(0)
+        s = cgc.Stream(ctx)
+        comm = cgc.Comm(ctx, 1, cgc.Comm.unique_id(), 0)
+        capacity = 8 << 20
+        pool = cgc.Pool.nccl(comm, capacity - 12345, cgc.NcclMemory.REGISTERED)
+        self.assertIn(pool.nccl_memory, (cgc.NcclMemory.PLAIN, cgc.NcclMemory.REGISTERED))
+        self.assertIs(pool.comm, comm)
+        self.assertIs(pool.context, ctx)
+        stats = pool.memory_stats()
+        self.assertEqual(stats.bytes_reserved, capacity, "the capacity, rounded up to 2 MiB, at once")
+        self.assertEqual(stats.num_driver_allocs, 1)
+        f32 = cgc.DType.FLOAT32
+        send, recv = pool.malloc(N * 4, s), pool.malloc(N * 4, s)
+        self.assertNotEqual(send, 0)
+        self.assertGreaterEqual(pool.memory_stats().bytes_allocated, 2 * N * 4)
+        self.assertEqual(pool.malloc(0, s), 0)
+        with self.assertRaises(cgc.OutOfMemoryError) as raised:  # a fixed arena: never grown
+            pool.malloc(capacity, s)
+        self.assertIn("cgc_pool_malloc", raised.exception.message)
+        self.assertEqual(pool.memory_stats().bytes_reserved, capacity)
+
+        def ones(ptr):  # 1.0f in every element (its bits), eagerly on s
+            s.memset_d32(ptr, struct.unpack("<I", struct.pack("<f", 1.0))[0], N)
+
+        ones(send)
+        s.memset_d32(recv, 0, N)
+        comm.all_reduce(send, recv, N, f32, cgc.ReduceOp.SUM, s)
+        s.synchronize()
+        cuda.make_current()
+        self.assertEqual(set(floats(cuda.to_host(recv, N))), {1.0}, "eager all_reduce on the pool's blocks")
+
+        # Captured into the pool: a temporary of the pool between the input and the result.
+        g = cgc.Graph()
+        with cgc.graph(g, stream=s, pool=pool):
+            with self.assertRaises(cgc.CaptureUnsupportedError):  # eager only: the capture's pool decides
+                pool.malloc(512, s)
+            tmp = cgc.malloc(ctx, N * 4, s)
+            s.memcpy_dtod(tmp, send, N * 4)
+            comm.all_reduce(tmp, recv, N, f32, cgc.ReduceOp.SUM, s)
+            cgc.free(tmp)
+        self.assertEqual(g.pool(), pool)
+        for replay, value in enumerate((2.0, -3.5, 7.25)):
+            s.memset_d32(send, struct.unpack("<I", struct.pack("<f", value))[0], N)
+            s.memset_d32(recv, 0, N)
+            g.launch(s)
+            s.synchronize()
+            cuda.make_current()
+            self.assertEqual(set(floats(cuda.to_host(recv, N))), {value}, "replay %d" % replay)
+
+        # The release is refused while the graph or blocks hold the pool, and changes nothing;
+        # the pool holds the communicator.
+        with self.assertRaises(cgc.InvalidStateError):
+            comm.close()
+        with self.assertRaises(cgc.InvalidStateError) as raised:
+            pool.close()
+        self.assertIn("block", raised.exception.message)
+        self.assertFalse(pool.closed)
+        g.launch(s)
+        s.synchronize()
+        g.close()
+        with self.assertRaises(cgc.InvalidStateError):
+            pool.close()  # the blocks still are allocated
+        cgc.free(send)
+        cgc.free(recv)
+        before = ctx.memory_stats().bytes_reserved
+        pool.close()
+        self.assertTrue(pool.closed)
+        self.assertEqual(ctx.memory_stats().bytes_reserved, before - capacity, "the arena went back")
+        comm.close()
+        s.close()
+        ctx.close()
+
+
+class GpuPoolMallocTest(unittest.TestCase):
+    def setUp(self):
+        require_gpu(self)
+
+    def test_eager_blocks_of_an_ordinary_pool(self):
+        # 1.5's Pool.malloc on a pool of cgc_pool_create: counted in the pool, reused by the same
+        # stream's eager allocations, refused inside captures.
+        ctx = cgc.Context(0)
+        s = cgc.Stream(ctx)
+        pool = cgc.Pool(ctx)
+        self.assertIsNone(pool.nccl_memory)
+        p = pool.malloc(3 << 20, s)
+        self.assertEqual(pool.memory_stats().bytes_allocated, 3 << 20)
+        cgc.free(p)
+        q = pool.malloc(3 << 20, s)
+        self.assertEqual(q, p, "the freed eager block serves the same stream again")
+        cgc.free(q)
+        self.assertEqual(pool.memory_stats().bytes_allocated, 0)
+        pool.close()
+        s.close()
+        ctx.close()
 
 
 if __name__ == "__main__":

@@ -1,5 +1,6 @@
-//! NCCL communicators. libnccl.so.2 is loaded by libcgc on first use (`CGC_NCCL_LIBRARY` names
-//! another file); without it every call is [`Status::NcclUnavailable`](crate::Status::NcclUnavailable).
+//! NCCL communicators, and (1.5) pools of memory registered with one ([`Pool::nccl`]).
+//! libnccl.so.2 is loaded by libcgc on first use (`CGC_NCCL_LIBRARY` names another file); without
+//! it every call is [`Status::NcclUnavailable`](crate::Status::NcclUnavailable).
 
 use std::fmt;
 use std::os::raw::{c_char, c_int};
@@ -7,7 +8,7 @@ use std::ptr;
 use std::sync::{Mutex, MutexGuard};
 
 use crate::error::{check, Result};
-use crate::{api, sys, Context, DeviceBuffer, Error, Status, Stream};
+use crate::{api, sys, Context, DeviceBuffer, Error, Pool, Status, Stream};
 
 /// NCCL's version code (e.g. 22809 for 2.28.9).
 pub fn nccl_version() -> Result<i32> {
@@ -109,6 +110,39 @@ impl ReduceOp {
             ReduceOp::Max => sys::CGC_MAX,
             ReduceOp::Min => sys::CGC_MIN,
             ReduceOp::Avg => sys::CGC_AVG,
+        }
+    }
+}
+
+/// 1.5: the kinds of memory of an NCCL pool (`cgc_nccl_memory_t`): what NCCL reaches at its
+/// best, worst first (so `got <= wanted` compares them).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum NcclMemory {
+    /// `cuMemAlloc`'ed, not registered with the communicator.
+    Plain,
+    /// `ncclMemAlloc`'ed and registered (`ncclCommRegister`, NCCL >= 2.19).
+    Registered,
+    /// `ncclMemAlloc`'ed, a symmetric window (`ncclCommWindowRegister`, NCCL >= 2.27).
+    Symmetric,
+}
+
+impl NcclMemory {
+    /// The raw `cgc_nccl_memory_t`.
+    pub fn to_raw(self) -> sys::cgc_nccl_memory_t {
+        match self {
+            NcclMemory::Plain => sys::CGC_NCCL_MEMORY_PLAIN,
+            NcclMemory::Registered => sys::CGC_NCCL_MEMORY_REGISTERED,
+            NcclMemory::Symmetric => sys::CGC_NCCL_MEMORY_SYMMETRIC,
+        }
+    }
+
+    /// The kind of a raw `cgc_nccl_memory_t`, or `None` for a value this crate does not know.
+    pub fn from_raw(raw: sys::cgc_nccl_memory_t) -> Option<NcclMemory> {
+        match raw {
+            sys::CGC_NCCL_MEMORY_PLAIN => Some(NcclMemory::Plain),
+            sys::CGC_NCCL_MEMORY_REGISTERED => Some(NcclMemory::Registered),
+            sys::CGC_NCCL_MEMORY_SYMMETRIC => Some(NcclMemory::Symmetric),
+            _ => None,
         }
     }
 }
@@ -415,6 +449,65 @@ impl Comm {
                 self.raw = ptr::null_mut();
                 outcome.map_err(|e| (e, None))
             }
+        }
+    }
+}
+
+impl Pool {
+    /// 1.5: a pool of `capacity` bytes (rounded up to 2 MiB) of memory registered with `comm`,
+    /// made at once on its device and never grown: allocation beyond the capacity is
+    /// [`Status::OutOfMemory`]. Collective: every rank calls it with
+    /// the same capacity and kind. Returns the pool and the kind it got.
+    ///
+    /// `wanted` is the best kind asked for; an older NCCL gives the next one down
+    /// ([`NcclMemory::Symmetric`] -> [`NcclMemory::Registered`] -> [`NcclMemory::Plain`]), and
+    /// the kind returned says which. Ranks that got different kinds are refused on every rank
+    /// ([`Status::InvalidState`]): NCCL leaves mixing registered and
+    /// unregistered buffers undefined. For NCCL's symmetric kernels every rank must allocate from
+    /// the pool in the same order with the same sizes.
+    ///
+    /// Captures allocate from it through [`CaptureOptions::with_pool`](crate::CaptureOptions::with_pool),
+    /// eager code through [`Pool::alloc`]. Releasing its last reference is collective too (it
+    /// synchronises the device and drops the registration) and is refused
+    /// ([`Status::InvalidState`], the reference kept) while a graph or
+    /// capture holds the pool or a block of it is allocated: free the blocks and destroy the
+    /// graphs first, then [`Pool::try_release`] (or drop) it on every rank. The pool holds
+    /// `comm`, whose destruction is refused meanwhile.
+    pub fn nccl(comm: &Comm, capacity: usize, wanted: NcclMemory) -> Result<(Pool, NcclMemory)> {
+        let mut raw = ptr::null_mut();
+        let mut got = sys::CGC_NCCL_MEMORY_PLAIN;
+        {
+            // The creation registers memory with the communicator and runs a collective on it.
+            let _g = comm.lock();
+            // SAFETY: live communicator, valid out pointers.
+            check(comm.api, unsafe {
+                (comm.api.cgc_nccl_pool_create)(comm.raw, capacity, wanted.to_raw(), &mut raw, &mut got)
+            })?;
+        }
+        let pool = Pool { raw, api: comm.api };
+        match NcclMemory::from_raw(got) {
+            Some(kind) => Ok((pool, kind)),
+            // The header promises one of its kinds (at most `wanted`); every rank sees the same
+            // answer, so every rank releases the pool here.
+            None => Err(Error::new(
+                Status::Internal,
+                format!("cgc_nccl_pool_create: the library got memory kind {}, which this crate does not know", got),
+            )),
+        }
+    }
+}
+
+#[cfg(test)]
+impl Comm {
+    /// A communicator holding a NULL handle, for the tests without a GPU: the library refuses
+    /// every call on it (dropping it too, which is ignored).
+    pub(crate) fn null_for_tests(api: &'static sys::cgc_api_t) -> Comm {
+        Comm {
+            raw: ptr::null_mut(),
+            api,
+            nranks: 1,
+            rank: 0,
+            enqueue: Mutex::new(()),
         }
     }
 }

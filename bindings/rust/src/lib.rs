@@ -49,6 +49,10 @@
 //! [`Pool::end_adopted_capture`]; [`DeviceBuffer::record_stream_native`] records a use by a
 //! native stream.
 //!
+//! Since 1.5 [`Pool::nccl`] makes a pool of memory registered with a [`Comm`] (a fixed arena,
+//! [`NcclMemory::Registered`] or [`NcclMemory::Symmetric`] where NCCL has them), which captures
+//! allocate from as from any pool, and [`Pool::alloc`] allocates from a pool outside captures.
+//!
 //! Objects own their handle and destroy it on `Drop` (errors there are ignored); each also has
 //! a `destroy(self)` (or `free`, `release`) that reports the library's status. Objects made from
 //! a [`Context`] keep the device state alive on their own, so they borrow nothing from it.
@@ -91,7 +95,7 @@ mod stream_attributes;
 #[allow(missing_docs)]
 pub mod sys;
 
-pub use comm::{group_end, group_start, nccl_version, Comm, CommId, DType, ReduceOp};
+pub use comm::{group_end, group_start, nccl_version, Comm, CommId, DType, NcclMemory, ReduceOp};
 pub use conditional::{ConditionalBodies, ConditionalKind, CONDITIONAL_BODY_SETS_CONDITION, LOOP_EAGER_ITERATIONS};
 pub use error::{Error, Result, Status};
 pub use host_func::host_function_panics;
@@ -1195,7 +1199,8 @@ impl fmt::Debug for Graph {
 
 /// One reference on a private memory pool (`torch.cuda.graph_pool_handle()`). `Clone` takes
 /// another reference (`cgc_pool_retain`), `Drop` releases one. Two `Pool`s are equal when they
-/// are references on the same pool.
+/// are references on the same pool. Since 1.5 a pool may be an NCCL pool ([`Pool::nccl`]), whose
+/// last release is collective and refused while it is in use ([`Pool::try_release`]).
 pub struct Pool {
     raw: sys::cgc_pool_t,
     api: &'static sys::cgc_api_t,
@@ -1275,12 +1280,51 @@ impl Pool {
         })
     }
 
+    /// 1.5: `bytes` bytes (512-byte aligned) from this pool outside captures, ordered on
+    /// `stream` (of the pool's device, not capturing: inside a capture the capture's pool decides,
+    /// and this is [`Status::CaptureUnsupported`]). 0 bytes gives a null pointer. Blocks allocated
+    /// so are reused only by `Pool::alloc` on the same stream, never by a capture, so a pool's
+    /// graph memory and its eager memory stay apart. An NCCL pool ([`Pool::nccl`]) never grows:
+    /// beyond its capacity this is [`Status::OutOfMemory`].
+    pub fn alloc(&self, bytes: usize, stream: &Stream) -> Result<DeviceBuffer> {
+        let mut p = ptr::null_mut();
+        // SAFETY: live handles (we hold a reference on the pool), valid out pointer.
+        check(self.api, unsafe {
+            (self.api.cgc_pool_malloc)(self.raw, bytes, stream.raw, &mut p)
+        })?;
+        Ok(DeviceBuffer {
+            ptr: p,
+            len: bytes,
+            api: self.api,
+        })
+    }
+
     /// Drops this reference, reporting the status. The pool lives on while graphs captured into
-    /// it or blocks allocated from it exist.
+    /// it or blocks allocated from it exist. For the last reference of an NCCL pool, which the
+    /// library refuses to release while it is in use, see [`Pool::try_release`].
     pub fn release(mut self) -> Result<()> {
         let raw = std::mem::replace(&mut self.raw, ptr::null_mut());
         // SAFETY: we hold this reference; released once.
         check(self.api, unsafe { (self.api.cgc_pool_release)(raw) })
+    }
+
+    /// Like [`Pool::release`], but a refusal that leaves the reference held hands the pool back,
+    /// unharmed, with the error (`Some`): the last release of an NCCL pool (1.5, collective) is
+    /// refused with [`Status::InvalidState`] while a graph or capture holds the pool or a block
+    /// of it is allocated, and with [`Status::CaptureUnsupported`] while a capture is under way
+    /// on its device (the release synchronises the device). Free the blocks, destroy the graphs,
+    /// then call again. After any other failure the reference is gone (`None`).
+    pub fn try_release(mut self) -> std::result::Result<(), (Error, Option<Pool>)> {
+        // SAFETY: we hold this reference; the library drops it unless it refuses as above.
+        match check(self.api, unsafe { (self.api.cgc_pool_release)(self.raw) }) {
+            Err(e) if matches!(e.status(), Some(Status::InvalidState) | Some(Status::CaptureUnsupported)) => {
+                Err((e, Some(self)))
+            }
+            outcome => {
+                self.raw = ptr::null_mut();
+                outcome.map_err(|e| (e, None))
+            }
+        }
     }
 }
 

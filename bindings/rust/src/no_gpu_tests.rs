@@ -1,4 +1,4 @@
-//! The safe layer of 1.1 to 1.4 without a GPU: what the binding checks itself (sizes, names, overflow),
+//! The safe layer of 1.1 to 1.5 without a GPU: what the binding checks itself (sizes, names, overflow),
 //! and what the library refuses on a NULL handle, through the same methods a program calls.
 //!
 //! These live in the crate, not in tests/, because they need objects holding a NULL handle
@@ -16,8 +16,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use crate::conditional::run_bodies;
 use crate::{
     api, sys, AccessPolicy, AccessProperty, BarrierScope, CaptureMode,
-    CaptureOptions, ConditionalBodies, ConditionalKind, Context, DeviceBuffer, Error, Function, FunctionAttribute, Graph, GraphInfo,
-    GraphUpdate, HostBuffer, HostRegistration, KernelArg, LaunchConfig, MemOp, Module, Pool, Result,
+    CaptureOptions, Comm, ConditionalBodies, ConditionalKind, Context, DeviceBuffer, Error, Function, FunctionAttribute, Graph, GraphInfo,
+    GraphUpdate, HostBuffer, HostRegistration, KernelArg, LaunchConfig, MemOp, Module, NcclMemory, Pool, Result,
     Status, Stream, WaitCondition, WAIT_FLUSH,
 };
 
@@ -654,9 +654,9 @@ fn the_1_3_constants_are_the_headers() {
 }
 
 #[test]
-fn the_crate_is_written_against_1_4() {
-    assert_eq!((sys::CGC_VERSION_MINOR, sys::CGC_VERSION), (4, 0x1_04_00));
-    assert_eq!(env!("CARGO_PKG_VERSION"), "1.4.0", "the crate's version is the ABI version it wraps");
+fn the_crate_is_written_against_1_5() {
+    assert_eq!((sys::CGC_VERSION_MINOR, sys::CGC_VERSION), (5, 0x1_05_00));
+    assert_eq!(env!("CARGO_PKG_VERSION"), "1.5.0", "the crate's version is the ABI version it wraps");
 }
 
 fn null_pool() -> Pool {
@@ -693,6 +693,56 @@ fn adopted_captures_refuse_a_null_pool_and_a_foreign_block_by_name() {
     // SAFETY: refused on the NULL pointer before the stream is looked at.
     assert_refused(unsafe { zero.record_stream_native(ptr::null_mut()) }, Status::InvalidArgument,
                    "cgc_record_stream_native");
+}
+
+#[test]
+fn the_1_5_memory_kinds_are_the_headers() {
+    let kinds = [NcclMemory::Plain, NcclMemory::Registered, NcclMemory::Symmetric];
+    let raw: Vec<i32> = kinds.iter().map(|k| k.to_raw()).collect();
+    assert_eq!(raw, [0, 1, 2]);
+    assert_eq!(
+        (sys::CGC_NCCL_MEMORY_PLAIN, sys::CGC_NCCL_MEMORY_REGISTERED, sys::CGC_NCCL_MEMORY_SYMMETRIC),
+        (0, 1, 2)
+    );
+    for kind in kinds {
+        assert_eq!(NcclMemory::from_raw(kind.to_raw()), Some(kind));
+    }
+    assert_eq!(NcclMemory::from_raw(3), None);
+    assert_eq!(NcclMemory::from_raw(-1), None);
+    // Ordered worst first, as the library falls back: got <= wanted.
+    assert!(NcclMemory::Plain < NcclMemory::Registered && NcclMemory::Registered < NcclMemory::Symmetric);
+}
+
+/// 1.5's NCCL pools and eager allocation from a pool, through the methods a program calls: a
+/// NULL pool or communicator is refused by name before the driver is needed (the communicator
+/// by NCCL's absence where there is no NCCL); a refused release of a NULL pool hands nothing back.
+#[test]
+fn nccl_pools_and_pool_alloc_refuse_null_handles_by_name() {
+    let pool = null_pool();
+    for bytes in [0, 512, usize::MAX] {
+        assert_refused(pool.alloc(bytes, &null_stream()), Status::InvalidArgument, "cgc_pool_malloc");
+    }
+    let e = pool.alloc(512, &null_stream()).expect_err("a NULL pool");
+    assert!(e.message().contains("pool is NULL"), "{}", e);
+
+    let comm = Comm::null_for_tests(loaded_api());
+    for wanted in [NcclMemory::Plain, NcclMemory::Registered, NcclMemory::Symmetric] {
+        let e = Pool::nccl(&comm, 1 << 20, wanted).expect_err("a NULL communicator");
+        assert!(
+            matches!(e.status(), Some(Status::InvalidArgument) | Some(Status::NcclUnavailable)),
+            "{}",
+            e
+        );
+        assert!(e.message().contains("cgc_nccl_pool_create"), "{}", e);
+    }
+
+    match null_pool().try_release() {
+        Err((e, None)) => {
+            assert_eq!(e.status(), Some(Status::InvalidArgument), "{}", e);
+            assert!(e.message().contains("cgc_pool_release"), "{}", e);
+        }
+        other => panic!("try_release of a NULL pool: {:?}", other),
+    }
 }
 
 #[test]

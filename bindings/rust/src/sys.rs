@@ -19,7 +19,7 @@ use std::sync::{Mutex, MutexGuard, Once};
 /// Major version of the header this crate was written against (also the soname: libcgc.so.1).
 pub const CGC_VERSION_MAJOR: u32 = 1;
 /// Minor version of the header this crate was written against.
-pub const CGC_VERSION_MINOR: u32 = 4;
+pub const CGC_VERSION_MINOR: u32 = 5;
 /// Patch version of the header this crate was written against.
 pub const CGC_VERSION_PATCH: u32 = 0;
 /// `(major << 16) | (minor << 8) | patch`, as `CGC_VERSION` in C.
@@ -238,6 +238,15 @@ pub const CGC_PROD: cgc_reduce_op_t = 1;
 pub const CGC_MAX: cgc_reduce_op_t = 2;
 pub const CGC_MIN: cgc_reduce_op_t = 3;
 pub const CGC_AVG: cgc_reduce_op_t = 4;
+
+/// `cgc_nccl_memory_t` (1.5): memory NCCL reaches at its best, the kinds of an NCCL pool.
+pub type cgc_nccl_memory_t = c_int;
+/// `cuMemAlloc`'ed, not registered with the communicator.
+pub const CGC_NCCL_MEMORY_PLAIN: cgc_nccl_memory_t = 0;
+/// `ncclMemAlloc`'ed and registered (`ncclCommRegister`, NCCL >= 2.19).
+pub const CGC_NCCL_MEMORY_REGISTERED: cgc_nccl_memory_t = 1;
+/// `ncclMemAlloc`'ed, a symmetric window (`ncclCommWindowRegister`, NCCL >= 2.27).
+pub const CGC_NCCL_MEMORY_SYMMETRIC: cgc_nccl_memory_t = 2;
 
 // ---- version 1.1: the work a graph is made of --------------------------------------------------
 
@@ -509,6 +518,11 @@ api_table! {
     fn cgc_pool_adopt_capture(pool: cgc_pool_t, native_stream: *mut c_void) -> cgc_status_t;
     fn cgc_pool_end_adopted_capture(pool: cgc_pool_t) -> cgc_status_t;
     fn cgc_record_stream_native(ptr: *mut c_void, native_stream: *mut c_void) -> cgc_status_t;
+    // 1.5: a pool of memory registered with a communicator (*got: the kind it got); eager
+    // allocation from a pool
+    fn cgc_nccl_pool_create(comm: cgc_comm_t, capacity: usize, wanted: cgc_nccl_memory_t, out: *mut cgc_pool_t,
+                            got: *mut cgc_nccl_memory_t) -> cgc_status_t;
+    fn cgc_pool_malloc(pool: cgc_pool_t, size: usize, stream: cgc_stream_t, out: *mut *mut c_void) -> cgc_status_t;
 }
 
 /// `cgc_get_api`, the one symbol resolved with `dlsym`.
@@ -656,7 +670,7 @@ fn load() -> Result<&'static cgc_api_t, String> {
     // SAFETY: the library filled `table` with a pointer to its static table.
     let api: &'static cgc_api_t = unsafe { &*table };
     // An older minor version would have a shorter table (cgc_get_api already refuses one for
-    // CGC_VERSION); this crate calls every field of the 1.4 table, so all of them must be there.
+    // CGC_VERSION); this crate calls every field of the 1.5 table, so all of them must be there.
     if api.struct_size < std::mem::size_of::<cgc_api_t>() {
         return Err(format!(
             "cgc: '{}' has a function table of {} bytes, shorter than the {} this crate needs; {}",

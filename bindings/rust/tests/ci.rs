@@ -383,8 +383,8 @@ fn the_1_2_functions_refuse_null_and_foreign_graphs_by_name() {
         let st = (api.cgc_capture_begin)(foreign as sys::cgc_stream_t, &options);
         assert_named_refusal(api, st, Status::InvalidHandle, "cgc_capture_begin");
     }
-    // The table's 1.2 functions come right after 1.1's last one, 1.3's after them, and 1.4's
-    // after 1.3's.
+    // The table's 1.2 functions come right after 1.1's last one, 1.3's after them, 1.4's after
+    // 1.3's and 1.5's last.
     let names = sys::FUNCTION_NAMES;
     let at = names.iter().position(|n| *n == "cgc_launch_kernel").unwrap();
     assert_eq!(
@@ -397,11 +397,13 @@ fn the_1_2_functions_refuse_null_and_foreign_graphs_by_name() {
             "cgc_capture_conditional_begin_bodies",
             "cgc_pool_adopt_capture",
             "cgc_pool_end_adopted_capture",
-            "cgc_record_stream_native"
+            "cgc_record_stream_native",
+            "cgc_nccl_pool_create",
+            "cgc_pool_malloc"
         ]
     );
-    // 1.0's 63 functions, 1.1's 29, 1.2's 4, 1.3's 1 and 1.4's 3.
-    assert_eq!(names.len(), 63 + 29 + 4 + 1 + 3);
+    // 1.0's 63 functions, 1.1's 29, 1.2's 4, 1.3's 1, 1.4's 3 and 1.5's 2.
+    assert_eq!(names.len(), 63 + 29 + 4 + 1 + 3 + 2);
 }
 
 /// 1.2's conditional nodes refuse a NULL stream (INVALID_ARGUMENT) and a pointer that is no cgc
@@ -530,12 +532,57 @@ fn the_1_4_functions_refuse_null_and_foreign_pools_and_blocks_by_name() {
     }
 }
 
+/// 1.5's functions refuse, naming themselves, before they need the driver: a NULL out pointer
+/// (INVALID_ARGUMENT, checked before NCCL is loaded), a NULL communicator (INVALID_ARGUMENT, or
+/// NCCL_UNAVAILABLE where there is no NCCL) and a pointer that is no cgc communicator
+/// (INVALID_HANDLE, likewise) for cgc_nccl_pool_create, which clears *out and leaves *got alone;
+/// NULL and foreign pools and streams for cgc_pool_malloc, which clears *out.
+#[test]
+fn the_1_5_functions_refuse_null_and_foreign_arguments_by_name() {
+    let api = cgc::api().unwrap();
+    let mut not_an_object = [0x5a5a_5a5a_5a5a_5a5a_u64; 32];
+    let foreign = not_an_object.as_mut_ptr() as *mut c_void;
+    // SAFETY: NULL and the foreign pointer are documented inputs (refused by a check of the
+    // handle, which only reads the foreign memory); the out pointers are valid or NULL.
+    unsafe {
+        let mut got = -7;
+        let st = (api.cgc_nccl_pool_create)(foreign as sys::cgc_comm_t, 1 << 20, sys::CGC_NCCL_MEMORY_REGISTERED,
+                                            ptr::null_mut(), &mut got);
+        assert_named_refusal(api, st, Status::InvalidArgument, "cgc_nccl_pool_create");
+        for (comm, want) in [(ptr::null_mut(), Status::InvalidArgument), (foreign as sys::cgc_comm_t, Status::InvalidHandle)] {
+            for wanted in [sys::CGC_NCCL_MEMORY_PLAIN, sys::CGC_NCCL_MEMORY_SYMMETRIC] {
+                let mut out = foreign as sys::cgc_pool_t; // not NULL: the refusal must clear it
+                let st = (api.cgc_nccl_pool_create)(comm, 1 << 20, wanted, &mut out, &mut got);
+                let status = if Status::from_raw(st) == Status::NcclUnavailable { Status::NcclUnavailable } else { want };
+                assert_named_refusal(api, st, status, "cgc_nccl_pool_create");
+                assert!(out.is_null(), "*out is cleared on failure");
+            }
+        }
+        assert_eq!(got, -7, "*got is written only on success");
+
+        let st = (api.cgc_pool_malloc)(foreign as sys::cgc_pool_t, 512, foreign as sys::cgc_stream_t, ptr::null_mut());
+        assert_named_refusal(api, st, Status::InvalidArgument, "cgc_pool_malloc");
+        for (pool, stream, want) in [
+            (ptr::null_mut(), foreign as sys::cgc_stream_t, Status::InvalidArgument),
+            (foreign as sys::cgc_pool_t, ptr::null_mut(), Status::InvalidHandle),
+            (foreign as sys::cgc_pool_t, foreign as sys::cgc_stream_t, Status::InvalidHandle),
+        ] {
+            for size in [0, 512, usize::MAX] {
+                let mut out = foreign;
+                let st = (api.cgc_pool_malloc)(pool, size, stream, &mut out);
+                assert_named_refusal(api, st, want, "cgc_pool_malloc");
+                assert!(out.is_null(), "*out is cleared on failure");
+            }
+        }
+    }
+}
+
 #[test]
 fn function_table_matches_the_library() {
     use std::mem::size_of;
     // (Struct layouts and parameter types are checked against the header below.)
     let api = cgc::api().unwrap();
-    // A 1.4 library's table is exactly ours (the loader refuses a shorter one).
+    // A 1.5 library's table is exactly ours (the loader refuses a shorter one).
     assert_eq!(api.struct_size, size_of::<sys::cgc_api_t>());
     assert_eq!(
         sys::FUNCTION_NAMES.len(),
@@ -588,7 +635,8 @@ fn class_of_rust_type(ty: &str) -> String {
         "c_char" => "i8".into(),
         "c_int" | "cgc_status_t" | "cgc_capture_mode_t" | "cgc_capture_status_t"
         | "cgc_dtype_t" | "cgc_reduce_op_t" | "cgc_access_property_t" | "cgc_mem_op_kind_t"
-        | "cgc_function_attribute_t" | "cgc_graph_update_t" | "cgc_conditional_kind_t" => "i32".into(),
+        | "cgc_function_attribute_t" | "cgc_graph_update_t" | "cgc_conditional_kind_t"
+        | "cgc_nccl_memory_t" => "i32".into(),
         "c_uint" => "u32".into(),
         "u8" | "u16" | "u32" | "u64" | "usize" | "isize" | "f32" => ty.clone(),
         "cgc_context_t" | "cgc_stream_t" | "cgc_event_t" | "cgc_graph_t" | "cgc_pool_t"

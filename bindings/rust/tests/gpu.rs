@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex};
 use cgc::{
     AccessPolicy, AccessProperty, BarrierScope, CaptureMode, CaptureOptions, CaptureStatus, Comm, CommId,
     Context, DType, DeviceBuffer, Error, Event, Function, FunctionAttribute, GraphUpdate, HostBuffer,
-    HostRegistration, LaunchConfig, MemOp, Module, Pool, ReduceOp, Rng, Status, Stream, WaitCondition,
+    HostRegistration, LaunchConfig, MemOp, Module, NcclMemory, Pool, ReduceOp, Rng, Status, Stream, WaitCondition,
     HOST_WRITE_COMBINED, STREAM_NON_BLOCKING,
 };
 use common::{assert_error, gpu, read_back, serial, Cuda};
@@ -1252,4 +1252,131 @@ fn a_pool_adopts_a_capture_begun_with_the_driver() {
     let e = unsafe { stale.record_stream_native(side.native()) }.expect_err("a freed block");
     assert_error(&e, Status::InvalidArgument, "cgc_record_stream_native");
     stale.into_raw();
+}
+
+// ---- 1.5: pools of memory registered with a communicator, eager allocation from a pool --------
+
+#[test]
+fn a_registered_nccl_pool_serves_eager_and_captured_all_reduces() {
+    const TEST: &str = "a_registered_nccl_pool_serves_eager_and_captured_all_reduces";
+    let _serial = serial();
+    let ctx = match gpu(TEST) {
+        Some(c) => c,
+        None => return,
+    };
+    if nccl(TEST).is_none() {
+        return;
+    }
+    let cuda = Cuda::load_and_make_current(0);
+    let stream = Stream::new(&ctx).unwrap();
+    let id = CommId::new().expect("cgc_comm_unique_id");
+    let comm = Comm::new(&ctx, 1, &id, 0).expect("cgc_comm_create of a 1-rank communicator");
+    const CAPACITY: usize = 8 << 20;
+    let (pool, got) =
+        Pool::nccl(&comm, CAPACITY - 12345, NcclMemory::Registered).expect("cgc_nccl_pool_create");
+    assert!(got <= NcclMemory::Registered, "got {:?}, more than asked", got);
+    println!("{}: the pool's memory is {:?}", TEST, got);
+    let stats = ctx.memory_stats(Some(&pool)).unwrap();
+    assert_eq!(stats.bytes_reserved, CAPACITY, "the capacity rounded up to 2 MiB, at once: {:?}", stats);
+    assert_eq!(stats.num_driver_allocs, 1, "{:?}", stats);
+
+    // Eager blocks of the pool; beyond the capacity the pool does not grow.
+    let send = pool.alloc(NCCL_N * 4, &stream).expect("cgc_pool_malloc");
+    let recv = pool.alloc(NCCL_N * 4, &stream).expect("cgc_pool_malloc");
+    assert!(!send.as_ptr().is_null() && send.len() == NCCL_N * 4);
+    assert!(ctx.memory_stats(Some(&pool)).unwrap().bytes_allocated >= 2 * NCCL_N * 4);
+    assert!(pool.alloc(0, &stream).unwrap().as_ptr().is_null(), "0 bytes give a null block");
+    let e = pool.alloc(CAPACITY, &stream).expect_err("more than the pool holds");
+    assert_error(&e, Status::OutOfMemory, "cgc_pool_malloc");
+    assert_eq!(ctx.memory_stats(Some(&pool)).unwrap().bytes_reserved, CAPACITY, "the pool never grows");
+
+    // An eager all-reduce over one rank copies send into recv.
+    stream.memset_d32(&send, 1.5f32.to_bits(), NCCL_N).unwrap();
+    stream.memset_d32(&recv, 0, NCCL_N).unwrap();
+    comm.all_reduce(&send, &recv, NCCL_N, DType::Float32, ReduceOp::Sum, &stream).unwrap();
+    stream.synchronize().unwrap();
+    assert!(host(&cuda, &recv).iter().all(|&x| x == 1.5), "eager all_reduce on the pool's blocks");
+
+    // Captured into the pool, with a temporary of the pool between input and result; Pool::alloc
+    // is eager only (the capture's pool decides inside).
+    let options = CaptureOptions::new().with_pool(&pool);
+    let graph = stream
+        .capture(&options, |s| {
+            let e = pool.alloc(512, s).expect_err("Pool::alloc inside a capture");
+            assert_error(&e, Status::CaptureUnsupported, "cgc_pool_malloc");
+            let tmp = DeviceBuffer::alloc(&ctx, NCCL_N * 4, s)?;
+            s.copy_device_to_device(&tmp, &send, NCCL_N * 4)?;
+            comm.all_reduce(&tmp, &recv, NCCL_N, DType::Float32, ReduceOp::Sum, s)?;
+            tmp.free()
+        })
+        .expect("capture into the NCCL pool");
+    assert_eq!(graph.pool().unwrap(), pool);
+    for value in [2.0f32, -3.5, 7.25] {
+        stream.memset_d32(&send, value.to_bits(), NCCL_N).unwrap();
+        stream.memset_d32(&recv, 0, NCCL_N).unwrap();
+        graph.launch(&stream).unwrap();
+        stream.synchronize().unwrap();
+        assert!(host(&cuda, &recv).iter().all(|&x| x == value), "replay with {}", value);
+    }
+
+    // The release is refused while the graph and the blocks hold the pool, and hands it back; the
+    // pool holds the communicator.
+    let (e, comm) = match comm.try_destroy() {
+        Err((e, Some(comm))) => (e, comm),
+        other => panic!("destroying the communicator of a live pool: {:?}", other.map_err(|(e, _)| e)),
+    };
+    assert_error(&e, Status::InvalidState, "cgc_comm_destroy");
+    let (e, pool) = match pool.try_release() {
+        Err((e, Some(pool))) => (e, pool),
+        other => panic!("releasing a pool in use: {:?}", other.map_err(|(e, _)| e)),
+    };
+    assert_error(&e, Status::InvalidState, "cgc_pool_release");
+    graph.launch(&stream).unwrap(); // a refused release changed nothing
+    stream.synchronize().unwrap();
+    graph.destroy().unwrap();
+    let (e, pool) = match pool.try_release() {
+        Err((e, Some(pool))) => (e, pool),
+        other => panic!("releasing a pool with blocks: {:?}", other.map_err(|(e, _)| e)),
+    };
+    assert_error(&e, Status::InvalidState, "cgc_pool_release");
+    send.free().unwrap();
+    recv.free().unwrap();
+    let reserved = ctx.memory_stats(None).unwrap().bytes_reserved;
+    pool.try_release().map_err(|(e, _)| e).expect("cgc_pool_release of an unused NCCL pool");
+    assert_eq!(ctx.memory_stats(None).unwrap().bytes_reserved, reserved - CAPACITY, "the arena went back");
+    comm.try_destroy().map_err(|(e, _)| e).expect("cgc_comm_destroy after the pool");
+    stream.destroy().unwrap();
+    ctx.destroy().unwrap();
+}
+
+#[test]
+fn eager_blocks_of_an_ordinary_pool() {
+    const TEST: &str = "eager_blocks_of_an_ordinary_pool";
+    let _serial = serial();
+    let ctx = match gpu(TEST) {
+        Some(c) => c,
+        None => return,
+    };
+    let stream = Stream::new(&ctx).unwrap();
+    let pool = Pool::new(&ctx).unwrap();
+    let block = pool.alloc(3 << 20, &stream).expect("cgc_pool_malloc");
+    assert_eq!(ctx.memory_stats(Some(&pool)).unwrap().bytes_allocated, 3 << 20);
+    let address = block.as_ptr();
+    block.free().unwrap();
+    let again = pool.alloc(3 << 20, &stream).unwrap();
+    assert_eq!(again.as_ptr(), address, "the freed eager block serves the same stream again");
+    again.free().unwrap();
+    assert_eq!(ctx.memory_stats(Some(&pool)).unwrap().bytes_allocated, 0);
+    // Refused inside a capture, which allocates from its own pool.
+    let graph = stream
+        .capture(&CaptureOptions::new(), |s| {
+            let e = pool.alloc(512, s).expect_err("Pool::alloc inside a capture");
+            assert_error(&e, Status::CaptureUnsupported, "cgc_pool_malloc");
+            Ok(())
+        })
+        .unwrap();
+    graph.destroy().unwrap();
+    pool.release().unwrap();
+    stream.destroy().unwrap();
+    ctx.destroy().unwrap();
 }
