@@ -302,6 +302,22 @@ static cgc_status_t note_capture(cgc_comm_t comm, cgc_stream_t stream, const cha
     cgc__relaxed_end(previous_);                                 \
   } while (0)
 
+/* With graph mixing on, a replay of a graph holding collectives waits about 30 us longer when one
+ * process drives several GPUs (docs/PERFORMANCE.md: NCCL's mixing nodes then complete late; with
+ * one GPU per process they do not). The first communicator on a second device says so, once. */
+static void note_devices(int ordinal) {
+  static atomic_int first_device = -1;
+  static atomic_bool said;
+  int expected = -1;
+  if (mixing_off || atomic_compare_exchange_strong(&first_device, &expected, ordinal) || expected == ordinal) return;
+  if (!atomic_exchange(&said, true))
+    cgc__warn("cgc_comm_create",
+              "this process drives communicators on devices %d and %d with NCCL's graph mixing on: each replay of a "
+              "graph holding collectives then takes about 30 us longer to complete (docs/NCCL.md); "
+              "CGC_NCCL_GRAPH_MIXING=off turns mixing off and has cgc keep each communicator's work in order",
+              expected, ordinal);
+}
+
 /* A one-element all-reduce, synchronised, right after init: NCCL connects its rings and trees
  * lazily, and that setup must not happen inside a Global capture (SEMANTICS 18). */
 static cgc_status_t connect_eagerly(cgc_comm_t comm, const char* func) {
@@ -367,6 +383,7 @@ cgc_status_t cgc_comm_create(cgc_context_t ctx, int nranks, const cgc_comm_id_t*
   cgc__ctx_leave(&scope);
   comm->magic = CGC_MAGIC_COMM;
   *out = comm;
+  note_devices(ctx->dev->ordinal);
   return CGC_SUCCESS;
 
 fail:
@@ -493,6 +510,12 @@ static cgc_status_t order_eager(cgc_comm_t comm, cgc_stream_t stream, uint64_t* 
   if (comm->order_event == NULL) return CGC_SUCCESS;
   cgc__stream_ref_t ref;
   cgc_status_t st = cgc__stream_resolve(stream, true, &ref, func);
+  if (st == CGC_SUCCESS && ref.capturing && !ref.invalidated && !cgc__registry_is_cgc_capture(ref.capture_id))
+    cgc__warn(func,
+              "stream %p captures under a capture cgc did not begin, and NCCL's graph mixing is off: cgc cannot "
+              "order that graph's launches after communicator %p's other work (SEMANTICS 33); launch it on the "
+              "stream of that work, or leave mixing on",
+              (void*)ref.cu, (void*)comm);
   if (st != CGC_SUCCESS || ref.capturing) return st; /* captured: its graph's launches are ordered */
   st = cgc__cu_fail(order_before(comm, ref.cu, ref.key), func, "cuStreamWaitEvent (after the communicator's last work)");
   if (st == CGC_SUCCESS) *order_key = ref.key;
