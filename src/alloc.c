@@ -69,9 +69,11 @@ static cgc_status_t free_used(struct cgc__allocator* a, void* ptr, const char* f
   a->blocks_with_uses--;
   cgc__pool_note_free(b);
   cgc_pool_t pool = b->owner->pool;
-  if (pool != NULL && pool->recording) {
-    /* Freed during its pool's capture after use on other streams: reusable in this capture
-     * once they have joined (pool.c), or when the capture ends. */
+  if (pool != NULL && pool->recording && b->capture_id != 0 && b->capture_id == pool->capture_id) {
+    /* Freed during its pool's capture, which allocated it, after use on other streams: reusable
+     * in this capture once they have joined (pool.c), or when the capture ends. A block of the
+     * pool from before (an earlier graph's output, cgc_pool_malloc's) is parked with fences as
+     * any other: the capture's end says nothing about uses that began outside it. */
     b->state = CGC_BLOCK_WAITING;
     b->free_seq = cgc__registry_seq();
     b->next_waiting = pool->deferred;
@@ -100,7 +102,7 @@ cgc_status_t cgc_free(void* ptr) {
 static cgc_status_t add_use(struct cgc__allocator* a, cgc__block_t* b, const cgc__stream_ref_t* ref,
                             struct cgc__block_use** use, const char* func) {
   *use = NULL;
-  if (ref->key == b->stream) return CGC_SUCCESS;
+  if (ref->key == (b->stream & ~CGC__KEY_POOL_EAGER_BIT)) return CGC_SUCCESS; /* its own stream (cgc_pool_malloc's too) */
   for (size_t i = 0; i < b->n_uses; i++) {
     if (b->uses[i].key == ref->key) {
       *use = &b->uses[i];

@@ -123,6 +123,8 @@ struct cgc__allocator* cgc__alloc_free_plain(void* ptr, bool* has_uses);
 void cgc__alloc_account(struct cgc__allocator* a, cgc__block_t* b, long long delta);
 /* A fence recorded now on `cu` (context current, `cu` not capturing); NULL on failure. */
 cgc__fence_t* cgc__alloc_record_fence(struct cgc__allocator* a, CUstream cu);
+/* Settles what has finished: freed blocks whose fences completed become reusable (lock not held). */
+void cgc__alloc_settle(struct cgc__allocator* a);
 /* Settles what has finished, then gives every whole free cached segment back to the driver. */
 void cgc__alloc_give_back(struct cgc__allocator* a);
 

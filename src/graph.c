@@ -28,11 +28,12 @@ void cgc__release_uses(struct cgc__use* uses, size_t n_uses) {
 typedef struct graph_uses {
   struct cgc__use* uses;
   size_t n_uses, n_prologue;
+  bool ordered; /* a use runs after_launch with the launch stream's key (a communicator's order) */
 } graph_uses_t;
 
 /* Moves a capture's uses into `out`. False when out of host memory (nothing moved). */
 static bool take_uses(graph_uses_t* out, const struct cgc__use* uses, size_t n_uses) {
-  *out = (graph_uses_t){NULL, 0, 0};
+  *out = (graph_uses_t){NULL, 0, 0, false};
   if (n_uses == 0) return true;
   out->uses = calloc(n_uses, sizeof *out->uses);
   if (out->uses == NULL) return false;
@@ -44,6 +45,7 @@ static bool take_uses(graph_uses_t* out, const struct cgc__use* uses, size_t n_u
       *u = uses[i];
       u->amount = u->ops->capture_done(u->object, true);
       if (prologue) out->n_prologue++;
+      if (u->ops->after_launch != NULL) out->ordered = true;
     }
   }
   return true;
@@ -64,6 +66,7 @@ static void drop_uses(cgc_graph_t g) {
   release_taken(g->uses, g->n_uses);
   g->uses = NULL;
   g->n_uses = g->n_prologue = 0;
+  g->ordered = false;
 }
 
 /* AutoFreeOnLaunch, as PyTorch instantiates (SEMANTICS 7); node priorities exist since CUDA
@@ -99,6 +102,7 @@ cgc_status_t cgc__graph_create(struct cgc__device* dev, CUgraph graph, CUevent d
   g->uses = taken.uses;
   g->n_uses = taken.n_uses;
   g->n_prologue = taken.n_prologue;
+  g->ordered = taken.ordered;
   st = cgc__ctx_enter(dev, &scope, func);
   if (st != CGC_SUCCESS) goto fail;
   st = cgc__cu_fail(instantiate(graph, &exec), func, "cuGraphInstantiateWithFlags");
@@ -155,12 +159,16 @@ static __attribute__((noinline, cold)) cgc_status_t launch_refused(cgc_graph_t g
  * which this graph alone owns and releases at its reset. */
 static __attribute__((noinline)) cgc_status_t launch_slow(cgc_graph_t graph, cgc_stream_t stream, const char* func) {
   cgc__stream_ref_t ref = {.cu = stream->cu};
-  bool capturing_asked = cgc__captures_underway() > 0 && stream->kind != CGC__STREAM_LEGACY;
-  if (capturing_asked || graph->n_prologue > 0) { /* the objects' hooks get the stream's key */
-    cgc_status_t st = cgc__stream_resolve(stream, capturing_asked, &ref, func);
+  /* Asked while a cgc capture is under way (a launch into it is refused), and for a graph whose
+   * hooks order a communicator's work: they get the stream's key, or 0 in a capture cgc did not
+   * begin (whose own launches cgc cannot order). */
+  bool capturing_asked =
+      (cgc__captures_underway() > 0 && stream->kind != CGC__STREAM_LEGACY) || graph->ordered;
+  if (capturing_asked) {
+    cgc_status_t st = cgc__stream_resolve(stream, true, &ref, func);
     if (st != CGC_SUCCESS) return st;
   }
-  if (capturing_asked && ref.capturing)
+  if (capturing_asked && ref.capturing && cgc__captures_underway() > 0)
     return cgc__fail(CGC_ERROR_CAPTURE_UNSUPPORTED, func,
                      "stream %p is capturing (capture id %llu): a graph launched into a capture would become a "
                      "child graph using what graph %p owns (its pool, host functions, kernels' code), which its "
@@ -169,21 +177,30 @@ static __attribute__((noinline)) cgc_status_t launch_slow(cgc_graph_t graph, cgc
   cgc__ctx_scope_t scope;
   cgc_status_t st = cgc__ctx_enter(graph->dev, &scope, func);
   if (st != CGC_SUCCESS) return st;
+  uint64_t key = ref.capturing ? 0 : ref.key;
   CUresult r = CUDA_SUCCESS;
   for (size_t i = 0; i < graph->n_prologue && r == CUDA_SUCCESS; i++) {
     const struct cgc__use* u = &graph->uses[i];
-    if (u->ops->before_launch != NULL) r = u->ops->before_launch(u->object, u->amount, stream->cu, ref.key);
+    if (u->ops->before_launch != NULL) r = u->ops->before_launch(u->object, u->amount, stream->cu, key);
   }
-  if (r == CUDA_SUCCESS) r = cgc__drv.cuGraphLaunch(graph->exec, stream->cu);
-  st = cgc__cu_fail(r, func, "cuGraphLaunch");
-  bool launched = st == CGC_SUCCESS;
-  for (size_t i = 0; i < graph->n_prologue && r == CUDA_SUCCESS; i++) {
-    const struct cgc__use* u = &graph->uses[i];
-    if (u->ops->after_launch != NULL) r = u->ops->after_launch(u->object, stream->cu, ref.key);
+  if (r != CUDA_SUCCESS) {
+    st = cgc__cu_fail(r, func, "the graph's objects' launch step (a generator's state, a communicator's order)");
+  } else {
+    st = cgc__cu_fail(cgc__drv.cuGraphLaunch(graph->exec, stream->cu), func, "cuGraphLaunch");
   }
-  if (launched && r != CUDA_SUCCESS) st = cgc__cu_fail(r, func, "an object's step after cuGraphLaunch");
+  if (st == CGC_SUCCESS) {
+    atomic_fetch_add_explicit(&graph->replays, 1, memory_order_relaxed);
+    /* The replay runs: a failed step after it is said, not returned (a caller that retried would
+     * launch a collective twice). */
+    for (size_t i = 0; i < graph->n_prologue; i++) {
+      const struct cgc__use* u = &graph->uses[i];
+      CUresult after = u->ops->after_launch != NULL ? u->ops->after_launch(u->object, stream->cu, key) : CUDA_SUCCESS;
+      if (after != CUDA_SUCCESS)
+        cgc__warn(func, "graph %p launched, but recording its %s's order failed (CUresult %d): later work of it on "
+                  "other streams may not wait for this replay", (void*)graph, u->ops->kind, (int)after);
+    }
+  }
   cgc__ctx_leave(&scope);
-  if (launched) atomic_fetch_add_explicit(&graph->replays, 1, memory_order_relaxed); /* the replay runs */
   return st;
 }
 
@@ -548,6 +565,7 @@ cgc_status_t cgc__graph_update(cgc_graph_t g, CUgraph graph, CUevent done, size_
   g->uses = taken.uses;
   g->n_uses = taken.n_uses;
   g->n_prologue = taken.n_prologue;
+  g->ordered = taken.ordered;
   g->node_count = node_count;
   if (how == CGC_GRAPH_UPDATE_REINSTANTIATED) { /* new nodes: counted again when asked */
     g->counted = false;

@@ -470,9 +470,31 @@ static cgc__block_t* take_any_stream_segment(struct cgc__allocator* a, cgc__bloc
   return b;
 }
 
+/* A block of an arena (an NCCL pool's fixed memory) for `rounded` bytes of `key`: the stream's own
+ * free memory first, else a piece of the memory no stream has used yet (cut first, keyed after,
+ * so the remainder stays unowned). Cut to the request whenever 512 bytes or more are left: the
+ * arena never grows, so the size classes' habit of handing out up to 1 MiB more than asked would
+ * waste its capacity. All its blocks are large-class. Lock held. */
+static cgc__block_t* take_from_arena(struct cgc__allocator* a, cgc_pool_t pool, uint64_t key, size_t rounded) {
+  cgc__block_set_t* set = &pool->state.large;
+  if (pool->deferred != NULL) cgc__pool_reclaim_joined(pool);
+  cgc__block_t* b = cgc__set_take_best_fit(set, key, rounded, NULL, NULL);
+  if (b == NULL && cgc__state_coalesce(&pool->state, cgc__alloc_recycle_block, a) > 0)
+    b = cgc__set_take_best_fit(set, key, rounded, NULL, NULL);
+  if (b == NULL) b = cgc__set_take_best_fit(set, CGC_ANY_STREAM, rounded, NULL, NULL);
+  if (b == NULL) return NULL;
+  if (b->size - rounded >= CGC_BLOCK_ALIGN) {
+    cgc__block_t* spare = new_block_struct(a);
+    if (spare != NULL && !cgc__block_split(b, rounded, spare)) cgc__alloc_recycle_block(spare, a);
+  }
+  b->stream = key;
+  return b;
+}
+
 /* A free block of `key` for `rounded` bytes from the pool or the device cache, or NULL (lock
  * held). */
 static cgc__block_t* take_cached(struct cgc__allocator* a, cgc_pool_t pool, uint64_t key, size_t rounded) {
+  if (pool != NULL && pool->arena != NULL) return take_from_arena(a, pool, key, rounded);
   cgc__pool_state_t* owner = pool ? &pool->state : &a->cache;
   bool small = cgc__is_small(rounded);
   cgc__block_set_t* set = cgc__state_set(owner, small);
@@ -490,12 +512,6 @@ static cgc__block_t* take_cached(struct cgc__allocator* a, cgc_pool_t pool, uint
   /* A whole segment of the cache that any stream may take, its last user being done (a
    * dissolved pool's, a dead stream's): it becomes this stream's. */
   if (b == NULL && pool == NULL) b = take_any_stream_segment(a, set, key, rounded);
-  /* An arena's memory that no stream has used yet: a piece of it becomes this stream's, the rest
-   * stays unowned (cut first, keyed after, so the remainder keeps CGC_ANY_STREAM). */
-  if (b == NULL && pool != NULL && pool->arena != NULL) {
-    b = cgc__set_take_best_fit(&owner->large, CGC_ANY_STREAM, rounded, new_block_struct, a);
-    if (b != NULL) b->stream = key;
-  }
   return b;
 }
 
@@ -954,6 +970,8 @@ void cgc__alloc_trim(struct cgc__device* dev) {
 }
 
 
+void cgc__alloc_settle(struct cgc__allocator* a) { settle_finished(a); }
+
 void cgc__alloc_give_back(struct cgc__allocator* a) {
   settle_finished(a);
   release_cached_segments(a);
@@ -983,6 +1001,7 @@ static void dissolve(cgc_pool_t pool) {
     for (size_t i = 0; i < sets[s]->n; i++) {
       cgc__block_t* b = sets[s]->items[i];
       b->owner = &a->cache;
+      b->stream &= ~CGC__KEY_POOL_EAGER_BIT; /* cgc_pool_malloc's blocks: their stream's, like the rest */
       cgc__stats_add_reserved(&a->cache.stats, (long long)b->size);
       if (drain != NULL) {
         b->state = CGC_BLOCK_WAITING;
@@ -997,8 +1016,6 @@ static void dissolve(cgc_pool_t pool) {
         b->stream = CGC__KEY_NO_STREAM(pool);
       else if (!pool->escaped)
         b->stream = CGC_ANY_STREAM;
-      else
-        b->stream &= ~CGC__KEY_POOL_EAGER_BIT; /* cgc_pool_malloc's blocks: their stream's, like the rest */
       if (!cgc__set_insert(cgc__state_set(&a->cache, b->small), b)) cgc__log("out of host memory: a segment is lost");
     }
     cgc__set_free(sets[s]);

@@ -23,8 +23,10 @@
  *   conditional.c's loop_states_lock -> registry_lock (a loop's states registered as a use);
  *   a module's functions_lock is taken alone (no driver call that waits under it);
  *   a graph's inspect_lock is taken alone (driver calls on that graph only, none that waits for
- *   the GPU), as are fence_lock (device.c: the fence stream's creation) and condition_lock
- *   (conditional.c: loading the condition kernel).
+ *   the GPU), as are fence_lock (device.c: the fence stream's creation), condition_lock
+ *   (conditional.c: loading the condition kernel) and a communicator's order_lock (nccl.c: with
+ *   graph mixing off, held across one cuEventRecord or cuStreamWaitEvent, in eager collectives
+ *   and in launches of graphs holding the communicator).
  * No lock that cgc_malloc, cgc_free or cgc_graph_launch takes is held across a driver call that
  * can wait for the GPU (cuMemFree, synchronisations, cuMemAlloc): those run with every lock
  * dropped. The registry lock is held across cuEventRecord / cuStreamWaitEvent (which never wait
@@ -237,9 +239,9 @@ typedef struct cgc__use_ops {
   /* The capture that used the object is over; `kept`: a graph now holds it. Returns what each
    * replay passes to before_launch (e.g. how far it advances a generator). */
   uint64_t (*capture_done)(void* object, bool kept);
-  /* Run before each launch of a graph holding the object, on the launch stream (`stream_key`: its
-   * key, stream_ref.c) with the device's context current; NULL when the object needs nothing at
-   * launch. */
+  /* Run before each launch of a graph holding the object, on the launch stream with the device's
+   * context current; NULL when the object needs nothing at launch. `stream_key` (stream_ref.c) is
+   * given to graphs with an after_launch use; 0 otherwise and in a capture cgc did not begin. */
   CUresult (*before_launch)(void* object, uint64_t amount, CUstream stream, uint64_t stream_key);
   /* True when the object may be released only after the graph's last replay is over (a host
    * function's data, a module's code): reset then waits for the graph's completion event. */
@@ -488,10 +490,16 @@ typedef struct cgc__arena {
   CUdeviceptr base;
   size_t size;
   cgc_status_t (*drop)(struct cgc__arena* arena, const char* func);
+  /* The ranks' agreement on a step (its release): `local` is this rank's verdict (with its
+   * cgc_last_error); returns success only if every rank's was. Collective; no lock held. */
+  cgc_status_t (*agree)(struct cgc__arena* arena, cgc_status_t local, const char* step, const char* func);
 } cgc__arena_t;
 /* A pool of `dev` holding one user reference, whose memory is `arena` (owned by the pool from
  * now on, also on failure: then `drop` has run). */
 cgc_status_t cgc__pool_create_arena(struct cgc__device* dev, cgc__arena_t* arena, cgc_pool_t* out, const char* func);
+/* Undoes cgc__pool_create_arena of a pool nothing used yet (another rank failed a later step):
+ * drops the arena, frees the pool. The device's context current. */
+void cgc__pool_discard_arena(cgc_pool_t pool);
 /* A stream handle is going away: events are recorded on it now for every block that recorded a
  * use of it, and its cached segments go to other streams once its work is done, so that
  * nothing later touches the dead stream or hands its memory out too early. */
@@ -525,6 +533,7 @@ struct cgc_graph_s {
   struct cgc__use* uses; /* objects the graph holds */
   size_t n_uses;
   size_t n_prologue; /* how many of them run at launch (before_launch, after_launch): the fast path tests this */
+  bool ordered;      /* one of them orders a communicator's work: its launch asks the stream's key */
   /* Serialises what inspects the CUgraph (node counts, DOT dumps, per-node updates): the driver
    * does not allow two threads in one graph at once. Guards `counts`, `counted` and
    * `kernel_nodes`. */

@@ -209,6 +209,10 @@ struct cgc_comm_s {
   pthread_mutex_t order_lock;
   CUevent order_event; /* NULL with mixing on */
   uint64_t order_key;
+  /* 16 bytes of device memory for the communicator's own small collectives (the connection
+   * warm-up, the ranks' agreements on an NCCL pool): made at creation, so that an agreement never
+   * depends on an allocation that could fail on one rank only. */
+  CUdeviceptr scratch;
 };
 
 /* Frees what the handle owns besides NCCL's communicator (the device's context current or not:
@@ -216,6 +220,14 @@ struct cgc_comm_s {
 static void free_comm_parts(cgc_comm_t comm) {
   if (comm->order_event != NULL) cgc__drv.cuEventDestroy(comm->order_event);
   comm->order_event = NULL;
+  if (comm->scratch != 0) {
+    cgc__ctx_scope_t scope;
+    if (cgc__ctx_enter(comm->dev, &scope, "cgc_comm_destroy") == CGC_SUCCESS) {
+      cgc__relaxed_mem_free(comm->scratch);
+      cgc__ctx_leave(&scope);
+    }
+    comm->scratch = 0;
+  }
   pthread_mutex_destroy(&comm->order_lock);
 }
 
@@ -265,13 +277,14 @@ static uint64_t comm_capture_done(void* object, bool kept) {
  * graph that references the communicator). Nothing to do at launch. */
 static const cgc__use_ops_t comm_use_ops = {"communicator", comm_retain, comm_release, comm_capture_done, NULL};
 
+/* Key 0: launched into a capture cgc did not begin, whose launches cgc cannot see; nothing to do. */
 static CUresult comm_before_launch(void* object, uint64_t amount, CUstream stream, uint64_t stream_key) {
   (void)amount;
-  return order_before(object, stream, stream_key);
+  return stream_key == 0 ? CUDA_SUCCESS : order_before(object, stream, stream_key);
 }
 
 static CUresult comm_after_launch(void* object, CUstream stream, uint64_t stream_key) {
-  return order_after(object, stream, stream_key);
+  return stream_key == 0 ? CUDA_SUCCESS : order_after(object, stream, stream_key);
 }
 
 /* With graph mixing off, the graph's launches also keep the communicator's work in one order. */
@@ -322,16 +335,14 @@ static void note_devices(int ordinal) {
  * lazily, and that setup must not happen inside a Global capture (SEMANTICS 18). */
 static cgc_status_t connect_eagerly(cgc_comm_t comm, const char* func) {
   CUstream s = NULL;
-  CUdeviceptr buf = 0;
   CUresult cr;
   cgc_status_t st = cgc__cu_fail(cgc__drv.cuStreamCreateWithPriority(&s, CU_STREAM_NON_BLOCKING, 0), func,
                                  "cuStreamCreateWithPriority");
   if (st != CGC_SUCCESS) goto done;
-  st = cgc__cu_fail(cgc__relaxed_mem_alloc(&buf, sizeof(float)), func, "cuMemAlloc");
+  st = cgc__cu_fail(cgc__drv.cuMemsetD32Async(comm->scratch, 0x3f800000u /* 1.0f */, 1, s), func, "cuMemsetD32Async");
   if (st != CGC_SUCCESS) goto done;
-  st = cgc__cu_fail(cgc__drv.cuMemsetD32Async(buf, 0x3f800000u /* 1.0f */, 1, s), func, "cuMemsetD32Async");
-  if (st != CGC_SUCCESS) goto done;
-  ncclResult_t r = nccl.ncclAllReduce((void*)buf, (void*)buf, 1, 7 /* float32 */, 0 /* sum */, comm->nccl, s);
+  void* buf = (void*)(uintptr_t)comm->scratch;
+  ncclResult_t r = nccl.ncclAllReduce(buf, buf, 1, 7 /* float32 */, 0 /* sum */, comm->nccl, s);
   if (r != 0) {
     st = nccl_fail(r, comm->nccl, func, "ncclAllReduce (connection warm-up)");
     goto done;
@@ -339,7 +350,6 @@ static cgc_status_t connect_eagerly(cgc_comm_t comm, const char* func) {
   NCCL_RELAXED(cr, cgc__drv.cuStreamSynchronize(s));
   st = cgc__cu_fail(cr, func, "cuStreamSynchronize");
 done: /* success and failure release the same things */
-  if (buf != 0) cgc__relaxed_mem_free(buf);
   if (s != NULL) cgc__drv.cuStreamDestroy(s);
   return st;
 }
@@ -367,6 +377,8 @@ cgc_status_t cgc_comm_create(cgc_context_t ctx, int nranks, const cgc_comm_id_t*
     st = cgc__cu_fail(cgc__drv.cuEventCreate(&comm->order_event, CU_EVENT_DISABLE_TIMING), __func__, "cuEventCreate");
     if (st != CGC_SUCCESS) goto fail;
   }
+  st = cgc__cu_fail(cgc__relaxed_mem_alloc(&comm->scratch, 16), __func__, "cuMemAlloc (16 bytes)");
+  if (st != CGC_SUCCESS) goto fail;
   ncclUniqueId nid;
   memcpy(nid.internal, id->internal, sizeof nid.internal);
   NCCL_RELAXED(r, nccl.ncclCommInitRank(&comm->nccl, nranks, nid, rank));
@@ -534,19 +546,28 @@ static _Thread_local grouped_work_t* grouped;
 static _Thread_local size_t n_grouped, cap_grouped;
 
 /* After a collective was enqueued on a stream that is ordered (order_key != 0): its order event
- * now, or at its group's end. Context current. */
-static cgc_status_t order_enqueued(cgc_comm_t comm, CUstream cu, uint64_t order_key, const char* func) {
-  if (group_depth == 0)
-    return cgc__cu_fail(order_after(comm, cu, order_key), func, "cuEventRecord (the communicator's order)");
+ * now, or at its group's end. Context current. The collective is issued whatever happens here: a
+ * failure is said (cgc_last_error's warning), not returned, since a caller that retried would
+ * issue it twice. */
+static void order_enqueued(cgc_comm_t comm, CUstream cu, uint64_t order_key, const char* func) {
+  if (group_depth == 0) {
+    CUresult r = order_after(comm, cu, order_key);
+    if (r != CUDA_SUCCESS)
+      cgc__warn(func, "the collective was issued, but cuEventRecord of communicator %p's order failed (CUresult %d): "
+                "its later work on other streams may not wait for it", (void*)comm, (int)r);
+    return;
+  }
   if (n_grouped == cap_grouped) {
     size_t cap = cap_grouped ? 2 * cap_grouped : 16;
     grouped_work_t* more = realloc(grouped, cap * sizeof *more);
-    if (more == NULL) return cgc__fail(CGC_ERROR_OUT_OF_MEMORY, func, "out of host memory");
+    if (more == NULL) {
+      cgc__warn(func, "out of host memory: communicator %p's order is not recorded at the group's end", (void*)comm);
+      return;
+    }
     grouped = more;
     cap_grouped = cap;
   }
   grouped[n_grouped++] = (grouped_work_t){comm, cu, order_key};
-  return CGC_SUCCESS;
 }
 
 /* Runs an NCCL enqueue with the device current (the legacy stream and NCCL's own device lookups
@@ -564,7 +585,7 @@ static cgc_status_t order_enqueued(cgc_comm_t comm, CUstream cu, uint64_t order_
       r_ = (expr);                                                                                       \
       st_ = r_ == 0 ? CGC_SUCCESS : nccl_fail(r_, (comm)->nccl, __func__, call_text);                    \
     }                                                                                                    \
-    if (st_ == CGC_SUCCESS && order_key_ != 0) st_ = order_enqueued((comm), stream->cu, order_key_, __func__); \
+    if (st_ == CGC_SUCCESS && order_key_ != 0) order_enqueued((comm), stream->cu, order_key_, __func__);         \
     cgc__ctx_leave(&scope_);                                                                             \
     return st_;                                                                                          \
   } while (0)
@@ -665,6 +686,7 @@ typedef struct nccl_arena {
   bool from_nccl;        /* ncclMemAlloc'ed (else cuMemAlloc'ed) */
   void* registration;    /* ncclCommRegister's handle, or NULL */
   ncclWindow_t window;   /* ncclCommWindowRegister's window, or NULL */
+  cgc_nccl_memory_t kind;
 } nccl_arena_t;
 
 /* Drops the registration (collective for a window: every rank releases its pool alike), frees the
@@ -742,11 +764,17 @@ static cgc_status_t register_arena(nccl_arena_t* arena, cgc_nccl_memory_t kind, 
  * (mine, -mine) through the 8-byte device buffer `scratch`, waited for). A rank whose own step
  * failed passes -1, so that the others fail with it instead of waiting for it in a later
  * collective step. */
-static cgc_status_t agree(cgc_comm_t comm, CUdeviceptr scratch, int mine, int* lowest, int* highest, const char* func) {
+static cgc_status_t agree(cgc_comm_t comm, int mine, int* lowest, int* highest, const char* func) {
   CUstream s = NULL;
+  CUdeviceptr scratch = comm->scratch;
   int32_t values[2] = {mine, -mine};
   cgc_status_t st = cgc__cu_fail(cgc__drv.cuStreamCreateWithPriority(&s, CU_STREAM_NON_BLOCKING, 0), func,
                                  "cuStreamCreateWithPriority");
+  /* With mixing off this collective too waits for the communicator's last work (a graph may
+   * still run); its stream's key is one no other stream has. */
+  uint64_t key = (uint64_t)(uintptr_t)s | ((uint64_t)1 << 62) | ((uint64_t)1 << 61);
+  if (st == CGC_SUCCESS && comm->order_event != NULL)
+    st = cgc__cu_fail(order_before(comm, s, key), func, "cuStreamWaitEvent (after the communicator's last work)");
   if (st == CGC_SUCCESS)
     st = cgc__cu_fail(cgc__drv.cuMemcpyHtoDAsync(scratch, values, sizeof values, s), func, "cuMemcpyHtoDAsync");
   if (st == CGC_SUCCESS) {
@@ -754,6 +782,8 @@ static cgc_status_t agree(cgc_comm_t comm, CUdeviceptr scratch, int mine, int* l
     ncclResult_t r = nccl.ncclAllReduce(buf, buf, 2, kNcclInt32, kNcclMax, comm->nccl, s);
     if (r != 0) st = nccl_fail(r, comm->nccl, func, "ncclAllReduce (the ranks' agreement on the pool)");
   }
+  if (st == CGC_SUCCESS && comm->order_event != NULL)
+    st = cgc__cu_fail(order_after(comm, s, key), func, "cuEventRecord (the communicator's order)");
   if (st == CGC_SUCCESS)
     st = cgc__cu_fail(cgc__drv.cuMemcpyDtoHAsync(values, scratch, sizeof values, s), func, "cuMemcpyDtoHAsync");
   if (st == CGC_SUCCESS) {
@@ -772,19 +802,19 @@ static const char* memory_name(int kind) { return kind >= 0 && kind <= 2 ? kMemo
 /* One step every rank takes (allocating, registering): `local` is this rank's result. Each rank
  * then knows whether all succeeded with the same kind; if not, all fail alike, this rank with its
  * own error when it had one. */
-static cgc_status_t step_together(cgc_comm_t comm, CUdeviceptr scratch, cgc_status_t local, cgc_nccl_memory_t kind,
-                                  const char* step, const char* func) {
+static cgc_status_t step_together(cgc_comm_t comm, cgc_status_t local, cgc_nccl_memory_t kind, const char* step,
+                                  const char* func) {
   int lowest = 0, highest = 0;
-  cgc_status_t st = agree(comm, scratch, local == CGC_SUCCESS ? (int)kind : -1, &lowest, &highest, func);
+  cgc_status_t st = agree(comm, local == CGC_SUCCESS ? (int)kind : -1, &lowest, &highest, func);
   if (st != CGC_SUCCESS) return st;
   if (local != CGC_SUCCESS) {
-    cgc__append(" (no rank of communicator %p gets the pool)", (void*)comm);
+    cgc__append(" (no rank of communicator %p does it)", (void*)comm);
     return local;
   }
   if (lowest < 0)
     return cgc__fail(CGC_ERROR_INVALID_STATE, func,
                      "another rank of communicator %p failed %s its part of the pool (its cgc_last_error says "
-                     "why): no rank gets the pool",
+                     "why): no rank does it",
                      (void*)comm, step);
   if (lowest != highest)
     return cgc__fail(CGC_ERROR_INVALID_STATE, func,
@@ -795,6 +825,21 @@ static cgc_status_t step_together(cgc_comm_t comm, CUdeviceptr scratch, cgc_stat
   return CGC_SUCCESS;
 }
 
+/* The ranks' agreement on a step of the pool's life (its release): every rank learns whether all
+ * can take it. Inside a group the all-reduce would only be queued, so that is refused (every rank
+ * of an SPMD program is inside its group alike). After an abort no collective can run: each rank
+ * decides alone (NCCL freed the registration with the communicator). */
+static cgc_status_t agree_on_arena(cgc__arena_t* base, cgc_status_t local, const char* step, const char* func) {
+  nccl_arena_t* arena = (nccl_arena_t*)base;
+  if (atomic_load(&arena->comm->aborted)) return local;
+  if (group_depth > 0)
+    return cgc__fail(CGC_ERROR_INVALID_STATE, func,
+                     "inside cgc_group_start/cgc_group_end: the ranks' agreement on %s the NCCL pool would only be "
+                     "queued; call it outside the group",
+                     step);
+  return step_together(arena->comm, local, arena->kind, step, func);
+}
+
 cgc_status_t cgc_nccl_pool_create(cgc_comm_t comm, size_t capacity, cgc_nccl_memory_t wanted, cgc_pool_t* out,
                                   cgc_nccl_memory_t* got) {
   CGC_CHECK_ARG(out != NULL, "out is NULL");
@@ -803,45 +848,61 @@ cgc_status_t cgc_nccl_pool_create(cgc_comm_t comm, size_t capacity, cgc_nccl_mem
   if (st != CGC_SUCCESS) return st;
   CGC_CHECK_ARG((unsigned)wanted <= CGC_NCCL_MEMORY_SYMMETRIC, "wanted %d is not a cgc_nccl_memory_t", (int)wanted);
   CGC_CHECK_ARG(capacity > 0 && capacity <= ((size_t)1 << 48), "capacity %zu is outside (0, 2^48]", capacity);
+  /* Refusals before the ranks' first step: as with any collective call, the other ranks then wait
+   * for this one (the same program on every rank is refused alike). */
+  if (group_depth > 0)
+    return cgc__fail(CGC_ERROR_INVALID_STATE, __func__,
+                     "inside cgc_group_start/cgc_group_end: the ranks' steps would only be queued; create the pool "
+                     "outside the group");
   st = cgc__capture_guard(comm->dev, CGC__GUARD_AS_GLOBAL,
                           "registering memory with NCCL (it allocates, maps and synchronises)", __func__);
   if (st != CGC_SUCCESS) return st;
-  cgc_nccl_memory_t kind = available_kind(wanted);
-  nccl_arena_t* arena = calloc(1, sizeof *arena);
-  if (arena == NULL) return cgc__fail(CGC_ERROR_OUT_OF_MEMORY, __func__, "out of host memory");
-  /* Whole 2 MiB pages: ncclMemAlloc's granularity on these GPUs, and 4 KiB-aligned as windows must be. */
-  const size_t page = (size_t)2 << 20;
-  arena->base.size = (capacity + page - 1) / page * page;
-  arena->base.drop = drop_arena;
-  arena->comm = comm;
-  comm_retain(comm);
   cgc__ctx_scope_t scope;
   st = cgc__ctx_enter(comm->dev, &scope, __func__);
-  if (st != CGC_SUCCESS) {
-    drop_arena(&arena->base, __func__);
-    return st;
+  if (st != CGC_SUCCESS) return st;
+
+  /* Every rank steps together from here: a rank that fails alone must not leave the others waiting
+   * in the next collective step (the window's registration, the first collective on the pool). */
+  cgc_nccl_memory_t kind = available_kind(wanted);
+  nccl_arena_t* arena = calloc(1, sizeof *arena);
+  cgc_status_t local = arena != NULL ? CGC_SUCCESS : cgc__fail(CGC_ERROR_OUT_OF_MEMORY, __func__, "out of host memory");
+  if (arena != NULL) {
+    /* Whole 2 MiB pages: ncclMemAlloc's granularity on these GPUs, and 4 KiB-aligned as windows must be. */
+    const size_t page = (size_t)2 << 20;
+    arena->base.size = (capacity + page - 1) / page * page;
+    arena->base.drop = drop_arena;
+    arena->base.agree = agree_on_arena;
+    arena->comm = comm;
+    arena->kind = kind;
+    comm_retain(comm);
+    local = allocate_arena(arena, kind, __func__);
   }
-  /* Every rank steps together: a rank that fails alone must not leave the others waiting in the
-   * next collective step (the window's registration, the first collective on the pool). */
-  CUdeviceptr scratch = 0;
-  st = cgc__cu_fail(cgc__relaxed_mem_alloc(&scratch, 2 * sizeof(int32_t)), __func__, "cuMemAlloc (8 bytes)");
-  if (st == CGC_SUCCESS)
-    st = step_together(comm, scratch, allocate_arena(arena, kind, __func__), kind, "allocating", __func__);
-  if (st == CGC_SUCCESS)
-    st = step_together(comm, scratch, register_arena(arena, kind, __func__), kind, "registering", __func__);
-  if (scratch != 0) cgc__relaxed_mem_free(scratch);
+  cgc_pool_t pool = NULL;
+  st = step_together(comm, local, kind, "allocating", __func__);
+  if (st == CGC_SUCCESS) {
+    local = register_arena(arena, kind, __func__);
+    /* The pool (host memory only) is made before the last step, so that no rank can fail after it. */
+    if (local == CGC_SUCCESS) {
+      local = cgc__pool_create_arena(comm->dev, &arena->base, &pool, __func__); /* drops the arena on failure */
+      if (local != CGC_SUCCESS) arena = NULL;
+    }
+    st = step_together(comm, local, kind, "registering", __func__);
+  }
   if (st != CGC_SUCCESS) {
-    drop_arena(&arena->base, __func__);
+    if (pool != NULL) {
+      cgc__pool_discard_arena(pool); /* nothing was allocated from it */
+    } else if (arena != NULL) {
+      drop_arena(&arena->base, __func__);
+    }
     cgc__ctx_leave(&scope);
     return st;
   }
   cgc__ctx_leave(&scope);
-  st = cgc__pool_create_arena(comm->dev, &arena->base, out, __func__); /* drops the arena on failure */
-  if (st != CGC_SUCCESS) return st;
+  *out = pool;
   if (got != NULL) *got = kind;
   if (kind != wanted)
     cgc__warn(__func__,
               "NCCL %d gives %s memory, not %s (registered needs NCCL >= 2.19, symmetric >= 2.27): pool %p is %s",
-              nccl.version, kMemoryNames[kind], kMemoryNames[wanted], (void*)*out, kMemoryNames[kind]);
+              nccl.version, kMemoryNames[kind], kMemoryNames[wanted], (void*)pool, kMemoryNames[kind]);
   return CGC_SUCCESS;
 }

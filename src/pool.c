@@ -83,23 +83,10 @@ fail: /* out of host memory: nothing of the allocator refers to the pool or its 
   return cgc__fail(CGC_ERROR_OUT_OF_MEMORY, func, "out of host memory");
 }
 
-/* The collective end of an arena pool, at its last user reference (lock held on entry, released
- * on return). Refused, changing nothing, while anything still uses its memory: the registration
- * it drops is what every rank's graphs and buffers rely on. Otherwise its blocks are dropped, the
- * device synchronised (its graphs' last replays and eager work on its blocks are then over: an
- * eagerly freed block is reused without a fence, so nothing else says when they end), and the
- * arena dropped. */
-static cgc_status_t release_arena(struct cgc__allocator* a, cgc_pool_t pool, const char* func) {
-  if (pool->internal_refs > 0 || pool->state.outstanding > 0 || pool->recording) {
-    size_t blocks = pool->state.outstanding;
-    long holders = pool->internal_refs;
-    cgc__alloc_unlock(a);
-    return cgc__fail(CGC_ERROR_INVALID_STATE, func,
-                     "NCCL pool %p still has %zu block(s) allocated (or waiting for their streams) and %ld graph(s) "
-                     "or capture(s) holding it: free the blocks and destroy the graphs first, on every rank "
-                     "(its release is collective: it drops the communicator's registration)",
-                     (void*)pool, blocks, holders);
-  }
+/* Takes an arena pool's memory out of the allocator (lock held; every block free): its blocks
+ * are dropped and the device's totals lose the arena. Returns the fences its destroyed graphs
+ * left (their last replays), for the caller to put once the memory is gone. */
+static cgc__fence_t** detach_arena(struct cgc__allocator* a, cgc_pool_t pool, size_t* n_fences) {
   pool->user_refs = 0;
   pool->magic = CGC_MAGIC_DEAD; /* no caller reaches it any more */
   cgc__state_coalesce(&pool->state, cgc__alloc_recycle_block, a);
@@ -111,23 +98,17 @@ static cgc_status_t release_arena(struct cgc__allocator* a, cgc_pool_t pool, con
   cgc__stats_add_reserved(&a->total, -(long long)pool->arena->size);
   a->total.driver_frees++;
   cgc__fence_t** fences = pool->fences;
-  size_t n_fences = pool->n_fences;
+  *n_fences = pool->n_fences;
   pool->fences = NULL;
   pool->n_fences = 0;
-  cgc__alloc_unlock(a);
+  return fences;
+}
 
-  cgc__ctx_scope_t scope;
-  cgc_status_t st = cgc__ctx_enter(pool->dev, &scope, func);
-  if (st == CGC_SUCCESS) {
-    CUstreamCaptureMode previous = cgc__relaxed_begin();
-    st = cgc__cu_fail(cgc__drv.cuCtxSynchronize(), func, "cuCtxSynchronize (before dropping the registration)");
-    cgc__relaxed_end(previous);
-    cgc_status_t dropped = pool->arena->drop(pool->arena, func);
-    if (st == CGC_SUCCESS) st = dropped;
-    cgc__ctx_leave(&scope);
-  } else {
-    pool->arena->drop(pool->arena, func); /* the context is gone: NCCL frees what it can */
-  }
+/* Drops the detached arena and frees the pool (lock not held; the device's context current and
+ * the device synchronised, or nothing ever used the memory). */
+static cgc_status_t finish_arena(struct cgc__allocator* a, cgc_pool_t pool, cgc__fence_t** fences, size_t n_fences,
+                                 const char* func) {
+  cgc_status_t st = pool->arena->drop(pool->arena, func);
   pool->arena = NULL;
   cgc__alloc_lock(a);
   for (size_t i = 0; i < n_fences; i++) cgc__fence_put(a, fences[i]);
@@ -137,22 +118,82 @@ static cgc_status_t release_arena(struct cgc__allocator* a, cgc_pool_t pool, con
   return st;
 }
 
+void cgc__pool_discard_arena(cgc_pool_t pool) {
+  struct cgc__allocator* a = pool->state.allocator;
+  size_t n_fences = 0;
+  cgc__alloc_lock(a);
+  cgc__fence_t** fences = detach_arena(a, pool, &n_fences);
+  cgc__alloc_unlock(a);
+  finish_arena(a, pool, fences, n_fences, "cgc_nccl_pool_create");
+}
+
+/* The collective end of an arena pool, at its last user reference (lock not held). The device is
+ * synchronised first (the last replays of its graphs and the eager work on its blocks are then
+ * over: an eagerly freed block is reused without a fence, so nothing else says when that work
+ * ends) and finished frees settled. Then each rank says whether it can release (nothing holds
+ * the pool) and the ranks agree: only if all can does any drop its registration, so that no rank
+ * keeps a window its peers dropped. Refused, changing nothing, otherwise. */
+static cgc_status_t release_arena(struct cgc__allocator* a, cgc_pool_t pool, const char* func) {
+  cgc_status_t st = cgc__capture_guard(pool->dev, CGC__GUARD_DEVICE,
+                                       "releasing an NCCL pool (it synchronises the device)", func);
+  if (st != CGC_SUCCESS) return st;
+  cgc__ctx_scope_t scope;
+  st = cgc__ctx_enter(pool->dev, &scope, func);
+  if (st != CGC_SUCCESS) return st;
+  CUstreamCaptureMode previous = cgc__relaxed_begin();
+  cgc_status_t local =
+      cgc__cu_fail(cgc__drv.cuCtxSynchronize(), func, "cuCtxSynchronize (before dropping the registration)");
+  cgc__relaxed_end(previous);
+  cgc__alloc_settle(a);
+  cgc__alloc_lock(a);
+  bool claimed = false;
+  if (local == CGC_SUCCESS) local = cgc__check_handle(pool, CGC_MAGIC_POOL, func, "pool");
+  if (local == CGC_SUCCESS && pool->user_refs != 1)
+    local = cgc__fail(CGC_ERROR_INVALID_STATE, func, "pool %p was retained or released meanwhile by another thread",
+                      (void*)pool);
+  if (local == CGC_SUCCESS && (pool->internal_refs > 0 || pool->state.outstanding > 0 || pool->recording))
+    local = cgc__fail(CGC_ERROR_INVALID_STATE, func,
+                      "NCCL pool %p still has %zu block(s) allocated (or waiting for their streams) and %ld graph(s) "
+                      "or capture(s) holding it: free the blocks and destroy the graphs first, on every rank "
+                      "(its release is collective: it drops the communicator's registration)",
+                      (void*)pool, pool->state.outstanding, pool->internal_refs);
+  if (local == CGC_SUCCESS) {
+    pool->magic = CGC_MAGIC_DEAD; /* claimed: other threads' calls are refused while the ranks agree */
+    claimed = true;
+  }
+  cgc__alloc_unlock(a);
+  st = pool->arena->agree(pool->arena, local, "releasing", func);
+  if (st != CGC_SUCCESS) {
+    if (claimed) {
+      cgc__alloc_lock(a);
+      pool->magic = CGC_MAGIC_POOL; /* still the user's */
+      cgc__alloc_unlock(a);
+    }
+    cgc__ctx_leave(&scope);
+    return st;
+  }
+  size_t n_fences = 0;
+  cgc__alloc_lock(a);
+  cgc__fence_t** fences = detach_arena(a, pool, &n_fences);
+  cgc__alloc_unlock(a);
+  st = finish_arena(a, pool, fences, n_fences, func);
+  cgc__ctx_leave(&scope);
+  return st;
+}
+
 cgc_status_t cgc_pool_release(cgc_pool_t pool) {
   CGC_CHECK_HANDLE(pool, CGC_MAGIC_POOL);
   struct cgc__allocator* a = pool->state.allocator;
-  /* An arena pool's last release synchronises the device: asked first, before anything changes. */
-  if (pool->arena != NULL) {
-    cgc_status_t st = cgc__capture_guard(pool->dev, CGC__GUARD_DEVICE,
-                                         "releasing an NCCL pool (it synchronises the device)", __func__);
-    if (st != CGC_SUCCESS) return st;
-  }
   cgc__alloc_lock(a);
   cgc_status_t st = cgc__check_handle(pool, CGC_MAGIC_POOL, __func__, "pool");
   if (st == CGC_SUCCESS && pool->user_refs == 0)
     st = cgc__fail(CGC_ERROR_INVALID_STATE, __func__,
                    "pool %p holds no reference of yours (cgc_graph_pool lends one: cgc_pool_retain it first)",
                    (void*)pool);
-  if (st == CGC_SUCCESS && pool->arena != NULL && pool->user_refs == 1) return release_arena(a, pool, __func__);
+  if (st == CGC_SUCCESS && pool->arena != NULL && pool->user_refs == 1) {
+    cgc__alloc_unlock(a);
+    return release_arena(a, pool, __func__); /* the last reference: collective */
+  }
   if (st == CGC_SUCCESS) {
     pool->user_refs--;
     cgc__pool_dissolve_if_unused(pool);

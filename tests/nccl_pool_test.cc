@@ -70,6 +70,23 @@ TEST_F(NcclPool, HoldsItsWholeRoundedCapacityAtOnceAndNeverGrows) {
   CGC_ASSERT_OK(cgc_free(b));
 }
 
+// The arena never grows: requests are cut to size, not rounded up to the size classes (which
+// hand out up to 1 MiB more than asked when the rest is small).
+TEST_F(NcclPool, RequestsAreCutToSizeSoTheWholeCapacityServes) {
+  cgc_nccl_memory_t got = CGC_NCCL_MEMORY_PLAIN;
+  CGC_ASSERT_OK(cgc_nccl_pool_create(comm_, 2 << 20, CGC_NCCL_MEMORY_REGISTERED, &pool_, &got));
+  void* a = nullptr;
+  void* b = nullptr;
+  CGC_ASSERT_OK(cgc_pool_malloc(pool_, 1 << 20, stream, &a));
+  CGC_ASSERT_OK(cgc_pool_malloc(pool_, 1 << 20, stream, &b));  // the second half of a 2 MiB arena
+  EXPECT_EQ(Stats(pool_).bytes_allocated, size_t(2) << 20) << "each block is exactly its request";
+  CGC_ASSERT_OK(cgc_free(a));
+  CGC_ASSERT_OK(cgc_free(b));
+  void* parts[4] = {};
+  for (void*& p : parts) CGC_ASSERT_OK(cgc_pool_malloc(pool_, 512 << 10, stream, &p));  // freed memory, cut again
+  for (void* p : parts) CGC_ASSERT_OK(cgc_free(p));
+}
+
 TEST_F(NcclPool, EagerAndCapturedAllReducesOnItsBlocksAreExact) {
   MakePool();
   const unsigned n = 4096;
@@ -181,7 +198,37 @@ TEST_F(NcclPool, ASymmetricPoolOnOneRankIsMadeOrRefusedWithNcclsReason) {
 }
 
 // cgc_pool_malloc on an ordinary pool: eager memory that graphs captured into it never take.
-class PoolMalloc : public GpuTest {};
+class PoolMalloc : public cgc_test::MemoryTest {};
+
+// An ordinary pool with an eager block, dissolved while its graph's last replay may run: its
+// segments wait in a drain, then serve their streams again, cgc_pool_malloc's included (its
+// eager key is dropped on the way, else no allocation would ever ask for it again).
+TEST_F(PoolMalloc, EagerMemoryOfADissolvedPoolServesItsStreamAgain) {
+  cgc_pool_t pool = nullptr;
+  CGC_ASSERT_OK(cgc_pool_create(ctx, &pool));
+  cgc_capture_options_t opts = {};
+  opts.struct_size = sizeof opts;
+  opts.pool = pool;
+  cgc_graph_t g = nullptr;
+  CGC_ASSERT_OK(cgc_capture_begin(stream, &opts));
+  void* out = nullptr;
+  CGC_ASSERT_OK(cgc_malloc(ctx, 12 << 20, stream, &out));  // its own 12 MiB segment
+  Fill(stream, Dev(out), 1.0f, 1024);
+  CGC_ASSERT_OK(cgc_capture_end(stream, &g));
+  void* eager = nullptr;
+  CGC_ASSERT_OK(cgc_pool_malloc(pool, 3 << 20, stream, &eager));  // a 20 MiB segment of the pool
+  CGC_ASSERT_OK(cgc_free(eager));
+  CGC_ASSERT_OK(cgc_graph_launch(g, stream));
+  CGC_ASSERT_OK(cgc_graph_destroy(g));  // its last replay may still run: the pool's memory drains
+  CGC_ASSERT_OK(cgc_free(out));
+  CGC_ASSERT_OK(cgc_pool_release(pool));
+  CGC_ASSERT_OK(cgc_stream_synchronize(stream));
+  uint64_t allocs = Stats().num_driver_allocs;
+  void* big = nullptr;
+  CGC_ASSERT_OK(cgc_malloc(ctx, 16 << 20, stream, &big));  // only the eager block's segment fits
+  EXPECT_EQ(Stats().num_driver_allocs, allocs) << "the dissolved pool's eager segment was not reused";
+  CGC_ASSERT_OK(cgc_free(big));
+}
 
 TEST_F(PoolMalloc, EagerBlocksOfAnOrdinaryPoolAreCountedAndRefusedInsideCaptures) {
   cgc_pool_t pool = nullptr;

@@ -329,6 +329,27 @@ TEST_F(Nccl, WorkOfOneCommunicatorOnTwoStreamsRunsInIssueOrder) {
   CGC_ASSERT_OK(cgc_stream_destroy(other));
 }
 
+// A release that one rank cannot make (it still holds a block) is refused on every rank: no rank
+// may drop a registration its peers keep using.
+TEST_F(Nccl, AnNcclPoolReleaseOneRankCannotMakeIsRefusedOnEveryRank) {
+  cgc_pool_t pool = nullptr;
+  cgc_nccl_memory_t got = CGC_NCCL_MEMORY_PLAIN;
+  CGC_ASSERT_OK(cgc_nccl_pool_create(comm_, 4 << 20, CGC_NCCL_MEMORY_REGISTERED, &pool, &got));
+  void* held = nullptr;
+  if (rank_ == 0) CGC_ASSERT_OK(cgc_pool_malloc(pool, 4096, stream, &held));
+  EXPECT_EQ(cgc_pool_release(pool), CGC_ERROR_INVALID_STATE) << "rank " << rank_ << ": " << cgc_last_error();
+  // The pool still works on every rank.
+  void* buf = nullptr;
+  CGC_ASSERT_OK(cgc_pool_malloc(pool, 4096, stream, &buf));
+  Stamp(stream, Dev(buf), Seed(rank_, 7), 1024);
+  CGC_ASSERT_OK(cgc_all_reduce(comm_, buf, buf, 1024, CGC_UINT32, CGC_SUM, stream));
+  uint32_t n = uint32_t(n_), seeds = SeedSum(7);
+  EXPECT_TRUE(WordsMatch(buf, 1024, [&](size_t j) { return seeds * kK + n * uint32_t(j); }));
+  CGC_ASSERT_OK(cgc_free(buf));
+  if (held != nullptr) CGC_ASSERT_OK(cgc_free(held));
+  CGC_ASSERT_OK(cgc_pool_release(pool));
+}
+
 TEST_F(Nccl, GraphsOnTwoCommunicatorsReplayInSequence) {
   cgc_comm_t second = CreateComm(ctx, "second");
   ASSERT_NE(second, nullptr);
