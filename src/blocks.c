@@ -181,9 +181,12 @@ static bool merges_with_next(const cgc__block_t* b) {
   return b->next != NULL && b->next->state == CGC_BLOCK_FREE && b->next->stream == b->stream;
 }
 
-/* The first free block of a run that can merge. */
+/* The first free block of a run that can merge: its previous neighbour is not a free block of
+ * its key (an allocated one of the same key does not continue the run). */
 static bool is_run_head(const cgc__block_t* b) {
-  return (b->prev == NULL || !merges_with_next(b->prev)) && merges_with_next(b);
+  const cgc__block_t* prev = b->prev;
+  bool continues_a_run = prev != NULL && prev->state == CGC_BLOCK_FREE && prev->stream == b->stream;
+  return !continues_a_run && merges_with_next(b);
 }
 
 size_t cgc__state_coalesce(cgc__pool_state_t* state, void (*recycle)(cgc__block_t*, void*), void* arg) {

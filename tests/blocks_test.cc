@@ -185,6 +185,29 @@ TEST_F(Blocks, NeighboursOfDifferentStreamsNeverMerge) {
   EXPECT_EQ(state_.large.n, 3u);
 }
 
+// A run of free blocks right after an allocated block of the same stream is still merged by a
+// coalesce (the allocated neighbour does not continue the run).
+TEST_F(Blocks, CoalesceMergesFreeRunsThatFollowAnAllocatedBlock) {
+  cgc__block_t* seg = Segment(0x40000000, 2 << 20, kStreamA, true);
+  cgc__block_t* parts[3];
+  cgc__block_t* rest = seg;
+  for (int i = 0; i < 3; i++) {
+    if (i > 0) cgc__set_erase(&state_.small, rest);
+    ASSERT_TRUE(cgc__block_split(rest, 8192, NewBlock()));
+    rest->state = CGC_BLOCK_ALLOCATED;
+    parts[i] = rest;
+    rest = rest->next;
+  }
+  ASSERT_TRUE(cgc__block_release_unmerged(parts[1]));
+  ASSERT_TRUE(cgc__block_release_unmerged(parts[2]));
+  EXPECT_EQ(cgc__state_coalesce(&state_, Recycle, &recycled_), 2u) << "parts 1, 2 and the rest form one run";
+  EXPECT_EQ(state_.small.n, 1u);
+  EXPECT_EQ(parts[1]->size, (2u << 20) - 8192);
+  ASSERT_TRUE(cgc__block_release_unmerged(parts[0]));
+  EXPECT_EQ(cgc__state_coalesce(&state_, Recycle, &recycled_), 1u);
+  EXPECT_TRUE(cgc__block_is_segment(seg));
+}
+
 TEST_F(Blocks, BlocksOfASmallSegmentStayInTheSmallSet) {
   cgc__block_t* seg = Segment(0x10000000, 2 << 20, kStreamA, true);
   ASSERT_TRUE(cgc__block_split(seg, 512, NewBlock()));

@@ -1,6 +1,6 @@
 // A multi-thread random API-sequence test of the whole library on a real GPU.
 //
-//   stress_test [--seed N] [--seconds S] [--threads T] [--illegal] [--no-adopted]
+//   stress_test [--seed N] [--seconds S] [--threads T] [--illegal] [--no-adopted] [--no-pool-malloc]
 //
 // Threads share one context, the device cache and some streams; each runs a random sequence of:
 // allocations with known contents (checked before every free), cgc_record_stream on another
@@ -47,6 +47,7 @@ struct Options {
   int threads = 8;
   bool illegal = false;
   bool adopted = true;  // --no-adopted leaves 1.4's driver-begun captures out (to compare)
+  bool pool_malloc = true;  // --no-pool-malloc leaves 1.5's cgc_pool_malloc out (to compare)
 };
 
 struct Counters {
@@ -72,6 +73,7 @@ std::vector<cgc_stream_t> shared_streams;
 Options opts;
 cgc_comm_t arena_comm = nullptr;  // a one-rank communicator, for the shared NCCL pool
 cgc_pool_t arena_pool = nullptr;  // 1.5: every thread's cgc_pool_malloc shares it (NULL without NCCL)
+std::atomic<size_t> pool_reserved_at_end{0};  // the threads' pools' memory when they are released
 
 constexpr unsigned kIn = 4096;  // floats a graph reads and writes
 
@@ -210,7 +212,7 @@ class Worker {
     size_t bytes = (rng_() % 10 == 0) ? (1 << 20) + rng_() % (5 << 20) : 256 + rng_() % (128 << 10);
     cgc_stream_t s = AnyStream();
     void* p = nullptr;
-    unsigned from = rng_() % 8;
+    unsigned from = opts.pool_malloc ? rng_() % 8 : 2;
     if (from == 0) {  // eager memory of the pool this thread's graphs record into (on its own
       // streams: between steps none of them captures)
       s = own_[rng_() % own_.size()];
@@ -612,6 +614,8 @@ class Worker {
     for (cgc_event_t e : events_) Expect("cgc_event_destroy", cgc_event_destroy(e), {CGC_SUCCESS});
     for (CUevent e : raw_events_)
       if (e != nullptr) cgc__drv.cuEventDestroy(e);
+    cgc_memory_stats_t ps = {sizeof ps, 0, 0, 0, 0, 0, 0};
+    if (cgc_memory_stats(ctx, pool_, &ps) == CGC_SUCCESS) pool_reserved_at_end += ps.bytes_reserved;
     Expect("cgc_pool_release", cgc_pool_release(pool_), {CGC_SUCCESS});
     if (adopting_pool_ != nullptr) Expect("cgc_pool_release", cgc_pool_release(adopting_pool_), {CGC_SUCCESS});
     Expect("cgc_rng_destroy", cgc_rng_destroy(gen_), {CGC_SUCCESS});
@@ -654,8 +658,9 @@ bool ParseArgs(int argc, char** argv) {
     else if (a == "--threads") opts.threads = std::atoi(next("--threads"));
     else if (a == "--illegal") opts.illegal = true;
     else if (a == "--no-adopted") opts.adopted = false;
+    else if (a == "--no-pool-malloc") opts.pool_malloc = false;
     else {
-      std::fprintf(stderr, "usage: stress_test [--seed N] [--seconds S] [--threads T] [--illegal] [--no-adopted]\n");
+      std::fprintf(stderr, "usage: stress_test [--seed N] [--seconds S] [--threads T] [--illegal] [--no-adopted] [--no-pool-malloc]\n");
       return false;
     }
   }
@@ -748,6 +753,7 @@ int main(int argc, char** argv) {
               c.adopted.load());
   std::printf("cgc_pool_malloc: %ld from the threads' own pools, %ld from the shared NCCL pool (%ld refused: full)\n",
               c.pool_mallocs.load(), c.arena_mallocs.load(), c.arena_full.load());
+  std::printf("the threads' pools held %zu bytes when released\n", pool_reserved_at_end.load());
   std::printf("end: %zu bytes allocated, %zu reserved before cgc_empty_cache, %zu after; peak reserved %zu\n",
               before.bytes_allocated, before.bytes_reserved, after.bytes_reserved, after.peak_bytes_reserved);
   bool ok = c.bad_contents == 0 && c.unexpected == 0 && before.bytes_allocated == 0 && after.bytes_reserved == 0 &&
