@@ -44,6 +44,18 @@ class Blocks : public ::testing::Test {
     b->small = small;
     return b;
   }
+  // Hands out three blocks of `size` cut from the front of a fresh small segment, as malloc does;
+  // the rest of the segment stays free in the set.
+  void HandOutThree(cgc__block_t* seg, size_t size, cgc__block_t* parts[3]) {
+    cgc__block_t* rest = seg;
+    for (int i = 0; i < 3; i++) {
+      if (i > 0) cgc__set_erase(&state_.small, rest);
+      ASSERT_TRUE(cgc__block_split(rest, size, NewBlock()));
+      rest->state = CGC_BLOCK_ALLOCATED;
+      parts[i] = rest;
+      rest = rest->next;
+    }
+  }
   cgc__pool_state_t state_{};
   std::vector<cgc__block_t*> owned_;
   std::vector<cgc__block_t*> recycled_;
@@ -126,14 +138,7 @@ TEST_F(Blocks, SplitThenReleaseMergesBackIntoOneSegment) {
 TEST_F(Blocks, UnmergedFreesCoalesceIntoTheWholeSegmentLater) {
   cgc__block_t* seg = Segment(0x20000000, 2 << 20, kStreamA, true);
   cgc__block_t* parts[3];
-  cgc__block_t* rest = seg;
-  for (int i = 0; i < 3; i++) {
-    if (i > 0) cgc__set_erase(&state_.small, rest);
-    ASSERT_TRUE(cgc__block_split(rest, 8192, NewBlock()));
-    rest->state = CGC_BLOCK_ALLOCATED;
-    parts[i] = rest;
-    rest = rest->next;
-  }
+  ASSERT_NO_FATAL_FAILURE(HandOutThree(seg, 8192, parts));
   for (cgc__block_t* p : {parts[2], parts[0], parts[1]}) ASSERT_TRUE(cgc__block_release_unmerged(p));
   EXPECT_EQ(state_.small.n, 4u) << "freed without merging";
   // Same-size reuse takes the exact block, no split needed.
@@ -190,14 +195,7 @@ TEST_F(Blocks, NeighboursOfDifferentStreamsNeverMerge) {
 TEST_F(Blocks, CoalesceMergesFreeRunsThatFollowAnAllocatedBlock) {
   cgc__block_t* seg = Segment(0x40000000, 2 << 20, kStreamA, true);
   cgc__block_t* parts[3];
-  cgc__block_t* rest = seg;
-  for (int i = 0; i < 3; i++) {
-    if (i > 0) cgc__set_erase(&state_.small, rest);
-    ASSERT_TRUE(cgc__block_split(rest, 8192, NewBlock()));
-    rest->state = CGC_BLOCK_ALLOCATED;
-    parts[i] = rest;
-    rest = rest->next;
-  }
+  ASSERT_NO_FATAL_FAILURE(HandOutThree(seg, 8192, parts));
   ASSERT_TRUE(cgc__block_release_unmerged(parts[1]));
   ASSERT_TRUE(cgc__block_release_unmerged(parts[2]));
   EXPECT_EQ(cgc__state_coalesce(&state_, Recycle, &recycled_), 2u) << "parts 1, 2 and the rest form one run";
