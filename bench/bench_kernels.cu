@@ -53,3 +53,13 @@ extern "C" __global__ void cgc_bench_lcg_and_continue(cudaGraphConditionalHandle
     cudaGraphSetConditional(handle, c < iterations ? 1u : 0u);
   }
 }
+
+// Busy for `ns` nanoseconds of the GPU's global timer (one thread is enough): the long kernel
+// behind which driver_waits makes another thread's cuMemFree wait.
+extern "C" __global__ void cgc_bench_spin_ns(unsigned long long ns) {
+  unsigned long long start, now;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
+  do {
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+  } while (now - start < ns);
+}

@@ -60,6 +60,13 @@
   X(cuEventElapsedTime, PFN_cuEventElapsedTime_v2000, 2000)                                 \
   X(cuGraphGetNodes, PFN_cuGraphGetNodes_v10000, 10000)                                     \
   X(cuGraphNodeGetType, PFN_cuGraphNodeGetType_v10000, 10000)                               \
+  /* driver_waits: which calls wait behind another thread's cuMemFree */                    \
+  X(cuCtxGetCurrent, PFN_cuCtxGetCurrent_v4000, 4000)                                       \
+  X(cuEventQuery, PFN_cuEventQuery_v2000, 2000)                                             \
+  X(cuStreamWaitEvent, PFN_cuStreamWaitEvent_v3020, 3020)                                   \
+  X(cuStreamGetId, PFN_cuStreamGetId_v12000, 12000)                                         \
+  X(cuMemGetInfo, PFN_cuMemGetInfo_v3020, 3020)                                             \
+  X(cuThreadExchangeStreamCaptureMode, PFN_cuThreadExchangeStreamCaptureMode_v10010, 10010) \
   OPT(cuMemAllocAsync, PFN_cuMemAllocAsync_v11020, 11020)                                   \
   OPT(cuMemFreeAsync, PFN_cuMemFreeAsync_v11020, 11020)                                     \
   OPT(cuDeviceGetDefaultMemPool, PFN_cuDeviceGetDefaultMemPool_v11020, 11020)               \

@@ -710,8 +710,8 @@ CGC_FUNCTIONS_CONDITIONALS_1_3(CGC_DECLARE_FUNCTION_)
    * begun with options->pool = pool (SEMANTICS 30). The capture must be active and not one of                 \
    * cgc's (CGC_ERROR_INVALID_STATE otherwise; CGC_ERROR_CAPTURE_INVALIDATED for an invalidated one);          \
    * a pool records one capture at a time. The pool holds a reference of its own until the end.                \
-   * `native_stream` must stay valid until then: cgc asks it whether the capture is over (an adoption          \
-   * whose capture is over holds cgc_empty_cache back no longer, and the pool's next adoption ends it).        \
+   * `native_stream` must stay valid until then. The adoption lasts until that call, also when the            \
+   * capture failed: cgc_empty_cache is refused meanwhile, and so is another adoption by the pool.            \
    * cgc does not see the replays of graphs it did not instantiate, so a pool that adopted a capture           \
    * never hands its memory to other streams once it is released: the memory returns to the                   \
    * driver at cgc_empty_cache (PyTorch's own allocator treats a released graph pool the same way). */         \

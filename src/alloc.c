@@ -54,15 +54,13 @@ static cgc_status_t not_ours(void* ptr, const char* func) {
                    "%p was not allocated by cgc_malloc, or was already freed (nothing was changed)", ptr);
 }
 
-/* A block with recorded uses: fences are recorded on its use streams (uses_lock held, so that
- * none of them is destroyed meanwhile) before it can be reused. */
+/* A block with recorded uses: fences are recorded on its use streams before it can be reused
+ * (heap.c's fence_and_park: with the lock dropped, the free counted in `fencing`). */
 static cgc_status_t free_used(struct cgc__allocator* a, void* ptr, const char* func) {
-  pthread_mutex_lock(&a->uses_lock);
   cgc__alloc_lock(a);
   cgc__block_t* b = cgc__map_take(&a->live, (uint64_t)(uintptr_t)ptr);
   if (b == NULL) { /* freed by another thread meanwhile */
     cgc__alloc_unlock(a);
-    pthread_mutex_unlock(&a->uses_lock);
     return not_ours(ptr, func);
   }
   cgc__alloc_account(a, b, -(long long)b->size);
@@ -79,13 +77,15 @@ static cgc_status_t free_used(struct cgc__allocator* a, void* ptr, const char* f
     b->next_waiting = pool->deferred;
     pool->deferred = b;
     cgc__alloc_unlock(a);
-    pthread_mutex_unlock(&a->uses_lock);
     return CGC_SUCCESS;
   }
-  b->state = CGC_BLOCK_WAITING; /* ours alone while its fences are recorded */
+  a->fencing++; /* from taking the block out of the map: its use streams live until it is parked */
+  cgc__alloc_fence_and_park(a, b);
+  a->fencing--;
+  bool deferred = a->deferred != NULL;
   cgc__alloc_unlock(a);
-  cgc__alloc_park_used_block(a, b);
-  pthread_mutex_unlock(&a->uses_lock);
+  /* A free with uses waits on the driver anyway: blocks deferred by captures now over go too. */
+  if (deferred) cgc__alloc_settle_deferred(a);
   return CGC_SUCCESS;
 }
 
@@ -199,6 +199,7 @@ cgc_status_t cgc_record_stream_native(void* ptr, void* native_stream) {
 }
 
 cgc_status_t cgc_empty_cache(cgc_context_t ctx) {
+  CGC_REFUSE_IN_HOST_FUNCTION();
   CGC_CHECK_HANDLE(ctx, CGC_MAGIC_CONTEXT);
   CUstream origin = NULL;
   int captures = cgc__registry_count_on(ctx->dev, &origin);
@@ -209,14 +210,16 @@ cgc_status_t cgc_empty_cache(cgc_context_t ctx) {
                      captures, ctx->dev->ordinal, (void*)origin);
   struct cgc__allocator* a = atomic_load_explicit(&ctx->dev->alloc, memory_order_acquire);
   if (a == NULL) return CGC_SUCCESS;
-  /* Captures others began count too, once a pool adopted them (1.4), while they are under way. */
+  /* Captures others began count too, once a pool adopted them (1.4), until the adoption ends:
+   * cgc knows it from its own records, never by asking the driver about a stream whose capture
+   * another thread may be ending at that instant (driver 580 crashes there). */
   CUstream adopted_origin = NULL;
-  cgc_pool_t adopting = cgc__pool_adoption_under_way(ctx->dev, &adopted_origin);
+  cgc_pool_t adopting = cgc__pool_adoption_open(ctx->dev, &adopted_origin);
   if (adopting != NULL)
     return cgc__fail(CGC_ERROR_INVALID_STATE, __func__,
-                     "a capture cgc did not begin (on stream %p) allocates from pool %p: cached memory is given "
-                     "back after its end",
-                     (void*)adopted_origin, (void*)adopting);
+                     "pool %p adopts a capture cgc did not begin (through stream %p): cached memory is given back "
+                     "once its adopter ends the adoption (cgc_pool_end_adopted_capture)",
+                     (void*)adopting, (void*)adopted_origin);
   cgc__alloc_give_back(a);
   return CGC_SUCCESS;
 }

@@ -5,14 +5,17 @@
  * gets only a pointer, so it asks each device's pointer map in turn (the calling thread's last
  * device first); a process usually drives one device per thread.
  *
- * Locks of an allocator, in the order they are taken (internal.h has the whole order):
- * - uses_lock (mutex): held by whoever makes driver calls on the streams that blocks recorded
- *   as uses (events recorded on them, their capture state asked), and by a stream handle that
- *   is going away while it settles those uses. So a use's stream is never destroyed while
- *   cgc records on it. Slow paths only.
- * - lock (spinlock): guards every field below not marked otherwise, the pools' fields, and the
- *   fences' counts. Held for bookkeeping only: never across a driver call that can wait for
- *   the GPU; the hot path (a cache hit) makes no driver call under it at all. */
+ * The allocator's one lock (a spinlock; CGC__LOCK_ALLOC in lockcheck.h) guards every field
+ * below not marked otherwise, the pools' fields, and the fences' counts. It is held for
+ * bookkeeping only and no driver call is made under it (the check enforces the weaker rule: none
+ * that can wait). Whatever waits (cuEventRecord of a fence, cuMemAlloc, cuMemFree) runs with it
+ * dropped; what must not change meanwhile is claimed first:
+ * - a block being fenced is in no list (ours alone), and the free counts itself in `fencing`,
+ *   which a stream's end (cgc__alloc_stream_ending) and a capture's begin
+ *   (cgc__alloc_wait_fencing) wait to drop to 0, after stopping new fences (`ending_streams`,
+ *   a registered capture): no use stream dies, and no stream starts capturing, while an event is
+ *   recorded on it, and no block with an unfenced use of a dead stream is left out of a list;
+ * - a segment being given back is in no set (state WAITING) until cuMemFree returns. */
 #ifndef CGC_ALLOC_H_
 #define CGC_ALLOC_H_
 
@@ -48,8 +51,10 @@ typedef struct cgc__drain {
 
 struct cgc__allocator {
   atomic_int lock_word;
-  pthread_mutex_t uses_lock;
   struct cgc__device* dev;
+  int fencing;        /* frees recording fences with the lock dropped (fence_and_park) */
+  int ending_streams; /* stream handles settling their uses (stream_ending): fences wait */
+  int adopting_pools; /* pools adopting a capture cgc did not begin (pool.c): fences wait */
   cgc__pool_state_t cache; /* the default pool: blocks for allocations outside captures */
   cgc__stats_t total;      /* the whole device: cache + every private pool */
   cgc__ptr_map_t live;     /* allocated blocks by address */
@@ -65,6 +70,7 @@ struct cgc__allocator {
   CUevent* spare_events;
   size_t n_spare_events, cap_spare_events;
   cgc_pool_t recording; /* pools a capture is recording into, linked through next_recording */
+  cgc_pool_t pools;     /* every pool not yet dissolved (a dead stream's segments are found in them) */
 };
 
 struct cgc_pool_s {
@@ -94,6 +100,7 @@ struct cgc_pool_s {
   cgc__fence_t** fences;  /* last replays of its destroyed graphs that may still run */
   size_t n_fences, cap_fences;
   cgc_pool_t next_recording;
+  cgc_pool_t prev_pool, next_pool; /* the allocator's list of every pool not yet dissolved */
 };
 
 /* The allocator lock: a test-and-set spinlock, because its critical sections are a few dozen
@@ -101,10 +108,12 @@ struct cgc_pool_s {
  * (measured: bench scenario 4). Waiters spin briefly, then yield. */
 void cgc__alloc_lock_slow(atomic_int* word);
 static inline void cgc__alloc_lock(struct cgc__allocator* a) {
+  cgc__lock_note_acquired(CGC__LOCK_ALLOC);
   if (atomic_exchange_explicit(&a->lock_word, 1, memory_order_acquire) != 0) cgc__alloc_lock_slow(&a->lock_word);
 }
 static inline void cgc__alloc_unlock(struct cgc__allocator* a) {
   atomic_store_explicit(&a->lock_word, 0, memory_order_release);
+  cgc__lock_note_released(CGC__LOCK_ALLOC);
 }
 
 /* ---- heap.c: what alloc.c and pool.c call ---- */
@@ -116,8 +125,8 @@ struct cgc__allocator* cgc__allocator_of(struct cgc__device* dev);
 struct cgc__allocator* cgc__alloc_find(void* ptr, cgc__block_t** out);
 /* cgc_free's hot path, whole under one hold of the lock (one probe of the calling thread's last
  * allocator first): frees the block at `ptr` unless it has recorded uses. Returns the allocator
- * that holds it (NULL: none), lock not held; *has_uses: nothing was done, because its free must
- * take uses_lock first. */
+ * that holds it (NULL: none), lock not held; *has_uses: nothing was done, because its uses need
+ * fences (alloc.c's free_used). */
 struct cgc__allocator* cgc__alloc_free_plain(void* ptr, bool* has_uses);
 /* (lock held) Allocated bytes of the block's owner and of the device change by `delta`. */
 void cgc__alloc_account(struct cgc__allocator* a, cgc__block_t* b, long long delta);
@@ -131,10 +140,12 @@ void cgc__alloc_give_back(struct cgc__allocator* a);
 /* (lock held) A block back to its owner's free set; dissolves an orphaned pool whose last block
  * it was. */
 void cgc__alloc_release_block(struct cgc__allocator* a, cgc__block_t* b);
-/* (uses_lock held, lock not held) Records fences for the uses of freed block `b` whose streams
- * are not capturing, then parks it: on the pending list when every use is settled, else on the
- * deferred list. */
-void cgc__alloc_park_used_block(struct cgc__allocator* a, cgc__block_t* b);
+/* (lock held, and the caller counted in a->fencing) Records fences for the uses of freed block
+ * `b` that have none, unless a capture of the device is under way, then parks it: pending when
+ * every use is settled, else deferred until no capture is. Drops the lock while it records. */
+void cgc__alloc_fence_and_park(struct cgc__allocator* a, cgc__block_t* b);
+/* Fences deferred blocks once no capture of the device is under way (lock not held). */
+void cgc__alloc_settle_deferred(struct cgc__allocator* a);
 /* (lock held) Gives a block struct back for reuse (a merge's absorbed neighbour, a freed
  * segment); `allocator` is the struct cgc__allocator. */
 void cgc__alloc_recycle_block(cgc__block_t* b, void* allocator);
@@ -147,14 +158,12 @@ cgc__fence_t* cgc__fence_new(CUevent ev);
 /* Pools adopting a capture cgc did not begin, process-wide (pool.c; a relaxed hint, like
  * cgc__captures_underway): while non-zero, cgc_malloc asks whether its stream captures. */
 extern atomic_int cgc__adopted_captures;
-/* A pool of `dev` adopting a capture that is still under way (and its stream in *origin), or
- * NULL (pool.c): adoptions whose captures are over, never ended by their adopters, do not count.
- * Asks each adopting pool's stream under the allocator lock (cuStreamGetCaptureInfo, which never
- * waits for the GPU): an adopter ends its adoption, and may then destroy the stream, only after
- * taking that lock. An adoption is ended only by its adopter's calls (cgc_pool_end_adopted_capture,
- * or the pool's next adoption), never by another thread's: ending it settles the uses of the
- * capture's streams, which only their owner knows to be alive. */
-cgc_pool_t cgc__pool_adoption_under_way(struct cgc__device* dev, CUstream* origin);
+/* A pool of `dev` whose adoption of a capture cgc did not begin is open (and its stream in
+ * *origin), or NULL (pool.c): from cgc's records alone. Whether that capture is still under way
+ * only the driver knows, and cgc never asks it about a stream whose capture another thread may
+ * be ending at that instant (driver 580 crashes there): an adoption lasts until its adopter ends
+ * it (cgc_pool_end_adopted_capture). */
+cgc_pool_t cgc__pool_adoption_open(struct cgc__device* dev, CUstream* origin);
 /* (lock held) The pool capture-routing sends `ref`'s allocations to, or NULL. */
 cgc_pool_t cgc__pool_recording(struct cgc__allocator* a, const cgc__stream_ref_t* ref);
 /* (lock held) Notes a pool block's free: outside the capture that allocated it, the pool's
@@ -163,6 +172,9 @@ void cgc__pool_note_free(cgc__block_t* b);
 /* (lock held) Blocks of `pool` freed during its capture with uses on side streams become
  * reusable once every such stream has joined the origin after the free (SEMANTICS 12). */
 void cgc__pool_reclaim_joined(cgc_pool_t pool);
+/* (lock held) A pool joins / leaves the allocator's list of pools. */
+void cgc__alloc_pool_link(struct cgc__allocator* a, cgc_pool_t pool);
+void cgc__alloc_pool_unlink(struct cgc__allocator* a, cgc_pool_t pool);
 /* (lock held) Dissolves `pool` into its device's cache if nothing holds it any more. */
 void cgc__pool_dissolve_if_unused(cgc_pool_t pool);
 

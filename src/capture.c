@@ -8,7 +8,7 @@
 
 static void free_capture(struct cgc__capture* c) {
   if (c == NULL) return;
-  if (c->done != NULL) cgc__drv.cuEventDestroy(c->done);
+  if (c->done != NULL) CGC_DRV(cuEventDestroy)(c->done);
   free(c->uses);
   free(c->bodies);
   for (size_t i = 0; i < c->n_sides; i++) free(c->sides[i].absorbed);
@@ -113,14 +113,15 @@ cgc_status_t cgc_capture_begin(cgc_stream_t stream, const cgc_capture_options_t*
   c->flags = opts.flags;
   bool registered = false, begun = false;
   cgc__ctx_scope_t scope = {false};
-  /* No fence is recorded on the stream while it starts capturing (cgc__alloc_fence_lock). The
-   * registry record, then routing to the pool, exist before the driver begins, so that no
+  /* The registry record, then routing to the pool, exist before the driver begins, so that no
    * allocation of the capture can slip into the device cache (SEMANTICS 3); a second begin on
-   * the stream is refused by the registry before it routes anything. */
-  cgc__alloc_fence_lock(stream->dev);
+   * the stream is refused by the registry before it routes anything. Once the registry counts
+   * the capture no free starts recording fences; those already recording finish before the
+   * stream starts capturing (cgc__alloc_wait_fencing), so a fence is never captured. */
   st = cgc__registry_add(c, __func__);
   if (st != CGC_SUCCESS) goto fail;
   registered = true;
+  cgc__alloc_wait_fencing(stream->dev);
   st = cgc__pool_begin_capture(stream->dev, opts.pool, ref.cu, ref.key, &c->pool, __func__);
   if (st != CGC_SUCCESS) goto fail;
   st = cgc__stream_enter(stream, &scope, __func__);
@@ -135,18 +136,16 @@ cgc_status_t cgc_capture_begin(cgc_stream_t stream, const cgc_capture_options_t*
   cgc__ctx_leave(&scope);
   cgc__pool_capture_started(c->pool, id);
   cgc__registry_activate(c, id);
-  cgc__alloc_fence_unlock(stream->dev);
   cgc__log("capture %llu begun on stream %p (mode %d)", (unsigned long long)id, (void*)ref.cu, (int)opts.mode);
   return CGC_SUCCESS;
 
 fail:
   if (begun) { /* never leave the stream capturing */
     CUgraph discarded = NULL;
-    cgc__drv.cuStreamEndCapture(ref.cu, &discarded);
-    if (discarded != NULL) cgc__drv.cuGraphDestroy(discarded);
+    CGC_DRV(cuStreamEndCapture)(ref.cu, &discarded);
+    if (discarded != NULL) CGC_DRV(cuGraphDestroy)(discarded);
   }
   cgc__ctx_leave(&scope);
-  cgc__alloc_fence_unlock(stream->dev);
   if (registered) cgc__registry_remove(c);
   if (c->pool != NULL) cgc__pool_end_capture(c->pool, false, NULL, 0);
   if (c->update != NULL) atomic_store(&c->update->updating, false);
@@ -176,17 +175,17 @@ static void name_unjoined(const struct cgc__capture* c) {
  * a side stream still capturing is named. Context current. */
 static void check_left_capturing(const struct cgc__capture* c) {
   CUstreamCaptureStatus origin_status = CU_STREAM_CAPTURE_STATUS_NONE;
-  if (cgc__drv.cuStreamGetCaptureInfo(c->origin, &origin_status, NULL, NULL, NULL, NULL) == CUDA_SUCCESS &&
+  if (CGC_DRV(cuStreamGetCaptureInfo)(c->origin, &origin_status, NULL, NULL, NULL, NULL) == CUDA_SUCCESS &&
       origin_status != CU_STREAM_CAPTURE_STATUS_NONE) {
     CUgraph discarded = NULL;
-    CUresult r = cgc__drv.cuStreamEndCapture(c->origin, &discarded);
-    if (discarded != NULL) cgc__drv.cuGraphDestroy(discarded);
+    CUresult r = CGC_DRV(cuStreamEndCapture)(c->origin, &discarded);
+    if (discarded != NULL) CGC_DRV(cuGraphDestroy)(discarded);
     cgc__append("; the origin stream %p was still capturing: %s", (void*)c->origin,
                 r == CUDA_SUCCESS ? "ended and discarded" : "ending it failed too");
   }
   for (size_t i = 0; i < c->n_sides; i++) {
     CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
-    if (cgc__drv.cuStreamGetCaptureInfo(c->sides[i].cu, &status, NULL, NULL, NULL, NULL) == CUDA_SUCCESS &&
+    if (CGC_DRV(cuStreamGetCaptureInfo)(c->sides[i].cu, &status, NULL, NULL, NULL, NULL) == CUDA_SUCCESS &&
         status != CU_STREAM_CAPTURE_STATUS_NONE)
       cgc__append("; side stream %p is still capturing", (void*)c->sides[i].cu);
   }
@@ -198,9 +197,9 @@ static void check_left_capturing(const struct cgc__capture* c) {
 static bool add_done_node(struct cgc__capture* c) {
   if (c->done != NULL) return true;
   CUevent done = NULL;
-  if (cgc__drv.cuEventCreate(&done, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS) return false;
-  if (cgc__drv.cuEventRecordWithFlags(done, c->origin, CU_EVENT_RECORD_EXTERNAL) != CUDA_SUCCESS) {
-    cgc__drv.cuEventDestroy(done); /* an invalidated capture: the end reports it */
+  if (CGC_DRV(cuEventCreate)(&done, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS) return false;
+  if (CGC_DRV(cuEventRecordWithFlags)(done, c->origin, CU_EVENT_RECORD_EXTERNAL) != CUDA_SUCCESS) {
+    CGC_DRV(cuEventDestroy)(done); /* an invalidated capture: the end reports it */
     return false;
   }
   c->done = done;
@@ -234,7 +233,7 @@ static cgc_status_t end_capture(cgc_stream_t stream, bool discard, cgc_graph_t* 
   if (st != CGC_SUCCESS) goto still_capturing;
   bool has_done_node = add_done_node(c);
   CUgraph graph = NULL;
-  CUresult r = cgc__drv.cuStreamEndCapture(c->origin, &graph);
+  CUresult r = CGC_DRV(cuStreamEndCapture)(c->origin, &graph);
   cgc__ctx_leave(&scope);
   if (r == CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD) {
     /* registry.c refuses this case first; the driver has the last word. */
@@ -274,7 +273,7 @@ static cgc_status_t end_capture(cgc_stream_t stream, bool discard, cgc_graph_t* 
       check_left_capturing(c);
       cgc__ctx_leave(&again);
     }
-    if (graph != NULL) cgc__drv.cuGraphDestroy(graph);
+    if (graph != NULL) CGC_DRV(cuGraphDestroy)(graph);
     cgc__release_uses(c->uses, c->n_uses);
     if (c->update != NULL) atomic_store(&c->update->updating, false);
     free_capture(c);
@@ -337,6 +336,7 @@ cgc_status_t cgc_capture(cgc_stream_t stream, const cgc_capture_options_t* optio
 }
 
 cgc_status_t cgc_stream_capture_status(cgc_stream_t stream, cgc_capture_status_t* status, uint64_t* capture_id) {
+  CGC_REFUSE_IN_HOST_FUNCTION();
   CGC_CHECK_ARG(status != NULL, "status is NULL");
   *status = CGC_CAPTURE_NONE;
   if (capture_id != NULL) *capture_id = 0;
@@ -357,6 +357,7 @@ cgc_status_t cgc_stream_capture_status(cgc_stream_t stream, cgc_capture_status_t
 }
 
 cgc_status_t cgc_capture_mode_exchange(cgc_capture_mode_t* mode) {
+  CGC_REFUSE_IN_HOST_FUNCTION();
   CGC_CHECK_ARG(mode != NULL, "mode is NULL");
   CGC_CHECK_ARG((unsigned)*mode <= CGC_CAPTURE_MODE_RELAXED,
                 "*mode is %d: use CGC_CAPTURE_MODE_GLOBAL, _THREAD_LOCAL or _RELAXED", (int)*mode);

@@ -41,23 +41,23 @@ static cgc_status_t condition_kernel(struct cgc__device* dev, CUfunction* out, c
   *out = atomic_load(&dev->condition_kernel);
   if (*out != NULL) return CGC_SUCCESS;
   cgc_status_t st = CGC_SUCCESS;
-  pthread_mutex_lock(&condition_lock);
+  cgc__mutex_lock(&condition_lock, CGC__LOCK_CONDITION);
   *out = atomic_load(&dev->condition_kernel);
   if (*out == NULL) {
     CUmodule module = NULL;
     CUfunction kernel = NULL;
     CUstreamCaptureMode previous = cgc__relaxed_begin(); /* loading allocates: never break a capture */
-    st = cgc__cu_fail(cgc__drv.cuModuleLoadData(&module, cgc__conditional_fatbin), func, "cuModuleLoadData");
+    st = cgc__cu_fail(CGC_DRV(cuModuleLoadData)(&module, cgc__conditional_fatbin), func, "cuModuleLoadData");
     if (st == CGC_SUCCESS) {
-      st = cgc__cu_fail(cgc__drv.cuModuleGetFunction(&kernel, module, "cgc_set_condition"), func,
+      st = cgc__cu_fail(CGC_DRV(cuModuleGetFunction)(&kernel, module, "cgc_set_condition"), func,
                         "cuModuleGetFunction");
-      if (st != CGC_SUCCESS) cgc__drv.cuModuleUnload(module);
+      if (st != CGC_SUCCESS) CGC_DRV(cuModuleUnload)(module);
     }
     cgc__relaxed_end(previous);
     if (st == CGC_SUCCESS) atomic_store(&dev->condition_kernel, kernel);
     *out = kernel;
   }
-  pthread_mutex_unlock(&condition_lock);
+  cgc__mutex_unlock(&condition_lock, CGC__LOCK_CONDITION);
   return st;
 }
 
@@ -126,9 +126,9 @@ static const cgc__use_ops_t loop_states_use_ops = {
 };
 
 cgc_status_t cgc__body_loop_states(struct cgc__body* loop, CUdeviceptr* out, const char* func) {
-  pthread_mutex_lock(&loop_states_lock);
+  cgc__mutex_lock(&loop_states_lock, CGC__LOCK_LOOP_STATES);
   *out = loop->loop_states;
-  pthread_mutex_unlock(&loop_states_lock);
+  cgc__mutex_unlock(&loop_states_lock, CGC__LOCK_LOOP_STATES);
   if (*out != 0) return CGC_SUCCESS;
   /* Allocated without the lock (cuMemAlloc may wait), installed under it. */
   struct loop_states* s = calloc(1, sizeof *s);
@@ -143,7 +143,7 @@ cgc_status_t cgc__body_loop_states(struct cgc__body* loop, CUdeviceptr* out, con
   st = cgc__cu_fail(cgc__relaxed_mem_alloc(&s->ptr, kLoopStateWords * sizeof(uint64_t)), func, "cuMemAlloc");
   bool installed = false;
   if (st == CGC_SUCCESS) {
-    pthread_mutex_lock(&loop_states_lock);
+    cgc__mutex_lock(&loop_states_lock, CGC__LOCK_LOOP_STATES);
     if (loop->loop_states != 0) {
       *out = loop->loop_states; /* another thread's draw got there first */
     } else {
@@ -166,7 +166,7 @@ cgc_status_t cgc__body_loop_states(struct cgc__body* loop, CUdeviceptr* out, con
         }
       }
     }
-    pthread_mutex_unlock(&loop_states_lock);
+    cgc__mutex_unlock(&loop_states_lock, CGC__LOCK_LOOP_STATES);
   }
   if (!installed && s->ptr != 0) cgc__relaxed_mem_free(s->ptr);
   cgc__ctx_leave(&scope);
@@ -234,7 +234,7 @@ typedef struct begin_state {
 static void undo_begin(begin_state_t* s, uint64_t capture) {
   for (size_t i = 0; i < s->begun; i++) {
     CUgraph discarded = NULL;
-    cgc__drv.cuStreamEndCapture(s->lent[i]->cu, &discarded); /* the node owns the body graph */
+    CGC_DRV(cuStreamEndCapture)(s->lent[i]->cu, &discarded); /* the node owns the body graph */
   }
   for (size_t i = 0; i < s->reserved; i++) cgc__registry_unreserve_body(capture);
   for (size_t i = 0; i < s->n; i++) {
@@ -389,6 +389,7 @@ static cgc_status_t end_iteration(struct cgc__body* b, cgc_stream_t body, const 
 }
 
 cgc_status_t cgc_capture_conditional_end(cgc_stream_t body) {
+  CGC_REFUSE_IN_HOST_FUNCTION();
   CGC_CHECK_HANDLE(body, CGC_MAGIC_STREAM);
   /* One end per body: whoever takes the record ends it. */
   struct cgc__body* b = atomic_exchange(&body->body, NULL);

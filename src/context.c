@@ -9,6 +9,7 @@
 #include "src/internal.h"
 
 cgc_status_t cgc_device_count(int* count) {
+  CGC_REFUSE_IN_HOST_FUNCTION();
   CGC_CHECK_ARG(count != NULL, "count is NULL");
   *count = 0;
   cgc_status_t st = cgc__driver_load(__func__);
@@ -17,6 +18,7 @@ cgc_status_t cgc_device_count(int* count) {
 }
 
 cgc_status_t cgc_context_create(int device, cgc_context_t* out) {
+  CGC_REFUSE_IN_HOST_FUNCTION();
   CGC_CHECK_ARG(out != NULL, "out is NULL");
   *out = NULL;
   struct cgc__device* dev;
@@ -32,6 +34,7 @@ cgc_status_t cgc_context_create(int device, cgc_context_t* out) {
 }
 
 cgc_status_t cgc_context_destroy(cgc_context_t ctx) {
+  CGC_REFUSE_IN_HOST_FUNCTION();
   CGC_CHECK_HANDLE(ctx, CGC_MAGIC_CONTEXT);
   struct cgc__device* dev = ctx->dev;
   cgc__retire(ctx);

@@ -19,7 +19,7 @@ typedef enum copy_direction { HOST_TO_DEVICE, DEVICE_TO_HOST, DEVICE_TO_DEVICE }
  * CUDA_ERROR_INVALID_VALUE (slowly: about 600 ns, against 40 ns for memory it knows). */
 static unsigned memory_type(const void* p) {
   unsigned int type = 0;
-  CUresult r = cgc__drv.cuPointerGetAttribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, (CUdeviceptr)(uintptr_t)p);
+  CUresult r = CGC_DRV(cuPointerGetAttribute)(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, (CUdeviceptr)(uintptr_t)p);
   if (r == CUDA_ERROR_INVALID_VALUE) return 0;
   /* Another failure says nothing about the memory: let the driver judge the copy itself. */
   return r == CUDA_SUCCESS ? type : CU_MEMORYTYPE_UNIFIED;
@@ -90,9 +90,9 @@ static cgc_status_t copy(void* dst, const void* src, size_t bytes, cgc_stream_t 
   if (st == CGC_SUCCESS) {
     CUdeviceptr d = (CUdeviceptr)(uintptr_t)dst, s = (CUdeviceptr)(uintptr_t)src;
     switch (dir) {
-      case HOST_TO_DEVICE: st = cgc__cu_fail(cgc__drv.cuMemcpyHtoDAsync(d, src, bytes, ref.cu), func, "cuMemcpyHtoDAsync"); break;
-      case DEVICE_TO_HOST: st = cgc__cu_fail(cgc__drv.cuMemcpyDtoHAsync(dst, s, bytes, ref.cu), func, "cuMemcpyDtoHAsync"); break;
-      case DEVICE_TO_DEVICE: st = cgc__cu_fail(cgc__drv.cuMemcpyDtoDAsync(d, s, bytes, ref.cu), func, "cuMemcpyDtoDAsync"); break;
+      case HOST_TO_DEVICE: st = cgc__cu_fail(CGC_DRV(cuMemcpyHtoDAsync)(d, src, bytes, ref.cu), func, "cuMemcpyHtoDAsync"); break;
+      case DEVICE_TO_HOST: st = cgc__cu_fail(CGC_DRV(cuMemcpyDtoHAsync)(dst, s, bytes, ref.cu), func, "cuMemcpyDtoHAsync"); break;
+      case DEVICE_TO_DEVICE: st = cgc__cu_fail(CGC_DRV(cuMemcpyDtoDAsync)(d, s, bytes, ref.cu), func, "cuMemcpyDtoDAsync"); break;
     }
     if (st != CGC_SUCCESS) cgc__append(" (dst %p, src %p, %zu bytes)", dst, src, bytes);
   }
@@ -130,11 +130,11 @@ static cgc_status_t set(void* dst, uint32_t value, size_t count, size_t element,
   if (st == CGC_SUCCESS) {
     CUdeviceptr d = (CUdeviceptr)(uintptr_t)dst;
     if (element == 1)
-      st = cgc__cu_fail(cgc__drv.cuMemsetD8Async(d, (unsigned char)value, count, ref.cu), func, "cuMemsetD8Async");
+      st = cgc__cu_fail(CGC_DRV(cuMemsetD8Async)(d, (unsigned char)value, count, ref.cu), func, "cuMemsetD8Async");
     else if (element == 2)
-      st = cgc__cu_fail(cgc__drv.cuMemsetD16Async(d, (unsigned short)value, count, ref.cu), func, "cuMemsetD16Async");
+      st = cgc__cu_fail(CGC_DRV(cuMemsetD16Async)(d, (unsigned short)value, count, ref.cu), func, "cuMemsetD16Async");
     else
-      st = cgc__cu_fail(cgc__drv.cuMemsetD32Async(d, value, count, ref.cu), func, "cuMemsetD32Async");
+      st = cgc__cu_fail(CGC_DRV(cuMemsetD32Async)(d, value, count, ref.cu), func, "cuMemsetD32Async");
     if (st != CGC_SUCCESS) cgc__append(" (dst %p, %zu elements)", dst, count);
   }
   cgc__ctx_leave(&scope);
@@ -191,9 +191,9 @@ static cgc_status_t release_host(void* ptr, bool registered, const char* func) {
   /* The driver wants a context current: the caller's if there is one, else the primary context
    * of the device the memory was page-locked on (portable memory serves every context). */
   CUcontext owner = NULL, current = NULL;
-  if (cgc__drv.cuCtxGetCurrent(&current) == CUDA_SUCCESS && current == NULL) {
+  if (CGC_DRV(cuCtxGetCurrent)(&current) == CUDA_SUCCESS && current == NULL) {
     int ordinal = 0;
-    if (cgc__drv.cuPointerGetAttribute(&ordinal, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, p) != CUDA_SUCCESS) ordinal = 0;
+    if (CGC_DRV(cuPointerGetAttribute)(&ordinal, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, p) != CUDA_SUCCESS) ordinal = 0;
     struct cgc__device* dev = NULL;
     st = cgc__device_get(ordinal, &dev, func);
     if (st != CGC_SUCCESS) return st;
@@ -201,18 +201,18 @@ static cgc_status_t release_host(void* ptr, bool registered, const char* func) {
   }
   bool pushed = false;
   if (owner != NULL) {
-    CUresult r = cgc__drv.cuCtxPushCurrent(owner);
+    CUresult r = CGC_DRV(cuCtxPushCurrent)(owner);
     if (r != CUDA_SUCCESS) return cgc__cu_fail(r, func, "cuCtxPushCurrent");
     pushed = true;
   }
   /* Before the memory goes: no thread may take its pages for page-locked from now on. */
   atomic_fetch_add_explicit(&host_generation, 1, memory_order_acq_rel);
   CUstreamCaptureMode previous = cgc__relaxed_begin();
-  st = registered ? cgc__cu_fail(cgc__drv.cuMemHostUnregister(ptr), func, "cuMemHostUnregister")
-                  : cgc__cu_fail(cgc__drv.cuMemFreeHost(ptr), func, "cuMemFreeHost");
+  st = registered ? cgc__cu_fail(CGC_DRV(cuMemHostUnregister)(ptr), func, "cuMemHostUnregister")
+                  : cgc__cu_fail(CGC_DRV(cuMemFreeHost)(ptr), func, "cuMemFreeHost");
   cgc__relaxed_end(previous);
   CUcontext popped;
-  if (pushed) cgc__drv.cuCtxPopCurrent(&popped);
+  if (pushed) CGC_DRV(cuCtxPopCurrent)(&popped);
   if (st != CGC_SUCCESS) cgc__append(" (ptr %p)", ptr);
   return st;
 }

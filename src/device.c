@@ -10,11 +10,11 @@ static pthread_mutex_t devices_lock = PTHREAD_MUTEX_INITIALIZER;
 
 static cgc_status_t create_device(int ordinal, struct cgc__device** out, const char* func) {
   int count = 0;
-  if (cgc__drv.cuDeviceGetCount(&count) != CUDA_SUCCESS) count = 0;
+  if (CGC_DRV(cuDeviceGetCount)(&count) != CUDA_SUCCESS) count = 0;
   if (ordinal < 0 || ordinal >= count || ordinal >= kMaxDevices)
     return cgc__fail(CGC_ERROR_INVALID_ARGUMENT, func, "device %d does not exist (%d device%s)", ordinal, count,
                      count == 1 ? "" : "s");
-  pthread_mutex_lock(&devices_lock);
+  cgc__mutex_lock(&devices_lock, CGC__LOCK_DEVICES);
   cgc_status_t st = CGC_SUCCESS;
   struct cgc__device* dev = atomic_load(&devices[ordinal]);
   if (dev == NULL) {
@@ -23,9 +23,9 @@ static cgc_status_t create_device(int ordinal, struct cgc__device** out, const c
       st = cgc__fail(CGC_ERROR_OUT_OF_MEMORY, func, "out of host memory");
     } else {
       dev->ordinal = ordinal;
-      st = cgc__cu_fail(cgc__drv.cuDeviceGet(&dev->cu_device, ordinal), func, "cuDeviceGet");
+      st = cgc__cu_fail(CGC_DRV(cuDeviceGet)(&dev->cu_device, ordinal), func, "cuDeviceGet");
       if (st == CGC_SUCCESS)
-        st = cgc__cu_fail(cgc__drv.cuDevicePrimaryCtxRetain(&dev->cu, dev->cu_device), func,
+        st = cgc__cu_fail(CGC_DRV(cuDevicePrimaryCtxRetain)(&dev->cu, dev->cu_device), func,
                           "cuDevicePrimaryCtxRetain");
       if (st == CGC_SUCCESS) {
         atomic_store(&devices[ordinal], dev);
@@ -35,7 +35,7 @@ static cgc_status_t create_device(int ordinal, struct cgc__device** out, const c
       }
     }
   }
-  pthread_mutex_unlock(&devices_lock);
+  cgc__mutex_unlock(&devices_lock, CGC__LOCK_DEVICES);
   *out = dev;
   return st;
 }
@@ -55,7 +55,7 @@ cgc_status_t cgc__device_get(int ordinal, struct cgc__device** out, const char* 
   return create_device(ordinal, out, func);
 }
 
-_Thread_local int cgc__host_function_depth;
+
 
 cgc_status_t cgc__refuse_in_host_function(const char* func) {
   return cgc__fail(CGC_ERROR_INVALID_STATE, func,
@@ -67,10 +67,10 @@ cgc_status_t cgc__ctx_enter(struct cgc__device* dev, cgc__ctx_scope_t* scope, co
   scope->pushed = false;
   if (__builtin_expect(cgc__host_function_depth > 0, 0)) return cgc__refuse_in_host_function(func);
   CUcontext current = NULL;
-  CUresult r = cgc__drv.cuCtxGetCurrent(&current);
+  CUresult r = CGC_DRV(cuCtxGetCurrent)(&current);
   if (r != CUDA_SUCCESS) return cgc__cu_fail(r, func, "cuCtxGetCurrent");
   if (current == dev->cu) return CGC_SUCCESS;
-  r = cgc__drv.cuCtxPushCurrent(dev->cu);
+  r = CGC_DRV(cuCtxPushCurrent)(dev->cu);
   if (r != CUDA_SUCCESS) return cgc__cu_fail(r, func, "cuCtxPushCurrent");
   scope->pushed = true;
   return CGC_SUCCESS;
@@ -79,7 +79,7 @@ cgc_status_t cgc__ctx_enter(struct cgc__device* dev, cgc__ctx_scope_t* scope, co
 void cgc__ctx_leave(cgc__ctx_scope_t* scope) {
   if (!scope->pushed) return;
   CUcontext popped;
-  cgc__drv.cuCtxPopCurrent(&popped);
+  CGC_DRV(cuCtxPopCurrent)(&popped);
   scope->pushed = false;
 }
 
@@ -93,18 +93,18 @@ cgc_status_t cgc__device_fence_stream(struct cgc__device* dev, CUstream* out, co
     return CGC_SUCCESS;
   }
   cgc_status_t st = CGC_SUCCESS;
-  pthread_mutex_lock(&fence_lock);
+  cgc__mutex_lock(&fence_lock, CGC__LOCK_FENCE_STREAM);
   s = atomic_load_explicit(&dev->fence_stream, memory_order_acquire);
   if (s == NULL) {
     cgc__ctx_scope_t scope;
     st = cgc__ctx_enter(dev, &scope, func);
     if (st == CGC_SUCCESS) {
-      st = cgc__cu_fail(cgc__drv.cuStreamCreate(&s, CU_STREAM_NON_BLOCKING), func, "cuStreamCreate");
+      st = cgc__cu_fail(CGC_DRV(cuStreamCreate)(&s, CU_STREAM_NON_BLOCKING), func, "cuStreamCreate");
       cgc__ctx_leave(&scope);
     }
     if (st == CGC_SUCCESS) atomic_store_explicit(&dev->fence_stream, s, memory_order_release);
   }
-  pthread_mutex_unlock(&fence_lock);
+  cgc__mutex_unlock(&fence_lock, CGC__LOCK_FENCE_STREAM);
   *out = s;
   return st;
 }

@@ -130,22 +130,22 @@ cgc_status_t cgc__cu_fail(CUresult r, const char* func, const char* call) {
 
 CUstreamCaptureMode cgc__relaxed_begin(void) {
   CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
-  cgc__drv.cuThreadExchangeStreamCaptureMode(&mode);
+  CGC_DRV(cuThreadExchangeStreamCaptureMode)(&mode);
   return mode;
 }
 
-void cgc__relaxed_end(CUstreamCaptureMode previous) { cgc__drv.cuThreadExchangeStreamCaptureMode(&previous); }
+void cgc__relaxed_end(CUstreamCaptureMode previous) { CGC_DRV(cuThreadExchangeStreamCaptureMode)(&previous); }
 
 CUresult cgc__relaxed_mem_alloc(CUdeviceptr* p, size_t size) {
   CUstreamCaptureMode previous = cgc__relaxed_begin();
-  CUresult r = cgc__drv.cuMemAlloc(p, size);
+  CUresult r = CGC_DRV(cuMemAlloc)(p, size);
   cgc__relaxed_end(previous);
   return r;
 }
 
 CUresult cgc__relaxed_mem_free(CUdeviceptr p) {
   CUstreamCaptureMode previous = cgc__relaxed_begin();
-  CUresult r = cgc__drv.cuMemFree(p);
+  CUresult r = CGC_DRV(cuMemFree)(p);
   cgc__relaxed_end(previous);
   return r;
 }

@@ -16,6 +16,7 @@
 #include <cudaTypedefs.h>
 
 #include "capi/cgc.h"
+#include "src/lockcheck.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -118,6 +119,25 @@ extern "C" {
   OPT(cuGraphAddNode, PFN_cuGraphAddNode_v12030, 12030)                                      \
   OPT(cuStreamBeginCaptureToGraph, PFN_cuStreamBeginCaptureToGraph_v12030, 12030)
 
+/* The driver calls that never wait for the GPU: measured by bench/driver_waits on driver 580
+ * (each stayed under 100 us while another thread's cuMemFree waited 380 ms for a kernel; every
+ * other call measured there, cuEventRecord and kernel and graph launches among them, waited the
+ * whole 340 ms). Only these may be called while holding a hot lock (lockcheck.h; docs/DESIGN.md,
+ * "Locks and the driver"). cuGetErrorName/String only read the driver's tables. */
+#define CGC_DRIVER_NEVER_WAITS(X) \
+  X(cuGetErrorName)               \
+  X(cuGetErrorString)             \
+  X(cuCtxGetCurrent)              \
+  X(cuCtxPushCurrent)             \
+  X(cuCtxPopCurrent)              \
+  X(cuStreamGetCaptureInfo)       \
+  X(cuStreamGetId)                \
+  X(cuThreadExchangeStreamCaptureMode) \
+  X(cuEventQuery)                 \
+  X(cuStreamWaitEvent)            \
+  X(cuStreamQuery)                \
+  X(cuMemGetInfo)
+
 #define CGC_DRIVER_FIELD(name, type, version) type name;
 typedef struct cgc__driver {
   CGC_DRIVER_ENTRIES(CGC_DRIVER_FIELD, CGC_DRIVER_FIELD)
@@ -150,11 +170,15 @@ void cgc__relaxed_end(CUstreamCaptureMode previous);
 CUresult cgc__relaxed_mem_alloc(CUdeviceptr* p, size_t size);
 CUresult cgc__relaxed_mem_free(CUdeviceptr p);
 
+/* Every driver call of the library goes through CGC_DRV(cuFoo)(a, b) or CGC_CU(cuFoo(a, b)), so
+ * that the lock check (lockcheck.h) sees it; CGC_DRV is cgc__drv.cuFoo when the check is off. */
+#define CGC__DRIVER_CHECK(text) (__builtin_expect(cgc__lock_check_on, 0) ? cgc__lock_check_call(text) : (void)0)
+#define CGC_DRV(name) (CGC__DRIVER_CHECK(#name), cgc__drv.name)
 /* CGC_CU(cuFoo(a, b)) calls cgc__drv.cuFoo(a, b) and turns its result into a status whose
  * message names the calling function and the call's text. */
-#define CGC_CU(call) cgc__cu_fail(cgc__drv.call, __func__, #call)
+#define CGC_CU(call) cgc__cu_fail((CGC__DRIVER_CHECK(#call), cgc__drv.call), __func__, #call)
 /* The same inside a helper that reports for the public function `func` names. */
-#define CGC_CU_FOR(func, call) cgc__cu_fail(cgc__drv.call, func, #call)
+#define CGC_CU_FOR(func, call) cgc__cu_fail((CGC__DRIVER_CHECK(#call), cgc__drv.call), func, #call)
 
 #ifdef __cplusplus
 }

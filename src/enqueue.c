@@ -26,11 +26,7 @@ cgc_status_t cgc__enqueue_begin(cgc_stream_t s, cgc__ask_t ask, cgc__stream_ref_
 cgc_status_t cgc__enqueue_capture(const cgc__stream_ref_t* ref, const char* what, uint64_t* id, const char* func) {
   *id = 0;
   if (!ref->capturing) return CGC_SUCCESS;
-  if (ref->invalidated)
-    return cgc__fail(CGC_ERROR_CAPTURE_INVALIDATED, func,
-                     "stream %p takes part in a capture that an earlier call invalidated: end it (cgc_capture_end "
-                     "on its origin stream reports why) before enqueueing %s",
-                     (void*)ref->cu, what);
+  if (ref->invalidated) return cgc__refuse_invalidated(ref, what, func);
   if (!cgc__registry_is_cgc_capture(ref->capture_id))
     return cgc__fail(CGC_ERROR_CAPTURE_UNSUPPORTED, func,
                      "stream %p captures (capture id %llu) under a capture cgc did not begin: %s needs a capture "

@@ -4,6 +4,7 @@
 #include "src/internal.h"
 
 cgc_status_t cgc_event_create(cgc_context_t ctx, unsigned flags, cgc_event_t* out) {
+  CGC_REFUSE_IN_HOST_FUNCTION();
   CGC_CHECK_ARG(out != NULL, "out is NULL");
   *out = NULL;
   CGC_CHECK_HANDLE(ctx, CGC_MAGIC_CONTEXT);
@@ -27,6 +28,7 @@ cgc_status_t cgc_event_create(cgc_context_t ctx, unsigned flags, cgc_event_t* ou
 }
 
 cgc_status_t cgc_event_destroy(cgc_event_t event) {
+  CGC_REFUSE_IN_HOST_FUNCTION();
   CGC_CHECK_HANDLE(event, CGC_MAGIC_EVENT);
   cgc_status_t st = CGC_CU(cuEventDestroy(event->cu));
   cgc__retire(event);
@@ -50,6 +52,7 @@ cgc_status_t cgc_event_record(cgc_event_t event, cgc_stream_t stream) {
 
 /* Waiting on or querying an event is a call the driver counts as unsafe during a capture. */
 cgc_status_t cgc_event_synchronize(cgc_event_t event) {
+  CGC_REFUSE_IN_HOST_FUNCTION();
   CGC_CHECK_HANDLE(event, CGC_MAGIC_EVENT);
   cgc_status_t st = cgc__capture_guard(event->dev, CGC__GUARD_THIS_THREAD, "cuEventSynchronize", __func__);
   if (st != CGC_SUCCESS) return st;
@@ -57,18 +60,20 @@ cgc_status_t cgc_event_synchronize(cgc_event_t event) {
 }
 
 cgc_status_t cgc_event_query(cgc_event_t event, int* complete) {
+  CGC_REFUSE_IN_HOST_FUNCTION();
   CGC_CHECK_ARG(complete != NULL, "complete is NULL");
   *complete = 0;
   CGC_CHECK_HANDLE(event, CGC_MAGIC_EVENT);
   cgc_status_t st = cgc__capture_guard(event->dev, CGC__GUARD_THIS_THREAD, "cuEventQuery", __func__);
   if (st != CGC_SUCCESS) return st;
-  CUresult r = cgc__drv.cuEventQuery(event->cu);
+  CUresult r = CGC_DRV(cuEventQuery)(event->cu);
   if (r == CUDA_ERROR_NOT_READY) return CGC_SUCCESS;
   if (r == CUDA_SUCCESS) *complete = 1;
   return cgc__cu_fail(r, __func__, "cuEventQuery");
 }
 
 cgc_status_t cgc_event_elapsed_ms(cgc_event_t start, cgc_event_t end, float* ms) {
+  CGC_REFUSE_IN_HOST_FUNCTION();
   CGC_CHECK_ARG(ms != NULL, "ms is NULL");
   *ms = 0.0f;
   CGC_CHECK_HANDLE(start, CGC_MAGIC_EVENT);

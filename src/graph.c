@@ -75,10 +75,10 @@ static void drop_uses(cgc_graph_t g) {
  * device's context is current. */
 static CUresult instantiate(CUgraph graph, CUgraphExec* exec) {
   CUstreamCaptureMode previous = cgc__relaxed_begin();
-  CUresult r = cgc__drv.cuGraphInstantiateWithFlags(
+  CUresult r = CGC_DRV(cuGraphInstantiateWithFlags)(
       exec, graph, CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH | CUDA_GRAPH_INSTANTIATE_FLAG_USE_NODE_PRIORITY);
   if (r == CUDA_ERROR_INVALID_VALUE)
-    r = cgc__drv.cuGraphInstantiateWithFlags(exec, graph, CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH);
+    r = CGC_DRV(cuGraphInstantiateWithFlags)(exec, graph, CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH);
   cgc__relaxed_end(previous);
   return r;
 }
@@ -108,7 +108,7 @@ cgc_status_t cgc__graph_create(struct cgc__device* dev, CUgraph graph, CUevent d
   st = cgc__cu_fail(instantiate(graph, &exec), func, "cuGraphInstantiateWithFlags");
   if (st != CGC_SUCCESS) goto fail;
   if (flags & CGC_CAPTURE_UPLOAD) {
-    st = cgc__cu_fail(cgc__drv.cuGraphUpload(exec, upload_stream), func, "cuGraphUpload");
+    st = cgc__cu_fail(CGC_DRV(cuGraphUpload)(exec, upload_stream), func, "cuGraphUpload");
     if (st != CGC_SUCCESS) goto fail;
     atomic_store(&g->uploaded, 1);
   }
@@ -128,10 +128,10 @@ cgc_status_t cgc__graph_create(struct cgc__device* dev, CUgraph graph, CUevent d
 fail:
   if (exec != NULL) {
     CUstreamCaptureMode mode = cgc__relaxed_begin();
-    cgc__drv.cuGraphExecDestroy(exec);
+    CGC_DRV(cuGraphExecDestroy)(exec);
     cgc__relaxed_end(mode);
   }
-  cgc__drv.cuGraphDestroy(graph);
+  CGC_DRV(cuGraphDestroy)(graph);
   cgc__ctx_leave(&scope);
   if (g != NULL) drop_uses(g);
   free(g);
@@ -186,7 +186,7 @@ static __attribute__((noinline)) cgc_status_t launch_slow(cgc_graph_t graph, cgc
   if (r != CUDA_SUCCESS) {
     st = cgc__cu_fail(r, func, "the graph's objects' launch step (a generator's state, a communicator's order)");
   } else {
-    st = cgc__cu_fail(cgc__drv.cuGraphLaunch(graph->exec, stream->cu), func, "cuGraphLaunch");
+    st = cgc__cu_fail(CGC_DRV(cuGraphLaunch)(graph->exec, stream->cu), func, "cuGraphLaunch");
   }
   if (st == CGC_SUCCESS) {
     atomic_fetch_add_explicit(&graph->replays, 1, memory_order_relaxed);
@@ -211,13 +211,14 @@ cgc_status_t cgc_graph_launch(cgc_graph_t graph, cgc_stream_t stream) {
     return launch_refused(graph, stream, __func__);
   if (__builtin_expect(stream->special || graph->n_prologue != 0 || cgc__captures_underway() > 0, 0))
     return launch_slow(graph, stream, __func__);
-  CUresult r = cgc__drv.cuGraphLaunch(graph->exec, stream->cu);
+  CUresult r = CGC_DRV(cuGraphLaunch)(graph->exec, stream->cu);
   if (__builtin_expect(r != CUDA_SUCCESS, 0)) return cgc__cu_fail(r, __func__, "cuGraphLaunch");
   atomic_fetch_add_explicit(&graph->replays, 1, memory_order_relaxed);
   return CGC_SUCCESS;
 }
 
 cgc_status_t cgc_graph_upload(cgc_graph_t graph, cgc_stream_t stream) {
+  CGC_REFUSE_IN_HOST_FUNCTION();
   CGC_CHECK_HANDLE(graph, CGC_MAGIC_GRAPH);
   CGC_CHECK_HANDLE(stream, CGC_MAGIC_STREAM);
   if (graph->exec == NULL || stream->dev != graph->dev) return launch_refused(graph, stream, __func__);
@@ -244,24 +245,24 @@ static cgc_status_t count_nodes(cgc_graph_t graph, cgc_graph_info_t* info, const
   /* The nodes of the graph the executable was instantiated from: per-node updates must name
    * those (after an update in place the latest graph's nodes are other objects, same topology). */
   CUgraph source = graph->exec_graph != NULL ? graph->exec_graph : graph->graph;
-  cgc_status_t st = cgc__cu_fail(cgc__drv.cuGraphGetNodes(source, NULL, &n), func, "cuGraphGetNodes");
+  cgc_status_t st = cgc__cu_fail(CGC_DRV(cuGraphGetNodes)(source, NULL, &n), func, "cuGraphGetNodes");
   if (st != CGC_SUCCESS || n == 0) return st;
   CUgraphNode* nodes = malloc(n * sizeof *nodes);
   if (nodes == NULL) return cgc__fail(CGC_ERROR_OUT_OF_MEMORY, func, "out of host memory");
-  st = cgc__cu_fail(cgc__drv.cuGraphGetNodes(source, nodes, &n), func, "cuGraphGetNodes");
+  st = cgc__cu_fail(CGC_DRV(cuGraphGetNodes)(source, nodes, &n), func, "cuGraphGetNodes");
   free(graph->kernel_nodes);
   graph->kernel_nodes = NULL;
   size_t n_kernels = 0;
   CUfunction condition = atomic_load(&graph->dev->condition_kernel);
   for (size_t i = 0; i < n && st == CGC_SUCCESS; i++) {
     CUgraphNodeType type;
-    st = cgc__cu_fail(cgc__drv.cuGraphNodeGetType(nodes[i], &type), func, "cuGraphNodeGetType");
+    st = cgc__cu_fail(CGC_DRV(cuGraphNodeGetType)(nodes[i], &type), func, "cuGraphNodeGetType");
     if (st != CGC_SUCCESS) break;
     if (type == CU_GRAPH_NODE_TYPE_KERNEL && condition != NULL) {
       /* cgc's own kernel before a conditional node is not the caller's to count or change */
       CUDA_KERNEL_NODE_PARAMS p;
       memset(&p, 0, sizeof p);
-      if (cgc__drv.cuGraphKernelNodeGetParams(nodes[i], &p) == CUDA_SUCCESS && p.func == condition) continue;
+      if (CGC_DRV(cuGraphKernelNodeGetParams)(nodes[i], &p) == CUDA_SUCCESS && p.func == condition) continue;
     }
     if (type == CU_GRAPH_NODE_TYPE_KERNEL) nodes[n_kernels++] = nodes[i]; /* in place: i >= n_kernels */
     switch ((int)type) {
@@ -310,7 +311,7 @@ cgc_status_t cgc_graph_info(cgc_graph_t graph, cgc_graph_info_t* info) {
   full.replay_count = atomic_load_explicit(&graph->replays, memory_order_relaxed);
   full.uploaded = atomic_load(&graph->uploaded);
   cgc_status_t st = CGC_SUCCESS;
-  pthread_mutex_lock(&graph->inspect_lock);
+  cgc__mutex_lock(&graph->inspect_lock, CGC__LOCK_INSPECT);
   full.node_count = graph->exec ? graph->node_count : 0;
   cgc_pool_t pool = graph->pool; /* asked after the lock: inspect_lock is taken alone */
   full.update_count = graph->update_count;
@@ -325,7 +326,7 @@ cgc_status_t cgc_graph_info(cgc_graph_t graph, cgc_graph_info_t* info) {
       full.other_nodes = graph->counts.other_nodes;
     }
   }
-  pthread_mutex_unlock(&graph->inspect_lock);
+  cgc__mutex_unlock(&graph->inspect_lock, CGC__LOCK_INSPECT);
   if (st != CGC_SUCCESS) return st;
   full.pool_bytes_reserved = cgc__pool_reserved(pool);
   memcpy(info, &full, full.struct_size);
@@ -343,13 +344,14 @@ cgc_status_t cgc_graph_pool(cgc_graph_t graph, cgc_pool_t* pool) {
 }
 
 cgc_status_t cgc_graph_debug_dump(cgc_graph_t graph, const char* dot_path) {
+  CGC_REFUSE_IN_HOST_FUNCTION();
   CGC_CHECK_HANDLE(graph, CGC_MAGIC_GRAPH);
   CGC_CHECK_ARG(dot_path != NULL && dot_path[0] != '\0', "dot_path is NULL or empty");
   if (graph->graph == NULL)
     return cgc__fail(CGC_ERROR_INVALID_STATE, __func__, "graph %p was reset: nothing to dump", (void*)graph);
-  pthread_mutex_lock(&graph->inspect_lock);
+  cgc__mutex_lock(&graph->inspect_lock, CGC__LOCK_INSPECT);
   cgc_status_t st = CGC_CU(cuGraphDebugDotPrint(graph->graph, dot_path, CU_GRAPH_DEBUG_DOT_FLAGS_VERBOSE));
-  pthread_mutex_unlock(&graph->inspect_lock);
+  cgc__mutex_unlock(&graph->inspect_lock, CGC__LOCK_INSPECT);
   if (st != CGC_SUCCESS) cgc__append(" (writing '%s')", dot_path);
   return st;
 }
@@ -368,6 +370,7 @@ static cgc_status_t claim_for(cgc_graph_t graph, const char* what, const char* f
 static cgc_status_t reset_claimed(cgc_graph_t graph, const char* func);
 
 cgc_status_t cgc_graph_reset(cgc_graph_t graph) {
+  CGC_REFUSE_IN_HOST_FUNCTION();
   CGC_CHECK_HANDLE(graph, CGC_MAGIC_GRAPH);
   cgc_status_t st = claim_for(graph, "resetting", __func__);
   if (st != CGC_SUCCESS) return st;
@@ -387,28 +390,28 @@ static cgc_status_t reset_claimed(cgc_graph_t graph, const char* func) {
    * driver 580): Relaxed mode, as PyTorch's reset() does. An executable still running is freed
    * by the driver when it completes. */
   CUstreamCaptureMode previous = cgc__relaxed_begin();
-  pthread_mutex_lock(&graph->inspect_lock); /* no per-node update or inspection meanwhile */
-  if (graph->exec != NULL) st = cgc__cu_fail(cgc__drv.cuGraphExecDestroy(graph->exec), func, "cuGraphExecDestroy");
-  cgc_status_t st2 = graph->graph != NULL ? cgc__cu_fail(cgc__drv.cuGraphDestroy(graph->graph), func, "cuGraphDestroy")
+  cgc__mutex_lock(&graph->inspect_lock, CGC__LOCK_INSPECT); /* no per-node update or inspection meanwhile */
+  if (graph->exec != NULL) st = cgc__cu_fail(CGC_DRV(cuGraphExecDestroy)(graph->exec), func, "cuGraphExecDestroy");
+  cgc_status_t st2 = graph->graph != NULL ? cgc__cu_fail(CGC_DRV(cuGraphDestroy)(graph->graph), func, "cuGraphDestroy")
                                            : CGC_SUCCESS;
   if (st == CGC_SUCCESS) st = st2;
-  if (graph->exec_graph != NULL) cgc__drv.cuGraphDestroy(graph->exec_graph);
+  if (graph->exec_graph != NULL) CGC_DRV(cuGraphDestroy)(graph->exec_graph);
   graph->exec = NULL;
   graph->graph = NULL;
   graph->exec_graph = NULL;
   graph->counted = false;
   free(graph->kernel_nodes);
   graph->kernel_nodes = NULL;
-  pthread_mutex_unlock(&graph->inspect_lock);
+  cgc__mutex_unlock(&graph->inspect_lock, CGC__LOCK_INSPECT);
   /* Replays that already completed need no fence. A graph holding objects that a running replay
    * may still call (a host function's data, a module's code) waits for its last replay here:
    * with no lock held, in Relaxed mode, so nothing else waits and no capture breaks. */
   CUevent fence = graph->done;
   graph->done = NULL;
-  if (fence != NULL && releases_after_replays(graph->uses, graph->n_uses)) st2 = cgc__cu_fail(cgc__drv.cuEventSynchronize(fence), func, "cuEventSynchronize");
+  if (fence != NULL && releases_after_replays(graph->uses, graph->n_uses)) st2 = cgc__cu_fail(CGC_DRV(cuEventSynchronize)(fence), func, "cuEventSynchronize");
   if (st == CGC_SUCCESS) st = st2;
-  if (fence != NULL && cgc__drv.cuEventQuery(fence) != CUDA_ERROR_NOT_READY) {
-    cgc__drv.cuEventDestroy(fence);
+  if (fence != NULL && CGC_DRV(cuEventQuery)(fence) != CUDA_ERROR_NOT_READY) {
+    CGC_DRV(cuEventDestroy)(fence);
     fence = NULL;
   }
   cgc__relaxed_end(previous);
@@ -420,6 +423,7 @@ static cgc_status_t reset_claimed(cgc_graph_t graph, const char* func) {
 }
 
 cgc_status_t cgc_graph_destroy(cgc_graph_t graph) {
+  CGC_REFUSE_IN_HOST_FUNCTION();
   CGC_CHECK_HANDLE(graph, CGC_MAGIC_GRAPH);
   cgc_status_t st = claim_for(graph, "destroying", __func__);
   if (st != CGC_SUCCESS) return st;
@@ -478,7 +482,7 @@ cgc_status_t cgc__graph_update(cgc_graph_t g, CUgraph graph, CUevent done, size_
   /* The executable is changed and the parts swapped under inspect_lock: no per-node update or
    * inspection reaches the driver's graph objects meanwhile (the driver allows one thread in a
    * graph). No wait for the GPU happens under it. */
-  pthread_mutex_lock(&g->inspect_lock);
+  cgc__mutex_lock(&g->inspect_lock, CGC__LOCK_INSPECT);
   locked = true;
   if (g->exec == NULL) {
     st = cgc__fail(CGC_ERROR_INVALID_STATE, func, "graph %p was reset during the capture that was to update it",
@@ -489,7 +493,7 @@ cgc_status_t cgc__graph_update(cgc_graph_t g, CUgraph graph, CUevent done, size_
    * already enqueued keep the parameters they were launched with. Otherwise a new executable. */
   CUgraphExecUpdateResultInfo result = {CU_GRAPH_EXEC_UPDATE_SUCCESS, NULL, NULL};
   CUstreamCaptureMode previous = cgc__relaxed_begin();
-  CUresult r = cgc__drv.cuGraphExecUpdate(g->exec, graph, &result);
+  CUresult r = CGC_DRV(cuGraphExecUpdate)(g->exec, graph, &result);
   cgc__relaxed_end(previous);
   cgc_graph_update_t how = CGC_GRAPH_UPDATE_IN_PLACE;
   if (r == CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE) {
@@ -508,7 +512,7 @@ cgc_status_t cgc__graph_update(cgc_graph_t g, CUgraph graph, CUevent done, size_
      * thread captures, and on driver 580 it crashed inside the driver while another thread's
      * capture ended (the stress test's illegal mix). */
     previous = cgc__relaxed_begin();
-    bool pending = old_done != NULL && cgc__drv.cuEventQuery(old_done) == CUDA_ERROR_NOT_READY;
+    bool pending = old_done != NULL && CGC_DRV(cuEventQuery)(old_done) == CUDA_ERROR_NOT_READY;
     cgc__relaxed_end(previous);
     if (pending) {
       CUstream fence = NULL;
@@ -518,7 +522,7 @@ cgc_status_t cgc__graph_update(cgc_graph_t g, CUgraph graph, CUevent done, size_
       if (st != CGC_SUCCESS) {
         /* The executable runs the new graph already: keep it consistent by waiting instead. */
         previous = cgc__relaxed_begin();
-        cgc__drv.cuEventSynchronize(old_done);
+        CGC_DRV(cuEventSynchronize)(old_done);
         cgc__relaxed_end(previous);
         st = CGC_SUCCESS;
       }
@@ -527,12 +531,12 @@ cgc_status_t cgc__graph_update(cgc_graph_t g, CUgraph graph, CUevent done, size_
      * were; SEMANTICS 28 says an update restores what was captured. */
     if (g->any_disabled && g->counted) {
       for (size_t i = 0; i < g->counts.kernel_nodes; i++)
-        cgc__drv.cuGraphNodeSetEnabled(g->exec, g->kernel_nodes[i], 1);
+        CGC_DRV(cuGraphNodeSetEnabled)(g->exec, g->kernel_nodes[i], 1);
     }
   }
   CUgraphExec exec = fresh != NULL ? fresh : g->exec;
   if (flags & CGC_CAPTURE_UPLOAD) {
-    CUresult up = cgc__drv.cuGraphUpload(exec, upload_stream);
+    CUresult up = CGC_DRV(cuGraphUpload)(exec, upload_stream);
     if (up == CUDA_SUCCESS) atomic_store(&g->uploaded, 1);
     else if (fresh != NULL) {
       st = cgc__cu_fail(up, func, "cuGraphUpload");
@@ -575,14 +579,14 @@ cgc_status_t cgc__graph_update(cgc_graph_t g, CUgraph graph, CUevent done, size_
   g->update_count++;
   g->last_update = how;
   g->last_update_result = (int)result.result;
-  pthread_mutex_unlock(&g->inspect_lock);
+  cgc__mutex_unlock(&g->inspect_lock, CGC__LOCK_INSPECT);
   locked = false;
   /* Replays launched so far still run the old parts. A new executable could otherwise start
    * beside the old one's last replay on the same pool's memory, and an old host function or
    * module's code must not be released under a running replay: wait for them first. */
   if (old_done != NULL && wait) {
     previous = cgc__relaxed_begin();
-    CUresult waited = cgc__drv.cuEventSynchronize(old_done);
+    CUresult waited = CGC_DRV(cuEventSynchronize)(old_done);
     cgc__relaxed_end(previous);
     if (waited != CUDA_SUCCESS)
       cgc__warn(func, "waiting for graph %p's replays before the update failed (CUresult %d): its old parts go now",
@@ -591,10 +595,10 @@ cgc_status_t cgc__graph_update(cgc_graph_t g, CUgraph graph, CUevent done, size_
   /* Destroying an executable breaks a Global capture under way on another thread: Relaxed. An
    * old event with a record still pending is freed by the driver when it completes. */
   previous = cgc__relaxed_begin();
-  if (old_exec != NULL) cgc__drv.cuGraphExecDestroy(old_exec);
-  if (old_graph != NULL) cgc__drv.cuGraphDestroy(old_graph);
-  if (old_exec_graph != NULL) cgc__drv.cuGraphDestroy(old_exec_graph);
-  if (old_done != NULL) cgc__drv.cuEventDestroy(old_done);
+  if (old_exec != NULL) CGC_DRV(cuGraphExecDestroy)(old_exec);
+  if (old_graph != NULL) CGC_DRV(cuGraphDestroy)(old_graph);
+  if (old_exec_graph != NULL) CGC_DRV(cuGraphDestroy)(old_exec_graph);
+  if (old_done != NULL) CGC_DRV(cuEventDestroy)(old_done);
   cgc__relaxed_end(previous);
   cgc__ctx_leave(&scope);
   release_taken(old_uses, n_old);
@@ -607,16 +611,16 @@ cgc_status_t cgc__graph_update(cgc_graph_t g, CUgraph graph, CUevent done, size_
   return CGC_SUCCESS;
 
 fail:
-  if (locked) pthread_mutex_unlock(&g->inspect_lock);
+  if (locked) cgc__mutex_unlock(&g->inspect_lock, CGC__LOCK_INSPECT);
   if (fresh != NULL) {
     CUstreamCaptureMode mode = cgc__relaxed_begin();
-    cgc__drv.cuGraphExecDestroy(fresh);
+    CGC_DRV(cuGraphExecDestroy)(fresh);
     cgc__relaxed_end(mode);
   }
-  cgc__drv.cuGraphDestroy(graph);
+  CGC_DRV(cuGraphDestroy)(graph);
   cgc__ctx_leave(&scope);
   release_taken(taken.uses, taken.n_uses);
-  if (done != NULL) cgc__drv.cuEventDestroy(done); /* never launched */
+  if (done != NULL) CGC_DRV(cuEventDestroy)(done); /* never launched */
   cgc__pool_unref(pool, NULL);
   return st;
 }
@@ -641,7 +645,7 @@ static cgc_status_t kernel_node(cgc_graph_t graph, size_t kernel_index, CUgraphN
 
 cgc_status_t cgc_graph_kernel_node_set_enabled(cgc_graph_t graph, size_t kernel_index, int enabled) {
   CGC_CHECK_HANDLE(graph, CGC_MAGIC_GRAPH);
-  pthread_mutex_lock(&graph->inspect_lock);
+  cgc__mutex_lock(&graph->inspect_lock, CGC__LOCK_INSPECT);
   CUgraphNode node = NULL;
   cgc_status_t st = kernel_node(graph, kernel_index, &node, __func__);
   cgc__ctx_scope_t scope = {false};
@@ -651,14 +655,14 @@ cgc_status_t cgc_graph_kernel_node_set_enabled(cgc_graph_t graph, size_t kernel_
     cgc__ctx_leave(&scope);
     if (st == CGC_SUCCESS && !enabled) graph->any_disabled = true;
   }
-  pthread_mutex_unlock(&graph->inspect_lock);
+  cgc__mutex_unlock(&graph->inspect_lock, CGC__LOCK_INSPECT);
   return st;
 }
 
 cgc_status_t cgc_graph_kernel_node_set_args(cgc_graph_t graph, size_t kernel_index, void** args) {
   CGC_CHECK_HANDLE(graph, CGC_MAGIC_GRAPH);
   CGC_CHECK_ARG(args != NULL, "args is NULL");
-  pthread_mutex_lock(&graph->inspect_lock);
+  cgc__mutex_lock(&graph->inspect_lock, CGC__LOCK_INSPECT);
   CUgraphNode node = NULL;
   cgc_status_t st = kernel_node(graph, kernel_index, &node, __func__);
   cgc__ctx_scope_t scope = {false};
@@ -676,6 +680,6 @@ cgc_status_t cgc_graph_kernel_node_set_args(cgc_graph_t graph, size_t kernel_ind
     }
     cgc__ctx_leave(&scope);
   }
-  pthread_mutex_unlock(&graph->inspect_lock);
+  cgc__mutex_unlock(&graph->inspect_lock, CGC__LOCK_INSPECT);
   return st;
 }

@@ -41,10 +41,10 @@ cgc_status_t cgc__check_handle(const void* h, uint32_t magic, const char* func, 
 void cgc__retire(void* obj) {
   if (obj == NULL) return;
   *(volatile uint32_t*)obj = CGC_MAGIC_DEAD;
-  pthread_mutex_lock(&quarantine_lock);
+  cgc__mutex_lock(&quarantine_lock, CGC__LOCK_QUARANTINE);
   void* evicted = quarantine[quarantine_next];
   quarantine[quarantine_next] = obj;
   quarantine_next = (quarantine_next + 1) % kQuarantine;
-  pthread_mutex_unlock(&quarantine_lock);
+  cgc__mutex_unlock(&quarantine_lock, CGC__LOCK_QUARANTINE);
   free(evicted);
 }

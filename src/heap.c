@@ -53,10 +53,8 @@ struct cgc__allocator* cgc__allocator_of(struct cgc__device* dev) {
   if (fresh == NULL) return NULL;
   fresh->dev = dev;
   fresh->cache.allocator = fresh;
-  pthread_mutex_init(&fresh->uses_lock, NULL);
   struct cgc__allocator* expected = NULL;
   if (!atomic_compare_exchange_strong(&dev->alloc, &expected, fresh)) {
-    pthread_mutex_destroy(&fresh->uses_lock);
     free(fresh);
     return expected;
   }
@@ -164,6 +162,9 @@ static void drain_dying_segment(struct cgc__allocator* a, cgc__block_t* s) {
   } else {
     cgc__drain_t* d = new_drain(f);
     if (d != NULL) {
+      /* The drain holds the fence reference the dying key held: at its end the segment serves
+       * any stream. */
+      s->stream = CGC_ANY_STREAM;
       s->state = CGC_BLOCK_WAITING;
       s->next_waiting = NULL;
       d->segments = s;
@@ -223,6 +224,8 @@ void cgc__alloc_release_block(struct cgc__allocator* a, cgc__block_t* b) {
   if (owner->pool != NULL) cgc__pool_dissolve_if_unused((cgc_pool_t)owner->pool);
 }
 
+static void settle_moved_segment(struct cgc__allocator* a, cgc__block_t* s, bool adopted);
+
 /* ---- fences: recorded and queried outside the lock ---- */
 
 /* An event for a new fence: a spare one, else a new one (context current). */
@@ -231,7 +234,7 @@ static CUevent take_event(struct cgc__allocator* a) {
   cgc__alloc_lock(a);
   if (a->n_spare_events > 0) ev = a->spare_events[--a->n_spare_events];
   cgc__alloc_unlock(a);
-  if (ev == NULL && cgc__drv.cuEventCreate(&ev, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS) ev = NULL;
+  if (ev == NULL && CGC_DRV(cuEventCreate)(&ev, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS) ev = NULL;
   return ev;
 }
 
@@ -245,7 +248,7 @@ static void return_event(struct cgc__allocator* a, CUevent ev) {
 cgc__fence_t* cgc__alloc_record_fence(struct cgc__allocator* a, CUstream cu) {
   CUevent ev = take_event(a);
   if (ev == NULL) return NULL;
-  if (cgc__drv.cuEventRecord(ev, cu) != CUDA_SUCCESS) {
+  if (CGC_DRV(cuEventRecord)(ev, cu) != CUDA_SUCCESS) {
     return_event(a, ev);
     return NULL;
   }
@@ -254,46 +257,86 @@ cgc__fence_t* cgc__alloc_record_fence(struct cgc__allocator* a, CUstream cu) {
   return f;
 }
 
-void cgc__alloc_park_used_block(struct cgc__allocator* a, cgc__block_t* b) {
-  bool settled = true;
-  cgc__ctx_scope_t scope;
-  bool in_ctx = cgc__ctx_enter(a->dev, &scope, "cgc_free") == CGC_SUCCESS;
-  for (size_t i = 0; i < b->n_uses; i++) {
-    struct cgc__block_use* u = &b->uses[i];
-    if (u->fence != NULL) continue;
-    CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
-    /* An event recorded on a capturing stream would be captured, not run: wait for its end. */
-    if (in_ctx && u->cu != NULL &&
-        cgc__drv.cuStreamGetCaptureInfo(u->cu, &status, NULL, NULL, NULL, NULL) != CUDA_SUCCESS)
-      status = CU_STREAM_CAPTURE_STATUS_ACTIVE; /* cannot tell: keep waiting, never reuse early */
-    if (in_ctx && status == CU_STREAM_CAPTURE_STATUS_NONE) u->fence = cgc__alloc_record_fence(a, u->cu);
-    if (u->fence == NULL) settled = false;
+/* (lock held) Whether fences must wait: a capture of the device is under way (cgc's, being
+ * begun included, or one a pool adopted), or a stream handle is settling its uses. An event
+ * recorded on a stream that captures is captured, not run, and which of a capture's streams
+ * capture only the driver knows; cgc never asks it about a stream whose capture another thread
+ * may be ending (driver 580 crashes there). So, as PyTorch's allocator does, fences wait for the
+ * end of every capture cgc knows of. */
+static bool fences_must_wait(struct cgc__allocator* a) {
+  CUstream origin;
+  return a->ending_streams > 0 || a->adopting_pools > 0 || cgc__registry_count_on(a->dev, &origin) > 0;
+}
+
+void cgc__alloc_fence_and_park(struct cgc__allocator* a, cgc__block_t* b) {
+  b->state = CGC_BLOCK_WAITING; /* ours alone (in no list) until parked below */
+  if (!fences_must_wait(a)) {
+    /* The lock is dropped while events are recorded (cuEventRecord can wait for the GPU); the
+     * caller's count in a->fencing keeps every use stream alive meanwhile (stream_ending waits
+     * for it) and keeps captures from beginning (cgc__alloc_wait_fencing). */
+    cgc__alloc_unlock(a);
+    cgc__ctx_scope_t scope;
+    if (cgc__ctx_enter(a->dev, &scope, "cgc_free") == CGC_SUCCESS) {
+      for (size_t i = 0; i < b->n_uses; i++) {
+        struct cgc__block_use* u = &b->uses[i];
+        if (u->fence != NULL) continue;
+        /* A capture neither cgc began nor a pool adopts (a framework's, before its first
+         * allocation adopts it) is known to the driver alone: its streams are asked. Safe here:
+         * no capture cgc knows of is under way, so none is being ended by its owner (an
+         * adopter ends its capture before its adoption), and an event recorded into a capture
+         * would never complete eagerly (and could break it). */
+        CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+        if (u->cu != NULL &&
+            CGC_DRV(cuStreamGetCaptureInfo)(u->cu, &status, NULL, NULL, NULL, NULL) != CUDA_SUCCESS)
+          status = CU_STREAM_CAPTURE_STATUS_ACTIVE; /* cannot tell: keep waiting, never reuse early */
+        if (status == CU_STREAM_CAPTURE_STATUS_NONE) u->fence = cgc__alloc_record_fence(a, u->cu);
+      }
+      cgc__ctx_leave(&scope);
+    }
+    cgc__alloc_lock(a);
   }
-  if (in_ctx) cgc__ctx_leave(&scope);
-  cgc__alloc_lock(a);
-  b->state = CGC_BLOCK_WAITING;
+  bool settled = true;
+  for (size_t i = 0; i < b->n_uses && settled; i++) settled = b->uses[i].fence != NULL;
   if (settled) {
     add_pending(a, b);
   } else {
     b->next_waiting = a->deferred;
     a->deferred = b;
   }
+}
+
+/* Records the fences deferred blocks still need, once no capture of the device is under way
+ * (lock not held). Only slow paths call it (a cache miss, a free with uses, a capture's end,
+ * cgc_empty_cache): recording waits behind other threads' cuMemFree on driver 580, which a
+ * cache hit never does. */
+static void settle_deferred(struct cgc__allocator* a) {
+  cgc__alloc_lock(a);
+  if (a->deferred != NULL && !fences_must_wait(a)) {
+    cgc__block_t* list = a->deferred;
+    a->deferred = NULL;
+    a->fencing++;
+    while (list != NULL) {
+      cgc__block_t* b = list;
+      list = b->next_waiting;
+      cgc__alloc_fence_and_park(a, b);
+    }
+    a->fencing--;
+  }
   cgc__alloc_unlock(a);
 }
 
-/* Records the fences deferred blocks still need, where their streams stopped capturing. */
-static void settle_deferred(struct cgc__allocator* a) {
-  pthread_mutex_lock(&a->uses_lock);
-  cgc__alloc_lock(a);
-  cgc__block_t* list = a->deferred;
-  a->deferred = NULL;
-  cgc__alloc_unlock(a);
-  while (list != NULL) {
-    cgc__block_t* b = list;
-    list = b->next_waiting;
-    cgc__alloc_park_used_block(a, b);
+void cgc__alloc_settle_deferred(struct cgc__allocator* a) { settle_deferred(a); }
+
+void cgc__alloc_wait_fencing(struct cgc__device* dev) {
+  struct cgc__allocator* a = cgc__allocator_of(dev);
+  if (a == NULL) return;
+  for (;;) {
+    cgc__alloc_lock(a);
+    int fencing = a->fencing;
+    cgc__alloc_unlock(a);
+    if (fencing == 0) return;
+    sched_yield();
   }
-  pthread_mutex_unlock(&a->uses_lock);
 }
 
 /* Adds `f` to the fences to query unless it is known done or already queued (lock held). */
@@ -307,11 +350,8 @@ static void collect_fence(cgc__fence_t* f, cgc__fence_t** list, size_t* n, size_
 /* Settles what waits for finished work: deferred blocks get their fences, fences are queried
  * (outside the lock, in Relaxed mode), and blocks and drains whose fences have all completed are
  * released. True when something was released. */
-static bool sweep(struct cgc__allocator* a) {
-  cgc__alloc_lock(a);
-  bool has_deferred = a->deferred != NULL;
-  cgc__alloc_unlock(a);
-  if (has_deferred) settle_deferred(a);
+static bool sweep(struct cgc__allocator* a, bool fence_deferred) {
+  if (fence_deferred) settle_deferred(a);
 
   cgc__alloc_lock(a);
   size_t cap = 0;
@@ -336,7 +376,7 @@ static bool sweep(struct cgc__allocator* a) {
   if (done != NULL && cgc__ctx_enter(a->dev, &scope, "cgc_malloc") == CGC_SUCCESS) {
     CUstreamCaptureMode previous = cgc__relaxed_begin();
     /* An error also ends the wait: the work it waited for is gone. */
-    for (size_t i = 0; i < n; i++) done[i] = cgc__drv.cuEventQuery(fences[i]->ev) != CUDA_ERROR_NOT_READY;
+    for (size_t i = 0; i < n; i++) done[i] = CGC_DRV(cuEventQuery)(fences[i]->ev) != CUDA_ERROR_NOT_READY;
     cgc__relaxed_end(previous);
     cgc__ctx_leave(&scope);
   }
@@ -375,9 +415,11 @@ static bool sweep(struct cgc__allocator* a) {
     while (d->segments != NULL) {
       cgc__block_t* s = d->segments;
       d->segments = s->next_waiting;
-      if (!d->keep_keys) s->stream = CGC_ANY_STREAM; /* its last user is done: any stream may take it */
+      bool dying = is_dying(s->stream); /* its stream died meanwhile: it waits for that stream too */
+      if (!d->keep_keys && !dying) s->stream = CGC_ANY_STREAM; /* its last user is done: any stream may take it */
       s->state = CGC_BLOCK_FREE;
       if (!cgc__set_insert(cgc__state_set(&a->cache, s->small), s)) cgc__log("out of host memory: a segment is lost");
+      else if (dying) settle_moved_segment(a, s, false);
     }
     free(d->fences);
     free(d);
@@ -422,7 +464,7 @@ static size_t release_cached_segments(struct cgc__allocator* a) {
   while (taken != NULL) {
     cgc__block_t* b = taken;
     taken = b->next_waiting;
-    bool ok = in_ctx && cgc__drv.cuMemFree(b->ptr) == CUDA_SUCCESS;
+    bool ok = in_ctx && CGC_DRV(cuMemFree)(b->ptr) == CUDA_SUCCESS;
     b->next_waiting = ok ? freed : failed;
     if (ok)
       freed = b;
@@ -550,14 +592,14 @@ static cgc_status_t new_segment(struct cgc__allocator* a, cgc_pool_t pool, uint6
   if (st != CGC_SUCCESS) goto fail;
   CUresult r = cgc__relaxed_mem_alloc(&p, size);
   if (r == CUDA_ERROR_OUT_OF_MEMORY) {
-    sweep(a);
+    sweep(a, true);
     if (release_cached_segments(a) > 0) r = cgc__relaxed_mem_alloc(&p, size);
   }
   if (r != CUDA_SUCCESS) {
     st = cgc__cu_fail(r, func, "cuMemAlloc");
     if (r == CUDA_ERROR_OUT_OF_MEMORY) {
       size_t free_bytes = 0, total_bytes = 0;
-      cgc__drv.cuMemGetInfo(&free_bytes, &total_bytes);
+      CGC_DRV(cuMemGetInfo)(&free_bytes, &total_bytes);
       cgc__alloc_lock(a);
       size_t reserved = a->total.reserved, allocated = a->total.allocated;
       cgc__alloc_unlock(a);
@@ -594,11 +636,7 @@ fail:
 
 static cgc_status_t refuse_foreign_capture(const cgc__stream_ref_t* ref, const char* func) {
   /* An invalidated capture has no id left to find it by, cgc's or not: say what happened. */
-  if (ref->invalidated)
-    return cgc__fail(CGC_ERROR_CAPTURE_INVALIDATED, func,
-                     "stream %p is in a capture that an earlier call invalidated: nothing can be allocated "
-                     "into it; end it (cgc_capture_end says what broke it) and capture again",
-                     (void*)ref->cu);
+  if (ref->invalidated) return cgc__refuse_invalidated(ref, "an allocation", func);
   return cgc__fail(CGC_ERROR_CAPTURE_UNSUPPORTED, func,
                    "stream %p is capturing (capture id %llu) under a capture cgc did not begin: its allocation "
                    "cannot come from the eager cache, whose blocks eager work reuses while the graph's replays "
@@ -620,6 +658,41 @@ static cgc_status_t arena_full(struct cgc__allocator* a, cgc_pool_t pool, size_t
                    (void*)pool, capacity, allocated, rounded);
 }
 
+/* A whole free segment of `pool` that a destroyed stream left (its dying key), once that stream's
+ * last work is done: it becomes `key`'s and is cut to `rounded` (lock not held on entry; held on
+ * return with the block, not held on NULL). Its fence is queried under the lock, which
+ * cuEventQuery allows (it never waits: CGC_DRIVER_NEVER_WAITS), with the context current. */
+static cgc__block_t* take_dead_stream_segment(struct cgc__allocator* a, cgc_pool_t pool, uint64_t key,
+                                              size_t rounded) {
+  cgc__ctx_scope_t scope;
+  if (cgc__ctx_enter(a->dev, &scope, "cgc_malloc") != CGC_SUCCESS) return NULL;
+  cgc__alloc_lock(a);
+  cgc__block_t* found = NULL;
+  for (int small = 0; small < 2 && found == NULL; small++) {
+    cgc__block_set_t* set = cgc__state_set(&pool->state, small);
+    for (size_t i = 0; i < set->n && found == NULL; i++) {
+      cgc__block_t* b = set->items[i];
+      if (!is_dying(b->stream) || !cgc__block_is_segment(b) || b->size < rounded) continue;
+      cgc__fence_t* f = dying_fence(b->stream);
+      if (!f->done) f->done = CGC_DRV(cuEventQuery)(f->ev) != CUDA_ERROR_NOT_READY;
+      if (f->done) found = b;
+    }
+  }
+  if (found != NULL) {
+    cgc__block_set_t* set = cgc__state_set(&pool->state, found->small);
+    cgc__set_erase(set, found);
+    cgc__fence_put(a, dying_fence(found->stream));
+    found->stream = key;
+    if (cgc__should_split(found->small, found->size, rounded)) {
+      cgc__block_t* spare = new_block_struct(a);
+      if (spare != NULL && !cgc__block_split(found, rounded, spare)) cgc__alloc_recycle_block(spare, a);
+    }
+  }
+  if (found == NULL) cgc__alloc_unlock(a);
+  cgc__ctx_leave(&scope);
+  return found;
+}
+
 /* The rest of an allocation once its owner is known (lock held on entry, released on return):
  * a cached block, else (without the lock) finished memory settled, else a new segment. `eager`:
  * a block cgc_pool_malloc hands out from `pool` outside its captures. */
@@ -634,11 +707,12 @@ static cgc_status_t take_or_grow(struct cgc__allocator* a, cgc_pool_t pool, uint
     if (pool != NULL) pool->internal_refs++;
     bool settle = a->pending != NULL || a->drains != NULL || a->deferred != NULL;
     cgc__alloc_unlock(a);
-    if (settle && sweep(a)) {
+    if (settle && sweep(a, true)) {
       cgc__alloc_lock(a);
       b = take_cached(a, pool, key, rounded);
       if (b == NULL) cgc__alloc_unlock(a);
     }
+    if (b == NULL && pool != NULL && pool->arena == NULL) b = take_dead_stream_segment(a, pool, key, rounded);
     if (b == NULL) st = pool != NULL && pool->arena != NULL ? arena_full(a, pool, rounded, func)
                                                             : new_segment(a, pool, key, rounded, &b, func);
     if (st != CGC_SUCCESS) cgc__alloc_lock(a);
@@ -662,7 +736,9 @@ cgc_status_t cgc__malloc(struct cgc__device* dev, size_t size, const cgc__stream
   if (size > ((size_t)1 << 62)) return cgc__fail(CGC_ERROR_OUT_OF_MEMORY, func, "cannot allocate %zu bytes", size);
   struct cgc__allocator* a = cgc__allocator_of(dev);
   if (a == NULL) return cgc__fail(CGC_ERROR_OUT_OF_MEMORY, func, "out of host memory");
-  if (atomic_load_explicit(&a->waiting, memory_order_relaxed) > 0) sweep(a);
+  /* The hit path only queries fences (cuEventQuery never waits); recording deferred ones is the
+   * miss path's (take_or_grow). */
+  if (atomic_load_explicit(&a->waiting, memory_order_relaxed) > 0) sweep(a, false);
   cgc_pool_t pool = NULL;
   cgc__alloc_lock(a);
   if (ref->capturing) {
@@ -681,7 +757,7 @@ cgc_status_t cgc__pool_malloc(cgc_pool_t pool, size_t size, const cgc__stream_re
   if (size == 0) return CGC_SUCCESS;
   if (size > ((size_t)1 << 62)) return cgc__fail(CGC_ERROR_OUT_OF_MEMORY, func, "cannot allocate %zu bytes", size);
   struct cgc__allocator* a = pool->state.allocator;
-  if (atomic_load_explicit(&a->waiting, memory_order_relaxed) > 0) sweep(a);
+  if (atomic_load_explicit(&a->waiting, memory_order_relaxed) > 0) sweep(a, false);
   cgc__alloc_lock(a);
   /* Checked again under the lock: another thread may have released the last reference. */
   cgc_status_t st = cgc__check_handle(pool, CGC_MAGIC_POOL, func, "pool");
@@ -805,6 +881,61 @@ static bool has_stream_blocks(struct cgc__allocator* a, uint64_t key) {
   return false;
 }
 
+/* Whether pool block `b` is of the dead stream `key` (its captures' or cgc_pool_malloc's), in a
+ * pool of driver segments (an arena's pieces of several streams share its one segment: they stay
+ * the stream's until the arena's release). */
+static bool pool_block_of(const cgc__block_t* b, uint64_t key) {
+  cgc_pool_t pool = b->owner->pool;
+  return pool != NULL && pool->arena == NULL && (b->stream == key || b->stream == CGC__KEY_POOL_EAGER(key));
+}
+
+/* The pools' segments of the dead stream `key` become dying (lock held): the memory a capture on
+ * that stream left in its pool (an output freed after the stream was destroyed, say), or its
+ * cgc_pool_malloc blocks, then waits for the stream's last work, not for a stream that will never
+ * come, once its pool dissolves. */
+static void retire_pool_segments(struct cgc__allocator* a, uint64_t key, cgc__fence_t* f) {
+  for (cgc_pool_t p = a->pools; p != NULL; p = p->next_pool) {
+    if (p->arena != NULL) continue;
+    uint64_t keys[2] = {key, CGC__KEY_POOL_EAGER(key)};
+    for (int k = 0; k < 2; k++)
+      for (int small = 0; small < 2; small++) {
+        cgc__block_t* b;
+        while ((b = cgc__set_best_fit(cgc__state_set(&p->state, small), keys[k], 0)) != NULL && b->stream == keys[k])
+          mark_dying(segment_head(b), f);
+      }
+    for (cgc__block_t* b = p->deferred; b != NULL; b = b->next_waiting)
+      if (pool_block_of(b, key)) mark_dying(segment_head(b), f);
+  }
+  for (size_t i = 0; i < a->live.cap; i++) {
+    cgc__block_t* b = a->live.slots[i];
+    if (b != NULL && pool_block_of(b, key)) mark_dying(segment_head(b), f);
+  }
+  cgc__block_t* lists[2] = {a->pending, a->deferred};
+  for (int l = 0; l < 2; l++)
+    for (cgc__block_t* b = lists[l]; b != NULL; b = b->next_waiting)
+      if (pool_block_of(b, key)) mark_dying(segment_head(b), f);
+}
+
+/* Whether a pool holds a block of stream `key` (lock held). */
+static bool pools_have_stream_blocks(struct cgc__allocator* a, uint64_t key) {
+  for (cgc_pool_t p = a->pools; p != NULL; p = p->next_pool) {
+    if (p->arena != NULL) continue;
+    for (int small = 0; small < 2; small++)
+      if (cgc__set_best_fit(cgc__state_set(&p->state, small), key, 0) != NULL ||
+          cgc__set_best_fit(cgc__state_set(&p->state, small), CGC__KEY_POOL_EAGER(key), 0) != NULL)
+        return true;
+    for (cgc__block_t* b = p->deferred; b != NULL; b = b->next_waiting)
+      if (pool_block_of(b, key)) return true;
+  }
+  for (size_t i = 0; i < a->live.cap; i++)
+    if (a->live.slots[i] != NULL && pool_block_of(a->live.slots[i], key)) return true;
+  for (cgc__block_t* b = a->pending; b != NULL; b = b->next_waiting)
+    if (pool_block_of(b, key)) return true;
+  for (cgc__block_t* b = a->deferred; b != NULL; b = b->next_waiting)
+    if (pool_block_of(b, key)) return true;
+  return false;
+}
+
 /* The cached segments of the dead stream `key`: whole free ones wait for `f` in a drain, the
  * others become dying (lock held). */
 static void retire_stream_segments(struct cgc__allocator* a, uint64_t key, cgc__fence_t* f) {
@@ -842,15 +973,22 @@ static void retire_stream_segments(struct cgc__allocator* a, uint64_t key, cgc__
   for (int l = 0; l < 2; l++)
     for (cgc__block_t* b = lists[l]; b != NULL; b = b->next_waiting)
       if (b->owner == &a->cache && b->stream == key) mark_dying(segment_head(b), f);
+  retire_pool_segments(a, key, f);
 }
 
 cgc_status_t cgc__alloc_stream_ending(struct cgc__device* dev, const cgc__stream_ref_t* ref, const char* func) {
   struct cgc__allocator* a = atomic_load_explicit(&dev->alloc, memory_order_acquire);
   if (a == NULL) return CGC_SUCCESS;
-  pthread_mutex_lock(&a->uses_lock);
+  /* First no free may start recording fences (they defer meanwhile), and those recording now
+   * finish: then every freed block with a use of this stream is in a list, where the fence
+   * below reaches it, and no block leaves a list to be fenced on the stream once it is gone. */
+  cgc__alloc_lock(a);
+  a->ending_streams++;
+  cgc__alloc_unlock(a);
+  cgc__alloc_wait_fencing(dev);
   cgc__alloc_lock(a);
   cgc__state_coalesce(&a->cache, cgc__alloc_recycle_block, a);
-  bool needed = visit_owing(a, ref, NULL) || has_stream_blocks(a, ref->key);
+  bool needed = visit_owing(a, ref, NULL) || has_stream_blocks(a, ref->key) || pools_have_stream_blocks(a, ref->key);
   cgc__alloc_unlock(a);
   cgc_status_t st = CGC_SUCCESS;
   if (needed) {
@@ -891,18 +1029,10 @@ cgc_status_t cgc__alloc_stream_ending(struct cgc__device* dev, const cgc__stream
       cgc__alloc_unlock(a);
     }
   }
-  pthread_mutex_unlock(&a->uses_lock);
+  cgc__alloc_lock(a);
+  a->ending_streams--;
+  cgc__alloc_unlock(a);
   return st;
-}
-
-void cgc__alloc_fence_lock(struct cgc__device* dev) {
-  struct cgc__allocator* a = cgc__allocator_of(dev);
-  if (a != NULL) pthread_mutex_lock(&a->uses_lock);
-}
-
-void cgc__alloc_fence_unlock(struct cgc__device* dev) {
-  struct cgc__allocator* a = atomic_load_explicit(&dev->alloc, memory_order_acquire);
-  if (a != NULL) pthread_mutex_unlock(&a->uses_lock);
 }
 
 /* ---- a conditional body ending ---- */
@@ -951,7 +1081,7 @@ void cgc__alloc_body_ended(struct cgc__device* dev, uint64_t capture_id, uint64_
 /* Sweeps until nothing more is released: a released block can dissolve a pool, whose segments
  * then wait in a new drain that the next sweep settles. */
 static void settle_finished(struct cgc__allocator* a) {
-  for (int i = 0; i < 8 && sweep(a); i++) {
+  for (int i = 0; i < 8 && sweep(a, true); i++) {
   }
 }
 
@@ -965,7 +1095,7 @@ void cgc__alloc_trim(struct cgc__device* dev) {
   a->spare_events = NULL;
   a->n_spare_events = a->cap_spare_events = 0;
   cgc__alloc_unlock(a);
-  for (size_t i = 0; i < n; i++) cgc__drv.cuEventDestroy(events[i]);
+  for (size_t i = 0; i < n; i++) CGC_DRV(cuEventDestroy)(events[i]);
   free(events);
 }
 
@@ -978,6 +1108,38 @@ void cgc__alloc_give_back(struct cgc__allocator* a) {
 }
 
 /* ---- pool state (lock held) ---- */
+
+void cgc__alloc_pool_link(struct cgc__allocator* a, cgc_pool_t pool) {
+  pool->prev_pool = NULL;
+  pool->next_pool = a->pools;
+  if (a->pools != NULL) a->pools->prev_pool = pool;
+  a->pools = pool;
+}
+
+void cgc__alloc_pool_unlink(struct cgc__allocator* a, cgc_pool_t pool) {
+  if (pool->prev_pool != NULL)
+    pool->prev_pool->next_pool = pool->next_pool;
+  else if (a->pools == pool)
+    a->pools = pool->next_pool;
+  if (pool->next_pool != NULL) pool->next_pool->prev_pool = pool->prev_pool;
+  pool->prev_pool = pool->next_pool = NULL;
+}
+
+/* A whole free segment that moved from a dissolved pool into the cache (in its set): one whose
+ * stream died meanwhile (its dying key) waits for that stream's last work, then serves any
+ * stream; one of an adopted pool never serves another stream (a key none has). */
+static void settle_moved_segment(struct cgc__allocator* a, cgc__block_t* s, bool adopted) {
+  if (!is_dying(s->stream)) return;
+  if (adopted) {
+    cgc__block_set_t* set = cgc__state_set(&a->cache, s->small);
+    cgc__set_erase(set, s);
+    cgc__fence_put(a, dying_fence(s->stream));
+    s->stream = CGC__KEY_NO_STREAM(s);
+    if (!cgc__set_insert(set, s)) cgc__log("out of host memory: a segment is lost");
+    return;
+  }
+  drain_dying_segment(a, s);
+}
 
 /* Moves the pool's blocks (all free) into the device cache and frees the pool (lock held), once
  * the graphs' last replays are over (in a drain while they may run). Memory only its graphs
@@ -1011,7 +1173,12 @@ static void dissolve(cgc_pool_t pool) {
       }
       /* With fences but no memory for a drain, or graphs cgc does not see (an adopted capture's):
        * a key no stream has (only cgc_empty_cache, whose cuMemFree waits for the device, takes it
-       * back). */
+       * back). A segment of a stream destroyed meanwhile keeps its dying key: settled below. */
+      if (is_dying(b->stream)) {
+        if (!cgc__set_insert(cgc__state_set(&a->cache, b->small), b)) cgc__log("out of host memory: a segment is lost");
+        else settle_moved_segment(a, b, pool->adopted || had_fences);
+        continue;
+      }
       if (had_fences || pool->adopted)
         b->stream = CGC__KEY_NO_STREAM(pool);
       else if (!pool->escaped)
@@ -1025,6 +1192,7 @@ static void dissolve(cgc_pool_t pool) {
   free(pool->fences);
   cgc__log("pool %p dissolved: %zu bytes back to device %d's cache%s", (void*)pool, pool->state.stats.reserved,
            pool->dev->ordinal, drain != NULL ? " once its graphs' last replays are done" : "");
+  cgc__alloc_pool_unlink(a, pool);
   cgc__retire(pool);
 }
 

@@ -4,7 +4,8 @@
  *
  * Sections follow the layers, lowest first; a file calls only into its own layer and the ones
  * above it in this header:
- *   status.c, driver.c, handle.c      messages, the driver table, handle checks
+ *   status.c, driver.c, handle.c      messages, the driver table, handle checks,
+ *   lockcheck.c                       and the lock rule's check (lockcheck.h)
  *   device.c                          per-device state, the current-context scope
  *   stream_ref.c                      what a stream handle means on the calling thread
  *   registry.c                        the captures under way, fork/join bookkeeping, refusals
@@ -15,24 +16,11 @@
  *   capture.c, stream.c, event.c, context.c, copy.c, memop.c, conditional.c, api.c
  *                                     the public entry points that drive the rest
  *
- * Lock order (a lock may be taken while holding only locks to its left):
- *   allocator uses_lock (mutex) -> allocator lock (spinlock) -> registry_lock (mutex)
- *     -> kernels_lock, devices_lock, quarantine_lock;
- *   a generator's lock -> registry_lock (a capture's first draw registers its use under it);
- *   a generator's lock -> rng.c's loop_lock (a loop's generator list; no driver call under it);
- *   conditional.c's loop_states_lock -> registry_lock (a loop's states registered as a use);
- *   a module's functions_lock is taken alone (no driver call that waits under it);
- *   a graph's inspect_lock is taken alone (driver calls on that graph only, none that waits for
- *   the GPU), as are fence_lock (device.c: the fence stream's creation), condition_lock
- *   (conditional.c: loading the condition kernel) and a communicator's order_lock (nccl.c: with
- *   graph mixing off, held across one cuEventRecord or cuStreamWaitEvent, in eager collectives
- *   and in launches of graphs holding the communicator).
- * No lock that cgc_malloc, cgc_free or cgc_graph_launch takes is held across a driver call that
- * can wait for the GPU (cuMemFree, synchronisations, cuMemAlloc): those run with every lock
- * dropped. The registry lock is held across cuEventRecord / cuStreamWaitEvent (which never wait
- * for the GPU) so that the fork/join bookkeeping is in the driver's order, and the allocator lock
- * across cuStreamGetCaptureInfo of the streams adopted captures came through (pool.c: their
- * adopters keep them alive until an end that takes that lock; a query never waits for the GPU). */
+ * The locks, their order and which of them are hot (taken by cgc_malloc, cgc_free,
+ * cgc_record_stream, cgc_event_record, cgc_graph_launch) are one list: CGC_LOCKS in lockcheck.h.
+ * No hot lock is held across a driver call that can wait for the GPU: only the calls of
+ * driver.h's CGC_DRIVER_NEVER_WAITS (measured by bench/driver_waits) may run under one, and with
+ * CGC_LOCK_CHECK=1 (the tests) anything else aborts. docs/DESIGN.md, "Layers and locks". */
 #ifndef CGC_INTERNAL_H_
 #define CGC_INTERNAL_H_
 
@@ -145,8 +133,14 @@ cgc_status_t cgc__device_fence_stream(struct cgc__device* dev, CUstream* out, co
 /* > 0 while this thread runs a host function of cgc_launch_host_func (hostfn.c): the driver
  * forbids CUDA calls there, so cgc__ctx_enter and cgc__stream_resolve refuse with
  * INVALID_STATE instead of letting the driver fail (or deadlock). */
-extern _Thread_local int cgc__host_function_depth;
 cgc_status_t cgc__refuse_in_host_function(const char* func);
+/* The first statement of every public function that can reach the driver (SEMANTICS 22): inside
+ * a host function it is refused before it changes anything. Under CGC_LOCK_CHECK any driver call
+ * made there anyway aborts the tests (lockcheck.h). */
+#define CGC_REFUSE_IN_HOST_FUNCTION()                                                                  \
+  do {                                                                                                 \
+    if (__builtin_expect(cgc__host_function_depth > 0, 0)) return cgc__refuse_in_host_function(__func__); \
+  } while (0)
 
 /* ---- streams as the calling thread sees them (stream_ref.c) ---- */
 
@@ -364,6 +358,9 @@ uint64_t cgc__registry_seq(void);
  * when it captures under a capture cgc did not begin: work that needs cgc's bookkeeping
  * cannot be recorded into it; CAPTURE_INVALIDATED when the capture was invalidated. */
 cgc_status_t cgc__registry_capture_of(const cgc__stream_ref_t* ref, uint64_t* id, const char* func);
+/* CAPTURE_INVALIDATED for `what` on `ref`'s stream, whose capture was invalidated, saying how to
+ * end it: with cgc_capture_end when cgc began it, else where it was begun. */
+cgc_status_t cgc__refuse_invalidated(const cgc__stream_ref_t* ref, const char* what, const char* func);
 /* Records that capture `id` uses `object`, retaining it the first time (the capture, then its
  * graph, holds that reference). INVALID_STATE without such a capture. */
 cgc_status_t cgc__registry_add_use(uint64_t id, const cgc__use_ops_t* ops, void* object, const char* func);
@@ -507,13 +504,11 @@ cgc_status_t cgc__alloc_stream_ending(struct cgc__device* dev, const cgc__stream
 /* The last context handle of the device is gone: cached segments and spare events go back to
  * the driver (blocks still allocated, and pools still referenced, keep theirs). */
 void cgc__alloc_trim(struct cgc__device* dev);
-/* Held around whatever makes a stream of `dev` start capturing (a capture's begin, a stream
- * joining a capture through cgc_stream_wait_event): the allocator records fences on streams
- * that blocks used only under the same lock, after seeing the stream not capturing, so a fence
- * can never be captured instead of run. (A capture begun with the driver directly is beyond
- * it: docs/DESIGN.md.) Takes the allocator's uses_lock: first in the lock order. */
-void cgc__alloc_fence_lock(struct cgc__device* dev);
-void cgc__alloc_fence_unlock(struct cgc__device* dev);
+/* Called by a capture's begin after the registry counts it and before the driver begins it:
+ * waits until no free is recording fences on use streams (they record only while no capture
+ * of the device is registered), so that a fence can never be captured instead of run. (A capture
+ * begun with the driver directly is beyond it until a pool adopts it: docs/DESIGN.md.) */
+void cgc__alloc_wait_fencing(struct cgc__device* dev);
 
 /* ---- graphs (graph.c) ---- */
 

@@ -52,7 +52,7 @@ static cgc_status_t device_caps(struct cgc__device* dev, unsigned* caps, const c
   unsigned got = CAPS_KNOWN;
   for (size_t i = 0; i < sizeof kAsked / sizeof kAsked[0]; i++) {
     int value = 0;
-    cgc_status_t st = cgc__cu_fail(cgc__drv.cuDeviceGetAttribute(&value, kAsked[i].attribute, dev->cu_device), func,
+    cgc_status_t st = cgc__cu_fail(CGC_DRV(cuDeviceGetAttribute)(&value, kAsked[i].attribute, dev->cu_device), func,
                                    "cuDeviceGetAttribute");
     if (st != CGC_SUCCESS) return st;
     if (value) got |= kAsked[i].bit;
@@ -119,10 +119,10 @@ static cgc_status_t check_op(const cgc_mem_op_t* op, unsigned caps, long index, 
 static CUresult issue_one(const cgc_mem_op_t* op, CUstream cu) {
   CUdeviceptr a = (CUdeviceptr)(uintptr_t)op->address;
   switch (op->kind) {
-    case CGC_MEM_OP_WRITE_VALUE_32: return cgc__drv.cuStreamWriteValue32(cu, a, (cuuint32_t)op->value, op->flags);
-    case CGC_MEM_OP_WRITE_VALUE_64: return cgc__drv.cuStreamWriteValue64(cu, a, op->value, op->flags);
-    case CGC_MEM_OP_WAIT_VALUE_32: return cgc__drv.cuStreamWaitValue32(cu, a, (cuuint32_t)op->value, op->flags);
-    case CGC_MEM_OP_WAIT_VALUE_64: return cgc__drv.cuStreamWaitValue64(cu, a, op->value, op->flags);
+    case CGC_MEM_OP_WRITE_VALUE_32: return CGC_DRV(cuStreamWriteValue32)(cu, a, (cuuint32_t)op->value, op->flags);
+    case CGC_MEM_OP_WRITE_VALUE_64: return CGC_DRV(cuStreamWriteValue64)(cu, a, op->value, op->flags);
+    case CGC_MEM_OP_WAIT_VALUE_32: return CGC_DRV(cuStreamWaitValue32)(cu, a, (cuuint32_t)op->value, op->flags);
+    case CGC_MEM_OP_WAIT_VALUE_64: return CGC_DRV(cuStreamWaitValue64)(cu, a, op->value, op->flags);
     default: return CUDA_ERROR_INVALID_VALUE; /* checked before */
   }
 }
@@ -180,7 +180,7 @@ static cgc_status_t mem_ops(cgc_stream_t stream, const cgc_mem_op_t* ops, size_t
         p->writeValue.flags = op->flags;
       }
     }
-    st = cgc__cu_fail(cgc__drv.cuStreamBatchMemOp(ref.cu, (unsigned)count, params, 0), func, "cuStreamBatchMemOp");
+    st = cgc__cu_fail(CGC_DRV(cuStreamBatchMemOp)(ref.cu, (unsigned)count, params, 0), func, "cuStreamBatchMemOp");
   }
   cgc__ctx_leave(&scope);
   return st;

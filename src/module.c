@@ -58,7 +58,7 @@ static void code_release(void* object) {
   cgc__ctx_scope_t scope;
   if (cgc__ctx_enter(code->dev, &scope, "cgc_module_unload") == CGC_SUCCESS) {
     CUstreamCaptureMode previous = cgc__relaxed_begin();
-    CUresult r = cgc__drv.cuModuleUnload(code->cu);
+    CUresult r = CGC_DRV(cuModuleUnload)(code->cu);
     cgc__relaxed_end(previous);
     cgc__ctx_leave(&scope);
     if (r != CUDA_SUCCESS) cgc__log("cuModuleUnload failed (CUresult %d): the module's code stays loaded", (int)r);
@@ -82,6 +82,7 @@ static const cgc__use_ops_t code_use_ops = {
 };
 
 cgc_status_t cgc_module_load(cgc_context_t ctx, const void* image, cgc_module_t* out) {
+  CGC_REFUSE_IN_HOST_FUNCTION();
   CGC_CHECK_ARG(out != NULL, "out is NULL");
   *out = NULL;
   CGC_CHECK_HANDLE(ctx, CGC_MAGIC_CONTEXT);
@@ -101,7 +102,7 @@ cgc_status_t cgc_module_load(cgc_context_t ctx, const void* image, cgc_module_t*
     CUjit_option options[] = {CU_JIT_ERROR_LOG_BUFFER, CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES};
     void* values[] = {log, (void*)(uintptr_t)sizeof log};
     CUstreamCaptureMode previous = cgc__relaxed_begin();
-    CUresult r = cgc__drv.cuModuleLoadDataEx(&code->cu, image, 2, options, values);
+    CUresult r = CGC_DRV(cuModuleLoadDataEx)(&code->cu, image, 2, options, values);
     cgc__relaxed_end(previous);
     cgc__ctx_leave(&scope);
     st = cgc__cu_fail(r, __func__, "cuModuleLoadDataEx");
@@ -123,12 +124,13 @@ cgc_status_t cgc_module_load(cgc_context_t ctx, const void* image, cgc_module_t*
 }
 
 cgc_status_t cgc_module_unload(cgc_module_t module) {
+  CGC_REFUSE_IN_HOST_FUNCTION();
   CGC_CHECK_HANDLE(module, CGC_MAGIC_MODULE);
   if (cgc__host_function_depth > 0) return cgc__refuse_in_host_function(__func__);
-  pthread_mutex_lock(&module->functions_lock);
+  cgc__mutex_lock(&module->functions_lock, CGC__LOCK_FUNCTIONS);
   struct cgc_function_s* f = module->functions;
   module->functions = NULL;
-  pthread_mutex_unlock(&module->functions_lock);
+  cgc__mutex_unlock(&module->functions_lock, CGC__LOCK_FUNCTIONS);
   while (f != NULL) {
     struct cgc_function_s* next = f->next;
     cgc__retire(f);
@@ -146,7 +148,7 @@ cgc_status_t cgc_module_get_function(cgc_module_t module, const char* name, cgc_
   CGC_CHECK_HANDLE(module, CGC_MAGIC_MODULE);
   CGC_CHECK_ARG(name != NULL && name[0] != '\0', "name is NULL or empty");
   cgc_status_t st = CGC_SUCCESS;
-  pthread_mutex_lock(&module->functions_lock);
+  cgc__mutex_lock(&module->functions_lock, CGC__LOCK_FUNCTIONS);
   struct cgc_function_s* f = module->functions;
   while (f != NULL && strcmp(f->name, name) != 0) f = f->next;
   cgc__ctx_scope_t scope = {false};
@@ -156,7 +158,7 @@ cgc_status_t cgc_module_get_function(cgc_module_t module, const char* name, cgc_
     /* With lazy loading (the driver's default since CUDA 12.2) this loads the kernel, which
      * allocates device memory: Relaxed mode, so that no Global capture on any thread breaks. */
     CUstreamCaptureMode previous = cgc__relaxed_begin();
-    CUresult r = cgc__drv.cuModuleGetFunction(&cu, module->code->cu, name);
+    CUresult r = CGC_DRV(cuModuleGetFunction)(&cu, module->code->cu, name);
     cgc__relaxed_end(previous);
     if (r == CUDA_ERROR_NOT_FOUND) {
       st = cgc__fail(CGC_ERROR_INVALID_ARGUMENT, __func__,
@@ -179,7 +181,7 @@ cgc_status_t cgc_module_get_function(cgc_module_t module, const char* name, cgc_
     }
   }
   cgc__ctx_leave(&scope);
-  pthread_mutex_unlock(&module->functions_lock);
+  cgc__mutex_unlock(&module->functions_lock, CGC__LOCK_FUNCTIONS);
   if (st == CGC_SUCCESS) *out = f;
   return st;
 }

@@ -128,9 +128,18 @@ static void decide_graph_mixing(void) {
   mixing_off = nccl_setting != NULL && strtol(nccl_setting, NULL, 0) == 0 && nccl_setting[0] != '\0';
 }
 
+/* Decided when the library is loaded: setenv while other threads may call getenv is a race
+ * (glibc's environment is not thread-safe), and a program's threads usually start after its
+ * libraries load. A program that sets CGC_NCCL_GRAPH_MIXING itself later is read at NCCL's first
+ * use, as before. */
+static pthread_once_t mixing_once = PTHREAD_ONCE_INIT;
+__attribute__((constructor)) static void decide_graph_mixing_at_load(void) {
+  if (getenv("CGC_NCCL_GRAPH_MIXING") != NULL) pthread_once(&mixing_once, decide_graph_mixing);
+}
+
 static void load_nccl(void) {
   char tried[512] = "";
-  decide_graph_mixing();
+  pthread_once(&mixing_once, decide_graph_mixing);
   void* lib = open_nccl(tried, sizeof tried);
   if (lib == NULL) {
     load_status = CGC_ERROR_NCCL_UNAVAILABLE;
@@ -204,8 +213,10 @@ struct cgc_comm_s {
   atomic_bool destroyed;  /* the user destroyed the (aborted) handle while graphs held it */
   atomic_bool retired;
   /* With graph mixing off: the communicator's last work issued through cgc (an eager collective,
-   * a launch of a graph holding it) and the stream it went to (its key; 0: none yet). Guarded by
-   * order_lock, held only around an event record and a stream wait, which never wait for the GPU. */
+   * a launch of a graph holding it) and the stream it went to (its key; 0: none yet). order_key
+   * is guarded by order_lock, held across a cuStreamWaitEvent at most (which never waits for the
+   * GPU); the event is recorded before the lock is taken (cuEventRecord can wait): NCCL forbids
+   * issuing one communicator's work from two threads at once, so records never race. */
   pthread_mutex_t order_lock;
   CUevent order_event; /* NULL with mixing on */
   uint64_t order_key;
@@ -218,7 +229,7 @@ struct cgc_comm_s {
 /* Frees what the handle owns besides NCCL's communicator (the device's context current or not:
  * destroying an event needs none). */
 static void free_comm_parts(cgc_comm_t comm) {
-  if (comm->order_event != NULL) cgc__drv.cuEventDestroy(comm->order_event);
+  if (comm->order_event != NULL) CGC_DRV(cuEventDestroy)(comm->order_event);
   comm->order_event = NULL;
   if (comm->scratch != 0) {
     cgc__ctx_scope_t scope;
@@ -235,18 +246,19 @@ static void free_comm_parts(cgc_comm_t comm) {
  * another stream. */
 static CUresult order_before(cgc_comm_t comm, CUstream stream, uint64_t key) {
   CUresult r = CUDA_SUCCESS;
-  pthread_mutex_lock(&comm->order_lock);
-  if (comm->order_key != 0 && comm->order_key != key) r = cgc__drv.cuStreamWaitEvent(stream, comm->order_event, 0);
-  pthread_mutex_unlock(&comm->order_lock);
+  cgc__mutex_lock(&comm->order_lock, CGC__LOCK_ORDER);
+  if (comm->order_key != 0 && comm->order_key != key) r = CGC_DRV(cuStreamWaitEvent)(stream, comm->order_event, 0);
+  cgc__mutex_unlock(&comm->order_lock, CGC__LOCK_ORDER);
   return r;
 }
 
 /* After it: the event marks it as the communicator's last work. */
 static CUresult order_after(cgc_comm_t comm, CUstream stream, uint64_t key) {
-  pthread_mutex_lock(&comm->order_lock);
-  CUresult r = cgc__drv.cuEventRecord(comm->order_event, stream);
-  if (r == CUDA_SUCCESS) comm->order_key = key;
-  pthread_mutex_unlock(&comm->order_lock);
+  CUresult r = CGC_DRV(cuEventRecord)(comm->order_event, stream);
+  if (r != CUDA_SUCCESS) return r;
+  cgc__mutex_lock(&comm->order_lock, CGC__LOCK_ORDER);
+  comm->order_key = key;
+  cgc__mutex_unlock(&comm->order_lock, CGC__LOCK_ORDER);
   return r;
 }
 
@@ -293,13 +305,16 @@ static const cgc__use_ops_t comm_ordered_use_ops = {
 
 /* A collective enqueued into a cgc capture: the capture (then its graph) holds the communicator. */
 static cgc_status_t note_capture(cgc_comm_t comm, cgc_stream_t stream, const char* func) {
-  if (cgc__captures_underway() == 0 || stream->kind == CGC__STREAM_LEGACY) return CGC_SUCCESS;
+  if (stream->kind == CGC__STREAM_LEGACY) return CGC_SUCCESS;
+  /* Asked always (one cuStreamGetCaptureInfo, tens of ns beside a collective's microseconds): a
+   * collective into an invalidated capture is refused as every other call is, whoever began it,
+   * instead of NCCL's failing it or capturing it into a graph that will never be. */
   cgc__stream_ref_t ref;
-  /* Not capturing, a capture cgc did not begin, or an invalidated one: NCCL captures the
-   * collective all the same (or fails it); nothing to hold, and nothing to say on success. */
-  if (cgc__stream_resolve(stream, true, &ref, func) != CGC_SUCCESS || !ref.capturing || ref.invalidated ||
-      !cgc__registry_is_cgc_capture(ref.capture_id))
-    return CGC_SUCCESS;
+  cgc_status_t st = cgc__stream_resolve(stream, true, &ref, func);
+  if (st != CGC_SUCCESS || !ref.capturing) return st;
+  if (ref.invalidated) return cgc__refuse_invalidated(&ref, "a collective", func);
+  /* A capture cgc did not begin: NCCL captures the collective all the same; nothing to hold. */
+  if (!cgc__registry_is_cgc_capture(ref.capture_id)) return CGC_SUCCESS;
   return cgc__registry_add_use(ref.capture_id, comm->order_event != NULL ? &comm_ordered_use_ops : &comm_use_ops,
                                comm, func);
 }
@@ -336,10 +351,10 @@ static void note_devices(int ordinal) {
 static cgc_status_t connect_eagerly(cgc_comm_t comm, const char* func) {
   CUstream s = NULL;
   CUresult cr;
-  cgc_status_t st = cgc__cu_fail(cgc__drv.cuStreamCreateWithPriority(&s, CU_STREAM_NON_BLOCKING, 0), func,
+  cgc_status_t st = cgc__cu_fail(CGC_DRV(cuStreamCreateWithPriority)(&s, CU_STREAM_NON_BLOCKING, 0), func,
                                  "cuStreamCreateWithPriority");
   if (st != CGC_SUCCESS) goto done;
-  st = cgc__cu_fail(cgc__drv.cuMemsetD32Async(comm->scratch, 0x3f800000u /* 1.0f */, 1, s), func, "cuMemsetD32Async");
+  st = cgc__cu_fail(CGC_DRV(cuMemsetD32Async)(comm->scratch, 0x3f800000u /* 1.0f */, 1, s), func, "cuMemsetD32Async");
   if (st != CGC_SUCCESS) goto done;
   void* buf = (void*)(uintptr_t)comm->scratch;
   ncclResult_t r = nccl.ncclAllReduce(buf, buf, 1, 7 /* float32 */, 0 /* sum */, comm->nccl, s);
@@ -347,14 +362,15 @@ static cgc_status_t connect_eagerly(cgc_comm_t comm, const char* func) {
     st = nccl_fail(r, comm->nccl, func, "ncclAllReduce (connection warm-up)");
     goto done;
   }
-  NCCL_RELAXED(cr, cgc__drv.cuStreamSynchronize(s));
+  NCCL_RELAXED(cr, CGC_DRV(cuStreamSynchronize)(s));
   st = cgc__cu_fail(cr, func, "cuStreamSynchronize");
 done: /* success and failure release the same things */
-  if (s != NULL) cgc__drv.cuStreamDestroy(s);
+  if (s != NULL) CGC_DRV(cuStreamDestroy)(s);
   return st;
 }
 
 cgc_status_t cgc_comm_create(cgc_context_t ctx, int nranks, const cgc_comm_id_t* id, int rank, cgc_comm_t* out) {
+  CGC_REFUSE_IN_HOST_FUNCTION();
   cgc_status_t st = nccl_load(__func__);
   if (st != CGC_SUCCESS) return st;
   CGC_CHECK_ARG(out != NULL, "out is NULL");
@@ -374,7 +390,7 @@ cgc_status_t cgc_comm_create(cgc_context_t ctx, int nranks, const cgc_comm_id_t*
   st = cgc__ctx_enter(ctx->dev, &scope, __func__); /* NCCL takes the device from the current context */
   if (st != CGC_SUCCESS) goto fail;
   if (mixing_off) {
-    st = cgc__cu_fail(cgc__drv.cuEventCreate(&comm->order_event, CU_EVENT_DISABLE_TIMING), __func__, "cuEventCreate");
+    st = cgc__cu_fail(CGC_DRV(cuEventCreate)(&comm->order_event, CU_EVENT_DISABLE_TIMING), __func__, "cuEventCreate");
     if (st != CGC_SUCCESS) goto fail;
   }
   st = cgc__cu_fail(cgc__relaxed_mem_alloc(&comm->scratch, 16), __func__, "cuMemAlloc (16 bytes)");
@@ -417,6 +433,7 @@ static cgc_status_t check_comm(cgc_comm_t comm, const char* func) {
 }
 
 cgc_status_t cgc_comm_destroy(cgc_comm_t comm) {
+  CGC_REFUSE_IN_HOST_FUNCTION();
   cgc_status_t st = nccl_load(__func__);
   if (st != CGC_SUCCESS) return st;
   CGC_CHECK_HANDLE(comm, CGC_MAGIC_COMM);
@@ -456,6 +473,7 @@ static void* abort_in_background(void* nccl_comm) {
 }
 
 cgc_status_t cgc_comm_abort(cgc_comm_t comm) {
+  CGC_REFUSE_IN_HOST_FUNCTION();
   cgc_status_t st = nccl_load(__func__);
   if (st != CGC_SUCCESS) return st;
   CGC_CHECK_HANDLE(comm, CGC_MAGIC_COMM);
@@ -642,6 +660,7 @@ cgc_status_t cgc_recv(cgc_comm_t comm, void* buf, size_t count, cgc_dtype_t dtyp
 }
 
 cgc_status_t cgc_group_start(void) {
+  CGC_REFUSE_IN_HOST_FUNCTION();
   cgc_status_t st = nccl_load(__func__);
   if (st != CGC_SUCCESS) return st;
   ncclResult_t r = nccl.ncclGroupStart();
@@ -651,6 +670,7 @@ cgc_status_t cgc_group_start(void) {
 }
 
 cgc_status_t cgc_group_end(void) {
+  CGC_REFUSE_IN_HOST_FUNCTION();
   cgc_status_t st = nccl_load(__func__);
   if (st != CGC_SUCCESS) return st;
   ncclResult_t r = nccl.ncclGroupEnd();
@@ -768,7 +788,7 @@ static cgc_status_t agree(cgc_comm_t comm, int mine, int* lowest, int* highest, 
   CUstream s = NULL;
   CUdeviceptr scratch = comm->scratch;
   int32_t values[2] = {mine, -mine};
-  cgc_status_t st = cgc__cu_fail(cgc__drv.cuStreamCreateWithPriority(&s, CU_STREAM_NON_BLOCKING, 0), func,
+  cgc_status_t st = cgc__cu_fail(CGC_DRV(cuStreamCreateWithPriority)(&s, CU_STREAM_NON_BLOCKING, 0), func,
                                  "cuStreamCreateWithPriority");
   /* With mixing off this collective too waits for the communicator's last work (a graph may
    * still run); its stream's key is one no other stream has. */
@@ -776,7 +796,7 @@ static cgc_status_t agree(cgc_comm_t comm, int mine, int* lowest, int* highest, 
   if (st == CGC_SUCCESS && comm->order_event != NULL)
     st = cgc__cu_fail(order_before(comm, s, key), func, "cuStreamWaitEvent (after the communicator's last work)");
   if (st == CGC_SUCCESS)
-    st = cgc__cu_fail(cgc__drv.cuMemcpyHtoDAsync(scratch, values, sizeof values, s), func, "cuMemcpyHtoDAsync");
+    st = cgc__cu_fail(CGC_DRV(cuMemcpyHtoDAsync)(scratch, values, sizeof values, s), func, "cuMemcpyHtoDAsync");
   if (st == CGC_SUCCESS) {
     void* buf = (void*)(uintptr_t)scratch;
     ncclResult_t r = nccl.ncclAllReduce(buf, buf, 2, kNcclInt32, kNcclMax, comm->nccl, s);
@@ -785,13 +805,13 @@ static cgc_status_t agree(cgc_comm_t comm, int mine, int* lowest, int* highest, 
   if (st == CGC_SUCCESS && comm->order_event != NULL)
     st = cgc__cu_fail(order_after(comm, s, key), func, "cuEventRecord (the communicator's order)");
   if (st == CGC_SUCCESS)
-    st = cgc__cu_fail(cgc__drv.cuMemcpyDtoHAsync(values, scratch, sizeof values, s), func, "cuMemcpyDtoHAsync");
+    st = cgc__cu_fail(CGC_DRV(cuMemcpyDtoHAsync)(values, scratch, sizeof values, s), func, "cuMemcpyDtoHAsync");
   if (st == CGC_SUCCESS) {
     CUresult cr;
-    NCCL_RELAXED(cr, cgc__drv.cuStreamSynchronize(s));
+    NCCL_RELAXED(cr, CGC_DRV(cuStreamSynchronize)(s));
     st = cgc__cu_fail(cr, func, "cuStreamSynchronize");
   }
-  if (s != NULL) cgc__drv.cuStreamDestroy(s);
+  if (s != NULL) CGC_DRV(cuStreamDestroy)(s);
   *highest = values[0];
   *lowest = -values[1];
   return st;
@@ -842,6 +862,7 @@ static cgc_status_t agree_on_arena(cgc__arena_t* base, cgc_status_t local, const
 
 cgc_status_t cgc_nccl_pool_create(cgc_comm_t comm, size_t capacity, cgc_nccl_memory_t wanted, cgc_pool_t* out,
                                   cgc_nccl_memory_t* got) {
+  CGC_REFUSE_IN_HOST_FUNCTION();
   CGC_CHECK_ARG(out != NULL, "out is NULL");
   *out = NULL;
   cgc_status_t st = check_comm(comm, __func__);

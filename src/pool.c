@@ -23,6 +23,9 @@ static cgc_pool_t new_pool(struct cgc__allocator* a) {
   pool->dev = a->dev;
   pool->state.pool = pool;
   pool->state.allocator = a;
+  cgc__alloc_lock(a);
+  cgc__alloc_pool_link(a, pool);
+  cgc__alloc_unlock(a);
   return pool;
 }
 
@@ -78,6 +81,11 @@ cgc_status_t cgc__pool_create_arena(struct cgc__device* dev, cgc__arena_t* arena
 
 fail: /* out of host memory: nothing of the allocator refers to the pool or its block */
   free(whole);
+  if (pool != NULL) {
+    cgc__alloc_lock(a);
+    cgc__alloc_pool_unlink(a, pool);
+    cgc__alloc_unlock(a);
+  }
   free(pool);
   arena->drop(arena, func);
   return cgc__fail(CGC_ERROR_OUT_OF_MEMORY, func, "out of host memory");
@@ -89,6 +97,7 @@ fail: /* out of host memory: nothing of the allocator refers to the pool or its 
 static cgc__fence_t** detach_arena(struct cgc__allocator* a, cgc_pool_t pool, size_t* n_fences) {
   pool->user_refs = 0;
   pool->magic = CGC_MAGIC_DEAD; /* no caller reaches it any more */
+  cgc__alloc_pool_unlink(a, pool);
   cgc__state_coalesce(&pool->state, cgc__alloc_recycle_block, a);
   cgc__block_set_t* sets[2] = {&pool->state.small, &pool->state.large};
   for (int i = 0; i < 2; i++) {
@@ -142,7 +151,7 @@ static cgc_status_t release_arena(struct cgc__allocator* a, cgc_pool_t pool, con
   if (st != CGC_SUCCESS) return st;
   CUstreamCaptureMode previous = cgc__relaxed_begin();
   cgc_status_t local =
-      cgc__cu_fail(cgc__drv.cuCtxSynchronize(), func, "cuCtxSynchronize (before dropping the registration)");
+      cgc__cu_fail(CGC_DRV(cuCtxSynchronize)(), func, "cuCtxSynchronize (before dropping the registration)");
   cgc__relaxed_end(previous);
   cgc__alloc_settle(a);
   cgc__alloc_lock(a);
@@ -182,6 +191,7 @@ static cgc_status_t release_arena(struct cgc__allocator* a, cgc_pool_t pool, con
 }
 
 cgc_status_t cgc_pool_release(cgc_pool_t pool) {
+  CGC_REFUSE_IN_HOST_FUNCTION();
   CGC_CHECK_HANDLE(pool, CGC_MAGIC_POOL);
   struct cgc__allocator* a = pool->state.allocator;
   cgc__alloc_lock(a);
@@ -267,7 +277,12 @@ cgc_status_t cgc__pool_begin_capture(struct cgc__device* dev, cgc_pool_t request
     *out = pool;
   }
   cgc__alloc_unlock(a);
-  if (st != CGC_SUCCESS && requested == NULL) free(pool);
+  if (st != CGC_SUCCESS && requested == NULL) {
+    cgc__alloc_lock(a);
+    cgc__alloc_pool_unlink(a, pool);
+    cgc__alloc_unlock(a);
+    free(pool);
+  }
   return st;
 }
 
@@ -286,7 +301,6 @@ static bool is_member(uint64_t key, const uint64_t* members, size_t n) {
 
 void cgc__pool_end_capture(cgc_pool_t pool, bool graph_keeps_ref, const uint64_t* members, size_t n_members) {
   struct cgc__allocator* a = pool->state.allocator;
-  pthread_mutex_lock(&a->uses_lock); /* deferred blocks may need fences on their use streams */
   cgc__alloc_lock(a);
   for (cgc_pool_t* p = &a->recording; *p != NULL; p = &(*p)->next_recording) {
     if (*p == pool) {
@@ -322,17 +336,20 @@ void cgc__pool_end_capture(cgc_pool_t pool, bool graph_keeps_ref, const uint64_t
       outside = b;
     }
   }
-  cgc__alloc_unlock(a);
+  /* Counted in `fencing` from here (the lock held since the blocks left the pool's list): their
+   * use streams live until they are parked. */
+  a->fencing++;
   while (outside != NULL) {
     cgc__block_t* b = outside;
     outside = b->next_waiting;
-    cgc__alloc_park_used_block(a, b);
+    cgc__alloc_fence_and_park(a, b);
   }
-  cgc__alloc_lock(a);
+  a->fencing--;
   if (!graph_keeps_ref) pool->internal_refs--;
   cgc__pool_dissolve_if_unused(pool);
+  bool any_deferred = a->deferred != NULL;
   cgc__alloc_unlock(a);
-  pthread_mutex_unlock(&a->uses_lock);
+  if (any_deferred) cgc__alloc_settle_deferred(a); /* blocks that waited for captures to end */
 }
 
 /* ---- captures cgc did not begin (1.4) ---- */
@@ -343,6 +360,7 @@ atomic_int cgc__adopted_captures;
 static bool claim_adoption(cgc_pool_t pool) {
   if (!(pool->recording && pool->adopting)) return false;
   pool->adopting = false;
+  ((struct cgc__allocator*)pool->state.allocator)->adopting_pools--;
   return true;
 }
 
@@ -359,26 +377,13 @@ static void finish_adoption(cgc_pool_t pool) {
   atomic_fetch_sub_explicit(&cgc__adopted_captures, 1, memory_order_release);
 }
 
-/* (lock held) Whether the capture `pool` adopts is over: ended, or abandoned without an end of
- * the adoption (PyTorch never calls endAllocateToPool for a capture whose cudaStreamEndCapture
- * failed). Asks the stream it was adopted through, under the lock: its adopter keeps it valid
- * until the adoption ends, which the lock holds off. A query, which never waits for the GPU. */
-static bool adopted_capture_is_over(cgc_pool_t pool) {
-  CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
-  cuuint64_t id = 0;
-  CUresult r = cgc__drv.cuStreamGetCaptureInfo(pool->capture_origin, &status, &id, NULL, NULL, NULL);
-  if (r != CUDA_SUCCESS) return true; /* the stream is gone: so is its capture */
-  if (status == CU_STREAM_CAPTURE_STATUS_NONE) return true;
-  return status == CU_STREAM_CAPTURE_STATUS_ACTIVE && id != pool->capture_id;
-}
-
-cgc_pool_t cgc__pool_adoption_under_way(struct cgc__device* dev, CUstream* origin) {
+cgc_pool_t cgc__pool_adoption_open(struct cgc__device* dev, CUstream* origin) {
   struct cgc__allocator* a = atomic_load_explicit(&dev->alloc, memory_order_acquire);
   if (a == NULL || atomic_load_explicit(&cgc__adopted_captures, memory_order_acquire) == 0) return NULL;
   cgc_pool_t found = NULL;
   cgc__alloc_lock(a);
   for (cgc_pool_t p = a->recording; p != NULL && found == NULL; p = p->next_recording)
-    if (p->adopting && !adopted_capture_is_over(p)) found = p;
+    if (p->adopting) found = p;
   if (found != NULL) *origin = found->capture_origin;
   cgc__alloc_unlock(a);
   return found;
@@ -400,7 +405,7 @@ cgc_status_t cgc_pool_adopt_capture(cgc_pool_t pool, void* native_stream) {
                      native_stream);
   if (cu != NULL && cu != CU_STREAM_LEGACY && cu != CU_STREAM_PER_THREAD) {
     CUcontext owner = NULL;
-    st = cgc__cu_fail(cgc__drv.cuStreamGetCtx(cu, &owner), __func__, "cuStreamGetCtx");
+    st = cgc__cu_fail(CGC_DRV(cuStreamGetCtx)(cu, &owner), __func__, "cuStreamGetCtx");
     if (st != CGC_SUCCESS) return st;
     if (owner != pool->dev->cu)
       return cgc__fail(CGC_ERROR_INVALID_ARGUMENT, __func__,
@@ -411,13 +416,7 @@ cgc_status_t cgc_pool_adopt_capture(cgc_pool_t pool, void* native_stream) {
     return cgc__fail(CGC_ERROR_INVALID_STATE, __func__,
                      "native_stream %p is in capture %llu, which cgc began: it allocates from its own pool already",
                      native_stream, (unsigned long long)ref.capture_id);
-  /* An earlier adoption of this pool whose capture is over (never ended by its adopter) ends now. */
   struct cgc__allocator* a = pool->state.allocator;
-  cgc__alloc_lock(a);
-  bool stale = pool->recording && pool->adopting && adopted_capture_is_over(pool) && claim_adoption(pool);
-  cgc__alloc_unlock(a);
-  if (stale) finish_adoption(pool);
-
   cgc__alloc_lock(a);
   st = cgc__check_handle(pool, CGC_MAGIC_POOL, __func__, "pool");
   cgc_pool_t other = NULL;
@@ -427,7 +426,8 @@ cgc_status_t cgc_pool_adopt_capture(cgc_pool_t pool, void* native_stream) {
   if (st == CGC_SUCCESS && pool->recording)
     st = cgc__fail(CGC_ERROR_INVALID_STATE, __func__,
                    "pool %p is being recorded into by another capture (on stream %p): a pool records one capture at a "
-                   "time",
+                   "time (an adoption lasts until its adopter calls cgc_pool_end_adopted_capture, also when its "
+                   "capture failed)",
                    (void*)pool, (void*)pool->capture_origin);
   else if (st == CGC_SUCCESS && other != NULL)
     st = cgc__fail(CGC_ERROR_INVALID_STATE, __func__, "capture %llu allocates from pool %p already",
@@ -435,6 +435,7 @@ cgc_status_t cgc_pool_adopt_capture(cgc_pool_t pool, void* native_stream) {
   if (st == CGC_SUCCESS) {
     start_recording(a, pool, ref.capture_id, ref.cu, ref.key);
     pool->adopted = pool->adopting = true;
+    a->adopting_pools++;
     atomic_fetch_add_explicit(&cgc__adopted_captures, 1, memory_order_release);
   }
   cgc__alloc_unlock(a);
@@ -449,8 +450,7 @@ cgc_status_t cgc_pool_end_adopted_capture(cgc_pool_t pool) {
   cgc__alloc_unlock(a);
   if (!mine)
     return cgc__fail(CGC_ERROR_INVALID_STATE, __func__,
-                     "pool %p adopts no capture (cgc_pool_adopt_capture; one whose capture was over may have been "
-                     "ended by cgc_empty_cache)",
+                     "pool %p adopts no capture (cgc_pool_adopt_capture)",
                      (void*)pool);
   finish_adoption(pool);
   return CGC_SUCCESS;
@@ -459,9 +459,9 @@ cgc_status_t cgc_pool_end_adopted_capture(cgc_pool_t pool) {
 /* Blocks until `fence` completes (Relaxed: never breaks a capture) and destroys it. */
 static void wait_fence(CUevent fence) {
   CUstreamCaptureMode previous = cgc__relaxed_begin();
-  cgc__drv.cuEventSynchronize(fence);
+  CGC_DRV(cuEventSynchronize)(fence);
   cgc__relaxed_end(previous);
-  cgc__drv.cuEventDestroy(fence);
+  CGC_DRV(cuEventDestroy)(fence);
 }
 
 /* (lock held) Appends `f` to the pool's fences; false when out of host memory. */
@@ -493,7 +493,7 @@ static void prune_fences(cgc_pool_t pool) {
   }
   cgc__alloc_unlock(a);
   CUstreamCaptureMode previous = cgc__relaxed_begin();
-  for (size_t i = 0; i < n; i++) done[i] = cgc__drv.cuEventQuery(list[i]->ev) != CUDA_ERROR_NOT_READY;
+  for (size_t i = 0; i < n; i++) done[i] = CGC_DRV(cuEventQuery)(list[i]->ev) != CUDA_ERROR_NOT_READY;
   cgc__relaxed_end(previous);
   cgc__alloc_lock(a);
   for (size_t i = 0; i < n; i++) {
@@ -513,7 +513,7 @@ static void prune_fences(cgc_pool_t pool) {
 
 void cgc__pool_unref(cgc_pool_t pool, CUevent fence) {
   if (pool == NULL) {
-    if (fence != NULL) cgc__drv.cuEventDestroy(fence);
+    if (fence != NULL) CGC_DRV(cuEventDestroy)(fence);
     return;
   }
   struct cgc__allocator* a = pool->state.allocator;

@@ -68,7 +68,7 @@ static bool reserve_one(void** items, size_t* cap, size_t count, size_t size) {
 
 cgc_status_t cgc__registry_add(struct cgc__capture* c, const char* func) {
   cgc_status_t st = CGC_SUCCESS;
-  pthread_mutex_lock(&registry_lock);
+  cgc__mutex_lock(&registry_lock, CGC__LOCK_REGISTRY);
   struct cgc__capture* same = find_by_origin(c->origin_key);
   if (same != NULL) {
     st = cgc__fail(CGC_ERROR_INVALID_STATE, func, "stream %p is already capturing (capture id %llu)",
@@ -79,19 +79,19 @@ cgc_status_t cgc__registry_add(struct cgc__capture* c, const char* func) {
     registry = c;
     atomic_fetch_add_explicit(&underway, 1, memory_order_acq_rel);
   }
-  pthread_mutex_unlock(&registry_lock);
+  cgc__mutex_unlock(&registry_lock, CGC__LOCK_REGISTRY);
   return st;
 }
 
 void cgc__registry_activate(struct cgc__capture* c, uint64_t id) {
-  pthread_mutex_lock(&registry_lock);
+  cgc__mutex_lock(&registry_lock, CGC__LOCK_REGISTRY);
   c->id = id;
   c->state = CGC__CAPTURE_ACTIVE;
-  pthread_mutex_unlock(&registry_lock);
+  cgc__mutex_unlock(&registry_lock, CGC__LOCK_REGISTRY);
 }
 
 void cgc__registry_remove(struct cgc__capture* c) {
-  pthread_mutex_lock(&registry_lock);
+  cgc__mutex_lock(&registry_lock, CGC__LOCK_REGISTRY);
   for (struct cgc__capture** p = &registry; *p != NULL; p = &(*p)->next) {
     if (*p == c) {
       *p = c->next;
@@ -102,7 +102,7 @@ void cgc__registry_remove(struct cgc__capture* c) {
   c->next = NULL;
   struct cgc__body* retired = c->retired_bodies;
   c->retired_bodies = NULL;
-  pthread_mutex_unlock(&registry_lock);
+  cgc__mutex_unlock(&registry_lock, CGC__LOCK_REGISTRY);
   while (retired != NULL) {
     struct cgc__body* b = retired;
     retired = b->next_retired;
@@ -113,7 +113,7 @@ void cgc__registry_remove(struct cgc__capture* c) {
 cgc_status_t cgc__registry_claim_end(const cgc__stream_ref_t* ref, struct cgc__capture** out, const char* func) {
   *out = NULL;
   cgc_status_t st = CGC_SUCCESS;
-  pthread_mutex_lock(&registry_lock);
+  cgc__mutex_lock(&registry_lock, CGC__LOCK_REGISTRY);
   struct cgc__capture* c = ref->special && ref->cu == NULL ? NULL : find_by_origin(ref->key);
   if (c == NULL) {
     struct cgc__capture* member = ref->cu == NULL ? NULL : find_by_member(ref->key);
@@ -152,20 +152,20 @@ cgc_status_t cgc__registry_claim_end(const cgc__stream_ref_t* ref, struct cgc__c
     c->state = CGC__CAPTURE_ENDING;
     *out = c;
   }
-  pthread_mutex_unlock(&registry_lock);
+  cgc__mutex_unlock(&registry_lock, CGC__LOCK_REGISTRY);
   return st;
 }
 
 bool cgc__registry_is_cgc_capture(uint64_t id) {
-  pthread_mutex_lock(&registry_lock);
+  cgc__mutex_lock(&registry_lock, CGC__LOCK_REGISTRY);
   bool ours = find_by_id(id) != NULL;
-  pthread_mutex_unlock(&registry_lock);
+  cgc__mutex_unlock(&registry_lock, CGC__LOCK_REGISTRY);
   return ours;
 }
 
 cgc_status_t cgc__registry_reserve_body(uint64_t id, const char* func) {
   cgc_status_t st = CGC_SUCCESS;
-  pthread_mutex_lock(&registry_lock);
+  cgc__mutex_lock(&registry_lock, CGC__LOCK_REGISTRY);
   struct cgc__capture* c = find_by_id(id);
   if (c == NULL || c->state != CGC__CAPTURE_ACTIVE)
     st = cgc__fail(CGC_ERROR_INVALID_STATE, func, "capture %llu is not under way (ended, or being ended)",
@@ -174,7 +174,7 @@ cgc_status_t cgc__registry_reserve_body(uint64_t id, const char* func) {
     st = cgc__fail(CGC_ERROR_OUT_OF_MEMORY, func, "out of host memory");
   else
     c->bodies[c->n_bodies++] = (struct cgc__open_body){0, NULL};
-  pthread_mutex_unlock(&registry_lock);
+  cgc__mutex_unlock(&registry_lock, CGC__LOCK_REGISTRY);
   return st;
 }
 
@@ -186,10 +186,10 @@ static struct cgc__open_body* reservation(struct cgc__capture* c) {
 }
 
 void cgc__registry_open_body(uint64_t id, uint64_t body_id, cgc_stream_t lent) {
-  pthread_mutex_lock(&registry_lock);
+  cgc__mutex_lock(&registry_lock, CGC__LOCK_REGISTRY);
   struct cgc__open_body* b = reservation(find_by_id(id));
   if (b != NULL) *b = (struct cgc__open_body){body_id, lent};
-  pthread_mutex_unlock(&registry_lock);
+  cgc__mutex_unlock(&registry_lock, CGC__LOCK_REGISTRY);
 }
 
 /* Takes out entry `b` of `c`, keeping the others in the order they opened. */
@@ -200,15 +200,15 @@ static void remove_body(struct cgc__capture* c, struct cgc__open_body* b) {
 }
 
 void cgc__registry_unreserve_body(uint64_t id) {
-  pthread_mutex_lock(&registry_lock);
+  cgc__mutex_lock(&registry_lock, CGC__LOCK_REGISTRY);
   struct cgc__capture* c = find_by_id(id);
   struct cgc__open_body* b = reservation(c);
   if (b != NULL) remove_body(c, b);
-  pthread_mutex_unlock(&registry_lock);
+  cgc__mutex_unlock(&registry_lock, CGC__LOCK_REGISTRY);
 }
 
 void cgc__registry_close_body(uint64_t body_id, struct cgc__body* record) {
-  pthread_mutex_lock(&registry_lock);
+  cgc__mutex_lock(&registry_lock, CGC__LOCK_REGISTRY);
   struct cgc__capture* c = find_by_id(body_id);
   for (size_t i = 0; c != NULL && i < c->n_bodies; i++)
     if (c->bodies[i].id == body_id) {
@@ -219,37 +219,37 @@ void cgc__registry_close_body(uint64_t body_id, struct cgc__body* record) {
     record->next_retired = c->retired_bodies;
     c->retired_bodies = record;
   }
-  pthread_mutex_unlock(&registry_lock);
+  cgc__mutex_unlock(&registry_lock, CGC__LOCK_REGISTRY);
   if (c == NULL) free(record); /* cannot happen while the body was open: the capture waits for it */
 }
 
 void cgc__registry_mark_broken(uint64_t id) {
-  pthread_mutex_lock(&registry_lock);
+  cgc__mutex_lock(&registry_lock, CGC__LOCK_REGISTRY);
   struct cgc__capture* c = find_by_id(id);
   if (c != NULL) c->broken = true;
-  pthread_mutex_unlock(&registry_lock);
+  cgc__mutex_unlock(&registry_lock, CGC__LOCK_REGISTRY);
 }
 
 cgc_stream_t cgc__registry_last_body(uint64_t key) {
-  pthread_mutex_lock(&registry_lock);
+  cgc__mutex_lock(&registry_lock, CGC__LOCK_REGISTRY);
   struct cgc__capture* c = find_by_origin(key);
   cgc_stream_t lent = NULL;
   for (size_t i = c != NULL ? c->n_bodies : 0; i > 0 && lent == NULL; i--) lent = c->bodies[i - 1].lent;
-  pthread_mutex_unlock(&registry_lock);
+  cgc__mutex_unlock(&registry_lock, CGC__LOCK_REGISTRY);
   return lent;
 }
 
 bool cgc__registry_has_stream(uint64_t key) {
-  pthread_mutex_lock(&registry_lock);
+  cgc__mutex_lock(&registry_lock, CGC__LOCK_REGISTRY);
   bool has = find_by_origin(key) != NULL || find_by_member(key) != NULL;
-  pthread_mutex_unlock(&registry_lock);
+  cgc__mutex_unlock(&registry_lock, CGC__LOCK_REGISTRY);
   return has;
 }
 
 void cgc__registry_unclaim(struct cgc__capture* c) {
-  pthread_mutex_lock(&registry_lock);
+  cgc__mutex_lock(&registry_lock, CGC__LOCK_REGISTRY);
   c->state = CGC__CAPTURE_ACTIVE;
-  pthread_mutex_unlock(&registry_lock);
+  cgc__mutex_unlock(&registry_lock, CGC__LOCK_REGISTRY);
 }
 
 /* ---- fork/join bookkeeping ---- */
@@ -276,46 +276,61 @@ static void join(struct cgc__capture* c, uint64_t from, uint64_t event_seq) {
   }
 }
 
+/* A record or wait is made first and written into the bookkeeping after, under the lock: the
+ * driver call (cuEventRecord waits behind another thread's cuMemFree on driver 580) runs with no
+ * lock held, so a generator's draw, an allocation or another thread's record never waits behind
+ * it. Two threads recording one event at once race in the driver too: whichever bookkeeping comes
+ * last wins, as one of the two records does. */
 cgc_status_t cgc__registry_record(cgc_event_t ev, const cgc__stream_ref_t* ref, const char* func) {
+  cgc_status_t st = cgc__cu_fail(CGC_DRV(cuEventRecord)(ev->cu, ref->cu), func, "cuEventRecord");
   /* With no capture under way no record can matter to one: the bookkeeping of an older record
    * names a capture id that no capture has any more. */
-  if (cgc__captures_underway() == 0) return cgc__cu_fail(cgc__drv.cuEventRecord(ev->cu, ref->cu), func, "cuEventRecord");
-  pthread_mutex_lock(&registry_lock);
-  cgc_status_t st = cgc__cu_fail(cgc__drv.cuEventRecord(ev->cu, ref->cu), func, "cuEventRecord");
-  if (st == CGC_SUCCESS) {
-    struct cgc__capture* c = ref->special && ref->cu == NULL ? NULL : find_by_member(ref->key);
-    /* A stream forked in without cgc_stream_wait_event (a raw cuStreamWaitEvent) is still part
-     * of the capture: the driver knows. */
-    if (c == NULL && ref->capturing) c = find_by_id(ref->capture_id);
-    ev->capture_id = c ? c->id : 0;
-    ev->recorded_on = ref->key;
-    ev->record_seq = ++bookkeeping_seq;
-  }
-  pthread_mutex_unlock(&registry_lock);
+  if (st != CGC_SUCCESS || cgc__captures_underway() == 0) return st;
+  cgc__mutex_lock(&registry_lock, CGC__LOCK_REGISTRY);
+  struct cgc__capture* c = ref->special && ref->cu == NULL ? NULL : find_by_member(ref->key);
+  /* A stream forked in without cgc_stream_wait_event (a raw cuStreamWaitEvent) is still part
+   * of the capture: the driver knows. */
+  if (c == NULL && ref->capturing) c = find_by_id(ref->capture_id);
+  ev->capture_id = c ? c->id : 0;
+  ev->recorded_on = ref->key;
+  ev->record_seq = ++bookkeeping_seq;
+  cgc__mutex_unlock(&registry_lock, CGC__LOCK_REGISTRY);
   return st;
 }
 
-cgc_status_t cgc__registry_wait(const cgc__stream_ref_t* ref, cgc_event_t ev, const char* func) {
-  if (cgc__captures_underway() == 0) return cgc__cu_fail(cgc__drv.cuStreamWaitEvent(ref->cu, ev->cu, 0), func, "cuStreamWaitEvent");
-  pthread_mutex_lock(&registry_lock);
-  CUresult r = cgc__drv.cuStreamWaitEvent(ref->cu, ev->cu, 0);
-  cgc_status_t st = cgc__cu_fail(r, func, "cuStreamWaitEvent");
-  struct cgc__capture* c = find_by_id(ev->capture_id);
-  if (st != CGC_SUCCESS && c != NULL && c->state == CGC__CAPTURE_ACTIVE) {
-    /* The driver refuses a wait on a record of a capture that was invalidated meanwhile (with
-     * CUDA_ERROR_INVALID_VALUE on driver 580): say so. Asking the driver is safe here: the
-     * capture is ACTIVE under the lock, so no thread is inside its cuStreamEndCapture. */
-    CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_ACTIVE;
-    if (cgc__drv.cuStreamGetCaptureInfo(c->origin, &status, NULL, NULL, NULL, NULL) == CUDA_SUCCESS &&
-        status == CU_STREAM_CAPTURE_STATUS_INVALIDATED) {
-      const char* name = "an error";
-      cgc__drv.cuGetErrorName(r, &name);
-      st = cgc__fail(CGC_ERROR_CAPTURE_INVALIDATED, func,
-                     "event %p was recorded in the capture on stream %p, which an earlier call invalidated "
-                     "(cuStreamWaitEvent failed: %s): end that capture and capture again",
-                     (void*)ev, (void*)c->origin, name);
-    }
+/* Why the driver refused a wait on a record of cgc capture `c` (registry_lock held, `c` ACTIVE:
+ * no thread is inside its cuStreamEndCapture, so asking about its origin is safe). */
+static cgc_status_t explain_refused_wait(const struct cgc__capture* c, cgc_event_t ev, CUresult r, const char* func) {
+  const char* name = "an error";
+  CGC_DRV(cuGetErrorName)(r, &name);
+  CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_ACTIVE;
+  bool invalidated;
+  if (c->origin_per_thread && !pthread_equal(c->thread, pthread_self())) {
+    /* "The per-thread stream" is another stream on this thread: the driver cannot be asked
+     * about the capture's origin from here. A record of a capture that is still active is
+     * refused for one reason (the capture was invalidated meanwhile, CUDA_ERROR_INVALID_VALUE
+     * on driver 580). */
+    invalidated = r == CUDA_ERROR_INVALID_VALUE;
+  } else {
+    invalidated = CGC_DRV(cuStreamGetCaptureInfo)(c->origin, &status, NULL, NULL, NULL, NULL) == CUDA_SUCCESS &&
+                  status == CU_STREAM_CAPTURE_STATUS_INVALIDATED;
   }
+  if (!invalidated) return cgc__cu_fail(r, func, "cuStreamWaitEvent");
+  return cgc__fail(CGC_ERROR_CAPTURE_INVALIDATED, func,
+                   "event %p was recorded in the capture on stream %p, which an earlier call invalidated "
+                   "(cuStreamWaitEvent failed: %s): end that capture and capture again",
+                   (void*)ev, (void*)c->origin, name);
+}
+
+cgc_status_t cgc__registry_wait(const cgc__stream_ref_t* ref, cgc_event_t ev, const char* func) {
+  CUresult r = CGC_DRV(cuStreamWaitEvent)(ref->cu, ev->cu, 0);
+  if (r == CUDA_SUCCESS && cgc__captures_underway() == 0) return CGC_SUCCESS;
+  cgc__mutex_lock(&registry_lock, CGC__LOCK_REGISTRY);
+  struct cgc__capture* c = find_by_id(ev->capture_id);
+  cgc_status_t st = CGC_SUCCESS;
+  if (r != CUDA_SUCCESS)
+    st = c != NULL && c->state == CGC__CAPTURE_ACTIVE ? explain_refused_wait(c, ev, r, func)
+                                                      : cgc__cu_fail(r, func, "cuStreamWaitEvent");
   if (st != CGC_SUCCESS) c = NULL;
   if (c != NULL && !(ref->special && ref->cu == NULL)) {
     uint64_t now = ++bookkeeping_seq;
@@ -332,42 +347,58 @@ cgc_status_t cgc__registry_wait(const cgc__stream_ref_t* ref, cgc_event_t ev, co
       }
     }
   }
-  pthread_mutex_unlock(&registry_lock);
+  cgc__mutex_unlock(&registry_lock, CGC__LOCK_REGISTRY);
   return st;
 }
 
 bool cgc__registry_side_joined(uint64_t id, uint64_t key, uint64_t since) {
-  pthread_mutex_lock(&registry_lock);
+  cgc__mutex_lock(&registry_lock, CGC__LOCK_REGISTRY);
   struct cgc__capture* c = find_by_id(id);
   struct cgc__side* s = c ? find_side(c, key) : NULL;
   bool joined = s != NULL && s->joined_seq > since && s->joined_seq > s->fork_seq;
-  pthread_mutex_unlock(&registry_lock);
+  cgc__mutex_unlock(&registry_lock, CGC__LOCK_REGISTRY);
   return joined;
 }
 
 uint64_t cgc__registry_seq(void) {
-  pthread_mutex_lock(&registry_lock);
+  cgc__mutex_lock(&registry_lock, CGC__LOCK_REGISTRY);
   uint64_t seq = ++bookkeeping_seq;
-  pthread_mutex_unlock(&registry_lock);
+  cgc__mutex_unlock(&registry_lock, CGC__LOCK_REGISTRY);
   return seq;
 }
 
 /* ---- what captures hold ---- */
+
+cgc_status_t cgc__refuse_invalidated(const cgc__stream_ref_t* ref, const char* what, const char* func) {
+  /* The driver reports no id for an invalidated capture: whether cgc began it is asked of the
+   * registry, by the stream's key or address (its origin's or a side's). */
+  cgc__mutex_lock(&registry_lock, CGC__LOCK_REGISTRY);
+  bool ours = false;
+  for (struct cgc__capture* c = registry; c != NULL && !ours; c = c->next)
+    ours = c->origin_key == ref->key || (ref->cu != NULL && c->origin == ref->cu) || find_side(c, ref->key) != NULL;
+  cgc__mutex_unlock(&registry_lock, CGC__LOCK_REGISTRY);
+  if (ours)
+    return cgc__fail(CGC_ERROR_CAPTURE_INVALIDATED, func,
+                     "stream %p takes part in a capture that an earlier call invalidated: %s cannot be recorded into "
+                     "it; end it (cgc_capture_end on its origin stream reports why), then capture again",
+                     (void*)ref->cu, what);
+  return cgc__fail(CGC_ERROR_CAPTURE_INVALIDATED, func,
+                   "stream %p takes part in a capture that an earlier call invalidated, which cgc did not begin: %s "
+                   "cannot be recorded into it; end it where it was begun (cuStreamEndCapture, or the framework "
+                   "that began it), then capture again",
+                   (void*)ref->cu, what);
+}
 
 cgc_status_t cgc__registry_capture_of(const cgc__stream_ref_t* ref, uint64_t* id, const char* func) {
   *id = 0;
   if (!ref->capturing) return CGC_SUCCESS;
   /* An invalidated capture has no id the driver reports (0): say what happened, not that cgc
    * did not begin it. */
-  if (ref->invalidated)
-    return cgc__fail(CGC_ERROR_CAPTURE_INVALIDATED, func,
-                     "stream %p takes part in a capture that an earlier call invalidated: end it (cgc_capture_end "
-                     "on its origin stream reports why), then capture again",
-                     (void*)ref->cu);
-  pthread_mutex_lock(&registry_lock);
+  if (ref->invalidated) return cgc__refuse_invalidated(ref, "this call", func);
+  cgc__mutex_lock(&registry_lock, CGC__LOCK_REGISTRY);
   struct cgc__capture* c = find_by_id(ref->capture_id);
   uint64_t capture = c != NULL ? c->id : 0; /* a body's stream works for the capture of its body */
-  pthread_mutex_unlock(&registry_lock);
+  cgc__mutex_unlock(&registry_lock, CGC__LOCK_REGISTRY);
   if (capture == 0)
     return cgc__fail(CGC_ERROR_INVALID_STATE, func,
                      "stream %p is capturing (capture id %llu) but the capture was not begun with "
@@ -382,7 +413,7 @@ cgc_status_t cgc__registry_capture_of(const cgc__stream_ref_t* ref, uint64_t* id
  * thousands of host nodes stays linear. */
 static cgc_status_t add_use(uint64_t id, const cgc__use_ops_t* ops, void* object, bool fresh, const char* func) {
   cgc_status_t st = CGC_SUCCESS;
-  pthread_mutex_lock(&registry_lock);
+  cgc__mutex_lock(&registry_lock, CGC__LOCK_REGISTRY);
   struct cgc__capture* c = find_by_id(id);
   if (c == NULL || c->state == CGC__CAPTURE_ENDING) {
     st = cgc__fail(CGC_ERROR_INVALID_STATE, func, "capture %llu has ended", (unsigned long long)id);
@@ -400,7 +431,7 @@ static cgc_status_t add_use(uint64_t id, const cgc__use_ops_t* ops, void* object
       }
     }
   }
-  pthread_mutex_unlock(&registry_lock);
+  cgc__mutex_unlock(&registry_lock, CGC__LOCK_REGISTRY);
   return st;
 }
 
@@ -425,15 +456,15 @@ cgc_status_t cgc__capture_guard(struct cgc__device* dev, cgc__guard_t kind, cons
    * the mode may have been set through the driver directly). */
   CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_GLOBAL;
   if (kind == CGC__GUARD_THIS_THREAD) {
-    cgc__drv.cuThreadExchangeStreamCaptureMode(&mode);
+    CGC_DRV(cuThreadExchangeStreamCaptureMode)(&mode);
     CUstreamCaptureMode back = mode;
-    cgc__drv.cuThreadExchangeStreamCaptureMode(&back);
+    CGC_DRV(cuThreadExchangeStreamCaptureMode)(&back);
     if (mode == CU_STREAM_CAPTURE_MODE_RELAXED) return CGC_SUCCESS; /* the driver checks nothing */
   }
   pthread_t self = pthread_self();
   struct cgc__capture* broken = NULL;
   bool own = false;
-  pthread_mutex_lock(&registry_lock);
+  cgc__mutex_lock(&registry_lock, CGC__LOCK_REGISTRY);
   for (struct cgc__capture* c = registry; c != NULL && broken == NULL; c = c->next) {
     bool mine = pthread_equal(c->thread, self);
     if (any_mode) {
@@ -466,18 +497,18 @@ cgc_status_t cgc__capture_guard(struct cgc__device* dev, cgc__guard_t kind, cons
                      "to Relaxed with cgc_capture_mode_exchange",
                      call, (void*)broken->origin, (unsigned long long)broken->id);
   }
-  pthread_mutex_unlock(&registry_lock);
+  cgc__mutex_unlock(&registry_lock, CGC__LOCK_REGISTRY);
   return st;
 }
 
 int cgc__registry_count_on(struct cgc__device* dev, CUstream* origin) {
   int n = 0;
   *origin = NULL;
-  pthread_mutex_lock(&registry_lock);
+  cgc__mutex_lock(&registry_lock, CGC__LOCK_REGISTRY);
   for (struct cgc__capture* c = registry; c != NULL; c = c->next) {
     if (c->dev != dev) continue;
     if (n++ == 0) *origin = c->origin;
   }
-  pthread_mutex_unlock(&registry_lock);
+  cgc__mutex_unlock(&registry_lock, CGC__LOCK_REGISTRY);
   return n;
 }

@@ -59,7 +59,7 @@ static pthread_mutex_t kernels_lock = PTHREAD_MUTEX_INITIALIZER;
  * Loading a module breaks a Global capture under way on another thread (measured on driver
  * 580): it runs in Relaxed mode. */
 static cgc_status_t device_kernels(struct cgc__device* dev, struct cgc__kernels** out, const char* func) {
-  pthread_mutex_lock(&kernels_lock);
+  cgc__mutex_lock(&kernels_lock, CGC__LOCK_KERNELS);
   cgc_status_t st = CGC_SUCCESS;
   if (dev->kernels == NULL) {
     struct cgc__kernels* k = calloc(1, sizeof *k);
@@ -77,7 +77,7 @@ static cgc_status_t device_kernels(struct cgc__device* dev, struct cgc__kernels*
       if (st == CGC_SUCCESS) {
         dev->kernels = k;
       } else {
-        if (k->module != NULL) cgc__drv.cuModuleUnload(k->module);
+        if (k->module != NULL) CGC_DRV(cuModuleUnload)(k->module);
         free(k);
         cgc__append(" (loading cgc's embedded kernels: sm_80/sm_90 SASS and compute_90 PTX)");
       }
@@ -85,7 +85,7 @@ static cgc_status_t device_kernels(struct cgc__device* dev, struct cgc__kernels*
   }
   if (st == CGC_SUCCESS) dev->kernels->generators++;
   *out = dev->kernels;
-  pthread_mutex_unlock(&kernels_lock);
+  cgc__mutex_unlock(&kernels_lock, CGC__LOCK_KERNELS);
   return st;
 }
 
@@ -100,10 +100,10 @@ struct dead_slots {
 static struct dead_slots* dead;
 
 static void free_dead_slots(void) {
-  pthread_mutex_lock(&kernels_lock);
+  cgc__mutex_lock(&kernels_lock, CGC__LOCK_KERNELS);
   struct dead_slots* list = dead;
   dead = NULL;
-  pthread_mutex_unlock(&kernels_lock);
+  cgc__mutex_unlock(&kernels_lock, CGC__LOCK_KERNELS);
   while (list != NULL) {
     struct dead_slots* d = list;
     list = d->next;
@@ -118,19 +118,19 @@ static void free_dead_slots(void) {
 
 void cgc__rng_device_release(struct cgc__device* dev) {
   free_dead_slots();
-  pthread_mutex_lock(&kernels_lock);
+  cgc__mutex_lock(&kernels_lock, CGC__LOCK_KERNELS);
   struct cgc__kernels* k = dev->kernels;
   if (k != NULL && k->generators == 0) {
     dev->kernels = NULL;
   } else {
     k = NULL;
   }
-  pthread_mutex_unlock(&kernels_lock);
+  cgc__mutex_unlock(&kernels_lock, CGC__LOCK_KERNELS);
   if (k == NULL) return;
   cgc__ctx_scope_t scope;
   if (cgc__ctx_enter(dev, &scope, "cgc_context_destroy") == CGC_SUCCESS) {
     CUstreamCaptureMode previous = cgc__relaxed_begin();
-    cgc__drv.cuModuleUnload(k->module);
+    CGC_DRV(cuModuleUnload)(k->module);
     cgc__relaxed_end(previous);
     cgc__ctx_leave(&scope);
   }
@@ -138,6 +138,7 @@ void cgc__rng_device_release(struct cgc__device* dev) {
 }
 
 cgc_status_t cgc_rng_create(cgc_context_t ctx, uint64_t seed, cgc_rng_t* out) {
+  CGC_REFUSE_IN_HOST_FUNCTION();
   CGC_CHECK_ARG(out != NULL, "out is NULL");
   *out = NULL;
   CGC_CHECK_HANDLE(ctx, CGC_MAGIC_CONTEXT);
@@ -170,9 +171,9 @@ cgc_status_t cgc_rng_create(cgc_context_t ctx, uint64_t seed, cgc_rng_t* out) {
 
 fail:
   if (k != NULL) {
-    pthread_mutex_lock(&kernels_lock);
+    cgc__mutex_lock(&kernels_lock, CGC__LOCK_KERNELS);
     k->generators--;
-    pthread_mutex_unlock(&kernels_lock);
+    cgc__mutex_unlock(&kernels_lock, CGC__LOCK_KERNELS);
   }
   cgc__ctx_leave(&scope);
   free(rng);
@@ -183,13 +184,13 @@ static void rng_release(void* object) {
   cgc_rng_t rng = object;
   if (atomic_fetch_sub(&rng->refs, 1) != 1) return;
   struct dead_slots* d = malloc(sizeof *d);
-  pthread_mutex_lock(&kernels_lock);
+  cgc__mutex_lock(&kernels_lock, CGC__LOCK_KERNELS);
   if (d != NULL) {
     *d = (struct dead_slots){rng->dev, rng->slots, dead};
     dead = d;
   }
   rng->dev->kernels->generators--;
-  pthread_mutex_unlock(&kernels_lock);
+  cgc__mutex_unlock(&kernels_lock, CGC__LOCK_KERNELS);
   free_dead_slots();
   pthread_mutex_destroy(&rng->lock);
   cgc__retire(rng);
@@ -198,6 +199,7 @@ static void rng_release(void* object) {
 static void rng_retain(void* object) { atomic_fetch_add(&((cgc_rng_t)object)->refs, 1); }
 
 cgc_status_t cgc_rng_destroy(cgc_rng_t rng) {
+  CGC_REFUSE_IN_HOST_FUNCTION();
   CGC_CHECK_HANDLE(rng, CGC_MAGIC_RNG);
   /* The handle dies now; graphs that draw from the generator keep its state until they go. */
   rng->magic = CGC_MAGIC_DEAD;
@@ -209,11 +211,11 @@ cgc_status_t cgc_rng_destroy(cgc_rng_t rng) {
 static uint64_t rng_capture_done(void* object, bool kept) {
   (void)kept;
   cgc_rng_t rng = object;
-  pthread_mutex_lock(&rng->lock);
+  cgc__mutex_lock(&rng->lock, CGC__LOCK_RNG);
   uint64_t consumed = rng->capture_offset;
   rng->capture_id = 0;
   rng->capture_offset = 0;
-  pthread_mutex_unlock(&rng->lock);
+  cgc__mutex_unlock(&rng->lock, CGC__LOCK_RNG);
   return consumed;
 }
 
@@ -222,13 +224,13 @@ static uint64_t rng_capture_done(void* object, bool kept) {
 static CUresult rng_before_launch(void* object, uint64_t amount, CUstream stream, uint64_t stream_key) {
   (void)stream_key;
   cgc_rng_t rng = object;
-  pthread_mutex_lock(&rng->lock);
+  cgc__mutex_lock(&rng->lock, CGC__LOCK_RNG);
   unsigned long long seed = rng->seed, offset = rng->offset;
   rng->offset += amount;
-  pthread_mutex_unlock(&rng->lock);
+  cgc__mutex_unlock(&rng->lock, CGC__LOCK_RNG);
   CUdeviceptr slots = rng->slots;
   void* args[] = {&slots, &seed, &offset};
-  return cgc__drv.cuLaunchKernel(rng->dev->kernels->set_state, 1, 1, 1, 1, 1, 1, 0, stream, args, NULL);
+  return CGC_DRV(cuLaunchKernel)(rng->dev->kernels->set_state, 1, 1, 1, 1, 1, 1, 0, stream, args, NULL);
 }
 
 static const cgc__use_ops_t rng_use_ops = {"generator", rng_retain, rng_release, rng_capture_done, rng_before_launch};
@@ -279,7 +281,7 @@ static cgc_status_t loop_end_iteration(struct cgc__body* b, CUstream stream, con
 static cgc_status_t chain_for(cgc_rng_t rng, struct cgc__body** loops, const CUdeviceptr* states, int n,
                               loop_chain_t* chain, const char* func) {
   cgc_status_t st = CGC_SUCCESS;
-  pthread_mutex_lock(&loop_lock);
+  cgc__mutex_lock(&loop_lock, CGC__LOCK_LOOP);
   for (int d = n - 1; d >= 0 && st == CGC_SUCCESS; d--) { /* outermost first */
     struct cgc__body* loop = loops[d];
     int j = 0;
@@ -296,24 +298,24 @@ static cgc_status_t chain_for(cgc_rng_t rng, struct cgc__body** loops, const CUd
     }
     chain->state[d] = states[d] + (uint64_t)j * 4 * sizeof(uint64_t);
   }
-  pthread_mutex_unlock(&loop_lock);
+  cgc__mutex_unlock(&loop_lock, CGC__LOCK_LOOP);
   return st;
 }
 
 /* The end of a WHILE body that drew: each generator's window for the loop, and the kernel that
  * moves the loop's states on at the end of every iteration. */
 static cgc_status_t loop_end_iteration(struct cgc__body* b, CUstream stream, const char* func) {
-  pthread_mutex_lock(&loop_lock);
+  cgc__mutex_lock(&loop_lock, CGC__LOCK_LOOP);
   int n = b->n_generators;
-  struct cgc__loop_generator generators[CGC__LOOP_GENERATORS];
+  struct cgc__loop_generator generators[CGC__LOOP_GENERATORS] = {{0}};
   for (int j = 0; j < n; j++) generators[j] = b->generators[j];
   CUdeviceptr states = b->loop_states;
-  pthread_mutex_unlock(&loop_lock);
+  cgc__mutex_unlock(&loop_lock, CGC__LOCK_LOOP);
   loop_advance_t advance = {.cap = CGC_LOOP_EAGER_ITERATIONS, .n = (uint32_t)n};
   cgc_status_t st = CGC_SUCCESS;
   for (int j = 0; j < n && st == CGC_SUCCESS; j++) {
     cgc_rng_t rng = generators[j].rng;
-    pthread_mutex_lock(&rng->lock);
+    cgc__mutex_lock(&rng->lock, CGC__LOCK_RNG);
     uint64_t per_iteration = rng->capture_offset - generators[j].begin;
     if (per_iteration > UINT64_MAX / CGC_LOOP_EAGER_ITERATIONS / 2) {
       st = cgc__fail(CGC_ERROR_CAPTURE_UNSUPPORTED, func,
@@ -323,7 +325,7 @@ static cgc_status_t loop_end_iteration(struct cgc__body* b, CUstream stream, con
     } else {
       rng->capture_offset = generators[j].begin + per_iteration * CGC_LOOP_EAGER_ITERATIONS;
     }
-    pthread_mutex_unlock(&rng->lock);
+    cgc__mutex_unlock(&rng->lock, CGC__LOCK_RNG);
     advance.amount[j] = per_iteration;
     advance.laps[j] = rng->slots + 2 * sizeof(uint64_t);
   }
@@ -332,6 +334,18 @@ static cgc_status_t loop_end_iteration(struct cgc__body* b, CUstream stream, con
   cgc_rng_t first = generators[0].rng;
   return CGC_CU_FOR(func, cuLaunchKernel(first->dev->kernels->loop_advance, 1, 1, 1, CGC__LOOP_GENERATORS, 1, 1, 0, stream, args,
                                NULL));
+}
+
+/* A draw whose kernel was not launched gives its numbers back (CONTRACT: a failed call leaves
+ * nothing half done), unless another draw advanced the generator meanwhile: then the numbers are
+ * skipped, which no result can tell from a draw that happened. */
+static void undo_draw(cgc_rng_t rng, uint64_t capture_id, unsigned long long offset, size_t n) {
+  cgc__mutex_lock(&rng->lock, CGC__LOCK_RNG);
+  if (capture_id == 0 && rng->offset == offset + round4(n))
+    rng->offset = offset;
+  else if (capture_id != 0 && rng->capture_id == capture_id && rng->capture_offset == offset + round4(n))
+    rng->capture_offset = offset;
+  cgc__mutex_unlock(&rng->lock, CGC__LOCK_RNG);
 }
 
 /* The common path of uniform and normal: where the draw's numbers come from, then the launch. */
@@ -363,7 +377,7 @@ static cgc_status_t draw(cgc_rng_t rng, float* out, size_t n, bool normal, float
   unsigned long long seed = 0, offset = 0;
   CUdeviceptr slots = 0;
   loop_chain_t chain = {{0}};
-  pthread_mutex_lock(&rng->lock);
+  cgc__mutex_lock(&rng->lock, CGC__LOCK_RNG);
   if (capture_id == 0) {
     seed = rng->seed;
     offset = rng->offset;
@@ -386,12 +400,15 @@ static cgc_status_t draw(cgc_rng_t rng, float* out, size_t n, bool normal, float
       rng->capture_offset += round4(n);
     }
   }
-  pthread_mutex_unlock(&rng->lock);
+  cgc__mutex_unlock(&rng->lock, CGC__LOCK_RNG);
   if (st != CGC_SUCCESS) return st;
 
   cgc__ctx_scope_t scope;
   st = cgc__ctx_enter(rng->dev, &scope, func);
-  if (st != CGC_SUCCESS) return st;
+  if (st != CGC_SUCCESS) {
+    undo_draw(rng, capture_id, offset, n);
+    return st;
+  }
   struct cgc__kernels* k = rng->dev->kernels;
   unsigned long long count = n;
   unsigned long long groups = (count + 3) / 4;
@@ -401,12 +418,13 @@ static cgc_status_t draw(cgc_rng_t rng, float* out, size_t n, bool normal, float
   CUresult r;
   if (normal) {
     void* args[] = {&out, &count, &mean, &stddev, &slot_ptr, &chain, &seed, &offset};
-    r = cgc__drv.cuLaunchKernel(k->normal, blocks, 1, 1, 256, 1, 1, 0, stream->cu, args, NULL);
+    r = CGC_DRV(cuLaunchKernel)(k->normal, blocks, 1, 1, 256, 1, 1, 0, stream->cu, args, NULL);
   } else {
     void* args[] = {&out, &count, &slot_ptr, &chain, &seed, &offset};
-    r = cgc__drv.cuLaunchKernel(k->uniform, blocks, 1, 1, 256, 1, 1, 0, stream->cu, args, NULL);
+    r = CGC_DRV(cuLaunchKernel)(k->uniform, blocks, 1, 1, 256, 1, 1, 0, stream->cu, args, NULL);
   }
   cgc__ctx_leave(&scope);
+  if (r != CUDA_SUCCESS) undo_draw(rng, capture_id, offset, n);
   return cgc__cu_fail(r, func, "cuLaunchKernel");
 }
 
@@ -421,10 +439,10 @@ cgc_status_t cgc_rng_normal(cgc_rng_t rng, float* out, size_t n, float mean, flo
 cgc_status_t cgc_rng_get_state(cgc_rng_t rng, uint64_t* seed, uint64_t* offset) {
   CGC_CHECK_HANDLE(rng, CGC_MAGIC_RNG);
   CGC_CHECK_ARG(seed != NULL || offset != NULL, "seed and offset are both NULL");
-  pthread_mutex_lock(&rng->lock);
+  cgc__mutex_lock(&rng->lock, CGC__LOCK_RNG);
   if (seed != NULL) *seed = rng->seed;
   if (offset != NULL) *offset = rng->offset;
-  pthread_mutex_unlock(&rng->lock);
+  cgc__mutex_unlock(&rng->lock, CGC__LOCK_RNG);
   return CGC_SUCCESS;
 }
 
@@ -433,7 +451,7 @@ cgc_status_t cgc_rng_set_state(cgc_rng_t rng, uint64_t seed, uint64_t offset) {
   CGC_CHECK_ARG(offset % 4 == 0, "offset %llu is not a multiple of 4 (draws consume offsets 4 at a time)",
                 (unsigned long long)offset);
   cgc_status_t st = CGC_SUCCESS;
-  pthread_mutex_lock(&rng->lock);
+  cgc__mutex_lock(&rng->lock, CGC__LOCK_RNG);
   if (rng->capture_id != 0) {
     /* Like manual_seed during a PyTorch capture: the same state is a no-op, a change is refused. */
     if (seed != rng->seed || offset != rng->offset)
@@ -445,6 +463,6 @@ cgc_status_t cgc_rng_set_state(cgc_rng_t rng, uint64_t seed, uint64_t offset) {
     rng->seed = seed;
     rng->offset = offset;
   }
-  pthread_mutex_unlock(&rng->lock);
+  cgc__mutex_unlock(&rng->lock, CGC__LOCK_RNG);
   return st;
 }

@@ -20,6 +20,7 @@ static cgc_status_t new_handle(struct cgc__device* dev, CUstream cu, cgc__stream
 }
 
 cgc_status_t cgc_stream_create(cgc_context_t ctx, unsigned flags, int priority, cgc_stream_t* out) {
+  CGC_REFUSE_IN_HOST_FUNCTION();
   CGC_CHECK_ARG(out != NULL, "out is NULL");
   *out = NULL;
   CGC_CHECK_HANDLE(ctx, CGC_MAGIC_CONTEXT);
@@ -35,27 +36,28 @@ cgc_status_t cgc__stream_create(struct cgc__device* dev, unsigned flags, int pri
   int least = 0, greatest = 0;
   CUstream cu = NULL;
   unsigned long long id = 0;
-  st = cgc__cu_fail(cgc__drv.cuCtxGetStreamPriorityRange(&least, &greatest), func, "cuCtxGetStreamPriorityRange");
+  st = cgc__cu_fail(CGC_DRV(cuCtxGetStreamPriorityRange)(&least, &greatest), func, "cuCtxGetStreamPriorityRange");
   if (st != CGC_SUCCESS) goto fail;
   /* Lower numbers are higher priorities: clamp into [greatest, least] like the runtime does. */
   if (priority > least) priority = least;
   if (priority < greatest) priority = greatest;
   unsigned cu_flags = (flags & CGC_STREAM_NON_BLOCKING) ? CU_STREAM_NON_BLOCKING : CU_STREAM_DEFAULT;
-  st = cgc__cu_fail(cgc__drv.cuStreamCreateWithPriority(&cu, cu_flags, priority), func, "cuStreamCreateWithPriority");
+  st = cgc__cu_fail(CGC_DRV(cuStreamCreateWithPriority)(&cu, cu_flags, priority), func, "cuStreamCreateWithPriority");
   if (st != CGC_SUCCESS) goto fail;
-  st = cgc__cu_fail(cgc__drv.cuStreamGetId(cu, &id), func, "cuStreamGetId"); /* a new stream is not capturing: safe to ask */
+  st = cgc__cu_fail(CGC_DRV(cuStreamGetId)(cu, &id), func, "cuStreamGetId"); /* a new stream is not capturing: safe to ask */
   if (st != CGC_SUCCESS) goto fail;
   st = new_handle(dev, cu, CGC__STREAM_OWNED, id, out, func);
   if (st != CGC_SUCCESS) goto fail;
   cgc__ctx_leave(&scope);
   return CGC_SUCCESS;
 fail:
-  if (cu != NULL) cgc__drv.cuStreamDestroy(cu);
+  if (cu != NULL) CGC_DRV(cuStreamDestroy)(cu);
   cgc__ctx_leave(&scope);
   return st;
 }
 
 cgc_status_t cgc_stream_wrap(cgc_context_t ctx, void* native_stream, cgc_stream_t* out) {
+  CGC_REFUSE_IN_HOST_FUNCTION();
   CGC_CHECK_ARG(out != NULL, "out is NULL");
   *out = NULL;
   CGC_CHECK_HANDLE(ctx, CGC_MAGIC_CONTEXT);
@@ -89,6 +91,7 @@ void* cgc_stream_native(cgc_stream_t stream) {
 }
 
 cgc_status_t cgc_stream_destroy(cgc_stream_t stream) {
+  CGC_REFUSE_IN_HOST_FUNCTION();
   CGC_CHECK_HANDLE(stream, CGC_MAGIC_STREAM);
   if (stream->body != NULL)
     return cgc__fail(CGC_ERROR_INVALID_STATE, __func__,
@@ -154,7 +157,7 @@ cgc_status_t cgc_stream_query(cgc_stream_t stream, int* complete) {
   cgc__ctx_scope_t scope;
   st = cgc__stream_enter(stream, &scope, __func__);
   if (st != CGC_SUCCESS) return st;
-  CUresult r = cgc__drv.cuStreamQuery(stream->cu);
+  CUresult r = CGC_DRV(cuStreamQuery)(stream->cu);
   cgc__ctx_leave(&scope);
   if (r == CUDA_ERROR_NOT_READY) return CGC_SUCCESS;
   if (r == CUDA_SUCCESS) *complete = 1;
@@ -171,12 +174,10 @@ cgc_status_t cgc_stream_wait_event(cgc_stream_t stream, cgc_event_t event) {
   cgc__ctx_scope_t scope;
   st = cgc__stream_enter(stream, &scope, __func__);
   if (st != CGC_SUCCESS) return st;
-  /* A wait on an event recorded in a capture makes the stream join that capture: no fence may
-   * be recorded on it meanwhile (cgc__alloc_fence_lock). */
-  bool joining = ref.capture_id != 0 || cgc__captures_underway() > 0;
-  if (joining) cgc__alloc_fence_lock(stream->dev);
+  /* A wait on an event recorded in a cgc capture makes the stream join that capture; no fence
+   * is recorded meanwhile, since none is while a capture of the device is registered
+   * (cgc__alloc_fence_and_park). */
   st = cgc__registry_wait(&ref, event, __func__);
-  if (joining) cgc__alloc_fence_unlock(stream->dev);
   cgc__ctx_leave(&scope);
   return st;
 }

@@ -27,7 +27,7 @@ static cgc_status_t legacy_key(struct cgc__device* dev, uint64_t* key, const cha
   uint64_t id = atomic_load_explicit(&dev->legacy_stream_id, memory_order_relaxed);
   if (id == 0) {
     unsigned long long got = 0;
-    cgc_status_t st = cgc__cu_fail(cgc__drv.cuStreamGetId(CU_STREAM_LEGACY, &got), func, "cuStreamGetId");
+    cgc_status_t st = cgc__cu_fail(CGC_DRV(cuStreamGetId)(CU_STREAM_LEGACY, &got), func, "cuStreamGetId");
     if (st != CGC_SUCCESS) return st;
     id = got;
     atomic_store_explicit(&dev->legacy_stream_id, id, memory_order_relaxed);
@@ -45,7 +45,7 @@ static cgc_status_t resolve_ordinary(CUstream cu, bool ask_capture, atomic_uint_
   if (ask_capture || key == 0) {
     CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
     cuuint64_t id = 0;
-    CUresult r = cgc__drv.cuStreamGetCaptureInfo(cu, &status, &id, NULL, NULL, NULL);
+    CUresult r = CGC_DRV(cuStreamGetCaptureInfo)(cu, &status, &id, NULL, NULL, NULL);
     if (r != CUDA_SUCCESS) return cgc__cu_fail(r, func, "cuStreamGetCaptureInfo");
     out->capturing = status != CU_STREAM_CAPTURE_STATUS_NONE;
     out->invalidated = status == CU_STREAM_CAPTURE_STATUS_INVALIDATED;
@@ -53,7 +53,7 @@ static cgc_status_t resolve_ordinary(CUstream cu, bool ask_capture, atomic_uint_
   }
   if (key == 0 && !out->capturing) {
     unsigned long long got = 0;
-    CUresult r = cgc__drv.cuStreamGetId(cu, &got);
+    CUresult r = CGC_DRV(cuStreamGetId)(cu, &got);
     if (r != CUDA_SUCCESS) return cgc__cu_fail(r, func, "cuStreamGetId");
     key = got;
     if (cached != NULL)

@@ -17,6 +17,9 @@ if [ "${1:-}" = "--sanitize" ]; then
 fi
 stress_seconds=${CGC_STRESS_SECONDS:-60}
 export CGC_TEST_DATA="$here/data"
+# The lock rule's check (src/lockcheck.h): a cgc lock taken out of order, a driver call that can
+# wait made under a hot lock, or a driver call inside a host function aborts the test.
+export CGC_LOCK_CHECK="${CGC_LOCK_CHECK:-1}"
 export CGC_LIBRARY="$here/data/libcgc.so.1" # how the bindings find the library
 export CGC_ABI_DESCRIPTION="$here/data/abi.txt" # what their ABI tests compare with
 logs="${CGC_TEST_LOGS:-$(mktemp -d)}"
@@ -114,7 +117,7 @@ if [ "$sanitize" -eq 1 ]; then
   # a test provokes on purpose (refused allocations, bad handles) are listed, not counted.
   command -v compute-sanitizer >/dev/null || { echo "compute-sanitizer is not on PATH"; exit 1; }
   # The suites that run on the GPU (the others make no CUDA call, which the sanitizer refuses).
-  for name in adopt_test alloc_test capture_test dlopen_test graph_test nccl_pool_test pool_test rng_test stream_event_test work_test update_test conditional_test; do
+  for name in adopt_test alloc_test capture_test dlopen_test graph_test nccl_pool_test pool_test rng_test stream_event_test trust_test work_test update_test conditional_test; do
     bin="$here/bin/$name"
     [ -x "$bin" ] || continue
     run_one "memcheck_$name" memcheck compute-sanitizer --tool memcheck --leak-check full \

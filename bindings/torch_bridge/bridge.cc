@@ -23,9 +23,10 @@
 // Captures that fail: PyTorch calls neither endAllocateToPool nor releasePool for a capture whose
 // cudaStreamEndCapture failed, and its filter may point into a CUDAGraph freed since. PyTorch
 // begins and ends a thread's captures one after another, on that thread, so a new begin on a
-// thread ends the routes that thread began before and never ended, and their pools' adoptions
-// (cgc_empty_cache is not held back by an adoption whose capture is over meanwhile). A begin for a pool id that another thread's open route records into is refused,
-// as PyTorch's own allocator refuses it.
+// thread ends the routes that thread began before and never ended, and their pools' adoptions;
+// so does its torch.cuda.empty_cache() for routes whose capture is over (cgc_empty_cache waits
+// for every open adoption to end). A begin for a pool id that another thread's open route records
+// into is refused, as PyTorch's own allocator refuses it.
 //
 // Thread safety: one mutex (State::lock) guards the pools, the routes and the contexts, and
 // torch's filters are asked under it (so no route ends while its filter runs). Under it the
@@ -79,6 +80,7 @@ struct Route {
   cgc_pool_t pool;
   std::thread::id thread;  // the thread that began it (and, with PyTorch, ends it)
   bool claimed;            // its pool adopted the capture the filter accepted
+  void* stream = nullptr;  // the stream it was claimed through
 };
 
 // Everything the hooks share. Allocated once and never freed: PyTorch may release a pool from
@@ -120,9 +122,7 @@ cgc_context_t context_for(State& s, int device) {
   return s.contexts[device];
 }
 
-// (lock held) Ends a route: its pool stops adopting the capture it claimed. An adoption ended
-// already (the pool's next adoption ends one whose capture is over) is refused with
-// INVALID_STATE: fine.
+// (lock held) Ends a route: its pool stops adopting the capture it claimed.
 std::vector<Route>::iterator end_route(State& s, std::vector<Route>::iterator it) {
   if (it->claimed) {
     cgc_status_t st = api()->cgc_pool_end_adopted_capture(it->pool);
@@ -198,8 +198,29 @@ void record_stream(void* ptr, CUstream_st* stream) {
     throw std::runtime_error(std::string("cgc: ") + api()->cgc_last_error());
 }
 
+// (lock held) Whether the capture route `r` claimed is over: asked of its stream, on the thread that
+// began the route. PyTorch begins and ends a thread's captures on that thread, so no other
+// thread can be ending this capture while it is asked (cgc never asks the driver about a stream
+// another thread may be ending a capture on: driver 580 crashes there).
+bool claimed_capture_is_over(State& s, const Route& r) {
+  cgc_stream_t handle = nullptr;
+  if (api()->cgc_stream_wrap(context_for(s, std::get<0>(r.key)), r.stream, &handle) != CGC_SUCCESS) return false;
+  cgc_capture_status_t status = CGC_CAPTURE_ACTIVE;
+  bool over = api()->cgc_stream_capture_status(handle, &status, nullptr) == CGC_SUCCESS && status != CGC_CAPTURE_ACTIVE;
+  api()->cgc_stream_destroy(handle);  // a wrapped stream: the handle goes, the stream stays
+  return over;
+}
+
 void empty_cache() {
   State& s = state();
+  {
+    // cgc's empty_cache waits for every open adoption to end: this thread's whose capture failed
+    // (PyTorch then never calls endAllocateToPool) end now.
+    std::lock_guard<std::mutex> hold(s.lock);
+    std::thread::id self = std::this_thread::get_id();
+    for (auto it = s.routes.begin(); it != s.routes.end();)
+      it = it->thread == self && it->claimed && claimed_capture_is_over(s, *it) ? end_route(s, it) : it + 1;
+  }
   unsigned long long used = s.used_devices.load(std::memory_order_acquire);
   for (int device = 0; device < kMaxDevices; device++) {
     if ((used >> device & 1) == 0) continue;
@@ -231,6 +252,7 @@ bool claim_capture(int device, void* stream) {
     if (r.claimed) return true;  // another thread's allocation claimed it meanwhile
     if (api()->cgc_pool_adopt_capture(r.pool, stream) != CGC_SUCCESS) return false;
     r.claimed = true;
+    r.stream = stream;
     s.open_routes.fetch_sub(1, std::memory_order_release);
     return true;
   }

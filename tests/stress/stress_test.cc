@@ -17,8 +17,13 @@
 // cgc_pool_malloc (1.5) of the thread's own pool, the one its graphs record into (their contents
 // are checked like other blocks: a graph reusing one, or one reusing a graph's memory, shows), and
 // of an NCCL pool that every thread shares (a one-rank communicator's registered arena; absent
-// without NCCL), released at the end. At the end every block is freed and the device's stats
-// must read bytes_allocated == 0 and, after cgc_empty_cache, bytes_reserved == 0.
+// without NCCL), released at the end. Host functions call cgc (each call must be refused: none
+// may reach the driver there). Beside the workers a thread frees memory of its own with raw
+// cuMemFree behind a long kernel, over and over (on driver 580 cuEventRecord and launches wait
+// behind it), and every worker times cache-hit cgc_malloc + cgc_free pairs on a stream of its own:
+// the worst pair is reported (target: under 1 ms; no cgc lock may be held across a driver call
+// that waits, so no hit ever waits behind that free). At the end every block is freed and the
+// device's stats must read bytes_allocated == 0 and, after cgc_empty_cache, bytes_reserved == 0.
 //
 // Exit status: 0 when every check held (or there is no GPU: "skipped"), 1 otherwise. The last
 // line is a summary the bundle's runner reads: "STRESS: ok|FAILED ...".
@@ -62,6 +67,9 @@ struct Counters {
   std::atomic<long> adopted{0}; // 1.4: captures begun with the driver, adopted by a pool
   std::atomic<long> pool_mallocs{0}, arena_mallocs{0}, arena_full{0}; // 1.5: cgc_pool_malloc
   std::atomic<long> bad_contents{0}, unexpected{0};
+  std::atomic<long> hit_pairs{0}, worst_hit_ns{0};      // timed cache-hit cgc_malloc + cgc_free pairs
+  std::atomic<long> foreign_frees{0}, foreign_free_ns{0};  // the raw cuMemFree thread: count, longest
+  std::atomic<long> host_refusals{0};                     // cgc calls refused inside host functions
 };
 
 Counters counters;
@@ -102,6 +110,29 @@ CUresult Launch(CUfunction f, CUstream s, unsigned n, void** args) {
 }
 
 void CountHostCall(void*) { counters.host_calls++; }
+
+// A host function that calls cgc: every call that would reach the driver must be refused there.
+struct InsideHost {
+  cgc_event_t event;
+  cgc_stream_t stream;
+};
+void CallCgcInside(void* user) {
+  counters.host_calls++;
+  auto* in = static_cast<InsideHost*>(user);
+  int complete = 0, count = 0;
+  cgc_capture_status_t status;
+  for (cgc_status_t st : {cgc_event_query(in->event, &complete), cgc_stream_synchronize(in->stream),
+                          cgc_stream_capture_status(in->stream, &status, nullptr), cgc_device_count(&count)}) {
+    if (st == CGC_ERROR_INVALID_STATE)
+      counters.host_refusals++;
+    else
+      Unexpected("a cgc call inside a host function", st);
+  }
+}
+void ReleaseInsideHost(void* user) {
+  counters.host_releases++;
+  delete static_cast<InsideHost*>(user);
+}
 void CountHostRelease(void*) { counters.host_releases++; }
 
 CUstream Native(cgc_stream_t s) { return static_cast<CUstream>(cgc_stream_native(s)); }
@@ -160,6 +191,11 @@ class Worker {
     Expect("cgc_pool_create", cgc_pool_create(ctx, &pool_), {CGC_SUCCESS});
     Expect("cgc_rng_create", cgc_rng_create(ctx, 1000 + index_, &gen_), {CGC_SUCCESS});
     for (auto& e : events_) Expect("cgc_event_create", cgc_event_create(ctx, 0, &e), {CGC_SUCCESS});
+    Expect("cgc_stream_create", cgc_stream_create(ctx, CGC_STREAM_NON_BLOCKING, 0, &hit_stream_), {CGC_SUCCESS});
+    Expect("cgc_malloc (anchor)", cgc_malloc(ctx, 512, hit_stream_, &anchor_), {CGC_SUCCESS});
+    void* warm = nullptr;  // the 4 KiB block the timed pairs take, cut from the anchor's segment
+    if (Expect("cgc_malloc (hit)", cgc_malloc(ctx, 4096, hit_stream_, &warm), {CGC_SUCCESS}))
+      Expect("cgc_free (hit)", cgc_free(warm), {CGC_SUCCESS});
     // Page-locked memory: cuMemAllocHost would break another thread's Global capture, so this
     // thread asks for it in Relaxed mode, as a well-behaved framework does.
     cgc_capture_mode_t mode = CGC_CAPTURE_MODE_RELAXED;
@@ -190,6 +226,7 @@ class Worker {
   }
 
   void Step() {
+    HitPair();
     unsigned r = rng_() % 100;
     if (r < 28) return MallocStamp();
     if (r < 50) return CheckFree(rng_() % 8 == 0);
@@ -586,8 +623,34 @@ class Worker {
 
   void EagerHostFunction() {
     counters.host_funcs++;
-    Expect("cgc_launch_host_func", cgc_launch_host_func(AnyStream(), CountHostCall, nullptr, CountHostRelease),
+    if (rng_() % 2 == 0) {
+      Expect("cgc_launch_host_func", cgc_launch_host_func(AnyStream(), CountHostCall, nullptr, CountHostRelease),
+             {CGC_SUCCESS});
+      return;
+    }
+    // Handles that outlive every host function: the refusal must come before any handle is read,
+    // and a shared stream is destroyed only after the threads end.
+    Expect("cgc_launch_host_func",
+           cgc_launch_host_func(AnyStream(), CallCgcInside, new InsideHost{events_[0], shared_streams[0]},
+                                ReleaseInsideHost),
            {CGC_SUCCESS});
+  }
+
+  // A cache-hit cgc_malloc + cgc_free on the thread's own stream, timed. The anchor block keeps
+  // the small segment these come from allocated, so that another thread's cgc_empty_cache never
+  // gives it back: every timed pair is a hit.
+  void HitPair() {
+    void* p = nullptr;
+    auto t0 = std::chrono::steady_clock::now();
+    cgc_status_t a = cgc_malloc(ctx, 4096, hit_stream_, &p);
+    cgc_status_t f = p != nullptr ? cgc_free(p) : CGC_SUCCESS;
+    long ns = static_cast<long>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                    std::chrono::steady_clock::now() - t0).count());
+    if (!Expect("cgc_malloc (hit)", a, {CGC_SUCCESS}) || !Expect("cgc_free (hit)", f, {CGC_SUCCESS})) return;
+    counters.hit_pairs++;
+    long worst = counters.worst_hit_ns.load();
+    while (ns > worst && !counters.worst_hit_ns.compare_exchange_weak(worst, ns)) {
+    }
   }
 
   void EmptyCache() {
@@ -603,6 +666,8 @@ class Worker {
   }
 
   void Teardown() {
+    if (anchor_ != nullptr) Expect("cgc_free (anchor)", cgc_free(anchor_), {CGC_SUCCESS});
+    if (hit_stream_ != nullptr) Expect("cgc_stream_destroy", cgc_stream_destroy(hit_stream_), {CGC_SUCCESS});
     for (Graph& gr : graphs_) Expect("cgc_graph_destroy", cgc_graph_destroy(gr.g), {CGC_SUCCESS});
     for (cgc_stream_t s : own_) Sync(s);
     for (cgc_stream_t s : shared_streams) Sync(s);
@@ -637,6 +702,8 @@ class Worker {
   cgc_rng_t gen_ = nullptr;    // drawn from in this thread's loop bodies (numbers not checked)
   void* host_ = nullptr;       // page-locked: copies out of it never synchronise by surprise
   void* in_ = nullptr;
+  cgc_stream_t hit_stream_ = nullptr;  // the timed cache-hit pairs' stream, never swapped
+  void* anchor_ = nullptr;
   float input_[kIn];
   float expected_[kIn];
   std::vector<Block> live_;
@@ -665,6 +732,36 @@ bool ParseArgs(int argc, char** argv) {
     }
   }
   return opts.threads > 0 && opts.seconds >= 0;
+}
+
+// Frees memory of its own with raw cuMemFree behind a long kernel on a raw stream of its own, over
+// and over until `stop`: on driver 580 each free waits for the kernel, and other threads'
+// cuEventRecord and launches wait behind it.
+void ForeignFreer(std::atomic<bool>* stop) {
+  if (cgc__drv.cuCtxPushCurrent(primary) != CUDA_SUCCESS) return;
+  CUstream s = nullptr;
+  cgc_capture_mode_t relaxed = CGC_CAPTURE_MODE_RELAXED;  // its frees never break another thread's capture
+  cgc_capture_mode_exchange(&relaxed);
+  if (cgc__drv.cuStreamCreate(&s, CU_STREAM_NON_BLOCKING) == CUDA_SUCCESS) {
+    while (!stop->load()) {
+      CUdeviceptr p = 0;
+      if (cgc__drv.cuMemAlloc(&p, 1 << 20) != CUDA_SUCCESS) break;
+      long long cycles = 40000000;  // about 20 ms
+      void* args[] = {&cycles};
+      cgc__drv.cuLaunchKernel(k_spin, 1, 1, 1, 1, 1, 1, 0, s, args, nullptr);
+      auto t0 = std::chrono::steady_clock::now();
+      cgc__drv.cuMemFree(p);
+      long ns = static_cast<long>(
+          std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count());
+      counters.foreign_frees++;
+      if (ns > counters.foreign_free_ns.load()) counters.foreign_free_ns = ns;
+    }
+    cgc__drv.cuStreamSynchronize(s);
+    cgc__drv.cuStreamDestroy(s);
+  }
+  cgc_capture_mode_exchange(&relaxed);
+  CUcontext popped;
+  cgc__drv.cuCtxPopCurrent(&popped);
 }
 
 }  // namespace
@@ -720,8 +817,12 @@ int main(int argc, char** argv) {
   std::fflush(stdout);
   auto t0 = std::chrono::steady_clock::now();
   std::vector<std::thread> threads;
+  std::atomic<bool> stop_freer{false};
+  std::thread freer(ForeignFreer, &stop_freer);
   for (int t = 0; t < opts.threads; t++) threads.emplace_back([t] { Worker(t).Run(); });
   for (auto& th : threads) th.join();
+  stop_freer = true;
+  freer.join();
   double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 
   for (cgc_stream_t s : shared_streams) Expect("cgc_stream_destroy", cgc_stream_destroy(s), {CGC_SUCCESS});
@@ -754,6 +855,10 @@ int main(int argc, char** argv) {
   std::printf("cgc_pool_malloc: %ld from the threads' own pools, %ld from the shared NCCL pool (%ld refused: full)\n",
               c.pool_mallocs.load(), c.arena_mallocs.load(), c.arena_full.load());
   std::printf("the threads' pools held %zu bytes when released\n", pool_reserved_at_end.load());
+  std::printf("cache-hit cgc_malloc + cgc_free: %ld timed pairs, worst %.1f us, while a raw cuMemFree waited behind a "
+              "kernel %ld times (longest %.1f ms); cgc calls refused inside host functions %ld\n",
+              c.hit_pairs.load(), c.worst_hit_ns.load() / 1e3, c.foreign_frees.load(), c.foreign_free_ns.load() / 1e6,
+              c.host_refusals.load());
   std::printf("end: %zu bytes allocated, %zu reserved before cgc_empty_cache, %zu after; peak reserved %zu\n",
               before.bytes_allocated, before.bytes_reserved, after.bytes_reserved, after.peak_bytes_reserved);
   bool ok = c.bad_contents == 0 && c.unexpected == 0 && before.bytes_allocated == 0 && after.bytes_reserved == 0 &&

@@ -1,0 +1,239 @@
+// Defects that programs using only the public contract hit under concurrency, each fixed with
+// this test failing before the fix: calls inside host functions that reached the driver, a crash
+// of cgc_empty_cache beside an adopted capture's end, memory stranded on destroyed streams, and
+// wrong statuses for waits on invalidated captures.
+#include <atomic>
+#include <chrono>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "tests/gpu_test_util.h"
+
+namespace {
+
+using cgc_test::Dev;
+using cgc_test::MemoryTest;
+
+class Trust : public MemoryTest {};
+
+// What the host function saw: each call's status, by name.
+struct InsideHostFunction {
+  cgc_context_t ctx;
+  cgc_stream_t stream;
+  CUstream native;
+  cgc_event_t event;
+  cgc_graph_t graph;
+  cgc_rng_t rng;
+  std::vector<std::pair<const char*, cgc_status_t>> seen;
+};
+
+void CallEverythingThatReachesTheDriver(void* user) {
+  auto* in = static_cast<InsideHostFunction*>(user);
+  int complete = 0, count = 0;
+  float ms = 0;
+  cgc_capture_status_t status;
+  uint64_t id = 0;
+  cgc_stream_t wrapped = nullptr;
+  cgc_capture_mode_t mode = CGC_CAPTURE_MODE_RELAXED;
+  in->seen = {
+      {"cgc_event_query", cgc_event_query(in->event, &complete)},
+      {"cgc_event_synchronize", cgc_event_synchronize(in->event)},
+      {"cgc_event_elapsed_ms", cgc_event_elapsed_ms(in->event, in->event, &ms)},
+      {"cgc_event_destroy", cgc_event_destroy(in->event)},
+      {"cgc_stream_capture_status", cgc_stream_capture_status(in->stream, &status, &id)},
+      {"cgc_graph_upload", cgc_graph_upload(in->graph, in->stream)},
+      {"cgc_graph_debug_dump", cgc_graph_debug_dump(in->graph, "/dev/null")},
+      {"cgc_stream_wrap", cgc_stream_wrap(in->ctx, in->native, &wrapped)},
+      {"cgc_group_start", cgc_group_start()},
+      {"cgc_group_end", cgc_group_end()},
+      {"cgc_comm_abort", cgc_comm_abort(nullptr)},
+      {"cgc_device_count", cgc_device_count(&count)},
+      {"cgc_capture_mode_exchange", cgc_capture_mode_exchange(&mode)},
+      {"cgc_rng_destroy", cgc_rng_destroy(in->rng)},
+  };
+}
+
+// SEMANTICS 22: inside a host function every cgc call that would reach the driver is refused
+// with INVALID_STATE, and a refused destroy leaves its object alive (it was destroyed, or its
+// memory leaked, before the fix).
+TEST_F(Trust, EveryCallThatReachesTheDriverIsRefusedInsideAHostFunction) {
+  InsideHostFunction in{};
+  in.ctx = ctx;
+  in.stream = stream;
+  in.native = static_cast<CUstream>(cgc_stream_native(stream));
+  CGC_ASSERT_OK(cgc_event_create(ctx, CGC_EVENT_TIMING, &in.event));
+  CGC_ASSERT_OK(cgc_event_record(in.event, stream));
+  CGC_ASSERT_OK(cgc_rng_create(ctx, 7, &in.rng));
+  CUdeviceptr a = Alloc(4096);
+  CGC_ASSERT_OK(cgc_capture_begin(stream, nullptr));
+  Fill(stream, a, 1.0f, 1024);
+  CGC_ASSERT_OK(cgc_capture_end(stream, &in.graph));
+  CGC_ASSERT_OK(cgc_launch_host_func(stream, CallEverythingThatReachesTheDriver, &in, nullptr));
+  CGC_ASSERT_OK(cgc_stream_synchronize(stream));
+  ASSERT_EQ(in.seen.size(), 14u);
+  for (const auto& [name, st] : in.seen) EXPECT_EQ(st, CGC_ERROR_INVALID_STATE) << name;
+  // Refused destroys left their objects working.
+  int complete = 0;
+  CGC_EXPECT_OK(cgc_event_query(in.event, &complete));
+  EXPECT_EQ(complete, 1);
+  CGC_EXPECT_OK(cgc_rng_uniform(in.rng, reinterpret_cast<float*>(a), 256, stream));
+  CGC_EXPECT_OK(cgc_stream_synchronize(stream));
+  CGC_EXPECT_OK(cgc_event_destroy(in.event));
+  CGC_EXPECT_OK(cgc_rng_destroy(in.rng));
+  CGC_EXPECT_OK(cgc_graph_destroy(in.graph));
+}
+
+// The crash: cgc_empty_cache on one thread while another ends a capture that a pool adopted
+// (cuStreamEndCapture, then cgc_pool_end_adopted_capture), PyTorch's torch.cuda.empty_cache()
+// beside another thread's torch.cuda.graph exit. cgc asked the driver about the adopted stream
+// while its capture was being ended (driver 580 crashes there); it must decide from its records.
+TEST_F(Trust, EmptyCacheBesideAdoptedCapturesEnding) {
+  cgc_pool_t pool = nullptr;
+  CGC_ASSERT_OK(cgc_pool_create(ctx, &pool));
+  std::atomic<bool> stop{false};
+  std::atomic<long> emptied{0}, refused{0}, other{0};
+  std::thread emptier([&] {
+    while (!stop.load()) {
+      cgc_status_t st = cgc_empty_cache(ctx);
+      if (st == CGC_SUCCESS) emptied++;
+      else if (st == CGC_ERROR_INVALID_STATE) refused++;
+      else other++;
+    }
+  });
+  CUstream cs = nullptr;
+  ASSERT_EQ(cgc__drv.cuStreamCreate(&cs, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+  const int device = cgc_test::TestDevice();
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(3);
+  int rounds = 0;
+  while (std::chrono::steady_clock::now() < deadline && !HasFailure()) {
+    ASSERT_EQ(cgc__drv.cuStreamBeginCapture(cs, CU_STREAM_CAPTURE_MODE_RELAXED), CUDA_SUCCESS);
+    CGC_ASSERT_OK(cgc_pool_adopt_capture(pool, cs));
+    void* p = cgc_torch_malloc(1 << 20, device, cs);
+    EXPECT_NE(p, nullptr) << cgc_last_error();
+    CUgraph g = nullptr;
+    ASSERT_EQ(cgc__drv.cuStreamEndCapture(cs, &g), CUDA_SUCCESS);
+    CGC_ASSERT_OK(cgc_pool_end_adopted_capture(pool));
+    cgc__drv.cuGraphDestroy(g);
+    CGC_EXPECT_OK(cgc_free(p));
+    rounds++;
+  }
+  stop = true;
+  emptier.join();
+  EXPECT_EQ(other.load(), 0);
+  EXPECT_GT(rounds, 10);
+  EXPECT_GT(emptied.load(), 0);
+  CGC_EXPECT_OK(cgc_pool_release(pool));
+  cgc__drv.cuStreamDestroy(cs);
+  // Nothing of the rounds stays reserved once the cache is emptied.
+  CGC_EXPECT_OK(cgc_empty_cache(ctx));
+  EXPECT_EQ(Stats().bytes_reserved, baseline_.bytes_reserved);
+}
+
+// Memory stranded: a capture's output freed after its capture stream was destroyed (the natural
+// order in C) stayed keyed to the dead stream, so the next allocation of its size was a new
+// driver allocation. Once the dead stream's work is done its memory serves other streams.
+TEST_F(Trust, ACaptureOutputFreedAfterItsStreamIsDestroyedServesOtherStreams) {
+  constexpr size_t kBytes = 32u << 20;
+  cgc_stream_t side = nullptr;
+  CGC_ASSERT_OK(cgc_stream_create(ctx, CGC_STREAM_NON_BLOCKING, 0, &side));
+  cgc_graph_t g = nullptr;
+  CGC_ASSERT_OK(cgc_capture_begin(side, nullptr));
+  void* out = Malloc(kBytes, side);
+  Fill(side, Dev(out), 2.0f, kBytes / 4);
+  CGC_ASSERT_OK(cgc_capture_end(side, &g));
+  CGC_ASSERT_OK(cgc_graph_launch(g, side));
+  CGC_ASSERT_OK(cgc_stream_synchronize(side));
+  CGC_ASSERT_OK(cgc_graph_destroy(g));
+  CGC_ASSERT_OK(cgc_stream_destroy(side));
+  CGC_ASSERT_OK(cgc_free(out));
+  const cgc_memory_stats_t before = Stats();
+  void* again = Malloc(kBytes, stream);
+  const cgc_memory_stats_t after = Stats();
+  EXPECT_EQ(after.num_driver_allocs, before.num_driver_allocs) << "the dead stream's segment was not reused";
+  EXPECT_EQ(after.bytes_reserved, before.bytes_reserved);
+  CGC_EXPECT_OK(cgc_free(again));
+}
+
+// The same for cgc_pool_malloc: a pool's eager blocks of a destroyed stream serve the pool's
+// eager allocations on other streams once the dead stream's work is done.
+TEST_F(Trust, PoolMallocMemoryOfADestroyedStreamServesOtherStreams) {
+  constexpr size_t kBytes = 8u << 20;
+  cgc_pool_t pool = nullptr;
+  CGC_ASSERT_OK(cgc_pool_create(ctx, &pool));
+  cgc_stream_t side = nullptr;
+  CGC_ASSERT_OK(cgc_stream_create(ctx, CGC_STREAM_NON_BLOCKING, 0, &side));
+  void* p = nullptr;
+  CGC_ASSERT_OK(cgc_pool_malloc(pool, kBytes, side, &p));
+  Fill(side, Dev(p), 1.0f, kBytes / 4);
+  CGC_ASSERT_OK(cgc_free(p));
+  CGC_ASSERT_OK(cgc_stream_destroy(side));
+  CU_ASSERT_OK(cuCtxSynchronize());  // the dead stream's work is done
+  const cgc_memory_stats_t before = Stats(pool);
+  void* q = nullptr;
+  CGC_ASSERT_OK(cgc_pool_malloc(pool, kBytes, stream, &q));
+  const cgc_memory_stats_t after = Stats(pool);
+  EXPECT_EQ(after.num_driver_allocs, before.num_driver_allocs) << "the dead stream's pool memory was not reused";
+  CGC_EXPECT_OK(cgc_free(q));
+  CGC_EXPECT_OK(cgc_pool_release(pool));
+}
+
+// A wait, from another thread, on an event of an invalidated capture whose origin is a
+// per-thread stream returned CGC_ERROR_CUDA: cgc asked the driver about "the per-thread stream",
+// which on the waiting thread is another stream. It says CAPTURE_INVALIDATED now.
+TEST_F(Trust, AWaitOnAnInvalidatedPerThreadCaptureFromAnotherThreadSaysInvalidated) {
+  cgc_stream_t per_thread = nullptr;
+  CGC_ASSERT_OK(cgc_stream_wrap(ctx, reinterpret_cast<void*>(CU_STREAM_PER_THREAD), &per_thread));
+  cgc_event_t fork = nullptr;
+  CGC_ASSERT_OK(cgc_event_create(ctx, 0, &fork));
+  CUdeviceptr a = Alloc(4096);
+  std::atomic<int> step{0};
+  cgc_status_t waited = CGC_SUCCESS;
+  std::string message;
+  std::thread waiter([&] {
+    while (step.load() != 1) std::this_thread::yield();
+    waited = cgc_stream_wait_event(stream, fork);  // no current context on this thread
+    message = cgc_last_error();
+    step = 2;
+  });
+  cgc_capture_options_t o = {};
+  o.struct_size = sizeof o;
+  o.mode = CGC_CAPTURE_MODE_RELAXED;
+  CGC_ASSERT_OK(cgc_capture_begin(per_thread, &o));
+  Fill(per_thread, a, 1.0f, 1024);
+  CGC_ASSERT_OK(cgc_event_record(fork, per_thread));
+  EXPECT_NE(cgc__drv.cuStreamSynchronize(CU_STREAM_PER_THREAD), CUDA_SUCCESS);  // invalidates it
+  step = 1;
+  while (step.load() != 2) std::this_thread::yield();
+  waiter.join();
+  EXPECT_EQ(waited, CGC_ERROR_CAPTURE_INVALIDATED) << message;
+  cgc_graph_t g = nullptr;
+  EXPECT_EQ(cgc_capture_end(per_thread, &g), CGC_ERROR_CAPTURE_INVALIDATED);
+  CGC_EXPECT_OK(cgc_event_destroy(fork));
+  CGC_EXPECT_OK(cgc_stream_destroy(per_thread));
+}
+
+// For a capture cgc did not begin, CAPTURE_INVALIDATED messages told the caller to call
+// cgc_capture_end, which refuses such captures: they say to end it where it was begun.
+TEST_F(Trust, InvalidatedForeignCapturesAreNotSentToCgcCaptureEnd) {
+  CUstream cs = static_cast<CUstream>(cgc_stream_native(stream));
+  cgc_rng_t rng = nullptr;
+  CGC_ASSERT_OK(cgc_rng_create(ctx, 1, &rng));
+  CUdeviceptr a = Alloc(4096);
+  ASSERT_EQ(cgc__drv.cuStreamBeginCapture(cs, CU_STREAM_CAPTURE_MODE_RELAXED), CUDA_SUCCESS);
+  EXPECT_NE(cgc__drv.cuStreamSynchronize(cs), CUDA_SUCCESS);  // invalidates it
+  EXPECT_EQ(cgc_rng_uniform(rng, reinterpret_cast<float*>(a), 256, stream), CGC_ERROR_CAPTURE_INVALIDATED);
+  std::string draw = cgc_last_error();
+  EXPECT_EQ(cgc_launch_host_func(stream, [](void*) {}, nullptr, nullptr), CGC_ERROR_CAPTURE_INVALIDATED);
+  std::string host = cgc_last_error();
+  CUgraph g = nullptr;
+  cgc__drv.cuStreamEndCapture(cs, &g);
+  if (g != nullptr) cgc__drv.cuGraphDestroy(g);
+  for (const std::string& m : {draw, host}) {
+    EXPECT_EQ(m.find("cgc_capture_end"), std::string::npos) << m;
+    EXPECT_NE(m.find("did not begin"), std::string::npos) << m;
+  }
+  CGC_EXPECT_OK(cgc_rng_destroy(rng));
+}
+
+}  // namespace
