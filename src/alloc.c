@@ -1,10 +1,10 @@
 /* The allocator's public entry points: cgc_malloc, cgc_free, cgc_record_stream,
  * cgc_empty_cache, cgc_memory_stats and PyTorch's pluggable-allocator entry points. The state
- * and its mechanisms are in heap.c. */
+ * and its mechanisms are the layers below (allocator.h lists them). */
 #include <stdlib.h>
 #include <string.h>
 
-#include "src/alloc.h"
+#include "src/allocator.h"
 
 /* On a conditional body's stream: from the pool of the capture the body belongs to, under the
  * body stream's key (only the body reuses it while the body is open; at its end it passes to
@@ -55,7 +55,7 @@ static cgc_status_t not_ours(void* ptr, const char* func) {
 }
 
 /* A block with recorded uses: fences are recorded on its use streams before it can be reused
- * (heap.c's fence_and_park: with the lock dropped, the free counted in `fencing`). */
+ * (fences.c's fence_and_park: with the lock dropped, the free counted in `fencing`). */
 static cgc_status_t free_used(struct cgc__allocator* a, void* ptr, const char* func) {
   cgc__alloc_lock(a);
   cgc__block_t* b = cgc__map_take(&a->live, (uint64_t)(uintptr_t)ptr);

@@ -35,7 +35,7 @@ typedef enum cgc__block_state {
 } cgc__block_state_t;
 
 struct cgc__pool_state;
-struct cgc__block_use; /* alloc.h: a stream that used the block, and the event that settles it */
+struct cgc__block_use; /* allocator.h: a stream that used the block, and the event that settles it */
 
 /* The key of free blocks that any stream may take (whole segments whose last user is done). */
 #define CGC_ANY_STREAM ((uint64_t)0)

@@ -13,7 +13,7 @@
  *
  * Memory allocated in a body comes from the capture's pool under the body stream's key, so only
  * the body reuses it while the body is open; at the body's end it passes to the stream the node
- * was added on, which the whole node precedes (heap.c). Generator draws in a WHILE body read
+ * was added on, which the whole node precedes (pool.c's cgc__alloc_body_ended). Generator draws in a WHILE body read
  * per-loop offsets that cgc's kernels advance on the device at each iteration (rng.c); their
  * device memory is allocated here on a loop's first draw.
  *

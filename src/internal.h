@@ -10,7 +10,8 @@
  *   stream_ref.c                      what a stream handle means on the calling thread
  *   registry.c                        the captures under way, fork/join bookkeeping, refusals
  *   enqueue.c                         what every call that enqueues work on a stream does first
- *   blocks.c, heap.c                  the caching allocator's state and mechanisms
+ *   blocks.c, allocator.c, reclaim.c, fences.c, segments.c, cache.c
+ *                                     the caching allocator's layers (allocator.h)
  *   alloc.c, pool.c                   its entry points: allocations, private pools
  *   graph.c, rng.c, nccl.c, module.c, hostfn.c   graphs and the objects graphs hold
  *   capture.c, stream.c, event.c, context.c, copy.c, memop.c, conditional.c, api.c
@@ -454,7 +455,7 @@ void cgc__alloc_body_ended(struct cgc__device* dev, uint64_t capture_id, uint64_
  * the kernel before the node at every run of it, freed with the graph). */
 cgc_status_t cgc__body_loop_states(struct cgc__body* loop, CUdeviceptr* out, const char* func);
 
-/* ---- pools and the allocator (heap.c below alloc.c and pool.c; shared state in alloc.h) ---- */
+/* ---- pools and the allocator (its layers below alloc.c and pool.c: allocator.h) ---- */
 
 /* Takes the pool a capture records into (`requested`, or a new one), marks it recording and
  * routes allocations of streams capturing from `origin` (key `origin_key`) to it from now on;

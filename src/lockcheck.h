@@ -30,7 +30,7 @@ extern "C" {
   X(CONDITION, 5, false, "conditional.c's condition_lock: loading the condition kernel")              \
   X(RNG, 10, true, "a generator's lock (rng.c): its seed, offset and capture state")                   \
   X(LOOP_STATES, 10, false, "conditional.c's loop_states_lock: a loop's generator states")              \
-  X(ALLOC, 20, true, "a device allocator's lock (alloc.h): blocks, pools, fences")                     \
+  X(ALLOC, 20, true, "a device allocator's lock (allocator.h): blocks, pools, fences")                 \
   X(REGISTRY, 30, true, "registry_lock (registry.c): the captures under way, fork/join bookkeeping")   \
   X(LOOP, 40, true, "rng.c's loop_lock: the generators of loop bodies")                                \
   X(KERNELS, 45, false, "rng.c's kernels_lock: the library's kernels, dead generators' slots")        \

@@ -9,12 +9,12 @@
  * references are counted apart from internal ones, so that releasing a pool obtained from
  * cgc_graph_pool without retaining it is refused instead of dropping a graph's reference.
  *
- * Every field of a pool is guarded by its device's allocator lock (alloc.h). What the allocator
- * itself does to pools (routing allocations to them, dissolving them) is in heap.c. */
+ * Every field of a pool is guarded by its device's allocator lock (allocator.h). What the
+ * allocator itself does to pools (routing allocations to them, dissolving them) is reclaim.c's. */
 #include <stdlib.h>
 #include <string.h>
 
-#include "src/alloc.h"
+#include "src/allocator.h"
 
 static cgc_pool_t new_pool(struct cgc__allocator* a) {
   cgc_pool_t pool = calloc(1, sizeof *pool);
@@ -65,7 +65,7 @@ cgc_status_t cgc__pool_create_arena(struct cgc__device* dev, cgc__arena_t* arena
   pool->arena = arena;
   pool->user_refs = 1;
   cgc__alloc_lock(a);
-  /* One free block spanning the arena, owned by no stream yet (heap.c's take_cached cuts it). */
+  /* One free block spanning the arena, owned by no stream yet (cache.c's take_from_arena cuts it). */
   cgc__block_init(whole, arena->base, arena->size, CGC_ANY_STREAM, &pool->state, false);
   bool inserted = cgc__set_insert(&pool->state.large, whole);
   if (inserted) {
@@ -544,4 +544,45 @@ size_t cgc__pool_reserved(cgc_pool_t pool) {
   size_t r = pool->state.stats.reserved;
   cgc__alloc_unlock(a);
   return r;
+}
+
+/* ---- a conditional body ending ---- */
+
+/* A block of `key` owned by `state`: free, allocated or waiting in `pool`'s deferred list (lock
+ * held); NULL when none is left. */
+static cgc__block_t* block_of_key(struct cgc__allocator* a, cgc_pool_t pool, uint64_t key) {
+  for (int small = 0; small < 2; small++) {
+    cgc__block_t* b = cgc__set_best_fit(cgc__state_set(&pool->state, small), key, 0);
+    if (b != NULL) return b;
+  }
+  for (size_t i = 0; i < a->live.cap; i++) {
+    cgc__block_t* b = a->live.slots[i];
+    if (b != NULL && b->owner == &pool->state && b->stream == key) return b;
+  }
+  for (cgc__block_t* b = pool->deferred; b != NULL; b = b->next_waiting)
+    if (b->stream == key) return b;
+  return NULL;
+}
+
+void cgc__alloc_body_ended(struct cgc__device* dev, uint64_t capture_id, uint64_t body_key, uint64_t outer_key) {
+  struct cgc__allocator* a = atomic_load_explicit(&dev->alloc, memory_order_acquire);
+  if (a == NULL || body_key == 0 || body_key == outer_key) return;
+  cgc__alloc_lock(a);
+  cgc_pool_t pool = NULL;
+  for (cgc_pool_t p = a->recording; p != NULL && pool == NULL; p = p->next_recording)
+    if (p->capture_id == capture_id) pool = p;
+  /* Every block of a segment carries the segment's key: whole segments pass to the outer stream,
+   * free blocks moving to their new place in the sorted sets. */
+  for (cgc__block_t* b; pool != NULL && (b = block_of_key(a, pool, body_key)) != NULL;) {
+    while (b->prev != NULL) b = b->prev;
+    for (; b != NULL; b = b->next) {
+      if (b->stream != body_key) continue; /* an arena's other streams' blocks (a segment's: none) */
+      bool in_set = b->state == CGC_BLOCK_FREE;
+      cgc__block_set_t* set = cgc__state_set(b->owner, b->small);
+      if (in_set) cgc__set_erase(set, b);
+      b->stream = outer_key;
+      if (in_set && !cgc__set_insert(set, b)) cgc__log("out of host memory: a free block of a pool is lost");
+    }
+  }
+  cgc__alloc_unlock(a);
 }

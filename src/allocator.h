@@ -1,5 +1,12 @@
-/* The caching allocator's shared state: heap.c owns it; alloc.c and pool.c, the public entry
- * points, call down into heap.c and never into each other.
+/* The caching allocator: its state, and what its layers call. The layers, lowest first; each
+ * calls only the ones before it (and blocks.c, and the layers of internal.h below the allocator):
+ *   allocator.c   the state: each device's allocator, block structs, accounting, events, fences,
+ *                 drains, the list of pools
+ *   reclaim.c     where freed memory goes: owners' free sets, dissolved pools, dying segments
+ *   fences.c      uses and fences: deferred blocks, sweeps, a stream handle going away
+ *   segments.c    driver memory: new segments, whole free segments given back
+ *   cache.c       allocations: cached blocks by stream key, else a new segment; frees
+ *   pool.c, alloc.c   the public entry points (private pools and captures; malloc, free, ...)
  *
  * One allocator per device, with its own lock: devices never wait for each other. cgc_free
  * gets only a pointer, so it asks each device's pointer map in turn (the calling thread's last
@@ -16,8 +23,8 @@
  *   a registered capture): no use stream dies, and no stream starts capturing, while an event is
  *   recorded on it, and no block with an unfenced use of a dead stream is left out of a list;
  * - a segment being given back is in no set (state WAITING) until cuMemFree returns. */
-#ifndef CGC_ALLOC_H_
-#define CGC_ALLOC_H_
+#ifndef CGC_ALLOCATOR_H_
+#define CGC_ALLOCATOR_H_
 
 #include "src/blocks.h"
 #include "src/internal.h"
@@ -91,7 +98,7 @@ struct cgc_pool_s {
   /* 1.4: `adopting`: the capture it records is one cgc did not begin (cgc_pool_adopt_capture),
    * until cgc_pool_end_adopted_capture. `adopted`: it ever recorded one, so graphs cgc does not
    * see (nor their replays) may use its memory: dissolved, its segments go back to the driver at
-   * cgc_empty_cache only, never to other streams (heap.c's dissolve). */
+   * cgc_empty_cache only, never to other streams (reclaim.c's dissolve). */
   bool adopting;
   bool adopted;
   /* 1.5: its fixed memory (an NCCL pool), or NULL: a pool that grows by segments from the driver.
@@ -116,10 +123,102 @@ static inline void cgc__alloc_unlock(struct cgc__allocator* a) {
   cgc__lock_note_released(CGC__LOCK_ALLOC);
 }
 
-/* ---- heap.c: what alloc.c and pool.c call ---- */
+/* A key no stream has, for the blocks of a segment whose stream was destroyed while it was in
+ * use ("dying"): it names the fence recorded on the dead stream's last work and holds one
+ * reference of it. Once the segment is whole and free it waits for that fence, then serves any
+ * stream (reclaim.c). Bit 62 without bit 63 (an address key has bit 63, CGC__KEY_NO_STREAM
+ * both). */
+#define CGC__DYING_BIT ((uint64_t)1 << 62)
+static inline uint64_t cgc__dying_key(cgc__fence_t* f) { return CGC__DYING_BIT | (uint64_t)(uintptr_t)f; }
+static inline bool cgc__is_dying(uint64_t key) { return (key >> 62) == 1; }
+static inline cgc__fence_t* cgc__dying_fence(uint64_t key) { return (cgc__fence_t*)(uintptr_t)(key & ~CGC__DYING_BIT); }
+/* The first block of the segment `b` is part of. */
+static inline cgc__block_t* cgc__segment_head(cgc__block_t* b) {
+  while (b->prev != NULL) b = b->prev;
+  return b;
+}
+
+/* ---- allocator.c ---- */
 
 /* The device's allocator, created on first use. NULL when out of host memory. */
 struct cgc__allocator* cgc__allocator_of(struct cgc__device* dev);
+/* Every allocator made so far, for cgc_free's search: how many, and the i-th (maybe NULL while
+ * being published). */
+int cgc__allocator_count(void);
+struct cgc__allocator* cgc__allocator_at(int i);
+/* (lock held) A block struct: a recycled one (its uses array kept) or a new, zeroed one; NULL
+ * when out of host memory. `allocator` is the struct cgc__allocator. */
+cgc__block_t* cgc__alloc_new_block_struct(void* allocator);
+/* (lock held) Gives a block struct back for reuse (a merge's absorbed neighbour, a freed
+ * segment). */
+void cgc__alloc_recycle_block(cgc__block_t* b, void* allocator);
+/* (lock held) Allocated bytes of the block's owner and of the device change by `delta`. */
+void cgc__alloc_account(struct cgc__allocator* a, cgc__block_t* b, long long delta);
+/* (lock held) A new fence of one reference on `ev`; NULL when out of host memory. */
+cgc__fence_t* cgc__fence_new(CUevent ev);
+/* (lock held) Drops one reference of a fence; its event is kept for reuse at the last. */
+void cgc__fence_put(struct cgc__allocator* a, cgc__fence_t* f);
+/* A fence recorded now on `cu` (lock not held, context current, `cu` not capturing; the record
+ * may wait behind other threads' driver calls); NULL on failure. */
+cgc__fence_t* cgc__alloc_record_fence(struct cgc__allocator* a, CUstream cu);
+/* A new drain of one fence (its reference passes to the drain); NULL when out of host memory. */
+cgc__drain_t* cgc__alloc_new_drain(cgc__fence_t* f);
+/* (lock held) Parks a drain; its segments serve any stream once its fences have completed. */
+void cgc__alloc_add_drain(struct cgc__allocator* a, cgc__drain_t* d);
+/* (lock held) A freed block whose every use has its fence waits on the pending list. */
+void cgc__alloc_add_pending(struct cgc__allocator* a, cgc__block_t* b);
+/* (lock held) A pool joins / leaves the allocator's list of pools. */
+void cgc__alloc_pool_link(struct cgc__allocator* a, cgc_pool_t pool);
+void cgc__alloc_pool_unlink(struct cgc__allocator* a, cgc_pool_t pool);
+
+/* ---- reclaim.c (lock held) ---- */
+
+/* A block back to its owner's free set; dissolves an orphaned pool whose last block it was. */
+void cgc__alloc_release_block(struct cgc__allocator* a, cgc__block_t* b);
+/* Gives every block of the segment starting at `head` the dying key of `f` (one reference). */
+void cgc__alloc_mark_dying(cgc__block_t* head, cgc__fence_t* f);
+/* A whole free segment that moved into the cache (in its set) from a dissolved pool or a drain:
+ * a dying one waits for its stream's last work, then serves any stream (`adopted`: never). */
+void cgc__alloc_settle_moved_segment(struct cgc__allocator* a, cgc__block_t* s, bool adopted);
+/* Dissolves `pool` into its device's cache if nothing holds it any more. */
+void cgc__pool_dissolve_if_unused(cgc_pool_t pool);
+/* The pool capture-routing sends `ref`'s allocations to, or NULL. */
+cgc_pool_t cgc__pool_recording(struct cgc__allocator* a, const cgc__stream_ref_t* ref);
+/* Notes a pool block's free: outside the capture that allocated it, the pool's memory has been
+ * in eager use. */
+void cgc__pool_note_free(cgc__block_t* b);
+/* Blocks of `pool` freed during its capture with uses on side streams become reusable once
+ * every such stream has joined the origin after the free (SEMANTICS 12). */
+void cgc__pool_reclaim_joined(cgc_pool_t pool);
+
+/* ---- fences.c ---- */
+
+/* (lock held, and the caller counted in a->fencing) Records fences for the uses of freed block
+ * `b` that have none, unless a capture of the device is under way, then parks it: pending when
+ * every use is settled, else deferred until no capture is. Drops the lock while it records. */
+void cgc__alloc_fence_and_park(struct cgc__allocator* a, cgc__block_t* b);
+/* Fences deferred blocks once no capture of the device is under way (lock not held). */
+void cgc__alloc_settle_deferred(struct cgc__allocator* a);
+/* Settles what waits for finished work: fences are queried (and, with `fence_deferred`, deferred
+ * blocks fenced first), and blocks and drains whose fences have completed are released. True
+ * when something was released (lock not held). */
+bool cgc__alloc_sweep(struct cgc__allocator* a, bool fence_deferred);
+/* Sweeps until nothing more is released (lock not held). */
+void cgc__alloc_settle(struct cgc__allocator* a);
+
+/* ---- segments.c (lock not held) ---- */
+
+/* Gives every whole free segment of the device cache back to the driver; returns the bytes. */
+size_t cgc__alloc_release_cached_segments(struct cgc__allocator* a);
+/* A new segment from the driver for `rounded` bytes of `key`, owned by the pool or the cache; on
+ * success returns with the lock held and *out cut to size. */
+cgc_status_t cgc__alloc_new_segment(struct cgc__allocator* a, cgc_pool_t pool, uint64_t key, size_t rounded,
+                                    cgc__block_t** out, const char* func);
+/* Settles what has finished, then gives every whole free cached segment back to the driver. */
+void cgc__alloc_give_back(struct cgc__allocator* a);
+
+/* ---- cache.c ---- */
+
 /* The allocator whose map holds `ptr`, returned with its lock held, and the block (left in the
  * map); NULL (no lock held) when no allocator has it. */
 struct cgc__allocator* cgc__alloc_find(void* ptr, cgc__block_t** out);
@@ -128,54 +227,17 @@ struct cgc__allocator* cgc__alloc_find(void* ptr, cgc__block_t** out);
  * that holds it (NULL: none), lock not held; *has_uses: nothing was done, because its uses need
  * fences (alloc.c's free_used). */
 struct cgc__allocator* cgc__alloc_free_plain(void* ptr, bool* has_uses);
-/* (lock held) Allocated bytes of the block's owner and of the device change by `delta`. */
-void cgc__alloc_account(struct cgc__allocator* a, cgc__block_t* b, long long delta);
-/* A fence recorded now on `cu` (context current, `cu` not capturing); NULL on failure. */
-cgc__fence_t* cgc__alloc_record_fence(struct cgc__allocator* a, CUstream cu);
-/* Settles what has finished: freed blocks whose fences completed become reusable (lock not held). */
-void cgc__alloc_settle(struct cgc__allocator* a);
-/* Settles what has finished, then gives every whole free cached segment back to the driver. */
-void cgc__alloc_give_back(struct cgc__allocator* a);
 
-/* (lock held) A block back to its owner's free set; dissolves an orphaned pool whose last block
- * it was. */
-void cgc__alloc_release_block(struct cgc__allocator* a, cgc__block_t* b);
-/* (lock held, and the caller counted in a->fencing) Records fences for the uses of freed block
- * `b` that have none, unless a capture of the device is under way, then parks it: pending when
- * every use is settled, else deferred until no capture is. Drops the lock while it records. */
-void cgc__alloc_fence_and_park(struct cgc__allocator* a, cgc__block_t* b);
-/* Fences deferred blocks once no capture of the device is under way (lock not held). */
-void cgc__alloc_settle_deferred(struct cgc__allocator* a);
-/* (lock held) Gives a block struct back for reuse (a merge's absorbed neighbour, a freed
- * segment); `allocator` is the struct cgc__allocator. */
-void cgc__alloc_recycle_block(cgc__block_t* b, void* allocator);
-/* (lock held) Drops one reference of a fence. */
-void cgc__fence_put(struct cgc__allocator* a, cgc__fence_t* f);
-/* (lock held) Parks a drain; its segments serve any stream once its fences have completed. */
-void cgc__alloc_add_drain(struct cgc__allocator* a, cgc__drain_t* d);
-/* (lock held) A new fence of one reference on `ev`; NULL when out of host memory. */
-cgc__fence_t* cgc__fence_new(CUevent ev);
-/* Pools adopting a capture cgc did not begin, process-wide (pool.c; a relaxed hint, like
+/* ---- pool.c ---- */
+
+/* Pools adopting a capture cgc did not begin, process-wide (a relaxed hint, like
  * cgc__captures_underway): while non-zero, cgc_malloc asks whether its stream captures. */
 extern atomic_int cgc__adopted_captures;
 /* A pool of `dev` whose adoption of a capture cgc did not begin is open (and its stream in
- * *origin), or NULL (pool.c): from cgc's records alone. Whether that capture is still under way
- * only the driver knows, and cgc never asks it about a stream whose capture another thread may
- * be ending at that instant (driver 580 crashes there): an adoption lasts until its adopter ends
- * it (cgc_pool_end_adopted_capture). */
+ * *origin), or NULL: from cgc's records alone. Whether that capture is still under way only the
+ * driver knows, and cgc never asks it about a stream whose capture another thread may be ending
+ * at that instant (driver 580 crashes there): an adoption lasts until its adopter ends it
+ * (cgc_pool_end_adopted_capture). */
 cgc_pool_t cgc__pool_adoption_open(struct cgc__device* dev, CUstream* origin);
-/* (lock held) The pool capture-routing sends `ref`'s allocations to, or NULL. */
-cgc_pool_t cgc__pool_recording(struct cgc__allocator* a, const cgc__stream_ref_t* ref);
-/* (lock held) Notes a pool block's free: outside the capture that allocated it, the pool's
- * memory has been in eager use. */
-void cgc__pool_note_free(cgc__block_t* b);
-/* (lock held) Blocks of `pool` freed during its capture with uses on side streams become
- * reusable once every such stream has joined the origin after the free (SEMANTICS 12). */
-void cgc__pool_reclaim_joined(cgc_pool_t pool);
-/* (lock held) A pool joins / leaves the allocator's list of pools. */
-void cgc__alloc_pool_link(struct cgc__allocator* a, cgc_pool_t pool);
-void cgc__alloc_pool_unlink(struct cgc__allocator* a, cgc_pool_t pool);
-/* (lock held) Dissolves `pool` into its device's cache if nothing holds it any more. */
-void cgc__pool_dissolve_if_unused(cgc_pool_t pool);
 
-#endif /* CGC_ALLOC_H_ */
+#endif /* CGC_ALLOCATOR_H_ */
