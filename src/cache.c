@@ -126,7 +126,13 @@ static cgc__block_t* take_dead_stream_segment(struct cgc__allocator* a, cgc_pool
       cgc__block_t* b = set->items[i];
       if (!cgc__is_dying(b->stream) || !cgc__block_is_segment(b) || b->size < rounded) continue;
       cgc__fence_t* f = cgc__dying_fence(b->stream);
-      if (!f->done) f->done = CGC_DRV(cuEventQuery)(f->ev) != CUDA_ERROR_NOT_READY;
+      if (!f->done) {
+        /* An event query is a call the driver counts as unsafe during a capture (this thread's,
+         * in ThreadLocal mode: allocations inside captures come here): Relaxed mode. */
+        CUstreamCaptureMode previous = cgc__relaxed_begin();
+        f->done = CGC_DRV(cuEventQuery)(f->ev) != CUDA_ERROR_NOT_READY;
+        cgc__relaxed_end(previous);
+      }
       if (f->done) found = b;
     }
   }

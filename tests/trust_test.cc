@@ -178,6 +178,38 @@ TEST_F(Trust, PoolMallocMemoryOfADestroyedStreamServesOtherStreams) {
   CGC_EXPECT_OK(cgc_pool_release(pool));
 }
 
+// Found by the stress test in this rework: a capture whose allocation took a destroyed stream's
+// segment from its pool asked the driver whether that stream's last work was done without Relaxed
+// mode, and the query (a call the driver counts as unsafe) invalidated the ThreadLocal capture.
+TEST_F(Trust, ACaptureThatTakesADeadStreamsSegmentStaysValid) {
+  constexpr size_t kBytes = 8u << 20;
+  cgc_pool_t pool = nullptr;
+  CGC_ASSERT_OK(cgc_pool_create(ctx, &pool));
+  cgc_stream_t side = nullptr;
+  CGC_ASSERT_OK(cgc_stream_create(ctx, CGC_STREAM_NON_BLOCKING, 0, &side));
+  void* p = nullptr;
+  CGC_ASSERT_OK(cgc_pool_malloc(pool, kBytes, side, &p));
+  CGC_ASSERT_OK(cgc_free(p));
+  CGC_ASSERT_OK(cgc_stream_destroy(side));  // its segment in the pool now waits for its last work
+  CU_ASSERT_OK(cuCtxSynchronize());
+  const cgc_memory_stats_t before = Stats(pool);
+  cgc_capture_options_t o = {};
+  o.struct_size = sizeof o;
+  o.mode = CGC_CAPTURE_MODE_THREAD_LOCAL;
+  o.pool = pool;
+  CGC_ASSERT_OK(cgc_capture_begin(stream, &o));
+  void* q = Malloc(kBytes, stream);  // a miss in the pool for this stream: the dead stream's segment
+  Fill(stream, Dev(q), 3.0f, kBytes / 4);
+  cgc_graph_t g = nullptr;
+  CGC_ASSERT_OK(cgc_capture_end(stream, &g));
+  EXPECT_EQ(Stats(pool).num_driver_allocs, before.num_driver_allocs) << "the dead stream's segment was reused";
+  CGC_ASSERT_OK(cgc_graph_launch(g, stream));
+  CGC_ASSERT_OK(cgc_stream_synchronize(stream));
+  CGC_EXPECT_OK(cgc_graph_destroy(g));
+  CGC_EXPECT_OK(cgc_free(q));
+  CGC_EXPECT_OK(cgc_pool_release(pool));
+}
+
 // A wait, from another thread, on an event of an invalidated capture whose origin is a
 // per-thread stream returned CGC_ERROR_CUDA: cgc asked the driver about "the per-thread stream",
 // which on the waiting thread is another stream. It says CAPTURE_INVALIDATED now.
