@@ -127,11 +127,14 @@ static inline void cgc__alloc_unlock(struct cgc__allocator* a) {
  * use ("dying"): it names the fence recorded on the dead stream's last work and holds one
  * reference of it. Once the segment is whole and free it waits for that fence, then serves any
  * stream (reclaim.c). Bit 62 without bit 63 (an address key has bit 63, CGC__KEY_NO_STREAM
- * both). */
+ * both); a pool's eager segment (cgc_pool_malloc's) keeps CGC__KEY_POOL_EAGER_BIT, so that eager
+ * and captured memory of a pool stay apart when dying too (SEMANTICS 32). */
 #define CGC__DYING_BIT ((uint64_t)1 << 62)
 static inline uint64_t cgc__dying_key(cgc__fence_t* f) { return CGC__DYING_BIT | (uint64_t)(uintptr_t)f; }
 static inline bool cgc__is_dying(uint64_t key) { return (key >> 62) == 1; }
-static inline cgc__fence_t* cgc__dying_fence(uint64_t key) { return (cgc__fence_t*)(uintptr_t)(key & ~CGC__DYING_BIT); }
+static inline cgc__fence_t* cgc__dying_fence(uint64_t key) {
+  return (cgc__fence_t*)(uintptr_t)(key & ~(CGC__DYING_BIT | CGC__KEY_POOL_EAGER_BIT));
+}
 /* The first block of the segment `b` is part of. */
 static inline cgc__block_t* cgc__segment_head(cgc__block_t* b) {
   while (b->prev != NULL) b = b->prev;

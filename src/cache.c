@@ -125,6 +125,8 @@ static cgc__block_t* take_dead_stream_segment(struct cgc__allocator* a, cgc_pool
     for (size_t i = 0; i < set->n && found == NULL; i++) {
       cgc__block_t* b = set->items[i];
       if (!cgc__is_dying(b->stream) || !cgc__block_is_segment(b) || b->size < rounded) continue;
+      /* Eager memory serves eager requests, a capture's memory captures (SEMANTICS 32). */
+      if ((b->stream & CGC__KEY_POOL_EAGER_BIT) != (key & CGC__KEY_POOL_EAGER_BIT)) continue;
       cgc__fence_t* f = cgc__dying_fence(b->stream);
       if (!f->done) {
         /* An event query is a call the driver counts as unsafe during a capture (this thread's,

@@ -15,8 +15,8 @@
  * may be ending (driver 580 crashes there). So, as PyTorch's allocator does, fences wait for the
  * end of every capture cgc knows of. */
 static bool fences_must_wait(struct cgc__allocator* a) {
-  CUstream origin;
-  return a->ending_streams > 0 || a->adopting_pools > 0 || cgc__registry_count_on(a->dev, &origin) > 0;
+  /* Any device's: a stream of this device may take part in another device's capture. */
+  return a->ending_streams > 0 || a->adopting_pools > 0 || cgc__captures_underway() > 0;
 }
 
 void cgc__alloc_fence_and_park(struct cgc__allocator* a, cgc__block_t* b) {
@@ -79,14 +79,19 @@ static void settle_deferred(struct cgc__allocator* a) {
 void cgc__alloc_settle_deferred(struct cgc__allocator* a) { settle_deferred(a); }
 
 void cgc__alloc_wait_fencing(struct cgc__device* dev) {
-  struct cgc__allocator* a = cgc__allocator_of(dev);
-  if (a == NULL) return;
-  for (;;) {
-    cgc__alloc_lock(a);
-    int fencing = a->fencing;
-    cgc__alloc_unlock(a);
-    if (fencing == 0) return;
-    sched_yield();
+  (void)cgc__allocator_of(dev); /* made now if it is not yet: it is then on the list below */
+  /* Every device's frees: a stream of one device may take part in another device's capture. */
+  int n = cgc__allocator_count();
+  for (int i = 0; i < n; i++) {
+    struct cgc__allocator* a = cgc__allocator_at(i);
+    if (a == NULL) continue;
+    for (;;) {
+      cgc__alloc_lock(a);
+      int fencing = a->fencing;
+      cgc__alloc_unlock(a);
+      if (fencing == 0) break;
+      sched_yield();
+    }
   }
 }
 
@@ -242,6 +247,9 @@ static bool has_stream_blocks(struct cgc__allocator* a, uint64_t key) {
     if (b->owner == &a->cache && b->stream == key) return true;
   for (cgc__block_t* b = a->deferred; b != NULL; b = b->next_waiting)
     if (b->owner == &a->cache && b->stream == key) return true;
+  for (cgc__drain_t* d = a->drains; d != NULL; d = d->next)
+    for (cgc__block_t* b = d->segments; d->keep_keys && b != NULL; b = b->next_waiting)
+      if (b->stream == key) return true;
   return false;
 }
 
@@ -337,6 +345,12 @@ static void retire_stream_segments(struct cgc__allocator* a, uint64_t key, cgc__
   for (int l = 0; l < 2; l++)
     for (cgc__block_t* b = lists[l]; b != NULL; b = b->next_waiting)
       if (b->owner == &a->cache && b->stream == key) cgc__alloc_mark_dying(cgc__segment_head(b), f);
+  /* Segments that wait in drains keeping their keys (an escaped pool's, dissolved while its
+   * graphs' last replays may run) become dying too: at the drain's end they wait for this
+   * stream's last work instead of keeping a key no stream will ask for. */
+  for (cgc__drain_t* d = a->drains; d != NULL; d = d->next)
+    for (cgc__block_t* b = d->segments; d->keep_keys && b != NULL; b = b->next_waiting)
+      if (b->stream == key) cgc__alloc_mark_dying(b, f);
   retire_pool_segments(a, key, f);
 }
 

@@ -23,10 +23,7 @@ static cgc_pool_t new_pool(struct cgc__allocator* a) {
   pool->dev = a->dev;
   pool->state.pool = pool;
   pool->state.allocator = a;
-  cgc__alloc_lock(a);
-  cgc__alloc_pool_link(a, pool);
-  cgc__alloc_unlock(a);
-  return pool;
+  return pool; /* on the allocator's list of pools once its creator has set it up (under the lock) */
 }
 
 cgc_status_t cgc_pool_create(cgc_context_t ctx, cgc_pool_t* out) {
@@ -37,6 +34,9 @@ cgc_status_t cgc_pool_create(cgc_context_t ctx, cgc_pool_t* out) {
   cgc_pool_t pool = a ? new_pool(a) : NULL;
   if (pool == NULL) return cgc__fail(CGC_ERROR_OUT_OF_MEMORY, __func__, "out of host memory");
   pool->user_refs = 1;
+  cgc__alloc_lock(a);
+  cgc__alloc_pool_link(a, pool);
+  cgc__alloc_unlock(a);
   *out = pool;
   return CGC_SUCCESS;
 }
@@ -69,6 +69,7 @@ cgc_status_t cgc__pool_create_arena(struct cgc__device* dev, cgc__arena_t* arena
   cgc__block_init(whole, arena->base, arena->size, CGC_ANY_STREAM, &pool->state, false);
   bool inserted = cgc__set_insert(&pool->state.large, whole);
   if (inserted) {
+    cgc__alloc_pool_link(a, pool);
     cgc__stats_add_reserved(&pool->state.stats, (long long)arena->size);
     cgc__stats_add_reserved(&a->total, (long long)arena->size);
     pool->state.stats.driver_allocs++;
@@ -273,6 +274,7 @@ cgc_status_t cgc__pool_begin_capture(struct cgc__device* dev, cgc_pool_t request
                    "capture at a time",
                    (void*)pool, (void*)pool->capture_origin);
   if (st == CGC_SUCCESS) {
+    if (requested == NULL) cgc__alloc_pool_link(a, pool);
     start_recording(a, pool, 0, origin, origin_key); /* routing starts before the driver begins */
     *out = pool;
   }
@@ -439,10 +441,14 @@ cgc_status_t cgc_pool_adopt_capture(cgc_pool_t pool, void* native_stream) {
     atomic_fetch_add_explicit(&cgc__adopted_captures, 1, memory_order_release);
   }
   cgc__alloc_unlock(a);
+  /* Frees that were recording fences before the adoption counted may be on the capture's
+   * streams: they finish before the adopter goes on (and may end the capture). */
+  if (st == CGC_SUCCESS) cgc__alloc_wait_fencing(pool->dev);
   return st;
 }
 
 cgc_status_t cgc_pool_end_adopted_capture(cgc_pool_t pool) {
+  CGC_REFUSE_IN_HOST_FUNCTION();
   CGC_CHECK_HANDLE(pool, CGC_MAGIC_POOL);
   struct cgc__allocator* a = pool->state.allocator;
   cgc__alloc_lock(a);

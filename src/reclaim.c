@@ -33,9 +33,10 @@ static void drain_dying_segment(struct cgc__allocator* a, cgc__block_t* s) {
   if (!cgc__set_insert(set, s)) cgc__log("out of host memory: a segment is lost");
 }
 
-/* Gives every block of the segment starting at `head` the dying key of `f` (lock held). */
+/* Gives every block of the segment starting at `head` the dying key of `f` (lock held); a pool's
+ * eager segment keeps its eager bit. */
 void cgc__alloc_mark_dying(cgc__block_t* head, cgc__fence_t* f) {
-  uint64_t key = cgc__dying_key(f);
+  uint64_t key = cgc__dying_key(f) | (head->stream & CGC__KEY_POOL_EAGER_BIT);
   for (cgc__block_t* x = head; x != NULL; x = x->next) {
     if (x->state == CGC_BLOCK_FREE) {
       cgc__block_set_t* set = cgc__state_set(x->owner, x->small);

@@ -178,35 +178,73 @@ TEST_F(Trust, PoolMallocMemoryOfADestroyedStreamServesOtherStreams) {
   CGC_EXPECT_OK(cgc_pool_release(pool));
 }
 
-// Found by the stress test in this rework: a capture whose allocation took a destroyed stream's
-// segment from its pool asked the driver whether that stream's last work was done without Relaxed
-// mode, and the query (a call the driver counts as unsafe) invalidated the ThreadLocal capture.
+// A pool's memory that a capture on a destroyed stream left free: a later capture on another stream
+// takes it (a capture's memory serves captures), inside its own capture. Found by the stress test
+// in this rework: the dead stream's fence was queried there without Relaxed mode, and the query (a
+// call the driver counts as unsafe) invalidated the ThreadLocal capture.
 TEST_F(Trust, ACaptureThatTakesADeadStreamsSegmentStaysValid) {
   constexpr size_t kBytes = 8u << 20;
   cgc_pool_t pool = nullptr;
   CGC_ASSERT_OK(cgc_pool_create(ctx, &pool));
   cgc_stream_t side = nullptr;
   CGC_ASSERT_OK(cgc_stream_create(ctx, CGC_STREAM_NON_BLOCKING, 0, &side));
-  void* p = nullptr;
-  CGC_ASSERT_OK(cgc_pool_malloc(pool, kBytes, side, &p));
-  CGC_ASSERT_OK(cgc_free(p));
-  CGC_ASSERT_OK(cgc_stream_destroy(side));  // its segment in the pool now waits for its last work
-  CU_ASSERT_OK(cuCtxSynchronize());
-  const cgc_memory_stats_t before = Stats(pool);
   cgc_capture_options_t o = {};
   o.struct_size = sizeof o;
   o.mode = CGC_CAPTURE_MODE_THREAD_LOCAL;
   o.pool = pool;
+  cgc_graph_t g1 = nullptr;
+  CGC_ASSERT_OK(cgc_capture_begin(side, &o));
+  void* t = Malloc(kBytes, side);
+  Fill(side, Dev(t), 1.0f, kBytes / 4);
+  CGC_ASSERT_OK(cgc_free(t));  // freed in its capture: the pool keeps it, keyed to `side`
+  CGC_ASSERT_OK(cgc_capture_end(side, &g1));
+  CGC_ASSERT_OK(cgc_graph_destroy(g1));
+  CGC_ASSERT_OK(cgc_stream_destroy(side));  // its segment in the pool now waits for its last work
+  CU_ASSERT_OK(cuCtxSynchronize());
+  const cgc_memory_stats_t before = Stats(pool);
   CGC_ASSERT_OK(cgc_capture_begin(stream, &o));
   void* q = Malloc(kBytes, stream);  // a miss in the pool for this stream: the dead stream's segment
   Fill(stream, Dev(q), 3.0f, kBytes / 4);
-  cgc_graph_t g = nullptr;
-  CGC_ASSERT_OK(cgc_capture_end(stream, &g));
+  cgc_graph_t g2 = nullptr;
+  CGC_ASSERT_OK(cgc_capture_end(stream, &g2));
   EXPECT_EQ(Stats(pool).num_driver_allocs, before.num_driver_allocs) << "the dead stream's segment was reused";
+  CGC_ASSERT_OK(cgc_graph_launch(g2, stream));
+  CGC_ASSERT_OK(cgc_stream_synchronize(stream));
+  CGC_EXPECT_OK(cgc_graph_destroy(g2));
+  CGC_EXPECT_OK(cgc_free(q));
+  CGC_EXPECT_OK(cgc_pool_release(pool));
+}
+
+// Found by review of this rework: a pool's eager allocation (cgc_pool_malloc) took the memory a
+// capture on a destroyed stream left in the pool, which that capture's graph still writes at every
+// replay. Eager and captured memory of a pool stay apart when their stream is gone too.
+TEST_F(Trust, APoolsEagerMemoryNeverTakesALiveGraphsMemoryOfADeadStream) {
+  constexpr size_t kBytes = 8u << 20;
+  constexpr unsigned n = kBytes / 4;
+  cgc_pool_t pool = nullptr;
+  CGC_ASSERT_OK(cgc_pool_create(ctx, &pool));
+  cgc_stream_t side = nullptr;
+  CGC_ASSERT_OK(cgc_stream_create(ctx, CGC_STREAM_NON_BLOCKING, 0, &side));
+  cgc_capture_options_t o = {};
+  o.struct_size = sizeof o;
+  o.pool = pool;
+  cgc_graph_t g = nullptr;
+  CGC_ASSERT_OK(cgc_capture_begin(side, &o));
+  void* t = Malloc(kBytes, side);
+  Fill(side, Dev(t), 2.0f, n);  // every replay writes this memory
+  CGC_ASSERT_OK(cgc_free(t));
+  CGC_ASSERT_OK(cgc_capture_end(side, &g));
+  CGC_ASSERT_OK(cgc_stream_destroy(side));
+  CU_ASSERT_OK(cuCtxSynchronize());
+  void* p = nullptr;
+  CGC_ASSERT_OK(cgc_pool_malloc(pool, kBytes, stream, &p));
+  Fill(stream, Dev(p), 5.0f, n);
   CGC_ASSERT_OK(cgc_graph_launch(g, stream));
   CGC_ASSERT_OK(cgc_stream_synchronize(stream));
+  std::vector<float> got = Download(Dev(p), n);
+  for (unsigned i = 0; i < n; i += 4099) ASSERT_EQ(got[i], 5.0f) << "the graph's replay wrote the eager block at " << i;
+  CGC_EXPECT_OK(cgc_free(p));
   CGC_EXPECT_OK(cgc_graph_destroy(g));
-  CGC_EXPECT_OK(cgc_free(q));
   CGC_EXPECT_OK(cgc_pool_release(pool));
 }
 
