@@ -60,7 +60,7 @@ void cgc__alloc_fence_and_park(struct cgc__allocator* a, cgc__block_t* b) {
  * (lock not held). Only slow paths call it (a cache miss, a free with uses, a capture's end,
  * cgc_empty_cache): recording waits behind other threads' cuMemFree on driver 580, which a
  * cache hit never does. */
-static void settle_deferred(struct cgc__allocator* a) {
+void cgc__alloc_settle_deferred(struct cgc__allocator* a) {
   cgc__alloc_lock(a);
   if (a->deferred != NULL && !fences_must_wait(a)) {
     cgc__block_t* list = a->deferred;
@@ -75,8 +75,6 @@ static void settle_deferred(struct cgc__allocator* a) {
   }
   cgc__alloc_unlock(a);
 }
-
-void cgc__alloc_settle_deferred(struct cgc__allocator* a) { settle_deferred(a); }
 
 void cgc__alloc_wait_fencing(struct cgc__device* dev) {
   (void)cgc__allocator_of(dev); /* made now if it is not yet: it is then on the list below */
@@ -107,7 +105,7 @@ static void collect_fence(cgc__fence_t* f, cgc__fence_t** list, size_t* n, size_
  * (outside the lock, in Relaxed mode), and blocks and drains whose fences have all completed are
  * released. True when something was released. */
 bool cgc__alloc_sweep(struct cgc__allocator* a, bool fence_deferred) {
-  if (fence_deferred) settle_deferred(a);
+  if (fence_deferred) cgc__alloc_settle_deferred(a);
 
   cgc__alloc_lock(a);
   size_t cap = 0;
@@ -417,9 +415,7 @@ cgc_status_t cgc__alloc_stream_ending(struct cgc__device* dev, const cgc__stream
 
 /* Sweeps until nothing more is released: a released block can dissolve a pool, whose segments
  * then wait in a new drain that the next sweep settles. */
-static void settle_finished(struct cgc__allocator* a) {
+void cgc__alloc_settle(struct cgc__allocator* a) {
   for (int i = 0; i < 8 && cgc__alloc_sweep(a, true); i++) {
   }
 }
-
-void cgc__alloc_settle(struct cgc__allocator* a) { settle_finished(a); }
