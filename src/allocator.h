@@ -208,6 +208,9 @@ void cgc__alloc_settle_deferred(struct cgc__allocator* a);
 bool cgc__alloc_sweep(struct cgc__allocator* a, bool fence_deferred);
 /* Sweeps until nothing more is released (lock not held). */
 void cgc__alloc_settle(struct cgc__allocator* a);
+/* The same, waiting for every fence (in Relaxed mode, no lock held) instead of querying it: the
+ * last context's teardown, where waiting for the device's work is expected. */
+void cgc__alloc_settle_waiting(struct cgc__allocator* a);
 
 /* ---- segments.c (lock not held) ---- */
 
@@ -233,9 +236,6 @@ struct cgc__allocator* cgc__alloc_free_plain(void* ptr, bool* has_uses);
 
 /* ---- pool.c ---- */
 
-/* Pools adopting a capture cgc did not begin, process-wide (a relaxed hint, like
- * cgc__captures_underway): while non-zero, cgc_malloc asks whether its stream captures. */
-extern atomic_int cgc__adopted_captures;
 /* A pool of `dev` whose adoption of a capture cgc did not begin is open (and its stream in
  * *origin), or NULL: from cgc's records alone. Whether that capture is still under way only the
  * driver knows, and cgc never asks it about a stream whose capture another thread may be ending

@@ -273,7 +273,12 @@ static cgc_status_t end_capture(cgc_stream_t stream, bool discard, cgc_graph_t* 
       check_left_capturing(c);
       cgc__ctx_leave(&again);
     }
-    if (graph != NULL) CGC_DRV(cuGraphDestroy)(graph);
+    if (graph != NULL && c->graph_unsafe)
+      cgc__warn(func, "the discarded graph of capture %llu is left allocated: a conditional body's capture was "
+                "invalidated, and destroying such a graph crashes driver 580",
+                (unsigned long long)c->id);
+    else if (graph != NULL)
+      CGC_DRV(cuGraphDestroy)(graph);
     cgc__release_uses(c->uses, c->n_uses);
     if (c->update != NULL) atomic_store(&c->update->updating, false);
     free_capture(c);

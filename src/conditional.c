@@ -407,39 +407,41 @@ cgc_status_t cgc_capture_conditional_end(cgc_stream_t body) {
   }
   cgc__ctx_scope_t scope;
   cgc_status_t st = cgc__ctx_enter(body->dev, &scope, __func__);
-  bool keep_capturing = false;
+  bool invalidated = false;
   if (st == CGC_SUCCESS) {
     CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
     cuuint64_t id = 0;
     st = CGC_CU(cuStreamGetCaptureInfo(body->cu, &status, &id, NULL, NULL, NULL));
     if (st == CGC_SUCCESS && status == CU_STREAM_CAPTURE_STATUS_INVALIDATED) {
-      /* Ending an invalidated body capture is reported to free the body graph its node still owns,
-       * after which ending the capture it belongs to crashes (a driver bug, not reproduced here):
-       * the body's capture is left as it is, its stream with it (one stream lost), and the
-       * capture it belongs to is discarded at its end. */
-      keep_capturing = true;
+      /* Measured on driver 580 (IF bodies of a kernel or a memset, invalidated by a stream query;
+       * conditional_test, and the same with the driver alone): the capture it belongs to still
+       * ends with a graph, and destroying that graph crashed (SIGSEGV) whether the body's capture
+       * was ended first or left alone, as did destroying the still-capturing body stream. Ending
+       * the body's capture and keeping the graph did not, and left the body's stream usable. So
+       * the body's capture is ended and its stream destroyed as usual, and the capture's end
+       * leaves its discarded graph allocated (graph_unsafe). */
+      invalidated = true;
       st = cgc__fail(CGC_ERROR_CAPTURE_INVALIDATED, __func__,
                      "the body's capture was invalidated by an earlier call; the capture it belongs to will be "
                      "discarded at its end");
     }
   }
   if (st == CGC_SUCCESS && b->kind == CGC_CONDITIONAL_WHILE) st = end_iteration(b, body, __func__);
-  if (st != CGC_SUCCESS) cgc__registry_mark_broken(b->body_id);
-  if (!keep_capturing) {
-    CUgraph ended = NULL;
-    cgc_status_t end_st = CGC_CU(cuStreamEndCapture(body->cu, &ended)); /* the body graph: its node owns it */
-    if (st == CGC_SUCCESS) st = end_st;
+  if (invalidated) {
+    cgc__registry_mark_body_invalidated(b->body_id);
+  } else if (st != CGC_SUCCESS) {
+    cgc__registry_mark_broken(b->body_id);
   }
+  /* The body graph: its node owns it. An invalidated body's end says INVALIDATED, as expected. */
+  CUgraph ended = NULL;
+  CUresult end_r = CGC_DRV(cuStreamEndCapture)(body->cu, &ended);
+  if (st == CGC_SUCCESS) st = cgc__cu_fail(end_r, __func__, "cuStreamEndCapture");
   cgc__ctx_leave(&scope);
   /* What the body allocated now belongs to the stream the node was added on. */
   cgc__alloc_body_ended(body->dev, b->capture_id, atomic_load(&body->id), b->outer_key);
   if (b->parent != NULL) atomic_fetch_sub(&b->parent->open_children, 1);
   cgc__registry_close_body(b->body_id, b);
-  if (!keep_capturing) {
-    cgc_status_t destroyed = cgc_stream_destroy(body);
-    if (destroyed != CGC_SUCCESS) cgc__retire(body); /* the handle goes all the same, as promised */
-  } else {
-    cgc__retire(body); /* its stream stays capturing, never used again */
-  }
+  cgc_status_t destroyed = cgc_stream_destroy(body);
+  if (destroyed != CGC_SUCCESS) cgc__retire(body); /* the handle goes all the same, as promised */
   return st;
 }

@@ -101,10 +101,15 @@ static void collect_fence(cgc__fence_t* f, cgc__fence_t** list, size_t* n, size_
   list[(*n)++] = f;
 }
 
+/* The sweep; with `wait`, each fence is waited for instead of queried. */
+static bool sweep(struct cgc__allocator* a, bool fence_deferred, bool wait);
+
+bool cgc__alloc_sweep(struct cgc__allocator* a, bool fence_deferred) { return sweep(a, fence_deferred, false); }
+
 /* Settles what waits for finished work: deferred blocks get their fences, fences are queried
  * (outside the lock, in Relaxed mode), and blocks and drains whose fences have all completed are
  * released. True when something was released. */
-bool cgc__alloc_sweep(struct cgc__allocator* a, bool fence_deferred) {
+static bool sweep(struct cgc__allocator* a, bool fence_deferred, bool wait) {
   if (fence_deferred) cgc__alloc_settle_deferred(a);
 
   cgc__alloc_lock(a);
@@ -130,7 +135,9 @@ bool cgc__alloc_sweep(struct cgc__allocator* a, bool fence_deferred) {
   if (done != NULL && cgc__ctx_enter(a->dev, &scope, "cgc_malloc") == CGC_SUCCESS) {
     CUstreamCaptureMode previous = cgc__relaxed_begin();
     /* An error also ends the wait: the work it waited for is gone. */
-    for (size_t i = 0; i < n; i++) done[i] = CGC_DRV(cuEventQuery)(fences[i]->ev) != CUDA_ERROR_NOT_READY;
+    for (size_t i = 0; i < n; i++)
+      done[i] = wait ? (CGC_DRV(cuEventSynchronize)(fences[i]->ev), true)
+                     : CGC_DRV(cuEventQuery)(fences[i]->ev) != CUDA_ERROR_NOT_READY;
     cgc__relaxed_end(previous);
     cgc__ctx_leave(&scope);
   }
@@ -417,5 +424,10 @@ cgc_status_t cgc__alloc_stream_ending(struct cgc__device* dev, const cgc__stream
  * then wait in a new drain that the next sweep settles. */
 void cgc__alloc_settle(struct cgc__allocator* a) {
   for (int i = 0; i < 8 && cgc__alloc_sweep(a, true); i++) {
+  }
+}
+
+void cgc__alloc_settle_waiting(struct cgc__allocator* a) {
+  for (int i = 0; i < 8 && sweep(a, true, true); i++) {
   }
 }

@@ -17,53 +17,8 @@
 
 #include "src/internal.h"
 
-void cgc__release_uses(struct cgc__use* uses, size_t n_uses) {
-  for (size_t i = 0; i < n_uses; i++) {
-    uses[i].ops->capture_done(uses[i].object, false);
-    uses[i].ops->release(uses[i].object);
-  }
-}
-
-/* A graph's uses: objects it holds, those with a launch prologue first. */
-typedef struct graph_uses {
-  struct cgc__use* uses;
-  size_t n_uses, n_prologue;
-  bool ordered; /* a use runs after_launch with the launch stream's key (a communicator's order) */
-} graph_uses_t;
-
-/* Moves a capture's uses into `out`. False when out of host memory (nothing moved). */
-static bool take_uses(graph_uses_t* out, const struct cgc__use* uses, size_t n_uses) {
-  *out = (graph_uses_t){NULL, 0, 0, false};
-  if (n_uses == 0) return true;
-  out->uses = calloc(n_uses, sizeof *out->uses);
-  if (out->uses == NULL) return false;
-  for (int pass = 0; pass < 2; pass++) {
-    for (size_t i = 0; i < n_uses; i++) {
-      bool prologue = uses[i].ops->before_launch != NULL || uses[i].ops->after_launch != NULL;
-      if (prologue != (pass == 0)) continue;
-      struct cgc__use* u = &out->uses[out->n_uses++];
-      *u = uses[i];
-      u->amount = u->ops->capture_done(u->object, true);
-      if (prologue) out->n_prologue++;
-      if (u->ops->after_launch != NULL) out->ordered = true;
-    }
-  }
-  return true;
-}
-
-static bool releases_after_replays(const struct cgc__use* uses, size_t n_uses) {
-  for (size_t i = 0; i < n_uses; i++)
-    if (uses[i].ops->release_after_replays) return true;
-  return false;
-}
-
-static void release_taken(struct cgc__use* uses, size_t n_uses) {
-  for (size_t i = 0; i < n_uses; i++) uses[i].ops->release(uses[i].object);
-  free(uses);
-}
-
 static void drop_uses(cgc_graph_t g) {
-  release_taken(g->uses, g->n_uses);
+  cgc__release_taken(g->uses, g->n_uses);
   g->uses = NULL;
   g->n_uses = g->n_prologue = 0;
   g->ordered = false;
@@ -91,8 +46,8 @@ cgc_status_t cgc__graph_create(struct cgc__device* dev, CUgraph graph, CUevent d
   cgc__ctx_scope_t scope = {false};
   cgc_status_t st = CGC_SUCCESS;
   cgc_graph_t g = calloc(1, sizeof *g);
-  graph_uses_t taken;
-  if (g == NULL || !take_uses(&taken, uses, n_uses)) {
+  cgc__graph_uses_t taken;
+  if (g == NULL || !cgc__take_uses(&taken, uses, n_uses)) {
     free(g);
     g = NULL;
     cgc__release_uses(uses, n_uses);
@@ -178,17 +133,34 @@ static __attribute__((noinline)) cgc_status_t launch_slow(cgc_graph_t graph, cgc
   cgc_status_t st = cgc__ctx_enter(graph->dev, &scope, func);
   if (st != CGC_SUCCESS) return st;
   uint64_t key = ref.capturing ? 0 : ref.key;
+  /* What each use's step took, given back if the launch fails. The prologue's uses are few (a
+   * graph's generators and communicators): on the stack unless a graph has many. */
+  enum { kUndoOnStack = 16 };
+  uint64_t undo_on_stack[kUndoOnStack];
+  uint64_t* undo = graph->n_prologue <= kUndoOnStack ? undo_on_stack : malloc(graph->n_prologue * sizeof *undo);
+  if (undo == NULL) {
+    cgc__ctx_leave(&scope);
+    return cgc__fail(CGC_ERROR_OUT_OF_MEMORY, func, "out of host memory");
+  }
+  size_t stepped = 0; /* uses whose step ran */
   CUresult r = CUDA_SUCCESS;
-  for (size_t i = 0; i < graph->n_prologue && r == CUDA_SUCCESS; i++) {
-    const struct cgc__use* u = &graph->uses[i];
-    if (u->ops->before_launch != NULL) r = u->ops->before_launch(u->object, u->amount, stream->cu, key);
+  for (; stepped < graph->n_prologue && r == CUDA_SUCCESS; stepped++) {
+    const struct cgc__use* u = &graph->uses[stepped];
+    if (u->ops->before_launch != NULL) r = u->ops->before_launch(u->object, u->amount, stream->cu, key, &undo[stepped]);
   }
   if (r != CUDA_SUCCESS) {
+    stepped--; /* the failed step gave back its own */
     st = cgc__cu_fail(r, func, "the graph's objects' launch step (a generator's state, a communicator's order)");
   } else {
     st = cgc__cu_fail(CGC_DRV(cuGraphLaunch)(graph->exec, stream->cu), func, "cuGraphLaunch");
   }
-  if (st == CGC_SUCCESS) {
+  if (st != CGC_SUCCESS) {
+    for (size_t i = 0; i < stepped; i++) {
+      const struct cgc__use* u = &graph->uses[i];
+      if (u->ops->before_launch != NULL && u->ops->launch_failed != NULL)
+        u->ops->launch_failed(u->object, u->amount, undo[i]);
+    }
+  } else {
     atomic_fetch_add_explicit(&graph->replays, 1, memory_order_relaxed);
     /* The replay runs: a failed step after it is said, not returned (a caller that retried would
      * launch a collective twice). */
@@ -200,6 +172,7 @@ static __attribute__((noinline)) cgc_status_t launch_slow(cgc_graph_t graph, cgc
                   "other streams may not wait for this replay", (void*)graph, u->ops->kind, (int)after);
     }
   }
+  if (undo != undo_on_stack) free(undo);
   cgc__ctx_leave(&scope);
   return st;
 }
@@ -408,8 +381,9 @@ static cgc_status_t reset_claimed(cgc_graph_t graph, const char* func) {
    * with no lock held, in Relaxed mode, so nothing else waits and no capture breaks. */
   CUevent fence = graph->done;
   graph->done = NULL;
-  if (fence != NULL && releases_after_replays(graph->uses, graph->n_uses)) st2 = cgc__cu_fail(CGC_DRV(cuEventSynchronize)(fence), func, "cuEventSynchronize");
+  if (fence != NULL && cgc__releases_after_replays(graph->uses, graph->n_uses)) st2 = cgc__cu_fail(CGC_DRV(cuEventSynchronize)(fence), func, "cuEventSynchronize");
   if (st == CGC_SUCCESS) st = st2;
+  cgc__order_fence_stream_after(graph->dev, fence, graph->uses, graph->n_uses, func);
   if (fence != NULL && CGC_DRV(cuEventQuery)(fence) != CUDA_ERROR_NOT_READY) {
     CGC_DRV(cuEventDestroy)(fence);
     fence = NULL;
@@ -469,10 +443,10 @@ cgc_status_t cgc__graph_update(cgc_graph_t g, CUgraph graph, CUevent done, size_
                                const char* func) {
   cgc__ctx_scope_t scope = {false};
   CUgraphExec fresh = NULL;
-  graph_uses_t taken = {NULL, 0, 0};
+  cgc__graph_uses_t taken = {NULL, 0, 0};
   bool locked = false;
   cgc_status_t st = CGC_SUCCESS;
-  if (!take_uses(&taken, uses, n_uses)) {
+  if (!cgc__take_uses(&taken, uses, n_uses)) {
     cgc__release_uses(uses, n_uses);
     st = cgc__fail(CGC_ERROR_OUT_OF_MEMORY, func, "out of host memory");
     goto fail;
@@ -504,6 +478,7 @@ cgc_status_t cgc__graph_update(cgc_graph_t g, CUgraph graph, CUevent done, size_
   }
   if (st != CGC_SUCCESS) goto fail;
   CUevent old_done = g->done;
+  bool wait_for_old = false; /* the new event could not be made to cover the old replays */
   if (how == CGC_GRAPH_UPDATE_IN_PLACE) {
     /* Replays launched before the update record the old event, later ones the new: the new event
      * must also cover the earlier replays (the pool waits for it at reset). A record on the
@@ -520,10 +495,10 @@ cgc_status_t cgc__graph_update(cgc_graph_t g, CUgraph graph, CUevent done, size_
       if (st == CGC_SUCCESS) st = CGC_CU(cuStreamWaitEvent(fence, old_done, 0));
       if (st == CGC_SUCCESS) st = CGC_CU(cuEventRecord(done, fence));
       if (st != CGC_SUCCESS) {
-        /* The executable runs the new graph already: keep it consistent by waiting instead. */
-        previous = cgc__relaxed_begin();
-        CGC_DRV(cuEventSynchronize)(old_done);
-        cgc__relaxed_end(previous);
+        /* The executable runs the new graph already: keep it consistent by waiting for the old
+         * replays instead, below, once inspect_lock is released (the claim keeps any reset out
+         * meanwhile, and only launches after the swap record the new event). */
+        wait_for_old = true;
         st = CGC_SUCCESS;
       }
     }
@@ -551,7 +526,7 @@ cgc_status_t cgc__graph_update(cgc_graph_t g, CUgraph graph, CUevent done, size_
   CUgraphExec old_exec = fresh != NULL ? g->exec : NULL;
   struct cgc__use* old_uses = g->uses;
   size_t n_old = g->n_uses;
-  bool wait = how == CGC_GRAPH_UPDATE_REINSTANTIATED || releases_after_replays(old_uses, n_old);
+  bool wait = how == CGC_GRAPH_UPDATE_REINSTANTIATED || cgc__releases_after_replays(old_uses, n_old) || wait_for_old;
   if (how == CGC_GRAPH_UPDATE_IN_PLACE) {
     if (old_exec_graph == NULL) { /* the executable's source is the graph being replaced: it stays */
       old_exec_graph = old_graph;
@@ -601,7 +576,7 @@ cgc_status_t cgc__graph_update(cgc_graph_t g, CUgraph graph, CUevent done, size_
   if (old_done != NULL) CGC_DRV(cuEventDestroy)(old_done);
   cgc__relaxed_end(previous);
   cgc__ctx_leave(&scope);
-  release_taken(old_uses, n_old);
+  cgc__release_taken(old_uses, n_old);
   cgc__pool_unref(pool, NULL); /* the capture's reference: the graph holds its own */
   if (how == CGC_GRAPH_UPDATE_REINSTANTIATED)
     cgc__warn(func,
@@ -619,7 +594,7 @@ fail:
   }
   CGC_DRV(cuGraphDestroy)(graph);
   cgc__ctx_leave(&scope);
-  release_taken(taken.uses, taken.n_uses);
+  cgc__release_taken(taken.uses, taken.n_uses);
   if (done != NULL) CGC_DRV(cuEventDestroy)(done); /* never launched */
   cgc__pool_unref(pool, NULL);
   return st;

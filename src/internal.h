@@ -236,11 +236,21 @@ typedef struct cgc__use_ops {
   uint64_t (*capture_done)(void* object, bool kept);
   /* Run before each launch of a graph holding the object, on the launch stream with the device's
    * context current; NULL when the object needs nothing at launch. `stream_key` (stream_ref.c) is
-   * given to graphs with an after_launch use; 0 otherwise and in a capture cgc did not begin. */
-  CUresult (*before_launch)(void* object, uint64_t amount, CUstream stream, uint64_t stream_key);
+   * given to graphs with an after_launch use; 0 otherwise and in a capture cgc did not begin.
+   * `*undo` is handed to launch_failed if the launch does not happen after all. */
+  CUresult (*before_launch)(void* object, uint64_t amount, CUstream stream, uint64_t stream_key, uint64_t* undo);
+  /* A launch whose before_launch succeeded failed later (a later use's step, cuGraphLaunch): give
+   * back what before_launch took (CONTRACT: a failed call leaves nothing half done). NULL: nothing
+   * to give back. */
+  void (*launch_failed)(void* object, uint64_t amount, uint64_t undo);
   /* True when the object may be released only after the graph's last replay is over (a host
    * function's data, a module's code): reset then waits for the graph's completion event. */
   bool release_after_replays;
+  /* True when replays read the object's device memory, which it frees in stream order: before
+   * releasing it, a reset makes the device's fence stream wait for the graph's last replay
+   * (never waiting itself), and the object frees that memory once a record on the fence stream
+   * made at its death completes (a generator's slots). */
+  bool ordered_after_replays;
   /* Run after each successful launch, as before_launch; NULL when nothing is needed. */
   CUresult (*after_launch)(void* object, CUstream stream, uint64_t stream_key);
 } cgc__use_ops_t;
@@ -250,6 +260,29 @@ struct cgc__use {
   void* object;
   uint64_t amount; /* capture_done's answer, once the capture is over */
 };
+
+/* ---- a graph's uses (uses.c) ---- */
+
+/* A graph's uses: objects it holds, those with a launch prologue first. */
+typedef struct cgc__graph_uses {
+  struct cgc__use* uses;
+  size_t n_uses, n_prologue;
+  bool ordered; /* a use runs after_launch with the launch stream's key (a communicator's order) */
+} cgc__graph_uses_t;
+/* Moves a capture's uses into `out` (capture_done told each that a graph keeps it). False when
+ * out of host memory (nothing moved). */
+bool cgc__take_uses(cgc__graph_uses_t* out, const struct cgc__use* uses, size_t n_uses);
+/* Whether a use may be released only after the graph's last replay (release_after_replays). */
+bool cgc__releases_after_replays(const struct cgc__use* uses, size_t n_uses);
+/* Before uses whose memory replays read are dropped (ordered_after_replays): the device's fence
+ * stream waits for `last_replay`, never the caller (the context is current). Only if that cannot
+ * be enqueued does the caller wait for the replay itself, in Relaxed mode. */
+void cgc__order_fence_stream_after(struct cgc__device* dev, CUevent last_replay, const struct cgc__use* uses,
+                                   size_t n_uses, const char* func);
+/* Releases a graph's uses and frees their array. */
+void cgc__release_taken(struct cgc__use* uses, size_t n_uses);
+/* Drops the references of uses that no graph will take (a failed capture). */
+void cgc__release_uses(struct cgc__use* uses, size_t n_uses);
 
 /* A side stream forked into a capture through cgc_stream_wait_event, and what joined it. */
 struct cgc__side {
@@ -304,12 +337,21 @@ struct cgc__capture {
   size_t n_bodies, cap_bodies;
   struct cgc__body* retired_bodies; /* ended bodies' records, freed when the capture is taken out */
   bool broken;
+  /* A conditional body's capture was invalidated: the capture still ends with a graph, and
+   * destroying that graph crashed driver 580 (conditional.c says how it was measured), so the
+   * discarded graph is left allocated. */
+  bool graph_unsafe;
   struct cgc__capture* next;
 };
 
 /* Captures begun through cgc and not yet ended, process-wide (a relaxed hint for fast paths;
  * decisions that need it exact take the registry lock). */
 int cgc__captures_underway(void);
+/* Pools adopting a capture cgc did not begin, process-wide (pool.c counts them; defined in
+ * registry.c, whose guards refuse device-wide and NCCL setup calls while any is open, as for a
+ * Global capture: cgc does not know the adopted capture's mode). While non-zero, cgc_malloc asks
+ * whether its stream captures. */
+extern atomic_int cgc__adopted_captures;
 
 /* Registers `c` (state BEGINNING) before the driver begins, so that its pool is routed to from
  * the first instant. INVALID_STATE when its origin is already the origin of a capture. */
@@ -336,6 +378,8 @@ void cgc__registry_unreserve_body(uint64_t id);
 void cgc__registry_close_body(uint64_t body_id, struct cgc__body* record);
 /* The capture `id` belongs to must not be kept: its end fails (CAPTURE_INVALIDATED). */
 void cgc__registry_mark_broken(uint64_t id);
+/* The same, for a capture whose conditional body's capture was invalidated (graph_unsafe). */
+void cgc__registry_mark_body_invalidated(uint64_t id);
 /* The lent stream of the last body opened in the capture whose origin is stream `key` (NULL when
  * none): cgc_capture ends them before discarding the capture. */
 cgc_stream_t cgc__registry_last_body(uint64_t key);
@@ -378,6 +422,21 @@ typedef enum cgc__guard {
   CGC__GUARD_DEVICE,      /* any capture of `dev`, from any mode: cuCtxSynchronize waits for it */
 } cgc__guard_t;
 cgc_status_t cgc__capture_guard(struct cgc__device* dev, cgc__guard_t kind, const char* call, const char* func);
+/* The guard for a setup or teardown call that makes many driver calls over milliseconds, some on
+ * threads not cgc's (a communicator's setup, an NCCL pool's registration): checked as
+ * cgc__capture_guard, and on success the gate stays closed until cgc__capture_gate_open. A
+ * cgc_capture_begin that the call would break (Global mode on any thread; any mode on `dev` for
+ * CGC__GUARD_DEVICE) waits for the gate to open. The gate lives on the caller's stack. */
+typedef struct cgc__gate {
+  struct cgc__device* dev;
+  cgc__guard_t kind;
+  pthread_t thread;
+  const char* call; /* for the waiting capture's log line */
+  struct cgc__gate* next;
+} cgc__gate_t;
+cgc_status_t cgc__capture_gate_close(cgc__gate_t* gate, struct cgc__device* dev, cgc__guard_t kind, const char* call,
+                                     const char* func);
+void cgc__capture_gate_open(cgc__gate_t* gate);
 /* The number of cgc captures under way on `dev` (exact, under the registry lock), and one of
  * them for messages. */
 int cgc__registry_count_on(struct cgc__device* dev, CUstream* origin);
@@ -566,8 +625,6 @@ cgc_status_t cgc__graph_create(struct cgc__device* dev, CUgraph graph, CUevent d
 cgc_status_t cgc__graph_update(cgc_graph_t g, CUgraph graph, CUevent done, size_t node_count, cgc_pool_t pool,
                                struct cgc__use* uses, size_t n_uses, unsigned flags, CUstream upload_stream,
                                const char* func);
-/* Drops the references of uses that no graph will take (a failed capture). */
-void cgc__release_uses(struct cgc__use* uses, size_t n_uses);
 
 /* ---- generators (rng.c) ----
  * Generators and communicators hand graphs their cgc__use_ops_t through cgc__registry_add_use;

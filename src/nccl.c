@@ -81,11 +81,14 @@ static uint64_t comm_capture_done(void* object, bool kept) {
 /* What a graph holding collectives does with the communicator: hold it, so that destroying it
  * first is refused rather than left to hang (NCCL >= 2.26 waits in ncclCommDestroy for every
  * graph that references the communicator). Nothing to do at launch. */
-static const cgc__use_ops_t comm_use_ops = {"communicator", cgc__comm_retain, cgc__comm_release, comm_capture_done, NULL};
+static const cgc__use_ops_t comm_use_ops = {
+    .kind = "communicator", .retain = cgc__comm_retain, .release = cgc__comm_release, .capture_done = comm_capture_done};
 
 /* Key 0: launched into a capture cgc did not begin, whose launches cgc cannot see; nothing to do. */
-static CUresult comm_before_launch(void* object, uint64_t amount, CUstream stream, uint64_t stream_key) {
+static CUresult comm_before_launch(void* object, uint64_t amount, CUstream stream, uint64_t stream_key,
+                                   uint64_t* undo) {
   (void)amount;
+  (void)undo; /* a wait on the communicator's last work: nothing to give back if the launch fails */
   return stream_key == 0 ? CUDA_SUCCESS : cgc__comm_order_before(object, stream, stream_key);
 }
 
@@ -94,8 +97,12 @@ static CUresult comm_after_launch(void* object, CUstream stream, uint64_t stream
 }
 
 /* With graph mixing off, the graph's launches also keep the communicator's work in one order. */
-static const cgc__use_ops_t comm_ordered_use_ops = {
-    "communicator", cgc__comm_retain, cgc__comm_release, comm_capture_done, comm_before_launch, false, comm_after_launch};
+static const cgc__use_ops_t comm_ordered_use_ops = {.kind = "communicator",
+                                                    .retain = cgc__comm_retain,
+                                                    .release = cgc__comm_release,
+                                                    .capture_done = comm_capture_done,
+                                                    .before_launch = comm_before_launch,
+                                                    .after_launch = comm_after_launch};
 
 /* A collective enqueued into a cgc capture: the capture (then its graph) holds the communicator. */
 static cgc_status_t note_capture(cgc_comm_t comm, cgc_stream_t stream, const char* func) {
@@ -162,13 +169,21 @@ cgc_status_t cgc_comm_create(cgc_context_t ctx, int nranks, const cgc_comm_id_t*
   CGC_CHECK_ARG(id != NULL, "id is NULL");
   CGC_CHECK_ARG(nranks >= 1, "nranks is %d", nranks);
   CGC_CHECK_ARG(rank >= 0 && rank < nranks, "rank %d is outside [0, %d)", rank, nranks);
-  st = cgc__capture_guard(ctx->dev, CGC__GUARD_AS_GLOBAL, "ncclCommInitRank (it allocates and synchronises)", __func__);
-  if (st != CGC_SUCCESS) return st;
+  cgc_comm_t comm = calloc(1, sizeof *comm);
+  if (comm == NULL) return cgc__fail(CGC_ERROR_OUT_OF_MEMORY, __func__, "out of host memory");
+  comm->dev = ctx->dev; /* before any failure: free_comm_parts gives the scratch back on it */
+  /* NCCL's setup allocates and synchronises, also on its own threads, for milliseconds: a Global
+   * capture begun meanwhile on any thread waits for it (the gate). */
+  cgc__gate_t gate;
+  st = cgc__capture_gate_close(&gate, ctx->dev, CGC__GUARD_AS_GLOBAL, "ncclCommInitRank (it allocates and synchronises)",
+                               __func__);
+  if (st != CGC_SUCCESS) {
+    free(comm);
+    return st;
+  }
   cgc__ctx_scope_t scope = {false};
   bool initialised = false;
   ncclResult_t r;
-  cgc_comm_t comm = calloc(1, sizeof *comm);
-  if (comm == NULL) return cgc__fail(CGC_ERROR_OUT_OF_MEMORY, __func__, "out of host memory");
   pthread_mutex_init(&comm->order_lock, NULL);
   st = cgc__ctx_enter(ctx->dev, &scope, __func__); /* NCCL takes the device from the current context */
   if (st != CGC_SUCCESS) goto fail;
@@ -186,12 +201,12 @@ cgc_status_t cgc_comm_create(cgc_context_t ctx, int nranks, const cgc_comm_id_t*
     goto fail;
   }
   initialised = true;
-  comm->dev = ctx->dev;
   comm->rank = rank;
   comm->nranks = nranks;
   st = connect_eagerly(comm, __func__);
   if (st != CGC_SUCCESS) goto fail;
   cgc__ctx_leave(&scope);
+  cgc__capture_gate_open(&gate);
   comm->magic = CGC_MAGIC_COMM;
   *out = comm;
   note_devices(ctx->dev->ordinal);
@@ -201,6 +216,7 @@ fail:
   if (initialised) NCCL_RELAXED(r, cgc__nccl.ncclCommAbort(comm->nccl));
   cgc__ctx_leave(&scope);
   free_comm_parts(comm);
+  cgc__capture_gate_open(&gate);
   free(comm);
   return st;
 }
@@ -227,7 +243,9 @@ cgc_status_t cgc_comm_destroy(cgc_comm_t comm) {
                      "destroy them first, and release the pools (ncclCommDestroy would wait for the graphs)",
                      refs, (void*)comm);
   if (!atomic_load(&comm->aborted)) {
-    st = cgc__capture_guard(comm->dev, CGC__GUARD_AS_GLOBAL, "ncclCommDestroy (it frees and synchronises)", __func__);
+    cgc__gate_t gate;
+    st = cgc__capture_gate_close(&gate, comm->dev, CGC__GUARD_AS_GLOBAL, "ncclCommDestroy (it frees and synchronises)",
+                                 __func__);
     if (st != CGC_SUCCESS) return st;
     cgc__ctx_scope_t scope;
     st = cgc__ctx_enter(comm->dev, &scope, __func__);
@@ -238,6 +256,7 @@ cgc_status_t cgc_comm_destroy(cgc_comm_t comm) {
       cgc__ctx_leave(&scope);
     }
     free_comm_parts(comm);
+    cgc__capture_gate_open(&gate);
     cgc__retire(comm);
     return st;
   }

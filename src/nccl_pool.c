@@ -170,6 +170,9 @@ static cgc_status_t agree_on_arena(cgc__arena_t* base, cgc_status_t local, const
   return step_together(arena->comm, local, arena->kind, step, func);
 }
 
+static cgc_status_t create_gated(cgc_comm_t comm, size_t capacity, cgc_nccl_memory_t wanted, cgc_pool_t* out,
+                                 cgc_nccl_memory_t* got);
+
 cgc_status_t cgc_nccl_pool_create(cgc_comm_t comm, size_t capacity, cgc_nccl_memory_t wanted, cgc_pool_t* out,
                                   cgc_nccl_memory_t* got) {
   CGC_REFUSE_IN_HOST_FUNCTION();
@@ -185,18 +188,30 @@ cgc_status_t cgc_nccl_pool_create(cgc_comm_t comm, size_t capacity, cgc_nccl_mem
     return cgc__fail(CGC_ERROR_INVALID_STATE, __func__,
                      "inside cgc_group_start/cgc_group_end: the ranks' steps would only be queued; create the pool "
                      "outside the group");
-  st = cgc__capture_guard(comm->dev, CGC__GUARD_AS_GLOBAL,
-                          "registering memory with NCCL (it allocates, maps and synchronises)", __func__);
+  /* NCCL allocates, maps and synchronises for milliseconds, also on its own threads: a Global
+   * capture begun meanwhile on any thread waits for the gate to open. */
+  cgc__gate_t gate;
+  st = cgc__capture_gate_close(&gate, comm->dev, CGC__GUARD_AS_GLOBAL,
+                               "registering memory with NCCL (it allocates, maps and synchronises)", __func__);
   if (st != CGC_SUCCESS) return st;
+  st = create_gated(comm, capacity, wanted, out, got);
+  cgc__capture_gate_open(&gate);
+  return st;
+}
+
+/* cgc_nccl_pool_create's steps, its gate closed. */
+static cgc_status_t create_gated(cgc_comm_t comm, size_t capacity, cgc_nccl_memory_t wanted, cgc_pool_t* out,
+                                 cgc_nccl_memory_t* got) {
+  static const char* const func = "cgc_nccl_pool_create";
   cgc__ctx_scope_t scope;
-  st = cgc__ctx_enter(comm->dev, &scope, __func__);
+  cgc_status_t st = cgc__ctx_enter(comm->dev, &scope, func);
   if (st != CGC_SUCCESS) return st;
 
   /* Every rank steps together from here: a rank that fails alone must not leave the others waiting
    * in the next collective step (the window's registration, the first collective on the pool). */
   cgc_nccl_memory_t kind = available_kind(wanted);
   nccl_arena_t* arena = calloc(1, sizeof *arena);
-  cgc_status_t local = arena != NULL ? CGC_SUCCESS : cgc__fail(CGC_ERROR_OUT_OF_MEMORY, __func__, "out of host memory");
+  cgc_status_t local = arena != NULL ? CGC_SUCCESS : cgc__fail(CGC_ERROR_OUT_OF_MEMORY, func, "out of host memory");
   if (arena != NULL) {
     /* Whole 2 MiB pages: ncclMemAlloc's granularity on these GPUs, and 4 KiB-aligned as windows must be. */
     const size_t page = (size_t)2 << 20;
@@ -206,24 +221,24 @@ cgc_status_t cgc_nccl_pool_create(cgc_comm_t comm, size_t capacity, cgc_nccl_mem
     arena->comm = comm;
     arena->kind = kind;
     cgc__comm_retain(comm);
-    local = allocate_arena(arena, kind, __func__);
+    local = allocate_arena(arena, kind, func);
   }
   cgc_pool_t pool = NULL;
-  st = step_together(comm, local, kind, "allocating", __func__);
+  st = step_together(comm, local, kind, "allocating", func);
   if (st == CGC_SUCCESS) {
-    local = register_arena(arena, kind, __func__);
+    local = register_arena(arena, kind, func);
     /* The pool (host memory only) is made before the last step, so that no rank can fail after it. */
     if (local == CGC_SUCCESS) {
-      local = cgc__pool_create_arena(comm->dev, &arena->base, &pool, __func__); /* drops the arena on failure */
+      local = cgc__pool_create_arena(comm->dev, &arena->base, &pool, func); /* drops the arena on failure */
       if (local != CGC_SUCCESS) arena = NULL;
     }
-    st = step_together(comm, local, kind, "registering", __func__);
+    st = step_together(comm, local, kind, "registering", func);
   }
   if (st != CGC_SUCCESS) {
     if (pool != NULL) {
       cgc__pool_discard_arena(pool); /* nothing was allocated from it */
     } else if (arena != NULL) {
-      drop_arena(&arena->base, __func__);
+      drop_arena(&arena->base, func);
     }
     cgc__ctx_leave(&scope);
     return st;
@@ -232,7 +247,7 @@ cgc_status_t cgc_nccl_pool_create(cgc_comm_t comm, size_t capacity, cgc_nccl_mem
   *out = pool;
   if (got != NULL) *got = kind;
   if (kind != wanted)
-    cgc__warn(__func__,
+    cgc__warn(func,
               "NCCL %d gives %s memory, not %s (registered needs NCCL >= 2.19, symmetric >= 2.27): pool %p is %s",
               cgc__nccl.version, kMemoryNames[kind], kMemoryNames[wanted], (void*)pool, kMemoryNames[kind]);
   return CGC_SUCCESS;

@@ -143,12 +143,23 @@ void cgc__pool_discard_arena(cgc_pool_t pool) {
  * ends) and finished frees settled. Then each rank says whether it can release (nothing holds
  * the pool) and the ranks agree: only if all can does any drop its registration, so that no rank
  * keeps a window its peers dropped. Refused, changing nothing, otherwise. */
+static cgc_status_t release_arena_gated(struct cgc__allocator* a, cgc_pool_t pool, const char* func);
+
+/* The release synchronises the device, then NCCL frees and unmaps, also on its own threads: a
+ * capture begun meanwhile on the device (any mode), or in Global mode anywhere, waits for it. */
 static cgc_status_t release_arena(struct cgc__allocator* a, cgc_pool_t pool, const char* func) {
-  cgc_status_t st = cgc__capture_guard(pool->dev, CGC__GUARD_DEVICE,
-                                       "releasing an NCCL pool (it synchronises the device)", func);
+  cgc__gate_t gate;
+  cgc_status_t st = cgc__capture_gate_close(&gate, pool->dev, CGC__GUARD_DEVICE,
+                                            "releasing an NCCL pool (it synchronises the device)", func);
   if (st != CGC_SUCCESS) return st;
+  st = release_arena_gated(a, pool, func);
+  cgc__capture_gate_open(&gate);
+  return st;
+}
+
+static cgc_status_t release_arena_gated(struct cgc__allocator* a, cgc_pool_t pool, const char* func) {
   cgc__ctx_scope_t scope;
-  st = cgc__ctx_enter(pool->dev, &scope, func);
+  cgc_status_t st = cgc__ctx_enter(pool->dev, &scope, func);
   if (st != CGC_SUCCESS) return st;
   CUstreamCaptureMode previous = cgc__relaxed_begin();
   cgc_status_t local =
@@ -355,8 +366,6 @@ void cgc__pool_end_capture(cgc_pool_t pool, bool graph_keeps_ref, const uint64_t
 }
 
 /* ---- captures cgc did not begin (1.4) ---- */
-
-atomic_int cgc__adopted_captures;
 
 /* (lock held) Claims `pool`'s adoption for its end: of several racing ends, one gets it. */
 static bool claim_adoption(cgc_pool_t pool) {

@@ -19,6 +19,7 @@ static uint64_t bookkeeping_seq;      /* orders records and waits for the join a
 /* The number of records in `registry`: written under the lock, read without it by fast paths
  * that only need to know whether any capture might be under way. */
 static atomic_int underway;
+atomic_int cgc__adopted_captures; /* internal.h: pool.c counts the open adoptions */
 
 int cgc__captures_underway(void) { return atomic_load_explicit(&underway, memory_order_acquire); }
 
@@ -66,9 +67,21 @@ static bool reserve_one(void** items, size_t* cap, size_t count, size_t size) {
 
 /* ---- the records ---- */
 
+/* Gates closed now (registry_lock): a capture that one of them would break waits in
+ * cgc__registry_add until it opens (gate_opened is signalled under registry_lock). */
+static cgc__gate_t* gates;
+static pthread_cond_t gate_opened = PTHREAD_COND_INITIALIZER;
+static const cgc__gate_t* gate_against(const struct cgc__capture* c);
+
 cgc_status_t cgc__registry_add(struct cgc__capture* c, const char* func) {
   cgc_status_t st = CGC_SUCCESS;
   cgc__mutex_lock(&registry_lock, CGC__LOCK_REGISTRY);
+  /* A setup or teardown call under way on another thread would break this capture: it is
+   * registered once that call is over (no driver call is made while waiting). */
+  for (const cgc__gate_t* g = gate_against(c); g != NULL; g = gate_against(c)) {
+    cgc__log("%s: the capture of stream %p waits for %s on another thread", func, (void*)c->origin, g->call);
+    cgc__lock_wait(&gate_opened, &registry_lock, CGC__LOCK_REGISTRY);
+  }
   struct cgc__capture* same = find_by_origin(c->origin_key);
   if (same != NULL) {
     st = cgc__fail(CGC_ERROR_INVALID_STATE, func, "stream %p is already capturing (capture id %llu)",
@@ -227,6 +240,13 @@ void cgc__registry_mark_broken(uint64_t id) {
   cgc__mutex_lock(&registry_lock, CGC__LOCK_REGISTRY);
   struct cgc__capture* c = find_by_id(id);
   if (c != NULL) c->broken = true;
+  cgc__mutex_unlock(&registry_lock, CGC__LOCK_REGISTRY);
+}
+
+void cgc__registry_mark_body_invalidated(uint64_t id) {
+  cgc__mutex_lock(&registry_lock, CGC__LOCK_REGISTRY);
+  struct cgc__capture* c = find_by_id(id);
+  if (c != NULL) c->broken = c->graph_unsafe = true;
   cgc__mutex_unlock(&registry_lock, CGC__LOCK_REGISTRY);
 }
 
@@ -449,22 +469,27 @@ static const char* mode_name(cgc_capture_mode_t mode) {
   return mode == CGC_CAPTURE_MODE_GLOBAL ? "Global" : mode == CGC_CAPTURE_MODE_THREAD_LOCAL ? "ThreadLocal" : "Relaxed";
 }
 
-cgc_status_t cgc__capture_guard(struct cgc__device* dev, cgc__guard_t kind, const char* call, const char* func) {
-  if (cgc__captures_underway() == 0) return CGC_SUCCESS;
-  bool any_mode = kind == CGC__GUARD_DEVICE;
-  /* The calling thread's capture-interaction mode (cuThreadExchangeStreamCaptureMode twice:
-   * the mode may have been set through the driver directly). */
+/* The calling thread's capture-interaction mode (cuThreadExchangeStreamCaptureMode twice: the
+ * mode may have been set through the driver directly), as a guard of `kind` counts it. */
+static CUstreamCaptureMode guard_mode(cgc__guard_t kind) {
   CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_GLOBAL;
   if (kind == CGC__GUARD_THIS_THREAD) {
     CGC_DRV(cuThreadExchangeStreamCaptureMode)(&mode);
     CUstreamCaptureMode back = mode;
     CGC_DRV(cuThreadExchangeStreamCaptureMode)(&back);
-    if (mode == CU_STREAM_CAPTURE_MODE_RELAXED) return CGC_SUCCESS; /* the driver checks nothing */
   }
+  return mode;
+}
+
+/* The guard's check (registry_lock held): CAPTURE_UNSUPPORTED naming the capture the call would
+ * break, or success. */
+static cgc_status_t check_guard(struct cgc__device* dev, cgc__guard_t kind, CUstreamCaptureMode mode,
+                                const char* call, const char* func) {
+  if (kind == CGC__GUARD_THIS_THREAD && mode == CU_STREAM_CAPTURE_MODE_RELAXED) return CGC_SUCCESS;
+  bool any_mode = kind == CGC__GUARD_DEVICE;
   pthread_t self = pthread_self();
   struct cgc__capture* broken = NULL;
   bool own = false;
-  cgc__mutex_lock(&registry_lock, CGC__LOCK_REGISTRY);
   for (struct cgc__capture* c = registry; c != NULL && broken == NULL; c = c->next) {
     bool mine = pthread_equal(c->thread, self);
     if (any_mode) {
@@ -476,29 +501,85 @@ cgc_status_t cgc__capture_guard(struct cgc__device* dev, cgc__guard_t kind, cons
     }
     if (broken != NULL) own = mine;
   }
-  cgc_status_t st = CGC_SUCCESS;
-  if (broken != NULL) {
-    if (any_mode)
-      st = cgc__fail(CGC_ERROR_CAPTURE_UNSUPPORTED, func,
+  if (broken == NULL && kind != CGC__GUARD_THIS_THREAD &&
+      atomic_load_explicit(&cgc__adopted_captures, memory_order_acquire) > 0)
+    return cgc__fail(CGC_ERROR_CAPTURE_UNSUPPORTED, func,
+                     "%s would break a capture that a pool adopted (cgc_pool_adopt_capture: one cgc did not begin, "
+                     "such as PyTorch's own), whose mode cgc cannot know: call it after cgc_pool_end_adopted_capture",
+                     call);
+  if (broken == NULL) return CGC_SUCCESS;
+  if (any_mode)
+    return cgc__fail(CGC_ERROR_CAPTURE_UNSUPPORTED, func,
                      "%s waits for every stream of device %d, and a capture is under way on stream %p (capture id "
                      "%llu, %s mode): the driver would break it from any thread; call it after cgc_capture_end",
                      call, dev->ordinal, (void*)broken->origin, (unsigned long long)broken->id,
                      mode_name(broken->mode));
-    else if (own)
-      st = cgc__fail(CGC_ERROR_CAPTURE_UNSUPPORTED, func,
+  if (own)
+    return cgc__fail(CGC_ERROR_CAPTURE_UNSUPPORTED, func,
                      "%s is not allowed while this thread's %s-mode capture on stream %p (capture id %llu) is under "
                      "way: it would break the capture; call it after cgc_capture_end",
                      call, mode_name(broken->mode), (void*)broken->origin, (unsigned long long)broken->id);
-    else
-      st = cgc__fail(CGC_ERROR_CAPTURE_UNSUPPORTED, func,
-                     "%s would break the Global-mode capture under way on stream %p (capture id %llu, begun by "
-                     "another thread): in Global mode the driver forbids it from every thread. Wait for "
-                     "cgc_capture_end, begin that capture in CGC_CAPTURE_MODE_THREAD_LOCAL, or switch this thread "
-                     "to Relaxed with cgc_capture_mode_exchange",
-                     call, (void*)broken->origin, (unsigned long long)broken->id);
+  return cgc__fail(CGC_ERROR_CAPTURE_UNSUPPORTED, func,
+                   "%s would break the Global-mode capture under way on stream %p (capture id %llu, begun by "
+                   "another thread): in Global mode the driver forbids it from every thread. Wait for "
+                   "cgc_capture_end, begin that capture in CGC_CAPTURE_MODE_THREAD_LOCAL, or switch this thread "
+                   "to Relaxed with cgc_capture_mode_exchange",
+                   call, (void*)broken->origin, (unsigned long long)broken->id);
+}
+
+cgc_status_t cgc__capture_guard(struct cgc__device* dev, cgc__guard_t kind, const char* call, const char* func) {
+  if (cgc__captures_underway() == 0 &&
+      (kind == CGC__GUARD_THIS_THREAD || atomic_load_explicit(&cgc__adopted_captures, memory_order_acquire) == 0))
+    return CGC_SUCCESS;
+  CUstreamCaptureMode mode = guard_mode(kind);
+  cgc__mutex_lock(&registry_lock, CGC__LOCK_REGISTRY);
+  cgc_status_t st = check_guard(dev, kind, mode, call, func);
+  cgc__mutex_unlock(&registry_lock, CGC__LOCK_REGISTRY);
+  return st;
+}
+
+/* ---- gates: setup and teardown calls that captures begun meanwhile wait for ---- */
+
+/* Whether gate `g` would break capture `c` (registry_lock held). A gate of the capturing thread
+ * itself never does: its guard refused the call had the capture come first, and the thread
+ * cannot begin a capture from inside the call. */
+static bool gate_breaks(const cgc__gate_t* g, const struct cgc__capture* c) {
+  if (pthread_equal(g->thread, c->thread)) return false;
+  if (g->kind == CGC__GUARD_DEVICE && g->dev == c->dev) return true; /* it waits for every stream */
+  return c->mode == CGC_CAPTURE_MODE_GLOBAL; /* unsafe calls, some on NCCL's own Global-mode threads */
+}
+
+cgc_status_t cgc__capture_gate_close(cgc__gate_t* gate, struct cgc__device* dev, cgc__guard_t kind, const char* call,
+                                     const char* func) {
+  CUstreamCaptureMode mode = guard_mode(kind);
+  *gate = (cgc__gate_t){.dev = dev, .kind = kind, .thread = pthread_self(), .call = call};
+  cgc__mutex_lock(&registry_lock, CGC__LOCK_REGISTRY);
+  cgc_status_t st = check_guard(dev, kind, mode, call, func);
+  if (st == CGC_SUCCESS) {
+    gate->next = gates;
+    gates = gate;
   }
   cgc__mutex_unlock(&registry_lock, CGC__LOCK_REGISTRY);
   return st;
+}
+
+void cgc__capture_gate_open(cgc__gate_t* gate) {
+  cgc__mutex_lock(&registry_lock, CGC__LOCK_REGISTRY);
+  for (cgc__gate_t** p = &gates; *p != NULL; p = &(*p)->next) {
+    if (*p == gate) {
+      *p = gate->next;
+      break;
+    }
+  }
+  pthread_cond_broadcast(&gate_opened);
+  cgc__mutex_unlock(&registry_lock, CGC__LOCK_REGISTRY);
+}
+
+/* A closed gate that would break `c`, or NULL (registry_lock held). */
+static const cgc__gate_t* gate_against(const struct cgc__capture* c) {
+  for (const cgc__gate_t* g = gates; g != NULL; g = g->next)
+    if (gate_breaks(g, c)) return g;
+  return NULL;
 }
 
 int cgc__registry_count_on(struct cgc__device* dev, CUstream* origin) {

@@ -89,36 +89,60 @@ static cgc_status_t device_kernels(struct cgc__device* dev, struct cgc__kernels*
   return st;
 }
 
-/* Slots of dead generators. cuMemFree waits for the device (so no replay still reads them) and
- * would break a capture under way: it runs outside every lock, in Relaxed mode. Guarded by
- * kernels_lock. */
+/* Slots of dead generators, kept for the device's next generators. A replay of a destroyed graph
+ * may still read them: a graph's reset makes the device's fence stream wait for its last replay
+ * before it drops the generator (ordered_after_replays), and the generator's death records
+ * `retired` on that stream, so the slots are free once `retired` completes. They are reused then
+ * (cgc_rng_create) and given back to the driver only when the device's last context goes: no
+ * call on the way, create, destroy or a graph's destroy, waits for the device (a cuMemFree would
+ * wait for every kernel of it). Guarded by kernels_lock; driver calls run outside it. */
 struct dead_slots {
   struct cgc__device* dev;
   CUdeviceptr slots;
+  CUevent retired; /* NULL: no record could be made, reuse waits for the device's release */
   struct dead_slots* next;
 };
 static struct dead_slots* dead;
 
-static void free_dead_slots(void) {
+/* Dead slots of `dev` that no replay reads any more, or 0 (the context is current). */
+static CUdeviceptr take_dead_slots(struct cgc__device* dev) {
   cgc__mutex_lock(&kernels_lock, CGC__LOCK_KERNELS);
-  struct dead_slots* list = dead;
-  dead = NULL;
-  cgc__mutex_unlock(&kernels_lock, CGC__LOCK_KERNELS);
-  while (list != NULL) {
-    struct dead_slots* d = list;
-    list = d->next;
-    cgc__ctx_scope_t scope;
-    if (cgc__ctx_enter(d->dev, &scope, "cgc_rng_destroy") == CGC_SUCCESS) {
-      cgc__relaxed_mem_free(d->slots);
-      cgc__ctx_leave(&scope);
-    }
-    free(d);
+  struct dead_slots** at = &dead;
+  struct dead_slots* found = NULL;
+  for (; *at != NULL; at = &(*at)->next) {
+    struct dead_slots* d = *at;
+    /* cuEventQuery never waits; in Relaxed mode, as a query during another thread's Global
+     * capture is an unsafe call. */
+    if (d->dev != dev || d->retired == NULL) continue;
+    CUstreamCaptureMode previous = cgc__relaxed_begin();
+    CUresult q = CGC_DRV(cuEventQuery)(d->retired);
+    cgc__relaxed_end(previous);
+    if (q != CUDA_SUCCESS) continue;
+    *at = d->next;
+    found = d;
+    break;
   }
+  cgc__mutex_unlock(&kernels_lock, CGC__LOCK_KERNELS);
+  if (found == NULL) return 0;
+  CUdeviceptr slots = found->slots;
+  CGC_DRV(cuEventDestroy)(found->retired);
+  free(found);
+  return slots;
 }
 
 void cgc__rng_device_release(struct cgc__device* dev) {
-  free_dead_slots();
   cgc__mutex_lock(&kernels_lock, CGC__LOCK_KERNELS);
+  struct dead_slots* mine = NULL;
+  for (struct dead_slots** at = &dead; *at != NULL;) {
+    struct dead_slots* d = *at;
+    if (d->dev == dev) {
+      *at = d->next;
+      d->next = mine;
+      mine = d;
+    } else {
+      at = &d->next;
+    }
+  }
   struct cgc__kernels* k = dev->kernels;
   if (k != NULL && k->generators == 0) {
     dev->kernels = NULL;
@@ -126,14 +150,21 @@ void cgc__rng_device_release(struct cgc__device* dev) {
     k = NULL;
   }
   cgc__mutex_unlock(&kernels_lock, CGC__LOCK_KERNELS);
-  if (k == NULL) return;
   cgc__ctx_scope_t scope;
-  if (cgc__ctx_enter(dev, &scope, "cgc_context_destroy") == CGC_SUCCESS) {
-    CUstreamCaptureMode previous = cgc__relaxed_begin();
-    CGC_DRV(cuModuleUnload)(k->module);
-    cgc__relaxed_end(previous);
-    cgc__ctx_leave(&scope);
+  bool in_ctx = cgc__ctx_enter(dev, &scope, "cgc_context_destroy") == CGC_SUCCESS;
+  CUstreamCaptureMode previous = cgc__relaxed_begin();
+  while (mine != NULL) { /* the last context goes: waiting for the device here is expected */
+    struct dead_slots* d = mine;
+    mine = d->next;
+    if (in_ctx) {
+      CGC_DRV(cuMemFree)(d->slots);
+      if (d->retired != NULL) CGC_DRV(cuEventDestroy)(d->retired);
+    }
+    free(d);
   }
+  if (in_ctx && k != NULL) CGC_DRV(cuModuleUnload)(k->module);
+  cgc__relaxed_end(previous);
+  if (in_ctx) cgc__ctx_leave(&scope);
   free(k);
 }
 
@@ -142,7 +173,6 @@ cgc_status_t cgc_rng_create(cgc_context_t ctx, uint64_t seed, cgc_rng_t* out) {
   CGC_CHECK_ARG(out != NULL, "out is NULL");
   *out = NULL;
   CGC_CHECK_HANDLE(ctx, CGC_MAGIC_CONTEXT);
-  free_dead_slots();
   cgc__ctx_scope_t scope = {false};
   struct cgc__kernels* k = NULL; /* non-NULL: this generator is counted in k->generators */
   cgc_status_t st;
@@ -158,7 +188,9 @@ cgc_status_t cgc_rng_create(cgc_context_t ctx, uint64_t seed, cgc_rng_t* out) {
     k = NULL;
     goto fail;
   }
-  st = cgc__cu_fail(cgc__relaxed_mem_alloc(&rng->slots, kSlots * sizeof(uint64_t)), __func__, "cuMemAlloc");
+  rng->slots = take_dead_slots(ctx->dev);
+  if (rng->slots == 0)
+    st = cgc__cu_fail(cgc__relaxed_mem_alloc(&rng->slots, kSlots * sizeof(uint64_t)), __func__, "cuMemAlloc");
   if (st != CGC_SUCCESS) goto fail;
   cgc__ctx_leave(&scope);
   pthread_mutex_init(&rng->lock, NULL);
@@ -180,18 +212,32 @@ fail:
   return st;
 }
 
+/* The generator's death: its slots wait on the dead list for the replays that may still read
+ * them (the fence stream waited for each of its graphs' last replays before they dropped it). */
 static void rng_release(void* object) {
   cgc_rng_t rng = object;
   if (atomic_fetch_sub(&rng->refs, 1) != 1) return;
   struct dead_slots* d = malloc(sizeof *d);
+  CUevent retired = NULL;
+  cgc__ctx_scope_t scope;
+  bool in_ctx = cgc__ctx_enter(rng->dev, &scope, "cgc_rng_destroy") == CGC_SUCCESS;
+  if (in_ctx && d != NULL) {
+    CUstream fence = NULL;
+    if (cgc__device_fence_stream(rng->dev, &fence, "cgc_rng_destroy") == CGC_SUCCESS &&
+        CGC_DRV(cuEventCreate)(&retired, CU_EVENT_DISABLE_TIMING) == CUDA_SUCCESS &&
+        CGC_DRV(cuEventRecord)(retired, fence) != CUDA_SUCCESS) {
+      CGC_DRV(cuEventDestroy)(retired);
+      retired = NULL;
+    }
+  }
+  if (in_ctx) cgc__ctx_leave(&scope);
   cgc__mutex_lock(&kernels_lock, CGC__LOCK_KERNELS);
   if (d != NULL) {
-    *d = (struct dead_slots){rng->dev, rng->slots, dead};
+    *d = (struct dead_slots){rng->dev, rng->slots, retired, dead};
     dead = d;
-  }
+  } /* else out of host memory: 32 bytes of device memory stay unused until the process ends */
   rng->dev->kernels->generators--;
   cgc__mutex_unlock(&kernels_lock, CGC__LOCK_KERNELS);
-  free_dead_slots();
   pthread_mutex_destroy(&rng->lock);
   cgc__retire(rng);
 }
@@ -219,21 +265,42 @@ static uint64_t rng_capture_done(void* object, bool kept) {
   return consumed;
 }
 
+/* A replay that was not launched gives its numbers back, unless the generator moved on meanwhile
+ * (as undo_draw). */
+static void rng_launch_failed(void* object, uint64_t amount, uint64_t offset_before) {
+  cgc_rng_t rng = object;
+  cgc__mutex_lock(&rng->lock, CGC__LOCK_RNG);
+  if (rng->offset == offset_before + amount) rng->offset = offset_before;
+  cgc__mutex_unlock(&rng->lock, CGC__LOCK_RNG);
+}
+
 /* Before each replay: the generator's seed and offset into its device slots (a one-thread
  * kernel on the launch stream), then the offset advances by what one replay consumes. */
-static CUresult rng_before_launch(void* object, uint64_t amount, CUstream stream, uint64_t stream_key) {
+static CUresult rng_before_launch(void* object, uint64_t amount, CUstream stream, uint64_t stream_key,
+                                  uint64_t* undo) {
   (void)stream_key;
   cgc_rng_t rng = object;
   cgc__mutex_lock(&rng->lock, CGC__LOCK_RNG);
   unsigned long long seed = rng->seed, offset = rng->offset;
   rng->offset += amount;
   cgc__mutex_unlock(&rng->lock, CGC__LOCK_RNG);
+  *undo = offset;
   CUdeviceptr slots = rng->slots;
   void* args[] = {&slots, &seed, &offset};
-  return CGC_DRV(cuLaunchKernel)(rng->dev->kernels->set_state, 1, 1, 1, 1, 1, 1, 0, stream, args, NULL);
+  CUresult r = CGC_DRV(cuLaunchKernel)(rng->dev->kernels->set_state, 1, 1, 1, 1, 1, 1, 0, stream, args, NULL);
+  if (r != CUDA_SUCCESS) rng_launch_failed(rng, amount, offset);
+  return r;
 }
 
-static const cgc__use_ops_t rng_use_ops = {"generator", rng_retain, rng_release, rng_capture_done, rng_before_launch};
+static const cgc__use_ops_t rng_use_ops = {
+    .kind = "generator",
+    .retain = rng_retain,
+    .release = rng_release,
+    .capture_done = rng_capture_done,
+    .before_launch = rng_before_launch,
+    .launch_failed = rng_launch_failed,
+    .ordered_after_replays = true, /* a replay still running reads the slots */
+};
 
 static uint64_t round4(uint64_t n) { return (n + 3) & ~(uint64_t)3; }
 

@@ -135,6 +135,10 @@ fail:
 void cgc__alloc_trim(struct cgc__device* dev) {
   struct cgc__allocator* a = atomic_load_explicit(&dev->alloc, memory_order_acquire);
   if (a == NULL) return;
+  /* The last context goes: memory that waits for work still running (a destroyed graph's last
+   * replay, a dead stream's last work) is waited for here, else it would stay reserved until a
+   * later context allocated. */
+  cgc__alloc_settle_waiting(a);
   cgc__alloc_give_back(a);
   cgc__alloc_lock(a);
   CUevent* events = a->spare_events;

@@ -593,4 +593,37 @@ TEST_F(LoopDraws, ADrawInAnIfBodyIsAnOrdinaryCapturedDraw) {
   CGC_EXPECT_OK(cgc_rng_destroy(rng));
 }
 
+// A body whose capture an illegal call invalidated (bodies of a kernel and of a memset): both
+// ends say CAPTURE_INVALIDATED, nothing crashes, and the process goes on capturing. On driver 580
+// the capture it belongs to still ends with a graph, and destroying that graph crashed this test
+// with SIGSEGV (at the memset body, whether the body's capture was ended first or left alone,
+// the way the earlier code left it with its lent stream capturing for ever); so cgc ends the
+// body's capture, gives its stream back, and leaves that discarded graph allocated.
+TEST_F(Conditional, AnInvalidatedBodyEndsWithoutACrash) {
+  if (!Supported()) GTEST_SKIP() << "conditional nodes need a driver for CUDA 12.4";
+  for (bool memset_body : {false, true}) {
+    SCOPED_TRACE(memset_body ? "a memset in the body" : "a kernel in the body");
+    CGC_ASSERT_OK(cgc_capture_begin(stream, nullptr));
+    cgc_stream_t body = nullptr;
+    CGC_ASSERT_OK(cgc_capture_conditional_begin(stream, CGC_CONDITIONAL_IF, more, &body));
+    if (memset_body) {
+      CGC_ASSERT_OK(cgc_memset_d32_async(reinterpret_cast<void*>(hits), 2, 16, body));
+    } else {
+      CGC_ASSERT_OK(Launch(count, body, {&hits}));
+    }
+    CUstream native_body = static_cast<CUstream>(cgc_stream_native(body));
+    EXPECT_NE(cgc__drv.cuStreamQuery(native_body), CUDA_SUCCESS);  // illegal on a capturing stream: invalidates it
+    EXPECT_EQ(cgc_capture_conditional_end(body), CGC_ERROR_CAPTURE_INVALIDATED);
+    cgc_graph_t g = nullptr;
+    EXPECT_EQ(cgc_capture_end(stream, &g), CGC_ERROR_CAPTURE_INVALIDATED);
+    EXPECT_EQ(g, nullptr);
+    std::string msg = cgc_last_error();
+    EXPECT_NE(msg.find("conditional"), std::string::npos) << msg;
+    CGC_ASSERT_OK(cgc_capture_begin(stream, nullptr));  // the stream captures again normally
+    CGC_ASSERT_OK(Launch(count, stream, {&hits}));
+    CGC_ASSERT_OK(cgc_capture_end(stream, &g));
+    CGC_EXPECT_OK(cgc_graph_destroy(g));
+  }
+}
+
 }  // namespace

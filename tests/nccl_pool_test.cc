@@ -3,8 +3,10 @@
 // What is checked: the arena's fixed capacity, memory kinds, collectives on its blocks eagerly
 // and in replays, the keys that keep eager and captured blocks of one pool apart, and the rules
 // of the collective release.
+#include <atomic>
 #include <cstdlib>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "tests/gpu_test_util.h"
@@ -248,6 +250,71 @@ TEST_F(PoolMalloc, EagerBlocksOfAnOrdinaryPoolAreCountedAndRefusedInsideCaptures
   Fill(stream, Dev(p), 5.0f, 1024);
   for (float v : Download(Dev(p), 1024)) ASSERT_EQ(v, 5.0f);
   CGC_ASSERT_OK(cgc_free(p));
+}
+
+// Communicators and NCCL pools made and released on one thread while another thread captures in
+// Global mode: NCCL's setup and teardown make calls that break a Global capture for milliseconds,
+// also on its own threads, and a capture begun after the call's check was broken. Such a capture
+// now waits for the call to end (the gate); a call that finds a capture under way is refused.
+TEST_F(NcclPool, GlobalCapturesBesideCommunicatorsAndPoolsMadeAndReleasedStayValid) {
+  constexpr unsigned n = 1 << 16;
+  cgc_stream_t capturing = nullptr;
+  CGC_ASSERT_OK(cgc_stream_create(ctx, CGC_STREAM_NON_BLOCKING, 0, &capturing));
+  CUdeviceptr buf = Alloc(n * sizeof(float));
+  std::atomic<bool> done{false};
+  std::atomic<int> made{0}, refused{0}, unexpected{0};
+  std::string unexpected_error;
+  std::thread setup([&] {
+    for (int i = 0; i < 12; i++) {
+      cgc_comm_id_t id;
+      cgc_comm_t c = nullptr;
+      cgc_pool_t p = nullptr;
+      cgc_status_t st = cgc_comm_unique_id(&id);
+      if (st == CGC_SUCCESS) st = cgc_comm_create(ctx, 1, &id, 0, &c);
+      if (st == CGC_SUCCESS) st = cgc_nccl_pool_create(c, 4 << 20, CGC_NCCL_MEMORY_REGISTERED, &p, nullptr);
+      if (p != nullptr) {
+        cgc_status_t released = cgc_pool_release(p);
+        while (released == CGC_ERROR_CAPTURE_UNSUPPORTED) released = cgc_pool_release(p);  // until no capture
+        if (st == CGC_SUCCESS) st = released;
+      }
+      if (c != nullptr) {
+        cgc_status_t destroyed = cgc_comm_destroy(c);
+        while (destroyed == CGC_ERROR_CAPTURE_UNSUPPORTED) destroyed = cgc_comm_destroy(c);
+        if (st == CGC_SUCCESS) st = destroyed;
+      }
+      if (st == CGC_SUCCESS) {
+        made++;
+      } else if (st == CGC_ERROR_CAPTURE_UNSUPPORTED) {
+        refused++;
+      } else if (unexpected++ == 0) {
+        unexpected_error = cgc_last_error();
+      }
+    }
+    done = true;
+  });
+  int captures = 0, broken = 0;
+  std::string broken_error;
+  while (!done) {  // the setup thread's calls end whatever happens here: no early return before join
+    cgc_graph_t g = nullptr;
+    cgc_status_t st = cgc_capture_begin(capturing, nullptr);
+    for (int k = 0; k < 8 && st == CGC_SUCCESS; k++) {
+      float v = 1.0f;
+      void* args[] = {&buf, &v, const_cast<unsigned*>(&n)};
+      if (cgc__drv.cuLaunchKernel(k_fill, n / 256, 1, 1, 256, 1, 1, 0,
+                                  static_cast<CUstream>(cgc_stream_native(capturing)), args, nullptr) != CUDA_SUCCESS)
+        break;  // the capture was broken: its end says so
+    }
+    if (st == CGC_SUCCESS) st = cgc_capture_end(capturing, &g);
+    if (st != CGC_SUCCESS && broken++ == 0) broken_error = cgc_last_error();
+    if (g != nullptr) cgc_graph_destroy(g);
+    captures++;
+  }
+  setup.join();
+  EXPECT_EQ(broken, 0) << broken << " of " << captures << " captures broken beside NCCL's setup, first: " << broken_error;
+  EXPECT_EQ(unexpected.load(), 0) << unexpected_error;
+  EXPECT_GT(made.load(), 0) << "every setup was refused (" << refused.load() << "): the test shows nothing";
+  EXPECT_GT(captures, 0);
+  CGC_EXPECT_OK(cgc_stream_destroy(capturing));
 }
 
 }  // namespace

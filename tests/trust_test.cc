@@ -306,4 +306,152 @@ TEST_F(Trust, InvalidatedForeignCapturesAreNotSentToCgcCaptureEnd) {
   CGC_EXPECT_OK(cgc_rng_destroy(rng));
 }
 
+// A failed launch of a graph that draws left its generator advanced (CONTRACT: a failed call
+// leaves nothing half done): the launch's first step, writing the generator's state on the
+// launch stream, fails on a stream whose capture (not cgc's) was invalidated.
+TEST_F(Trust, AFailedLaunchLeavesTheGeneratorWhereItWas) {
+  cgc_rng_t rng = nullptr;
+  CGC_ASSERT_OK(cgc_rng_create(ctx, 7, &rng));
+  float* out = static_cast<float*>(Malloc(4096 * sizeof(float), stream));
+  cgc_graph_t g = nullptr;
+  CGC_ASSERT_OK(cgc_capture_begin(stream, nullptr));
+  CGC_ASSERT_OK(cgc_rng_uniform(rng, out, 4096, stream));
+  CGC_ASSERT_OK(cgc_capture_end(stream, &g));
+  uint64_t before = 0, after = 0;
+  CGC_ASSERT_OK(cgc_rng_get_state(rng, nullptr, &before));
+  CUstream cs = static_cast<CUstream>(cgc_stream_native(stream));
+  ASSERT_EQ(cgc__drv.cuStreamBeginCapture(cs, CU_STREAM_CAPTURE_MODE_RELAXED), CUDA_SUCCESS);
+  EXPECT_NE(cgc__drv.cuStreamSynchronize(cs), CUDA_SUCCESS);  // invalidates it
+  EXPECT_NE(cgc_graph_launch(g, stream), CGC_SUCCESS);
+  CUgraph foreign = nullptr;
+  cgc__drv.cuStreamEndCapture(cs, &foreign);
+  if (foreign != nullptr) cgc__drv.cuGraphDestroy(foreign);
+  CGC_ASSERT_OK(cgc_rng_get_state(rng, nullptr, &after));
+  EXPECT_EQ(after, before) << "the failed launch advanced the generator";
+  CGC_ASSERT_OK(cgc_graph_launch(g, stream));  // the next replay draws what the failed one would have
+  CGC_ASSERT_OK(cgc_rng_get_state(rng, nullptr, &after));
+  EXPECT_EQ(after, before + 4096);
+  CGC_ASSERT_OK(cgc_stream_synchronize(stream));
+  CGC_EXPECT_OK(cgc_graph_destroy(g));
+  CGC_EXPECT_OK(cgc_free(out));
+  CGC_EXPECT_OK(cgc_rng_destroy(rng));
+}
+
+// cgc_rng_destroy, cgc_graph_destroy and cgc_rng_create gave a dead generator's device slots back
+// with cuMemFree, which waits for every kernel of the device: each call stalled for as long as any
+// kernel ran. The slots now wait, in stream order, for the replays that may still read them, and
+// serve the device's next generator. A replay of a destroyed graph still running when a new
+// generator's graph writes its own state keeps drawing its own numbers.
+TEST_F(Trust, GeneratorAndGraphTeardownNeverWaitForTheDevice) {
+  constexpr size_t n = 1 << 16;
+  cgc_stream_t busy = nullptr, other = nullptr;
+  CGC_ASSERT_OK(cgc_stream_create(ctx, CGC_STREAM_NON_BLOCKING, 0, &busy));
+  CGC_ASSERT_OK(cgc_stream_create(ctx, CGC_STREAM_NON_BLOCKING, 0, &other));
+  float* first = static_cast<float*>(Malloc(n * sizeof(float), stream));
+  float* second = static_cast<float*>(Malloc(n * sizeof(float), stream));
+  float* expected = static_cast<float*>(Malloc(n * sizeof(float), stream));
+  cgc_rng_t reference = nullptr;  // an eager draw of the first graph's numbers
+  CGC_ASSERT_OK(cgc_rng_create(ctx, 11, &reference));
+  CGC_ASSERT_OK(cgc_rng_uniform(reference, expected, n, stream));
+  CGC_ASSERT_OK(cgc_rng_destroy(reference));
+  cgc_rng_t rng = nullptr;
+  CGC_ASSERT_OK(cgc_rng_create(ctx, 11, &rng));
+  cgc_graph_t g1 = nullptr;
+  CGC_ASSERT_OK(cgc_capture_begin(busy, nullptr));
+  CGC_ASSERT_OK(cgc_rng_uniform(rng, first, n, busy));
+  CGC_ASSERT_OK(cgc_capture_end(busy, &g1));
+  CGC_ASSERT_OK(cgc_stream_synchronize(stream));
+  Spin(busy, 2000000000LL);  // about a second: the replay below waits behind it
+  CGC_ASSERT_OK(cgc_graph_launch(g1, busy));
+  const auto start = std::chrono::steady_clock::now();
+  CGC_ASSERT_OK(cgc_graph_destroy(g1));
+  CGC_ASSERT_OK(cgc_rng_destroy(rng));
+  cgc_rng_t next = nullptr;
+  CGC_ASSERT_OK(cgc_rng_create(ctx, 99, &next));
+  cgc_graph_t g2 = nullptr;
+  CGC_ASSERT_OK(cgc_capture_begin(other, nullptr));
+  CGC_ASSERT_OK(cgc_rng_uniform(next, second, n, other));
+  CGC_ASSERT_OK(cgc_capture_end(other, &g2));
+  CGC_ASSERT_OK(cgc_graph_launch(g2, other));  // writes its generator's state now, beside g1's replay
+  CGC_ASSERT_OK(cgc_graph_destroy(g2));
+  CGC_ASSERT_OK(cgc_rng_destroy(next));
+  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  bool spin_over = false;
+  {
+    int complete = 0;
+    cgc_event_t e = nullptr;
+    CGC_ASSERT_OK(cgc_event_create(ctx, 0, &e));
+    CGC_ASSERT_OK(cgc_event_record(e, busy));
+    CGC_ASSERT_OK(cgc_event_query(e, &complete));
+    spin_over = complete != 0;
+    CGC_ASSERT_OK(cgc_event_destroy(e));
+  }
+  EXPECT_LT(ms, 500.0) << "destroying and creating generators and graphs waited for the device";
+  if (ms < 500.0) {
+    EXPECT_FALSE(spin_over) << "the spin kernel ended before the calls did: the test shows nothing";
+  }
+  CGC_ASSERT_OK(cgc_stream_synchronize(busy));
+  CGC_ASSERT_OK(cgc_stream_synchronize(other));
+  std::vector<float> got = Download(Dev(first), n), want = Download(Dev(expected), n);
+  for (size_t i = 0; i < n; i += 97) ASSERT_EQ(got[i], want[i]) << "the destroyed graph's replay drew other numbers at " << i;
+  CGC_EXPECT_OK(cgc_free(first));
+  CGC_EXPECT_OK(cgc_free(second));
+  CGC_EXPECT_OK(cgc_free(expected));
+  CGC_EXPECT_OK(cgc_stream_destroy(busy));
+  CGC_EXPECT_OK(cgc_stream_destroy(other));
+}
+
+// The device's last cgc_context_destroy while a destroyed graph's replay still ran: the graph's
+// pool memory waited for that replay, and nothing settled it until a later context allocated, so
+// the memory stayed reserved. The last context now waits for such work and gives it back.
+TEST_F(Trust, TheLastContextGivesBackADestroyedGraphsMemoryWhoseReplayStillRuns) {
+  constexpr size_t kBytes = 64u << 20;
+  cgc_graph_t g = nullptr;
+  CGC_ASSERT_OK(cgc_capture_begin(stream, nullptr));
+  void* t = Malloc(kBytes, stream);
+  Fill(stream, Dev(t), 1.0f, kBytes / 4);
+  CGC_ASSERT_OK(cgc_free(t));
+  CGC_ASSERT_OK(cgc_capture_end(stream, &g));
+  Spin(stream, 400000000LL);  // about 200 ms: the replay below is still queued behind it
+  CGC_ASSERT_OK(cgc_graph_launch(g, stream));
+  CGC_ASSERT_OK(cgc_graph_destroy(g));  // its pool's memory now waits for the replay
+  CGC_ASSERT_OK(cgc_stream_destroy(stream));
+  stream = nullptr;
+  CGC_ASSERT_OK(cgc_context_destroy(ctx));  // the device's last cgc context
+  ctx = nullptr;
+  CGC_ASSERT_OK(cgc_context_create(cgc_test::TestDevice(), &ctx));
+  EXPECT_EQ(Stats().bytes_reserved, baseline_.bytes_reserved) << "the graph's memory stayed reserved";
+}
+
+// A device-wide synchronisation while a pool adopts a capture cgc did not begin (PyTorch's own):
+// cgc_context_synchronize's guard knew only cgc's captures, so cuCtxSynchronize ran and broke the
+// adopted capture (found by the stress test's NCCL churn: an NCCL pool's release synchronises the
+// device). Such calls are refused while an adoption is open, and the capture survives.
+TEST_F(Trust, DeviceWideCallsAreRefusedWhileAnAdoptedCaptureIsOpen) {
+  cgc_pool_t pool = nullptr;
+  CGC_ASSERT_OK(cgc_pool_create(ctx, &pool));
+  CUstream cs = static_cast<CUstream>(cgc_stream_native(stream));
+  ASSERT_EQ(cgc__drv.cuStreamBeginCapture(cs, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL), CUDA_SUCCESS);
+  CGC_ASSERT_OK(cgc_pool_adopt_capture(pool, cs));
+  void* p = cgc_torch_malloc(1 << 20, cgc_test::TestDevice(), cs);
+  ASSERT_NE(p, nullptr) << cgc_last_error();
+  Fill(stream, Dev(p), 1.0f, (1 << 20) / 4);
+  cgc_status_t synced = CGC_SUCCESS;
+  std::string said;
+  std::thread other([&] {  // another thread: its capture mode does not matter to cuCtxSynchronize
+    synced = cgc_context_synchronize(ctx);
+    said = cgc_last_error();
+  });
+  other.join();
+  EXPECT_EQ(synced, CGC_ERROR_CAPTURE_UNSUPPORTED) << said;
+  EXPECT_NE(said.find("cgc_pool_end_adopted_capture"), std::string::npos) << said;
+  CGC_EXPECT_OK(cgc_free(p));
+  CUgraph g = nullptr;
+  EXPECT_EQ(cgc__drv.cuStreamEndCapture(cs, &g), CUDA_SUCCESS) << "the adopted capture was broken";
+  CGC_EXPECT_OK(cgc_pool_end_adopted_capture(pool));
+  if (g != nullptr) cgc__drv.cuGraphDestroy(g);
+  CGC_EXPECT_OK(cgc_context_synchronize(ctx));  // allowed again
+  CGC_EXPECT_OK(cgc_pool_release(pool));
+}
+
 }  // namespace

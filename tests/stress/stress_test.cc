@@ -24,6 +24,8 @@
 // the worst pair is reported (target: under 1 ms; no cgc lock may be held across a driver call
 // that waits, so no hit ever waits behind that free). At the end every block is freed and the
 // device's stats must read bytes_allocated == 0 and, after cgc_empty_cache, bytes_reserved == 0.
+// With NCCL, one more thread makes and releases one-rank communicators and NCCL pools beside the
+// captures (a Global capture begun meanwhile waits for NCCL's setup or teardown to end).
 //
 // Exit status: 0 when every check held (or there is no GPU: "skipped"), 1 otherwise. The last
 // line is a summary the bundle's runner reads: "STRESS: ok|FAILED ...".
@@ -35,6 +37,7 @@
 #include <cstring>
 #include <mutex>
 #include <random>
+#include <shared_mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -82,6 +85,12 @@ Options opts;
 cgc_comm_t arena_comm = nullptr;  // a one-rank communicator, for the shared NCCL pool
 cgc_pool_t arena_pool = nullptr;  // 1.5: every thread's cgc_pool_malloc shares it (NULL without NCCL)
 std::atomic<size_t> pool_reserved_at_end{0};  // the threads' pools' memory when they are released
+// A capture begun with the driver is unknown to cgc until a pool adopts it: a device-wide
+// synchronisation in between (an NCCL pool's release, NCCL's own teardown) breaks it, as any
+// library's would. Like a framework that begins its own captures, the test keeps such calls out
+// of that window: adopted captures hold it shared from their begin to their adoption, the NCCL
+// churn thread holds it alone around its setup and teardown calls.
+std::shared_mutex foreign_capture_window;
 
 constexpr unsigned kIn = 4096;  // floats a graph reads and writes
 
@@ -497,11 +506,13 @@ class Worker {
       return;
     cgc_pool_t pool = adopting_pool_;
     CUstreamCaptureMode mode = rng_() % 2 ? CU_STREAM_CAPTURE_MODE_THREAD_LOCAL : CU_STREAM_CAPTURE_MODE_RELAXED;
+    std::shared_lock<std::shared_mutex> unknown_to_cgc(foreign_capture_window);
     if (cgc__drv.cuStreamBeginCapture(o, mode) != CUDA_SUCCESS) {
       Unexpected("cuStreamBeginCapture", CGC_ERROR_CUDA);
       return;
     }
     bool ok = Expect("cgc_pool_adopt_capture", cgc_pool_adopt_capture(pool, o), {CGC_SUCCESS});
+    unknown_to_cgc.unlock();
     void* t = ok ? cgc_torch_malloc(kIn * 4, 0, o) : nullptr;
     ok = ok && t != nullptr && Add(t, in_, 1.0f, origin);
     ok = ok && cgc__drv.cuEventRecord(raw_events_[0], o) == CUDA_SUCCESS &&
@@ -518,7 +529,12 @@ class Worker {
     CUgraph graph = nullptr;
     CUresult ended = cgc__drv.cuStreamEndCapture(o, &graph);
     Expect("cgc_pool_end_adopted_capture", cgc_pool_end_adopted_capture(pool), {CGC_SUCCESS});
-    if (!ok || ended != CUDA_SUCCESS) Unexpected("the adopted capture", CGC_ERROR_CUDA);
+    if (!ok || ended != CUDA_SUCCESS) {
+      std::lock_guard<std::mutex> g(report_lock);
+      std::fprintf(stderr, "the adopted capture: a step failed (%s), cuStreamEndCapture -> CUresult %d\n",
+                   ok ? "none" : "see the line before", int(ended));
+      Unexpected("the adopted capture", CGC_ERROR_CUDA);
+    }
     CUgraphExec exec = nullptr;
     if (ok && ended == CUDA_SUCCESS) {
       cgc_capture_mode_t relaxed = CGC_CAPTURE_MODE_RELAXED;  // as a framework instantiates
@@ -764,6 +780,65 @@ void ForeignFreer(std::atomic<bool>* stop) {
   cgc__drv.cuCtxPopCurrent(&popped);
 }
 
+// Makes and releases one-rank communicators and NCCL pools, over and over until `stop`, beside the
+// workers' captures (Global ones too with --illegal): NCCL's setup and teardown make calls that
+// break a Global capture, so cgc refuses them while such a capture is under way, and a capture
+// begun meanwhile waits for them (the gate). Each round allocates from its pool and all-reduces
+// there eagerly. A release refused while a capture of the device is under way is retried.
+void NcclChurner(std::atomic<bool>* stop, std::atomic<long>* rounds) {
+  if (cgc__drv.cuCtxPushCurrent(primary) != CUDA_SUCCESS) return;
+  cgc_stream_t s = nullptr;
+  if (Expect("cgc_stream_create (NCCL churn)", cgc_stream_create(ctx, CGC_STREAM_NON_BLOCKING, 0, &s), {CGC_SUCCESS})) {
+    while (!stop->load()) {
+      cgc_comm_id_t id;
+      cgc_comm_t comm = nullptr;
+      cgc_pool_t pool = nullptr;
+      if (!Expect("cgc_comm_unique_id", cgc_comm_unique_id(&id), {CGC_SUCCESS})) break;
+      cgc_status_t created;
+      {
+        std::unique_lock<std::shared_mutex> alone(foreign_capture_window);
+        created = cgc_comm_create(ctx, 1, &id, 0, &comm);
+      }
+      if (!Expect("cgc_comm_create (NCCL churn)", created, {CGC_SUCCESS, CGC_ERROR_CAPTURE_UNSUPPORTED})) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        continue;
+      }
+      cgc_status_t made;
+      {
+        std::unique_lock<std::shared_mutex> alone(foreign_capture_window);
+        made = cgc_nccl_pool_create(comm, 4 << 20, CGC_NCCL_MEMORY_REGISTERED, &pool, nullptr);
+      }
+      if (Expect("cgc_nccl_pool_create (NCCL churn)", made, {CGC_SUCCESS, CGC_ERROR_CAPTURE_UNSUPPORTED})) {
+        void* p = nullptr;
+        if (Expect("cgc_pool_malloc (NCCL churn)", cgc_pool_malloc(pool, 1 << 20, s, &p), {CGC_SUCCESS})) {
+          Expect("cgc_all_reduce (NCCL churn)", cgc_all_reduce(comm, p, p, 1024, CGC_FLOAT32, CGC_SUM, s), {CGC_SUCCESS});
+          Expect("cgc_free (NCCL churn)", cgc_free(p), {CGC_SUCCESS});
+        }
+        auto release = [&] {
+          std::unique_lock<std::shared_mutex> alone(foreign_capture_window);
+          return cgc_pool_release(pool);
+        };
+        cgc_status_t released;
+        while ((released = release()) == CGC_ERROR_CAPTURE_UNSUPPORTED)
+          std::this_thread::sleep_for(std::chrono::microseconds(200));
+        Expect("cgc_pool_release (NCCL churn)", released, {CGC_SUCCESS});
+      }
+      auto destroy = [&] {
+        std::unique_lock<std::shared_mutex> alone(foreign_capture_window);
+        return cgc_comm_destroy(comm);
+      };
+      cgc_status_t destroyed;
+      while ((destroyed = destroy()) == CGC_ERROR_CAPTURE_UNSUPPORTED)
+        std::this_thread::sleep_for(std::chrono::microseconds(200));
+      if (Expect("cgc_comm_destroy (NCCL churn)", destroyed, {CGC_SUCCESS})) (*rounds)++;
+    }
+    Expect("cgc_stream_synchronize (NCCL churn)", cgc_stream_synchronize(s), {CGC_SUCCESS, CGC_ERROR_CAPTURE_UNSUPPORTED});
+    Expect("cgc_stream_destroy (NCCL churn)", cgc_stream_destroy(s), {CGC_SUCCESS});
+  }
+  CUcontext popped;
+  cgc__drv.cuCtxPopCurrent(&popped);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -819,10 +894,14 @@ int main(int argc, char** argv) {
   std::vector<std::thread> threads;
   std::atomic<bool> stop_freer{false};
   std::thread freer(ForeignFreer, &stop_freer);
+  std::atomic<long> nccl_rounds{0};
+  std::thread churner;
+  if (arena_pool != nullptr) churner = std::thread(NcclChurner, &stop_freer, &nccl_rounds);
   for (int t = 0; t < opts.threads; t++) threads.emplace_back([t] { Worker(t).Run(); });
   for (auto& th : threads) th.join();
   stop_freer = true;
   freer.join();
+  if (churner.joinable()) churner.join();
   double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 
   for (cgc_stream_t s : shared_streams) Expect("cgc_stream_destroy", cgc_stream_destroy(s), {CGC_SUCCESS});
@@ -854,7 +933,9 @@ int main(int argc, char** argv) {
               c.adopted.load());
   std::printf("cgc_pool_malloc: %ld from the threads' own pools, %ld from the shared NCCL pool (%ld refused: full)\n",
               c.pool_mallocs.load(), c.arena_mallocs.load(), c.arena_full.load());
-  std::printf("the threads' pools held %zu bytes when released\n", pool_reserved_at_end.load());
+  std::printf("the threads' pools held %zu bytes when released; communicators and NCCL pools made and released "
+              "beside the captures: %ld\n",
+              pool_reserved_at_end.load(), nccl_rounds.load());
   std::printf("cache-hit cgc_malloc + cgc_free: %ld timed pairs, worst %.1f us, while a raw cuMemFree waited behind a "
               "kernel %ld times (longest %.1f ms); cgc calls refused inside host functions %ld\n",
               c.hit_pairs.load(), c.worst_hit_ns.load() / 1e3, c.foreign_frees.load(), c.foreign_free_ns.load() / 1e6,
