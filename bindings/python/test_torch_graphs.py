@@ -523,6 +523,7 @@ class TorchGraphsTest(unittest.TestCase):
         x = randn(N)
         bridge = cgc._torch_bridge
         current = torch.cuda.current_stream()
+        pools_before = set(cgc.torch_pool_ids())
         g = torch.cuda.CUDAGraph()
         with self.assertRaises(RuntimeError):  # a device synchronisation invalidates the capture
             with torch.cuda.graph(g):
@@ -534,16 +535,64 @@ class TorchGraphsTest(unittest.TestCase):
         self.assertEqual(bridge.cgc_torch_bridge_open_routes(), 1, "the failed capture's route is still open")
         torch.cuda.empty_cache()  # not held back by the adopted capture, which is over
         self.ctx.empty_cache()
+        self.assertEqual(bridge.cgc_torch_bridge_open_routes(), 0, "empty_cache ended the failed capture's route")
+        self.assertEqual(set(cgc.torch_pool_ids()), pools_before,
+                         "the failed capture's use of its pool was dropped (PyTorch never releases it)")
         g2 = torch.cuda.CUDAGraph()
         with torch.cuda.graph(g2):
             z = x + 1
         g2.replay()
         self.assertTrue(torch.equal(z, x + 1))
-        self.assertEqual(bridge.cgc_torch_bridge_open_routes(), 0, "this thread's next begin ended the stale route")
+        self.assertEqual(bridge.cgc_torch_bridge_open_routes(), 0)
         with self.open_pool(g2.pool()) as pool:
             self.assertGreaterEqual(pool.memory_stats().bytes_allocated, nbytes(z))
         del g, g2
 
+    def test_two_captures_of_one_thread_at_once(self):
+        """One thread captures into two pools at once, on two streams (PyTorch's allocator allows
+        captures into different pools together; Relaxed mode, as the first capture's end would
+        break the second in Global mode): the second begin leaves the first capture's route,
+        which has claimed its capture and still runs, open."""
+        x = randn(N)
+        s1, s2 = torch.cuda.Stream(), torch.cuda.Stream()
+        s1.wait_stream(torch.cuda.current_stream())
+        s2.wait_stream(torch.cuda.current_stream())
+        g1, g2 = torch.cuda.CUDAGraph(), torch.cuda.CUDAGraph()
+        open_on = []
+        try:
+            with torch.cuda.stream(s1):
+                g1.capture_begin(capture_error_mode="relaxed")
+                open_on.append((g1, s1))
+                y1 = x * 2  # claims the first route
+            with torch.cuda.stream(s2):
+                g2.capture_begin(capture_error_mode="relaxed")
+                open_on.append((g2, s2))
+                y2 = x + 1
+            with torch.cuda.stream(s1):
+                z1 = y1 * 3  # the first capture allocates again after the second began
+                open_on.remove((g1, s1))
+                g1.capture_end()
+            with torch.cuda.stream(s2):
+                open_on.remove((g2, s2))
+                g2.capture_end()
+        finally:
+            for g, s in open_on:  # a failure above must not leave a capture open for later tests
+                with torch.cuda.stream(s):
+                    try:
+                        g.capture_end()
+                    except RuntimeError:
+                        pass
+        torch.cuda.current_stream().wait_stream(s1)
+        torch.cuda.current_stream().wait_stream(s2)
+        self.assert_from_pool(g1.pool(), y1, z1)
+        self.assert_from_pool(g2.pool(), y2)
+        x.copy_(randn(N))
+        g1.replay()
+        g2.replay()
+        self.assertTrue(torch.equal(z1, x * 2 * 3))
+        self.assertTrue(torch.equal(y2, x + 1))
+        self.assertEqual(cgc._torch_bridge.cgc_torch_bridge_open_routes(), 0)
+        del g1, g2
 
 if __name__ == "__main__":
     unittest.main()

@@ -21,12 +21,20 @@
 // does for its own captures. A route that has claimed a capture is not asked again.
 //
 // Captures that fail: PyTorch calls neither endAllocateToPool nor releasePool for a capture whose
-// cudaStreamEndCapture failed, and its filter may point into a CUDAGraph freed since. PyTorch
-// begins and ends a thread's captures one after another, on that thread, so a new begin on a
-// thread ends the routes that thread began before and never ended, and their pools' adoptions;
-// so does its torch.cuda.empty_cache() for routes whose capture is over (cgc_empty_cache waits
-// for every open adoption to end). A begin for a pool id that another thread's open route records
-// into is refused, as PyTorch's own allocator refuses it.
+// cudaStreamEndCapture failed, and its filter may point into a CUDAGraph freed since. So:
+// - a claimed route's filter is never asked again, and unclaimed routes are asked the calling
+//   thread's first (another thread's stale unclaimed route is still asked, as PyTorch's own
+//   allocator asks every capture under way);
+// - PyTorch begins and ends a thread's captures on that thread, so the thread's next begin and
+//   its torch.cuda.empty_cache() end its claimed routes whose capture is over (asked on that
+//   thread: no other thread ends that capture), with their pools' adoptions (cgc_empty_cache
+//   waits for every open adoption to end), and drop the failed capture's use of the torch pool,
+//   which PyTorch never releases; at the last use the cgc pool is released;
+// - a begin also ends the thread's unclaimed routes (their capture cannot be asked about without
+//   the filter), which keep their use: such a capture may still run on another stream, and
+//   PyTorch releases its use when it ends.
+// A begin for a pool id that another thread's open route records into is refused, as PyTorch's
+// own allocator refuses it.
 //
 // Thread safety: one mutex (State::lock) guards the pools, the routes and the contexts, and
 // torch's filters are asked under it (so no route ends while its filter runs). Under it the
@@ -93,6 +101,7 @@ struct State {
   bool attached = false;
   std::atomic<const cgc_api_t*> api{nullptr};  // set once by cgc_torch_bridge_load
   std::atomic<int> open_routes{0};             // routes not yet claimed: the malloc path's hint
+  std::atomic<unsigned long> claims{0};        // captures claimed so far: a refused malloc retries if it grew
   std::atomic<unsigned long long> used_devices{0};  // devices cgc allocated on (empty_cache's list)
 };
 
@@ -122,8 +131,18 @@ cgc_context_t context_for(State& s, int device) {
   return s.contexts[device];
 }
 
+void drop_user(State& s, const PoolKey& key);
+
+// Why a route ends: PyTorch's endAllocateToPool (or its pool's release), or the bridge's finding
+// that the capture it claimed failed: PyTorch then calls neither endAllocateToPool nor
+// releasePool (a CUDAGraph whose capture did not end releases nothing), so the capture's use of
+// the pool is dropped here, else the torch pool could never be released. A route that never
+// claimed a capture and is ended at its thread's next begin keeps its use: its capture may still
+// run, and PyTorch then releases the use itself.
+enum class RouteEnd { kByPyTorch, kCaptureFailed, kNeverClaimed };
+
 // (lock held) Ends a route: its pool stops adopting the capture it claimed.
-std::vector<Route>::iterator end_route(State& s, std::vector<Route>::iterator it) {
+std::vector<Route>::iterator end_route(State& s, std::vector<Route>::iterator it, RouteEnd why) {
   if (it->claimed) {
     cgc_status_t st = api()->cgc_pool_end_adopted_capture(it->pool);
     if (st != CGC_SUCCESS && st != CGC_ERROR_INVALID_STATE)
@@ -131,7 +150,11 @@ std::vector<Route>::iterator end_route(State& s, std::vector<Route>::iterator it
   } else {
     s.open_routes.fetch_sub(1, std::memory_order_release);
   }
-  return s.routes.erase(it);
+  PoolKey key = it->key;
+  auto next = s.routes.erase(it);
+  // drop_user ends no other route (one route per pool id, and it is gone), so `next` stays valid.
+  if (why == RouteEnd::kCaptureFailed) drop_user(s, key);
+  return next;
 }
 
 std::vector<Route>::iterator find_route(State& s, const PoolKey& key) {
@@ -140,15 +163,34 @@ std::vector<Route>::iterator find_route(State& s, const PoolKey& key) {
   return s.routes.end();
 }
 
+bool claimed_capture_is_over(State& s, const Route& r);
+
+// (lock held) Ends this thread's routes whose captures failed: a claimed route whose capture is
+// over (asked on this thread, which begins and ends its captures itself), and with `unclaimed`
+// also the thread's routes that never claimed one (their capture's state cannot be asked
+// without the filter, which may point into a freed CUDAGraph).
+void end_failed_routes(State& s, bool unclaimed) {
+  std::thread::id self = std::this_thread::get_id();
+  for (auto it = s.routes.begin(); it != s.routes.end();) {
+    if (it->thread != self) {
+      ++it;
+    } else if (it->claimed) {
+      it = claimed_capture_is_over(s, *it) ? end_route(s, it, RouteEnd::kCaptureFailed) : it + 1;
+    } else {
+      it = unclaimed ? end_route(s, it, RouteEnd::kNeverClaimed) : it + 1;
+    }
+  }
+}
+
 // ---- the hooks PyTorch calls ----
 
 void begin_allocate_to_pool(int device, c10::cuda::MempoolId_t id, StreamFilter filter) {
   State& s = state();
   PoolKey key{device, id.first, id.second};
   std::lock_guard<std::mutex> hold(s.lock);
-  // This thread's earlier captures are over: routes it left open belong to captures that failed.
-  std::thread::id self = std::this_thread::get_id();
-  for (auto it = s.routes.begin(); it != s.routes.end();) it = it->thread == self ? end_route(s, it) : it + 1;
+  // Routes this thread left open belong to captures that failed, unless a claimed one's capture
+  // still runs (on another stream: PyTorch allows captures into different pools at once).
+  end_failed_routes(s, true);
   if (find_route(s, key) != s.routes.end())
     throw std::runtime_error("cgc torch bridge: beginAllocateToPool: pool (" + std::to_string(id.first) + ", " +
                              std::to_string(id.second) +
@@ -161,7 +203,7 @@ void begin_allocate_to_pool(int device, c10::cuda::MempoolId_t id, StreamFilter 
     throw std::runtime_error(cgc_message("cgc torch bridge: cgc_pool_create"));
   }
   entry.users++;
-  s.routes.push_back(Route{key, std::move(filter), entry.pool, self, false});
+  s.routes.push_back(Route{key, std::move(filter), entry.pool, std::this_thread::get_id(), false});
   s.open_routes.fetch_add(1, std::memory_order_release);
 }
 
@@ -169,24 +211,28 @@ void end_allocate_to_pool(int device, c10::cuda::MempoolId_t id) {
   State& s = state();
   std::lock_guard<std::mutex> hold(s.lock);
   auto it = find_route(s, PoolKey{device, id.first, id.second});
-  if (it != s.routes.end()) end_route(s, it);
+  if (it != s.routes.end()) end_route(s, it, RouteEnd::kByPyTorch);
+}
+
+// (lock held) One user of the torch pool fewer; at none its cgc pool is released. A route left
+// open with the pool (a capture that failed before its end) goes first: it must not hand out the
+// pool once the bridge's reference is dropped. Blocks still allocated from the pool (a graph's
+// outputs) keep its memory until they are freed; cgc returns it to the driver at the next
+// empty_cache.
+void drop_user(State& s, const PoolKey& key) {
+  auto it = s.pools.find(key);
+  if (it == s.pools.end() || --it->second.users > 0) return;
+  auto route = find_route(s, key);
+  if (route != s.routes.end()) end_route(s, route, RouteEnd::kByPyTorch);
+  if (api()->cgc_pool_release(it->second.pool) != CGC_SUCCESS)
+    fprintf(stderr, "cgc torch bridge: %s\n", api()->cgc_last_error());
+  s.pools.erase(it);
 }
 
 void release_pool(int device, c10::cuda::MempoolId_t id) {
   State& s = state();
   std::lock_guard<std::mutex> hold(s.lock);
-  PoolKey key{device, id.first, id.second};
-  auto it = s.pools.find(key);
-  if (it == s.pools.end() || --it->second.users > 0) return;
-  // The last user is gone. A route left open with the pool (a capture that failed before its
-  // end) goes first: it must not hand out the pool once the bridge's reference is dropped.
-  auto route = find_route(s, key);
-  if (route != s.routes.end()) end_route(s, route);
-  // Blocks still allocated from the pool (a graph's outputs) keep its memory until they are
-  // freed; then cgc returns it to the driver at the next empty_cache.
-  if (api()->cgc_pool_release(it->second.pool) != CGC_SUCCESS)
-    fprintf(stderr, "cgc torch bridge: %s\n", api()->cgc_last_error());
-  s.pools.erase(it);
+  drop_user(s, PoolKey{device, id.first, id.second});
 }
 
 void record_stream(void* ptr, CUstream_st* stream) {
@@ -217,9 +263,7 @@ void empty_cache() {
     // cgc's empty_cache waits for every open adoption to end: this thread's whose capture failed
     // (PyTorch then never calls endAllocateToPool) end now.
     std::lock_guard<std::mutex> hold(s.lock);
-    std::thread::id self = std::this_thread::get_id();
-    for (auto it = s.routes.begin(); it != s.routes.end();)
-      it = it->thread == self && it->claimed && claimed_capture_is_over(s, *it) ? end_route(s, it) : it + 1;
+    end_failed_routes(s, false);
   }
   unsigned long long used = s.used_devices.load(std::memory_order_acquire);
   for (int device = 0; device < kMaxDevices; device++) {
@@ -234,29 +278,35 @@ void empty_cache() {
   }
 }
 
-// Asks the open routes of `device` whether `stream` is theirs (under the lock: no route ends while
-// its filter runs); the first that says yes has its pool adopt the stream's capture. True when a
-// pool adopts it now (possibly another thread's doing): the allocation is worth retrying.
-bool claim_capture(int device, void* stream) {
+// Asks the unclaimed routes of `device` whether `stream` is theirs, the calling thread's first
+// (under the lock: no route ends while its filter runs); the first that says yes has its pool
+// adopt the stream's capture. A claimed route is never asked again: cgc routes its capture by id,
+// and its filter may point into a CUDAGraph whose capture failed and which is freed since. True
+// when the allocation is worth retrying: a pool adopts the capture now, or some capture was
+// claimed since `claims_before` (another thread's allocation may have claimed this one).
+bool claim_capture(int device, void* stream, unsigned long claims_before) {
   State& s = state();
   std::lock_guard<std::mutex> hold(s.lock);
-  for (Route& r : s.routes) {
-    if (std::get<0>(r.key) != device) continue;
-    bool accepts = false;
-    try {
-      accepts = r.filter(static_cast<CUstream_st*>(stream));
-    } catch (...) {  // PyTorch's filter asks the runtime; a failure there means "not mine"
-      accepts = false;
+  std::thread::id self = std::this_thread::get_id();
+  for (int pass = 0; pass < 2; pass++) {
+    for (Route& r : s.routes) {
+      if (std::get<0>(r.key) != device || r.claimed || (r.thread == self) != (pass == 0)) continue;
+      bool accepts = false;
+      try {
+        accepts = r.filter(static_cast<CUstream_st*>(stream));
+      } catch (...) {  // PyTorch's filter asks the runtime; a failure there means "not mine"
+        accepts = false;
+      }
+      if (!accepts) continue;
+      if (api()->cgc_pool_adopt_capture(r.pool, stream) != CGC_SUCCESS) return false;
+      r.claimed = true;
+      r.stream = stream;
+      s.open_routes.fetch_sub(1, std::memory_order_release);
+      s.claims.fetch_add(1, std::memory_order_release);
+      return true;
     }
-    if (!accepts) continue;
-    if (r.claimed) return true;  // another thread's allocation claimed it meanwhile
-    if (api()->cgc_pool_adopt_capture(r.pool, stream) != CGC_SUCCESS) return false;
-    r.claimed = true;
-    r.stream = stream;
-    s.open_routes.fetch_sub(1, std::memory_order_release);
-    return true;
   }
-  return false;
+  return s.claims.load(std::memory_order_acquire) != claims_before;
 }
 
 void note_device(int device) {
@@ -384,9 +434,12 @@ BRIDGE_API void* cgc_torch_bridge_malloc(ssize_t size, int device, void* stream)
   const cgc_api_t* a = api();
   if (a == nullptr) throw std::runtime_error("cgc torch bridge: cgc_torch_bridge_load was not called");
   note_device(device);
+  State& s = state();
+  unsigned long claims_before = s.claims.load(std::memory_order_acquire);
   void* p = a->cgc_torch_malloc(size, device, stream);
-  if (p == nullptr && size > 0 && state().open_routes.load(std::memory_order_acquire) > 0 &&
-      claim_capture(device, stream))
+  if (p == nullptr && size > 0 && (s.open_routes.load(std::memory_order_acquire) > 0 ||
+                                   s.claims.load(std::memory_order_acquire) != claims_before) &&
+      claim_capture(device, stream, claims_before))
     p = a->cgc_torch_malloc(size, device, stream);
   if (p == nullptr && size > 0) throw std::runtime_error(std::string("cgc: ") + a->cgc_last_error());
   return p;
