@@ -15,7 +15,27 @@ namespace {
 using cgc_test::Dev;
 using cgc_test::MemoryTest;
 
-class Trust : public MemoryTest {};
+class Trust : public MemoryTest {
+ protected:
+  // The pool's memory of a dead stream: a capture (in `mode`) into `pool` on a stream of its own
+  // allocates `bytes`, writes `value` there and frees it (the pool keeps that memory, keyed to the
+  // stream); then that stream is destroyed and its work waited for. *graph is the capture's.
+  void CaptureOnADeadStream(cgc_pool_t pool, cgc_capture_mode_t mode, size_t bytes, float value, cgc_graph_t* graph) {
+    cgc_stream_t side = nullptr;
+    CGC_ASSERT_OK(cgc_stream_create(ctx, CGC_STREAM_NON_BLOCKING, 0, &side));
+    cgc_capture_options_t o = {};
+    o.struct_size = sizeof o;
+    o.mode = mode;
+    o.pool = pool;
+    CGC_ASSERT_OK(cgc_capture_begin(side, &o));
+    void* t = Malloc(bytes, side);
+    Fill(side, Dev(t), value, static_cast<unsigned>(bytes / 4));  // every replay writes this memory
+    CGC_ASSERT_OK(cgc_free(t));  // freed in its capture: the pool keeps it, keyed to `side`
+    CGC_ASSERT_OK(cgc_capture_end(side, graph));
+    CGC_ASSERT_OK(cgc_stream_destroy(side));  // the pool's segment now waits for the stream's last work
+    CU_ASSERT_OK(cuCtxSynchronize());
+  }
+};
 
 // What the host function saw: each call's status, by name.
 struct InsideHostFunction {
@@ -186,22 +206,14 @@ TEST_F(Trust, ACaptureThatTakesADeadStreamsSegmentStaysValid) {
   constexpr size_t kBytes = 8u << 20;
   cgc_pool_t pool = nullptr;
   CGC_ASSERT_OK(cgc_pool_create(ctx, &pool));
-  cgc_stream_t side = nullptr;
-  CGC_ASSERT_OK(cgc_stream_create(ctx, CGC_STREAM_NON_BLOCKING, 0, &side));
+  cgc_graph_t g1 = nullptr;
+  ASSERT_NO_FATAL_FAILURE(CaptureOnADeadStream(pool, CGC_CAPTURE_MODE_THREAD_LOCAL, kBytes, 1.0f, &g1));
+  CGC_ASSERT_OK(cgc_graph_destroy(g1));
+  const cgc_memory_stats_t before = Stats(pool);
   cgc_capture_options_t o = {};
   o.struct_size = sizeof o;
   o.mode = CGC_CAPTURE_MODE_THREAD_LOCAL;
   o.pool = pool;
-  cgc_graph_t g1 = nullptr;
-  CGC_ASSERT_OK(cgc_capture_begin(side, &o));
-  void* t = Malloc(kBytes, side);
-  Fill(side, Dev(t), 1.0f, kBytes / 4);
-  CGC_ASSERT_OK(cgc_free(t));  // freed in its capture: the pool keeps it, keyed to `side`
-  CGC_ASSERT_OK(cgc_capture_end(side, &g1));
-  CGC_ASSERT_OK(cgc_graph_destroy(g1));
-  CGC_ASSERT_OK(cgc_stream_destroy(side));  // its segment in the pool now waits for its last work
-  CU_ASSERT_OK(cuCtxSynchronize());
-  const cgc_memory_stats_t before = Stats(pool);
   CGC_ASSERT_OK(cgc_capture_begin(stream, &o));
   void* q = Malloc(kBytes, stream);  // a miss in the pool for this stream: the dead stream's segment
   Fill(stream, Dev(q), 3.0f, kBytes / 4);
@@ -223,19 +235,8 @@ TEST_F(Trust, APoolsEagerMemoryNeverTakesALiveGraphsMemoryOfADeadStream) {
   constexpr unsigned n = kBytes / 4;
   cgc_pool_t pool = nullptr;
   CGC_ASSERT_OK(cgc_pool_create(ctx, &pool));
-  cgc_stream_t side = nullptr;
-  CGC_ASSERT_OK(cgc_stream_create(ctx, CGC_STREAM_NON_BLOCKING, 0, &side));
-  cgc_capture_options_t o = {};
-  o.struct_size = sizeof o;
-  o.pool = pool;
-  cgc_graph_t g = nullptr;
-  CGC_ASSERT_OK(cgc_capture_begin(side, &o));
-  void* t = Malloc(kBytes, side);
-  Fill(side, Dev(t), 2.0f, n);  // every replay writes this memory
-  CGC_ASSERT_OK(cgc_free(t));
-  CGC_ASSERT_OK(cgc_capture_end(side, &g));
-  CGC_ASSERT_OK(cgc_stream_destroy(side));
-  CU_ASSERT_OK(cuCtxSynchronize());
+  cgc_graph_t g = nullptr;  // every replay writes 2.0 into the dead stream's memory
+  ASSERT_NO_FATAL_FAILURE(CaptureOnADeadStream(pool, CGC_CAPTURE_MODE_GLOBAL, kBytes, 2.0f, &g));
   void* p = nullptr;
   CGC_ASSERT_OK(cgc_pool_malloc(pool, kBytes, stream, &p));
   Fill(stream, Dev(p), 5.0f, n);
