@@ -1,22 +1,39 @@
 /* cgc: CUDA-graph capture with the semantics of PyTorch's torch.cuda.graph, behind a stable C ABI.
  *
- * This is the only public header. It includes no CUDA header: native CUDA handles (CUstream,
- * CUgraph, CUgraphExec) pass as void*, so a C, C++, Rust or Go program needs only this file and
- * libcgc.so.1. docs/CONTRACT.md states the contract, docs/SEMANTICS.md the behaviour (its rules
- * are cited below as "SEMANTICS n").
+ * This is the public header: every function of libcgc.so.1 is declared below as a plain
+ * prototype, grouped by topic, each with what it does, its arguments, the statuses it returns
+ * beyond the common ones, its thread and capture rules, and the version that added it. It
+ * includes no CUDA header: native CUDA handles (CUstream, CUgraph, CUgraphExec) pass as void*, so
+ * a C, C++, Rust or Go program needs only this file (with cgc_api.h, which it includes: the
+ * function table for dlopen users) and libcgc.so.1. docs/CONTRACT.md states the contract,
+ * docs/SEMANTICS.md the behaviour rule by rule (cited below as "SEMANTICS n").
  *
- * Conventions
- * - Every function returns cgc_status_t unless stated; outputs go through pointer arguments and
- *   an output handle is set to NULL on failure.
+ * Topics, in order:
+ *    1. versions, statuses and errors        7. memory and pools
+ *    2. handles                              8. work in graphs: copies, host functions,
+ *    3. devices and contexts                    memory operations, kernels (1.1)
+ *    4. streams and events                   9. graphs that change: updates, conditionals (1.2, 1.3)
+ *    5. capture                             10. NCCL
+ *    6. graphs                              11. random numbers
+ *                                           12. PyTorch and adopted captures (1.4)
+ *                                           13. the function table (cgc_api.h)
+ *
+ * Conventions (every function, unless its comment says otherwise)
+ * - It returns cgc_status_t; outputs go through pointer arguments, and an output handle or pointer
+ *   is set to NULL on failure. A failed call changes nothing (CONTRACT: nothing is left half done).
+ * - Common statuses, not repeated below: CGC_ERROR_INVALID_ARGUMENT for a NULL output pointer, a
+ *   NULL handle, an unknown flag bit or a value out of range (the message names the argument);
+ *   CGC_ERROR_INVALID_HANDLE for a destroyed handle or one of another kind (detected in the common
+ *   case); CGC_ERROR_NO_DRIVER / CGC_ERROR_NO_DEVICE without a driver or GPU; CGC_ERROR_CUDA for a
+ *   driver call that failed (cgc_last_error names it and the driver's error); CGC_ERROR_OUT_OF_MEMORY.
  * - cgc_last_error() is a thread-local message naming the function, the argument or driver call,
- *   and the driver's error name. It describes the most recent call on this thread that failed
- *   or warned (an empty capture warns); a successful call leaves it unchanged.
- * - Handles are opaque. NULL where a handle is required is CGC_ERROR_INVALID_ARGUMENT; a destroyed
- *   handle is detected in the common case and gives CGC_ERROR_INVALID_HANDLE.
+ *   and the driver's error name. It describes the most recent call on this thread that failed or
+ *   warned (an empty capture warns); a successful call leaves it unchanged.
  * - Option structs start with struct_size; a NULL pointer, or a zeroed struct with struct_size
  *   set, means the defaults. Fields are only ever appended.
- * - Every function may be called from any thread; an object must not be destroyed while another
- *   thread uses it.
+ * - Threads: every function may be called from any thread; an object must not be destroyed while
+ *   another thread uses it. Inside a host function (cgc_launch_host_func) every call that would
+ *   reach the driver is refused with CGC_ERROR_INVALID_STATE (SEMANTICS 22).
  * - Captures on other threads: no cgc call breaks a capture cgc began. A call that the driver
  *   counts as unsafe during a capture (a synchronisation, a stream or event query, a
  *   communicator's setup or teardown) and that would break one by the driver's rule for this
@@ -26,10 +43,7 @@
  *   capture in ThreadLocal mode, or switch this thread to Relaxed). What cgc does internally
  *   (allocation, cache trimming, instantiation, destruction) runs in Relaxed mode and never
  *   breaks a capture. The user's own driver calls still follow the driver's rule.
- *
- * Every function is listed once, in X-macro lists (CGC_FUNCTIONS_<SECTION>(X), entries
- * X(return type, name, (parameters)) in docs/CONTRACT.md's order): the lists generate the declarations
- * here and the function table of cgc_get_api at the end, so nothing is written twice.
+ * - "Since 1.x" marks what a minor version added; everything else is 1.0.
  */
 #ifndef CGC_H_
 #define CGC_H_
@@ -48,13 +62,7 @@
 extern "C" {
 #endif
 
-#define CGC_DECLARE_FUNCTION_(ret, name, params) CGC_API ret name params;
-/* Public structs are listed field by field too, X(type, name, array suffix), in order (fields are
- * only ever appended): the lists generate the definitions here and the layouts that
- * tools/abi_describe reports for the bindings to check. */
-#define CGC_DECLARE_FIELD_(type, name, array) type name array;
-
-/* ---- versions, status ---------------------------------------------------------------------- */
+/* ==== 1. Versions, statuses and errors ======================================================= */
 
 #define CGC_VERSION_MAJOR 1 /* also the soname: libcgc.so.1 */
 /* 1.1: the work a graph is made of (copies, sets, host functions, memory operations, kernels);
@@ -69,113 +77,184 @@ extern "C" {
 #define CGC_VERSION_PATCH 0
 #define CGC_VERSION ((CGC_VERSION_MAJOR << 16) | (CGC_VERSION_MINOR << 8) | CGC_VERSION_PATCH)
 
-/* Every status code, once: X(name, value, what it means). The list generates the enum here and
- * the strings of cgc_status_string; bindings check theirs against it (tools/abi_describe.c).
- * Codes are pinned forever: values are never renumbered or reused, new ones are appended. */
-#define CGC_STATUS_LIST(X)                                                                                     \
-  X(CGC_SUCCESS, 0, "no error")                                                                                \
-  X(CGC_ERROR_INVALID_ARGUMENT, 1, "an argument is NULL, out of range or inconsistent")                        \
-  X(CGC_ERROR_INVALID_HANDLE, 2, "the handle was destroyed or is of another kind")                             \
-  /* e.g. capture_end without begin, launch after reset */                                                     \
-  X(CGC_ERROR_INVALID_STATE, 3, "the object is not in a state that allows this call")                          \
-  X(CGC_ERROR_NO_DRIVER, 4, "the CUDA driver (libcuda.so.1) could not be loaded")                              \
-  X(CGC_ERROR_NO_DEVICE, 5, "no usable CUDA device")                                                           \
-  X(CGC_ERROR_OUT_OF_MEMORY, 6, "the device is out of memory")                                                 \
-  X(CGC_ERROR_CAPTURE_UNSUPPORTED, 7, "the call is not allowed while a capture is under way")                  \
-  X(CGC_ERROR_CAPTURE_INVALIDATED, 8, "the capture was invalidated by an earlier call")                        \
-  X(CGC_ERROR_CAPTURE_UNJOINED, 9, "a stream forked into the capture was not joined back")                     \
-  X(CGC_ERROR_CAPTURE_LEGACY_STREAM, 10, "graphs cannot be captured on the legacy default stream")             \
-  X(CGC_ERROR_NCCL_UNAVAILABLE, 11, "NCCL (libnccl.so.2 >= 2.9.6) could not be loaded")                        \
-  X(CGC_ERROR_NCCL, 12, "an NCCL call failed")                                                                 \
-  /* any other driver error; cgc_last_error names it */                                                        \
-  X(CGC_ERROR_CUDA, 13, "a CUDA driver call failed")                                                           \
-  X(CGC_ERROR_NOT_SUPPORTED, 14, "the driver or device is too old for the request")                            \
-  X(CGC_ERROR_INTERNAL, 15, "an internal error in cgc")
+/* Status codes, pinned forever: values are never renumbered or reused, new ones are appended
+ * (cgc_api.h's CGC_STATUS_LIST repeats them with their text, checked against this enum). */
+typedef enum cgc_status {
+  CGC_SUCCESS = 0,                     /* no error */
+  CGC_ERROR_INVALID_ARGUMENT = 1,      /* an argument is NULL, out of range or inconsistent */
+  CGC_ERROR_INVALID_HANDLE = 2,        /* the handle was destroyed or is of another kind */
+  CGC_ERROR_INVALID_STATE = 3,         /* the object is not in a state that allows this call (e.g.
+                                        * capture_end without begin, launch after reset) */
+  CGC_ERROR_NO_DRIVER = 4,             /* the CUDA driver (libcuda.so.1) could not be loaded */
+  CGC_ERROR_NO_DEVICE = 5,             /* no usable CUDA device */
+  CGC_ERROR_OUT_OF_MEMORY = 6,         /* the device is out of memory */
+  CGC_ERROR_CAPTURE_UNSUPPORTED = 7,   /* the call is not allowed while a capture is under way */
+  CGC_ERROR_CAPTURE_INVALIDATED = 8,   /* the capture was invalidated by an earlier call */
+  CGC_ERROR_CAPTURE_UNJOINED = 9,      /* a stream forked into the capture was not joined back */
+  CGC_ERROR_CAPTURE_LEGACY_STREAM = 10, /* graphs cannot be captured on the legacy default stream */
+  CGC_ERROR_NCCL_UNAVAILABLE = 11,     /* NCCL (libnccl.so.2 >= 2.9.6) could not be loaded */
+  CGC_ERROR_NCCL = 12,                 /* an NCCL call failed */
+  CGC_ERROR_CUDA = 13,                 /* another driver error; cgc_last_error names it */
+  CGC_ERROR_NOT_SUPPORTED = 14,        /* the driver or device is too old for the request */
+  CGC_ERROR_INTERNAL = 15              /* an internal error in cgc */
+} cgc_status_t;
 
-#define CGC_STATUS_ENUMERATOR_(name, value, text) name = value,
-typedef enum cgc_status { CGC_STATUS_LIST(CGC_STATUS_ENUMERATOR_) } cgc_status_t;
-#undef CGC_STATUS_ENUMERATOR_
+/* The library's version, (major << 16) | (minor << 8) | patch. Compare with CGC_VERSION to
+ * detect a header/library mismatch. Returns the version, not a status. */
+CGC_API uint32_t cgc_version(void);
 
-#define CGC_FUNCTIONS_STATUS(X)                                                                                \
-  /* The library's version, (major << 16) | (minor << 8) | patch. Compare with CGC_VERSION to detect           \
-   * a header/library mismatch. */                                                                             \
-  X(uint32_t, cgc_version, (void))                                                                             \
-  /* A static English name for `status` ("CGC_ERROR_INVALID_ARGUMENT: ..."); never NULL, also for              \
-   * values this version does not know. */                                                                     \
-  X(const char*, cgc_status_string, (cgc_status_t status))                                                     \
-  /* This thread's message for the most recent failing (or warning) cgc call; "" when none.                    \
-   * Valid until the next cgc call on this thread. */                                                          \
-  X(const char*, cgc_last_error, (void))
-CGC_FUNCTIONS_STATUS(CGC_DECLARE_FUNCTION_)
+/* A static English name for `status` ("CGC_ERROR_INVALID_ARGUMENT: ..."); never NULL, also for
+ * values this version does not know. */
+CGC_API const char* cgc_status_string(cgc_status_t status);
 
-/* ---- handles ------------------------------------------------------------------------------- */
+/* This thread's message for the most recent failing (or warning) cgc call; "" when none. Valid
+ * until the next cgc call on this thread. */
+CGC_API const char* cgc_last_error(void);
 
-typedef struct cgc_context_s* cgc_context_t; /* one device (its primary context) */
-typedef struct cgc_stream_s* cgc_stream_t;
+/* ==== 2. Handles ============================================================================= */
+
+typedef struct cgc_context_s* cgc_context_t;   /* one device (its primary context) */
+typedef struct cgc_stream_s* cgc_stream_t;     /* a stream cgc made, or one it borrows */
 typedef struct cgc_event_s* cgc_event_t;
-typedef struct cgc_graph_s* cgc_graph_t; /* captured graph + its executable, like torch.cuda.CUDAGraph */
-typedef struct cgc_pool_s* cgc_pool_t;   /* private memory pool, like graph_pool_handle() */
-typedef struct cgc_comm_s* cgc_comm_t;   /* NCCL communicator */
-typedef struct cgc_rng_s* cgc_rng_t;     /* graph-safe Philox generator */
+typedef struct cgc_graph_s* cgc_graph_t;       /* captured graph + its executable, like torch.cuda.CUDAGraph */
+typedef struct cgc_pool_s* cgc_pool_t;         /* private memory pool, like graph_pool_handle() */
+typedef struct cgc_comm_s* cgc_comm_t;         /* NCCL communicator */
+typedef struct cgc_rng_s* cgc_rng_t;           /* graph-safe Philox generator */
+typedef struct cgc_module_s* cgc_module_t;     /* since 1.1: a loaded fatbin, cubin or PTX image */
+typedef struct cgc_function_s* cgc_function_t; /* since 1.1: a kernel of a module; lives as long as the module */
 
-/* ---- devices, streams, events -------------------------------------------------------------- */
+/* ==== 3. Devices and contexts ================================================================ */
+
+/* The number of CUDA devices into *count. CGC_ERROR_NO_DRIVER without libcuda.so.1;
+ * CGC_ERROR_NO_DEVICE when the driver sees no GPU (*count is then 0). */
+CGC_API cgc_status_t cgc_device_count(int* count);
+
+/* A handle on `device`'s primary context (retained, so it is shared with the CUDA runtime and any
+ * framework in the process). Objects created from it keep it alive: destroying the handle while
+ * streams, events or graphs of it exist only drops the caller's reference. */
+CGC_API cgc_status_t cgc_context_create(int device, cgc_context_t* out);
+
+/* Drops the handle. When the device's last handle goes, cgc gives back what it holds there and
+ * no longer needs: cached segments (first waiting for work that memory still waits for, such as
+ * a destroyed graph's last replay), spare events, freed generator state, its kernels when no
+ * generator is left. Allocated blocks and referenced pools keep their memory. */
+CGC_API cgc_status_t cgc_context_destroy(cgc_context_t ctx);
+
+/* Waits for all work on the device (cuCtxSynchronize). Refused (CGC_ERROR_CAPTURE_UNSUPPORTED)
+ * while a capture of the device is under way on any thread, or a pool adopts one (the driver
+ * would break it). */
+CGC_API cgc_status_t cgc_context_synchronize(cgc_context_t ctx);
+
+/* ==== 4. Streams and events ================================================================== */
 
 #define CGC_STREAM_NON_BLOCKING 0x1u /* does not synchronise with the legacy default stream */
 #define CGC_EVENT_TIMING 0x1u        /* without it events are created with timing disabled (faster) */
 
-#define CGC_FUNCTIONS_DEVICES(X)                                                                               \
-  /* Number of CUDA devices. Errors: CGC_ERROR_NO_DRIVER without libcuda.so.1; CGC_ERROR_NO_DEVICE             \
-   * when the driver sees no GPU (count is then 0). */                                                         \
-  X(cgc_status_t, cgc_device_count, (int* count))                                                              \
-  /* A handle on `device`'s primary context (retained, so it is shared with the CUDA runtime and               \
-   * any framework in the process). Objects created from it keep it alive: destroying the handle               \
-   * while streams, events or graphs of it exist only drops the caller's reference. */                         \
-  X(cgc_status_t, cgc_context_create, (int device, cgc_context_t* out))                                        \
-  /* When the last handle of a device goes, cgc gives back what it holds there and no longer needs:            \
-   * cached segments, spare events, freed generator state, its kernels when no generator is left.              \
-   * Allocated blocks and referenced pools keep their memory. */                                               \
-  X(cgc_status_t, cgc_context_destroy, (cgc_context_t ctx))                                                    \
-  /* Waits for all work on the device (cuCtxSynchronize). Refused (CGC_ERROR_CAPTURE_UNSUPPORTED)              \
-   * while a capture of the device is under way on any thread: the driver would break it. */                   \
-  X(cgc_status_t, cgc_context_synchronize, (cgc_context_t ctx))                                                \
-  /* A new stream on ctx's device. priority: 0 is the default; lower numbers are higher priority,              \
-   * clamped to the device's range. Unknown flag bits are CGC_ERROR_INVALID_ARGUMENT. */                       \
-  X(cgc_status_t, cgc_stream_create, (cgc_context_t ctx, unsigned flags, int priority, cgc_stream_t* out))     \
-  /* Borrows an existing CUstream / cudaStream_t of ctx's device (NULL or cudaStreamLegacy = the               \
-   * legacy default stream; cudaStreamPerThread is accepted too and means the calling thread's own             \
-   * stream at every call). cgc_stream_destroy frees only the handle; the stream stays the caller's,           \
-   * who must not destroy it while blocks that recorded a use of it (cgc_record_stream) are alive. */          \
-  X(cgc_status_t, cgc_stream_wrap, (cgc_context_t ctx, void* native_stream, cgc_stream_t* out))                \
-  /* The CUstream behind the handle (NULL for the legacy default stream, or for a bad handle). */              \
-  X(void*, cgc_stream_native, (cgc_stream_t stream))                                                           \
-  /* Destroys an owned stream (pending work still completes); borrowed streams are not destroyed.              \
-   * What the allocator owes the stream is settled first: blocks that recorded a use of it wait for           \
-   * an event recorded now, and its cached memory goes to other streams once its work is done.                 \
-   * Refused with CGC_ERROR_INVALID_STATE while the stream is capturing. */                                    \
-  X(cgc_status_t, cgc_stream_destroy, (cgc_stream_t stream))                                                   \
-  X(cgc_status_t, cgc_stream_synchronize, (cgc_stream_t stream))                                               \
-  /* *complete = 1 when all work on the stream has finished, 0 when some is still running. */                  \
-  X(cgc_status_t, cgc_stream_query, (cgc_stream_t stream, int* complete))                                      \
-  /* Makes future work on `stream` wait for `event`'s last record. Inside a capture this is the                \
-   * fork (a stream outside the capture waits on an event recorded in it and joins the capture)                \
-   * and the join (the origin stream waits on an event recorded on a side stream). cgc remembers               \
-   * forks so that cgc_capture_end can name side streams that were never joined. */                            \
-  X(cgc_status_t, cgc_stream_wait_event, (cgc_stream_t stream, cgc_event_t event))                             \
-  X(cgc_status_t, cgc_event_create, (cgc_context_t ctx, unsigned flags, cgc_event_t* out))                     \
-  X(cgc_status_t, cgc_event_destroy, (cgc_event_t event))                                                      \
-  X(cgc_status_t, cgc_event_record, (cgc_event_t event, cgc_stream_t stream))                                  \
-  X(cgc_status_t, cgc_event_synchronize, (cgc_event_t event))                                                  \
-  /* *complete = 1 when the recorded work has finished. Like cuEventQuery it is an unsafe call                 \
-   * during a capture: refused (CGC_ERROR_CAPTURE_UNSUPPORTED) where it would break one. */                    \
-  X(cgc_status_t, cgc_event_query, (cgc_event_t event, int* complete))                                         \
-  /* Milliseconds between two completed records of CGC_EVENT_TIMING events. */                                 \
-  X(cgc_status_t, cgc_event_elapsed_ms, (cgc_event_t start, cgc_event_t end, float* ms))
-CGC_FUNCTIONS_DEVICES(CGC_DECLARE_FUNCTION_)
+/* A new stream on ctx's device. flags: 0 or CGC_STREAM_NON_BLOCKING. priority: 0 is the default;
+ * lower numbers are higher priority, clamped to the device's range (cgc_stream_priority_range). */
+CGC_API cgc_status_t cgc_stream_create(cgc_context_t ctx, unsigned flags, int priority, cgc_stream_t* out);
 
-/* ---- capture ------------------------------------------------------------------------------- */
+/* Borrows an existing CUstream / cudaStream_t of ctx's device (NULL or cudaStreamLegacy = the
+ * legacy default stream; cudaStreamPerThread is accepted too and means the calling thread's own
+ * stream at every call). cgc_stream_destroy frees only the handle; the stream stays the caller's,
+ * who must not destroy it while blocks that recorded a use of it (cgc_record_stream) are alive. */
+CGC_API cgc_status_t cgc_stream_wrap(cgc_context_t ctx, void* native_stream, cgc_stream_t* out);
 
-typedef enum cgc_capture_mode { /* same values as CUstreamCaptureMode */
-  CGC_CAPTURE_MODE_GLOBAL = 0,  /* the default: an unsafe call from any thread breaks the capture */
+/* The CUstream behind the handle (NULL for the legacy default stream, or for a bad handle).
+ * Returns the stream, not a status. */
+CGC_API void* cgc_stream_native(cgc_stream_t stream);
+
+/* Destroys an owned stream (pending work still completes); a borrowed stream's handle goes and
+ * the stream stays. What the allocator owes the stream is settled first: blocks that recorded a
+ * use of it wait for an event recorded now, and its cached memory goes to other streams once its
+ * work is done. CGC_ERROR_INVALID_STATE while the stream is capturing. */
+CGC_API cgc_status_t cgc_stream_destroy(cgc_stream_t stream);
+
+/* Waits until all work on the stream has finished (cuStreamSynchronize). An unsafe call during a
+ * capture: refused (CGC_ERROR_CAPTURE_UNSUPPORTED) where it would break one, and on a capturing
+ * stream. */
+CGC_API cgc_status_t cgc_stream_synchronize(cgc_stream_t stream);
+
+/* *complete = 1 when all work on the stream has finished, 0 when some is still running. Refused
+ * during captures as cgc_stream_synchronize. */
+CGC_API cgc_status_t cgc_stream_query(cgc_stream_t stream, int* complete);
+
+/* Makes future work on `stream` wait for `event`'s last record. Inside a capture this is the fork
+ * (a stream outside the capture waits on an event recorded in it and joins the capture) and the
+ * join (the origin stream waits on an event recorded on a side stream). cgc remembers forks so
+ * that cgc_capture_end can name side streams that were never joined. CGC_ERROR_CAPTURE_INVALIDATED
+ * when the event was recorded in a capture that an earlier call invalidated. */
+CGC_API cgc_status_t cgc_stream_wait_event(cgc_stream_t stream, cgc_event_t event);
+
+/* Since 1.1. The priorities streams of ctx's device can have: `greatest` is the highest priority
+ * (the lowest number), `least` the lowest (0). cgc_stream_create clamps into [greatest, least]. */
+CGC_API cgc_status_t cgc_stream_priority_range(cgc_context_t ctx, int* least, int* greatest);
+
+/* Since 1.1. The stream's priority as the driver has it (after clamping). */
+CGC_API cgc_status_t cgc_stream_priority(cgc_stream_t stream, int* priority);
+
+/* Since 1.1. The driver's id of the stream (cuStreamGetId: unique in the process, never reused;
+ * for the per-thread stream, the calling thread's). Refused (CGC_ERROR_CAPTURE_UNSUPPORTED) for a
+ * borrowed stream whose id cgc has not learnt while it captures: asking would break the capture. */
+CGC_API cgc_status_t cgc_stream_id(cgc_stream_t stream, uint64_t* id);
+
+/* Since 1.1. The stream's device ordinal and its CUcontext (the device's primary context). Either
+ * output may be NULL. */
+CGC_API cgc_status_t cgc_stream_device(cgc_stream_t stream, int* device, void** native_context);
+
+/* Since 1.1. Copies the driver's attributes of `src` (access-policy window, synchronisation
+ * policy, priority where settable) onto `dst` (cuStreamCopyAttributes). Both of one device. */
+CGC_API cgc_status_t cgc_stream_copy_attributes(cgc_stream_t dst, cgc_stream_t src);
+
+/* Since 1.1. The L2 access-policy window of a stream (CUaccessPolicyWindow). */
+typedef enum cgc_access_property { /* the values of CUaccessProperty */
+  CGC_ACCESS_NORMAL = 0,
+  CGC_ACCESS_STREAMING = 1,
+  CGC_ACCESS_PERSISTING = 2
+} cgc_access_property_t;
+typedef struct cgc_access_policy {
+  size_t struct_size;
+  void* base;                          /* start of the window (device memory) */
+  size_t bytes;                        /* its size; 0 turns the window off */
+  float hit_ratio;                     /* the fraction of accesses that get hit_property, in [0, 1] */
+  cgc_access_property_t hit_property;
+  cgc_access_property_t miss_property;
+} cgc_access_policy_t;
+
+/* Since 1.1. Sets the stream's L2 access-policy window; kernels launched (or captured) on it
+ * afterwards carry it. bytes above the device's maximum window size or hit_ratio outside [0, 1]
+ * are CGC_ERROR_INVALID_ARGUMENT. */
+CGC_API cgc_status_t cgc_stream_set_access_policy(cgc_stream_t stream, const cgc_access_policy_t* policy);
+
+/* Since 1.1. The stream's window into *policy (fields up to policy->struct_size). */
+CGC_API cgc_status_t cgc_stream_get_access_policy(cgc_stream_t stream, cgc_access_policy_t* policy);
+
+/* A new event on ctx's device. flags: 0 (timing disabled, the fastest) or CGC_EVENT_TIMING. */
+CGC_API cgc_status_t cgc_event_create(cgc_context_t ctx, unsigned flags, cgc_event_t* out);
+
+/* Destroys the event (a pending record still completes). */
+CGC_API cgc_status_t cgc_event_destroy(cgc_event_t event);
+
+/* Records the event on `stream` (cuEventRecord): later waits and queries refer to the work
+ * enqueued on the stream so far. Inside a capture the record is captured and noted for the
+ * fork/join bookkeeping (cgc_stream_wait_event). */
+CGC_API cgc_status_t cgc_event_record(cgc_event_t event, cgc_stream_t stream);
+
+/* Waits until the event's last record has completed. An unsafe call during a capture: refused
+ * (CGC_ERROR_CAPTURE_UNSUPPORTED) where it would break one. */
+CGC_API cgc_status_t cgc_event_synchronize(cgc_event_t event);
+
+/* *complete = 1 when the recorded work has finished. Like cuEventQuery it is an unsafe call during
+ * a capture: refused (CGC_ERROR_CAPTURE_UNSUPPORTED) where it would break one. */
+CGC_API cgc_status_t cgc_event_query(cgc_event_t event, int* complete);
+
+/* Milliseconds between two completed records of CGC_EVENT_TIMING events. */
+CGC_API cgc_status_t cgc_event_elapsed_ms(cgc_event_t start, cgc_event_t end, float* ms);
+
+/* ==== 5. Capture ============================================================================= */
+
+typedef enum cgc_capture_mode {      /* the values of CUstreamCaptureMode */
+  CGC_CAPTURE_MODE_GLOBAL = 0,       /* the default: an unsafe call from any thread breaks the capture */
   CGC_CAPTURE_MODE_THREAD_LOCAL = 1, /* only the capturing thread's unsafe calls break it */
   CGC_CAPTURE_MODE_RELAXED = 2       /* no call is checked */
 } cgc_capture_mode_t;
@@ -186,310 +265,284 @@ typedef enum cgc_capture_status {
   CGC_CAPTURE_BROKEN = 2  /* capturing, but invalidated: capture_end will fail */
 } cgc_capture_status_t;
 
-#define CGC_CAPTURE_OPTIONS_FIELDS(X)                                                                          \
-  X(size_t, struct_size, )      /* sizeof(cgc_capture_options_t) */                                            \
-  X(cgc_capture_mode_t, mode, ) /* default GLOBAL */                                                           \
-  X(cgc_pool_t, pool, )         /* NULL: a new private pool; else allocate into (share) this pool */           \
-  X(unsigned, flags, )          /* CGC_CAPTURE_* below */                                                     \
-  /* since 1.2: NULL, or a graph this capture updates (SEMANTICS 27): cgc_capture_end then hands               \
-   * back that graph with its executable updated in place when the driver accepts the new graph                \
-   * (same topology), or instantiated anew when it does not; the capture allocates from its pool.              \
-   * Until the end the graph replays the old graph and cannot be reset, destroyed or changed per               \
-   * node (CGC_ERROR_INVALID_STATE): end every update capture you begin. */                                    \
-  X(cgc_graph_t, update, )
-typedef struct cgc_capture_options { CGC_CAPTURE_OPTIONS_FIELDS(CGC_DECLARE_FIELD_) } cgc_capture_options_t;
-
 #define CGC_CAPTURE_UPLOAD 0x1u              /* upload the executable at capture_end */
 #define CGC_CAPTURE_AUTO_FREE_ON_LAUNCH 0x2u /* cudaGraphInstantiateFlagAutoFreeOnLaunch (always on) */
 
+typedef struct cgc_capture_options {
+  size_t struct_size;      /* sizeof(cgc_capture_options_t) */
+  cgc_capture_mode_t mode; /* default GLOBAL */
+  cgc_pool_t pool;         /* NULL: a new private pool; else allocate into (share) this pool */
+  unsigned flags;          /* CGC_CAPTURE_* */
+  /* Since 1.2: NULL, or a graph this capture updates (SEMANTICS 27): cgc_capture_end then hands
+   * back that graph with its executable updated in place when the driver accepts the new graph
+   * (same topology), or instantiated anew when it does not; the capture allocates from its pool.
+   * Until the end the graph replays the old graph and cannot be reset, destroyed or changed per
+   * node (CGC_ERROR_INVALID_STATE): end every update capture you begin. */
+  struct cgc_graph_s* update;
+} cgc_capture_options_t;
+
+/* The body of cgc_capture: enqueue the work to capture on `stream`; a status other than
+ * CGC_SUCCESS discards the capture. */
 typedef cgc_status_t (*cgc_capture_fn)(cgc_stream_t stream, void* user);
 
-#define CGC_FUNCTIONS_CAPTURE(X)                                                                               \
-  /* Starts capturing `stream` into a new graph. Errors: CGC_ERROR_CAPTURE_LEGACY_STREAM on the                \
-   * legacy default stream (capture on a created stream; replaying on the default stream is                    \
-   * fine); CGC_ERROR_INVALID_STATE if the stream is already capturing or the pool is being                    \
-   * recorded into by another capture; CGC_ERROR_INVALID_ARGUMENT for a bad mode or flag. */                   \
-  X(cgc_status_t, cgc_capture_begin, (cgc_stream_t stream, const cgc_capture_options_t* options))              \
-  /* Ends the capture begun on `stream` and instantiates it (AutoFreeOnLaunch, node priorities                 \
-   * where the driver has them; uploaded with CGC_CAPTURE_UPLOAD). The driver capture ends                     \
-   * whatever happened: CGC_ERROR_CAPTURE_UNJOINED names the side streams that were forked and not             \
-   * joined back, CGC_ERROR_CAPTURE_INVALIDATED reports an earlier illegal call; either way no                 \
-   * stream is left capturing and the stream can capture again. An empty capture succeeds and                  \
-   * says so in cgc_last_error(). With cgc_capture_options_t.update (1.2), *out is that graph,                 \
-   * updated (SEMANTICS 27; cgc_graph_info's last_update says how, and when it had to be                       \
-   * instantiated anew cgc_last_error() says why). cgc_capture with a failing body leaves the                  \
-   * graph to update as it was. */                                                                             \
-  X(cgc_status_t, cgc_capture_end, (cgc_stream_t stream, cgc_graph_t* out))                                    \
-  /* begin, body(stream, user), end. If body returns an error the capture is still ended, the                  \
-   * graph discarded, and body's status returned. */                                                           \
-  X(cgc_status_t, cgc_capture,                                                                                 \
-    (cgc_stream_t stream, const cgc_capture_options_t* options, cgc_capture_fn body, void* user, cgc_graph_t* out)) \
-  /* Whether `stream` is capturing now and, if so, the driver's capture id (capture_id may be                  \
-   * NULL; it is 0 when not capturing). Safe during any capture. */                                            \
-  X(cgc_status_t, cgc_stream_capture_status,                                                                   \
-    (cgc_stream_t stream, cgc_capture_status_t* status, uint64_t* capture_id))                                 \
-  /* Swaps this thread's capture-interaction mode with *mode (cuThreadExchangeStreamCaptureMode):              \
-   * call once to push a mode, again with the returned value to pop it. */                                     \
-  X(cgc_status_t, cgc_capture_mode_exchange, (cgc_capture_mode_t* mode))
-CGC_FUNCTIONS_CAPTURE(CGC_DECLARE_FUNCTION_)
+/* Starts capturing `stream` into a new graph (SEMANTICS 1-5). Allocations on any stream of the
+ * capture come from its pool from now on. A Global capture (and, while an NCCL pool is released,
+ * any capture of that device) begun while another thread sets up or tears down a communicator or
+ * an NCCL pool waits for that call to end. CGC_ERROR_CAPTURE_LEGACY_STREAM on the legacy default
+ * stream (capture on a created stream; replaying on the default stream is fine);
+ * CGC_ERROR_INVALID_STATE if the stream is already capturing or the pool is being recorded into by
+ * another capture; CGC_ERROR_INVALID_ARGUMENT for a bad mode or flag. */
+CGC_API cgc_status_t cgc_capture_begin(cgc_stream_t stream, const cgc_capture_options_t* options);
 
-/* ---- graphs -------------------------------------------------------------------------------- */
+/* Ends the capture begun on `stream` and instantiates it into *out (AutoFreeOnLaunch, node
+ * priorities where the driver has them; uploaded with CGC_CAPTURE_UPLOAD). The driver capture
+ * ends whatever happened: CGC_ERROR_CAPTURE_UNJOINED names the side streams that were forked and
+ * not joined back, CGC_ERROR_CAPTURE_INVALIDATED reports an earlier illegal call; either way no
+ * stream is left capturing and the stream can capture again. An empty capture succeeds and says
+ * so in cgc_last_error(). With cgc_capture_options_t.update (1.2), *out is that graph, updated
+ * (SEMANTICS 27; cgc_graph_info's last_update says how, and when it had to be instantiated anew
+ * cgc_last_error() says why). CGC_ERROR_INVALID_STATE when the stream captures under a capture
+ * cgc did not begin, or another thread is ending this one. */
+CGC_API cgc_status_t cgc_capture_end(cgc_stream_t stream, cgc_graph_t* out);
 
-/* The kinds of node cgc_graph_info counts, K(X, field, the driver's CUgraphNodeType value). */
-#define CGC_GRAPH_NODE_KINDS(K, X)                                                                             \
-  K(X, kernel_nodes, 0)                                                                                        \
-  K(X, memcpy_nodes, 1)                                                                                        \
-  K(X, memset_nodes, 2)                                                                                        \
-  K(X, host_nodes, 3)                                                                                          \
-  K(X, child_graph_nodes, 4)                                                                                   \
-  K(X, empty_nodes, 5)                                                                                         \
-  K(X, event_wait_nodes, 6)                                                                                    \
-  K(X, event_record_nodes, 7) /* cgc's own completion record is not counted */                                 \
-  K(X, mem_alloc_nodes, 10)                                                                                    \
-  K(X, mem_free_nodes, 11)                                                                                     \
-  K(X, mem_op_nodes, 12) /* stream write/wait-value operations and batches of them */                          \
-  K(X, conditional_nodes, 13)
-#define CGC_GRAPH_NODE_KIND_FIELD_(X, field, node_type) X(size_t, field, )
+/* cgc_capture_begin, body(stream, user), cgc_capture_end. If body returns an error, the
+ * conditional bodies it left open are ended, the capture is ended and its graph discarded (a graph
+ * to update stays as it was), and body's status is returned. */
+CGC_API cgc_status_t cgc_capture(cgc_stream_t stream, const cgc_capture_options_t* options, cgc_capture_fn body,
+                                 void* user, cgc_graph_t* out);
 
-/* How a capture with cgc_capture_options_t.update changed its graph (1.2). */
+/* Whether `stream` is capturing now and, if so, the driver's capture id (capture_id may be NULL;
+ * it is 0 when not capturing). Safe during any capture. */
+CGC_API cgc_status_t cgc_stream_capture_status(cgc_stream_t stream, cgc_capture_status_t* status,
+                                               uint64_t* capture_id);
+
+/* Swaps this thread's capture-interaction mode with *mode (cuThreadExchangeStreamCaptureMode):
+ * call once to push a mode, again with the returned value to pop it. */
+CGC_API cgc_status_t cgc_capture_mode_exchange(cgc_capture_mode_t* mode);
+
+/* ==== 6. Graphs ============================================================================== */
+
+/* How a capture with cgc_capture_options_t.update changed its graph (since 1.2). */
 typedef enum cgc_graph_update {
   CGC_GRAPH_UPDATE_NONE = 0,          /* never updated */
   CGC_GRAPH_UPDATE_IN_PLACE = 1,      /* the executable took the new graph (cuGraphExecUpdate) */
   CGC_GRAPH_UPDATE_REINSTANTIATED = 2 /* the driver refused (last_update_result says why): a new executable */
 } cgc_graph_update_t;
 
-#define CGC_GRAPH_INFO_FIELDS(X)                                                                               \
-  X(size_t, struct_size, )                                                                                     \
-  X(size_t, node_count, )          /* the captured nodes (not cgc's completion record) */                      \
-  X(uint64_t, replay_count, )      /* successful launches */                                                   \
-  X(int, uploaded, )               /* 1 after cgc_graph_upload or CGC_CAPTURE_UPLOAD */                        \
-  X(size_t, pool_bytes_reserved, ) /* bytes its pool holds */                                                \
-  /* since 1.1: the captured nodes by kind (CGC_GRAPH_NODE_KINDS below; 0 after reset) */                      \
-  CGC_GRAPH_NODE_KINDS(CGC_GRAPH_NODE_KIND_FIELD_, X)                                                          \
-  X(size_t, other_nodes, ) /* kinds not listed (external semaphores, kinds newer than this header) */         \
-  /* since 1.2: updates by capture (cgc_capture_options_t.update) */                                           \
-  X(uint64_t, update_count, )     /* captures that updated this graph */                                       \
-  X(cgc_graph_update_t, last_update, ) /* how the last one did it */                                           \
-  /* the driver's CUgraphExecUpdateResult of the last update: 0 when the executable took the new graph         \
-   * in place, else why it did not (e.g. 2 = CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED) */                   \
-  X(int, last_update_result, )
-typedef struct cgc_graph_info { CGC_GRAPH_INFO_FIELDS(CGC_DECLARE_FIELD_) } cgc_graph_info_t;
+/* What cgc_graph_info reports. The node counts are by the driver's CUgraphNodeType (the comment
+ * of each gives its value). */
+typedef struct cgc_graph_info {
+  size_t struct_size;
+  size_t node_count;          /* the captured nodes (not cgc's completion record) */
+  uint64_t replay_count;      /* successful launches */
+  int uploaded;               /* 1 after cgc_graph_upload or CGC_CAPTURE_UPLOAD */
+  size_t pool_bytes_reserved; /* bytes its pool holds */
+  /* since 1.1: the captured nodes by kind (0 after reset) */
+  size_t kernel_nodes;        /* 0 */
+  size_t memcpy_nodes;        /* 1 */
+  size_t memset_nodes;        /* 2 */
+  size_t host_nodes;          /* 3 */
+  size_t child_graph_nodes;   /* 4 */
+  size_t empty_nodes;         /* 5 */
+  size_t event_wait_nodes;    /* 6 */
+  size_t event_record_nodes;  /* 7; cgc's own completion record is not counted */
+  size_t mem_alloc_nodes;     /* 10 */
+  size_t mem_free_nodes;      /* 11 */
+  size_t mem_op_nodes;        /* 12: stream write/wait-value operations and batches of them */
+  size_t conditional_nodes;   /* 13 */
+  size_t other_nodes;         /* kinds not listed (external semaphores, kinds newer than this header) */
+  /* since 1.2: updates by capture (cgc_capture_options_t.update) */
+  uint64_t update_count;          /* captures that updated this graph */
+  cgc_graph_update_t last_update; /* how the last one did it */
+  /* the driver's CUgraphExecUpdateResult of the last update: 0 when the executable took the new
+   * graph in place, else why it did not (e.g. 2 = CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED) */
+  int last_update_result;
+} cgc_graph_info_t;
 
-#define CGC_FUNCTIONS_GRAPHS(X)                                                                                \
-  /* Replays `graph` on `stream` (any stream of the graph's device, the legacy default stream                  \
-   * included). Does not synchronise. Graphs sharing a pool must be replayed in the order they                 \
-   * were captured and never concurrently (PyTorch's rule). Errors: CGC_ERROR_INVALID_STATE after              \
-   * cgc_graph_reset; CGC_ERROR_INVALID_HANDLE if destroyed. */                                                \
-  X(cgc_status_t, cgc_graph_launch, (cgc_graph_t graph, cgc_stream_t stream))                                  \
-  /* Uploads the executable on `stream` ahead of the first launch, so that launch is as fast as                \
-   * the rest. */                                                                                              \
-  X(cgc_status_t, cgc_graph_upload, (cgc_graph_t graph, cgc_stream_t stream))                                  \
-  /* Fills as much of *info as its struct_size has room for. The node counts (1.1) are asked of the           \
-   * driver at this call; not while another thread resets the graph. */                                        \
-  X(cgc_status_t, cgc_graph_info, (cgc_graph_t graph, cgc_graph_info_t* info))                                 \
-  /* The pool the graph allocated into (borrowed: cgc_pool_retain it to keep it beyond the graph's             \
-   * reset or destroy). Passing it in cgc_capture_options_t.pool shares it, like                               \
-   * CUDAGraph.pool(). CGC_ERROR_INVALID_STATE after reset. */                                                 \
-  X(cgc_status_t, cgc_graph_pool, (cgc_graph_t graph, cgc_pool_t* pool))                                       \
-  /* Writes the graph in Graphviz DOT form (verbose) to dot_path. */                                           \
-  X(cgc_status_t, cgc_graph_debug_dump, (cgc_graph_t graph, const char* dot_path))                             \
-  /* Like CUDAGraph.reset(): frees the executable and graph now and drops the pool reference; the              \
-   * handle stays valid (launch is then CGC_ERROR_INVALID_STATE). Resetting twice is fine. A graph             \
-   * holding host functions or kernels of cgc modules (1.1) first waits for its replays launched so            \
-   * far to finish (they may still call them): not while one of them waits for work to come. */               \
-  X(cgc_status_t, cgc_graph_reset, (cgc_graph_t graph))                                                        \
-  /* reset + free the handle. */                                                                               \
-  X(cgc_status_t, cgc_graph_destroy, (cgc_graph_t graph))                                                      \
-  /* The CUgraph / CUgraphExec behind the handle, owned by it (NULL after reset or for a bad                   \
-   * handle). Valid until reset or destroy. Besides the captured nodes the graph ends with one event           \
-   * record node of cgc's, which tells when the last replay is over (cgc_graph_info does not count it). */     \
-  X(void*, cgc_graph_native, (cgc_graph_t graph))                                                              \
-  X(void*, cgc_graph_native_exec, (cgc_graph_t graph))
-CGC_FUNCTIONS_GRAPHS(CGC_DECLARE_FUNCTION_)
+/* Replays `graph` on `stream` (any stream of the graph's device, the legacy default stream
+ * included). Does not synchronise. Graphs sharing a pool must be replayed in the order they were
+ * captured and never concurrently (PyTorch's rule). A failed launch leaves the graph's generators
+ * where they were. CGC_ERROR_INVALID_STATE after cgc_graph_reset; CGC_ERROR_CAPTURE_UNSUPPORTED
+ * into a capture (SEMANTICS 26); inside a host function the driver's own refusal (CGC_ERROR_CUDA,
+ * CUDA_ERROR_NOT_PERMITTED), as the launch path makes no check of its own. */
+CGC_API cgc_status_t cgc_graph_launch(cgc_graph_t graph, cgc_stream_t stream);
 
-/* ---- pools and the graph-aware caching allocator ------------------------------------------
+/* Uploads the executable on `stream` ahead of the first launch, so that launch is as fast as the
+ * rest. */
+CGC_API cgc_status_t cgc_graph_upload(cgc_graph_t graph, cgc_stream_t stream);
+
+/* Fills as much of *info as its struct_size has room for. The node counts (1.1) are asked of the
+ * driver at this call; not while another thread resets the graph. */
+CGC_API cgc_status_t cgc_graph_info(cgc_graph_t graph, cgc_graph_info_t* info);
+
+/* The pool the graph allocated into (borrowed: cgc_pool_retain it to keep it beyond the graph's
+ * reset or destroy). Passing it in cgc_capture_options_t.pool shares it, like CUDAGraph.pool().
+ * CGC_ERROR_INVALID_STATE after reset. */
+CGC_API cgc_status_t cgc_graph_pool(cgc_graph_t graph, cgc_pool_t* pool);
+
+/* Writes the graph in Graphviz DOT form (verbose) to dot_path. */
+CGC_API cgc_status_t cgc_graph_debug_dump(cgc_graph_t graph, const char* dot_path);
+
+/* Like CUDAGraph.reset(): frees the executable and graph now and drops the pool reference; the
+ * handle stays valid (launch is then CGC_ERROR_INVALID_STATE). Resetting twice is fine. Never waits
+ * for the device, except that a graph holding host functions or kernels of cgc modules (1.1) first
+ * waits for its replays launched so far to finish (they may still call them): not while one of
+ * them waits for work to come. Refused (CGC_ERROR_INVALID_STATE) while a capture updates it. */
+CGC_API cgc_status_t cgc_graph_reset(cgc_graph_t graph);
+
+/* cgc_graph_reset, then the handle is freed. */
+CGC_API cgc_status_t cgc_graph_destroy(cgc_graph_t graph);
+
+/* The CUgraph behind the handle, owned by it (NULL after reset or for a bad handle). Valid until
+ * reset or destroy. Besides the captured nodes the graph ends with one event record node of
+ * cgc's, which tells when the last replay is over (cgc_graph_info does not count it). Returns the
+ * graph, not a status. */
+CGC_API void* cgc_graph_native(cgc_graph_t graph);
+
+/* The CUgraphExec behind the handle, as cgc_graph_native. */
+CGC_API void* cgc_graph_native_exec(cgc_graph_t graph);
+
+/* ==== 7. Memory and pools ====================================================================
  *
- * cgc_malloc is a stream-ordered caching allocator per device, like PyTorch's: a block freed on
- * a stream is at once reusable on that stream; one used on other streams (cgc_record_stream)
- * waits for their work. During a capture, allocations on any stream of that capture (side
- * streams forked in included) come from the capture's private pool. A pool shared by several
- * captures (cgc_capture_options_t.pool) lets later graphs reuse what earlier ones freed, so
- * graphs captured one after another use about the memory of the largest; such graphs must be
- * replayed in capture order and never concurrently. Blocks allocated in a capture and never
- * freed are the graph's outputs: they stay valid after the graph is destroyed. */
+ * cgc_malloc is a stream-ordered caching allocator per device, like PyTorch's: a block freed on a
+ * stream is at once reusable on that stream; one used on other streams (cgc_record_stream) waits
+ * for their work. During a capture, allocations on any stream of that capture (side streams
+ * forked in included) come from the capture's private pool. A pool shared by several captures
+ * (cgc_capture_options_t.pool) lets later graphs reuse what earlier ones freed, so graphs captured
+ * one after another use about the memory of the largest; such graphs must be replayed in capture
+ * order and never concurrently. Blocks allocated in a capture and never freed are the graph's
+ * outputs: they stay valid after the graph is destroyed (SEMANTICS 11-16). */
 
-#define CGC_MEMORY_STATS_FIELDS(X)                                                                             \
-  X(size_t, struct_size, )                                                                                     \
-  X(size_t, bytes_reserved, )    /* obtained from the driver */                                                \
-  X(size_t, bytes_allocated, )   /* handed out and not yet freed (block sizes, 512-byte rounded) */            \
-  X(size_t, peak_bytes_allocated, )                                                                            \
-  X(size_t, peak_bytes_reserved, )                                                                             \
-  X(uint64_t, num_driver_allocs, ) /* cuMemAlloc calls so far */                                               \
-  X(uint64_t, num_driver_frees, )
-typedef struct cgc_memory_stats { CGC_MEMORY_STATS_FIELDS(CGC_DECLARE_FIELD_) } cgc_memory_stats_t;
+typedef struct cgc_memory_stats {
+  size_t struct_size;
+  size_t bytes_reserved;  /* obtained from the driver */
+  size_t bytes_allocated; /* handed out and not yet freed (block sizes, 512-byte rounded) */
+  size_t peak_bytes_allocated;
+  size_t peak_bytes_reserved;
+  uint64_t num_driver_allocs; /* cuMemAlloc calls so far */
+  uint64_t num_driver_frees;
+} cgc_memory_stats_t;
 
-#define CGC_FUNCTIONS_POOLS(X)                                                                                 \
-  /* A new pool (like torch.cuda.graph_pool_handle()) holding one reference of the caller's. */                \
-  X(cgc_status_t, cgc_pool_create, (cgc_context_t ctx, cgc_pool_t* out))                                       \
-  /* Takes one more reference of the caller's (e.g. on a pool lent by cgc_graph_pool). */                      \
-  X(cgc_status_t, cgc_pool_retain, (cgc_pool_t pool))                                                          \
-  /* Drops one of the caller's references; CGC_ERROR_INVALID_STATE if the caller holds none. The               \
-   * pool lives on while graphs captured into it or blocks allocated from it exist; then its                   \
-   * memory returns to the device's cache, for any stream once its graphs' last replays are over. */           \
-  X(cgc_status_t, cgc_pool_release, (cgc_pool_t pool))                                                         \
-  /* Allocates `size` bytes, ordered on `stream` (512-byte aligned). During a capture on `stream`              \
-   * the block comes from the capture's pool. size 0 gives NULL and success. Errors:                           \
-   * CGC_ERROR_OUT_OF_MEMORY after giving cached memory back and retrying, with the sizes in the               \
-   * message; CGC_ERROR_CAPTURE_UNSUPPORTED when `stream` captures under a capture cgc did not begin           \
-   * (a raw cuStreamBeginCapture) and no pool adopted it (1.4: cgc_pool_adopt_capture): eager memory         \
-   * must not go into a graph. cgc_malloc asks the driver whether its stream captures while a cgc              \
-   * capture is under way or a pool adopts one (with none, its cache hit makes no driver call, so              \
-   * begin captures with cgc_capture_begin); cgc_torch_malloc always asks. */                                  \
-  X(cgc_status_t, cgc_malloc, (cgc_context_t ctx, size_t size, cgc_stream_t stream, void** out))               \
-  /* Frees a block of cgc_malloc, ordered on its allocation stream. NULL is a no-op; a pointer cgc             \
-   * did not hand out, or one already freed, is CGC_ERROR_INVALID_ARGUMENT and changes nothing. */             \
-  X(cgc_status_t, cgc_free, (void* ptr))                                                                       \
-  /* Like Tensor.record_stream: `ptr` is used by work on `stream` too, so after cgc_free it is not             \
-   * reused before that work is done (outside captures: events; inside: joins or capture end).                 \
-   * On the per-thread stream the event is recorded at this call (no other thread can record on                \
-   * that stream later): call it after enqueueing the work. */                                                 \
-  X(cgc_status_t, cgc_record_stream, (void* ptr, cgc_stream_t stream))                                         \
-  /* Gives the device cache's unused segments back to the driver. Pools still referenced keep                  \
-   * theirs, and memory whose last user may still run waits. CGC_ERROR_INVALID_STATE while a                   \
-   * capture of the device is under way. */                                                                    \
-  X(cgc_status_t, cgc_empty_cache, (cgc_context_t ctx))                                                        \
-  /* Stats of the whole device (pool NULL) or of one pool. */                                                  \
-  X(cgc_status_t, cgc_memory_stats,                                                                            \
-    (cgc_context_t ctx, cgc_pool_t pool /* NULL: whole context */, cgc_memory_stats_t* stats))                 \
-  /* PyTorch CUDAPluggableAllocator entry points:                                                              \
-   * torch.cuda.memory.CUDAPluggableAllocator(path, "cgc_torch_malloc", "cgc_torch_free").                     \
-   * They use the device's state directly; malloc returns NULL on failure (cgc_last_error says why). */        \
-  X(void*, cgc_torch_malloc, (ssize_t size, int device, void* stream))                                         \
-  X(void, cgc_torch_free, (void* ptr, ssize_t size, int device, void* stream))
-CGC_FUNCTIONS_POOLS(CGC_DECLARE_FUNCTION_)
+/* Allocates `size` bytes into *out, ordered on `stream` (512-byte aligned). During a capture on
+ * `stream` the block comes from the capture's pool. size 0 gives NULL and success.
+ * CGC_ERROR_OUT_OF_MEMORY after giving cached memory back and retrying, with the sizes in the
+ * message; CGC_ERROR_CAPTURE_UNSUPPORTED when `stream` captures under a capture cgc did not begin
+ * (a raw cuStreamBeginCapture) and no pool adopted it (cgc_pool_adopt_capture): eager memory must
+ * not go into a graph. cgc_malloc asks the driver whether its stream captures while a cgc capture
+ * is under way or a pool adopts one (with none, its cache hit makes no driver call, so begin
+ * captures with cgc_capture_begin); cgc_torch_malloc always asks. */
+CGC_API cgc_status_t cgc_malloc(cgc_context_t ctx, size_t size, cgc_stream_t stream, void** out);
 
-/* ---- NCCL ----------------------------------------------------------------------------------
+/* Frees a block of cgc_malloc (or cgc_pool_malloc, cgc_torch_malloc), ordered on its allocation
+ * stream. NULL is a no-op; a pointer cgc did not hand out, or one already freed, is
+ * CGC_ERROR_INVALID_ARGUMENT and changes nothing. */
+CGC_API cgc_status_t cgc_free(void* ptr);
+
+/* Like Tensor.record_stream: `ptr` is used by work on `stream` too, so after cgc_free it is not
+ * reused before that work is done (outside captures: events; inside: joins or capture end). On
+ * the per-thread stream the event is recorded at this call (no other thread can record on that
+ * stream later): call it after enqueueing the work. */
+CGC_API cgc_status_t cgc_record_stream(void* ptr, cgc_stream_t stream);
+
+/* Gives the device cache's unused segments back to the driver (cuMemFree, which waits for the
+ * device). Pools still referenced keep theirs, and memory whose last user may still run waits.
+ * CGC_ERROR_INVALID_STATE while a capture of the device is under way or a pool adopts one. */
+CGC_API cgc_status_t cgc_empty_cache(cgc_context_t ctx);
+
+/* Stats of the whole device (pool NULL) or of one pool into *stats (fields up to its
+ * struct_size). */
+CGC_API cgc_status_t cgc_memory_stats(cgc_context_t ctx, cgc_pool_t pool, cgc_memory_stats_t* stats);
+
+/* A new pool (like torch.cuda.graph_pool_handle()) holding one reference of the caller's. */
+CGC_API cgc_status_t cgc_pool_create(cgc_context_t ctx, cgc_pool_t* out);
+
+/* Takes one more reference of the caller's (e.g. on a pool lent by cgc_graph_pool). */
+CGC_API cgc_status_t cgc_pool_retain(cgc_pool_t pool);
+
+/* Drops one of the caller's references; CGC_ERROR_INVALID_STATE if the caller holds none. The
+ * pool lives on while graphs captured into it or blocks allocated from it exist; then its memory
+ * returns to the device's cache, for any stream once its graphs' last replays are over. An NCCL
+ * pool's last release is collective (cgc_nccl_pool_create). */
+CGC_API cgc_status_t cgc_pool_release(cgc_pool_t pool);
+
+/* Since 1.5. cgc_malloc from `pool`, outside captures: ordered on `stream` (of the pool's device,
+ * not capturing: inside a capture its options->pool decides). Blocks allocated so are reused only
+ * by cgc_pool_malloc on the same stream, never by a capture, so graphs' memory and eager memory of
+ * one pool stay apart (SEMANTICS 32). Freed with cgc_free. */
+CGC_API cgc_status_t cgc_pool_malloc(cgc_pool_t pool, size_t size, cgc_stream_t stream, void** out);
+
+/* ==== 8. Work in graphs: copies, host functions, memory operations, kernels (since 1.1) =======
  *
- * Collectives on a capturing stream are captured and run at every replay (SEMANTICS 18-20).
- * libnccl.so.2 (>= 2.9.6) is loaded at run time (CGC_NCCL_LIBRARY=<path> names it); without it
- * every function here returns CGC_ERROR_NCCL_UNAVAILABLE. NCCL errors are CGC_ERROR_NCCL with
- * NCCL's own error string and last-error text in cgc_last_error(). As with NCCL itself, every
- * rank must enqueue eager collectives and launch graphs holding collectives in the same order
- * (docs/NCCL.md). */
+ * Everything here is usable eagerly and inside a capture, where it becomes a graph node that runs
+ * at every replay (SEMANTICS 21-26). Copies, sets, memory operations and kernel launches are not
+ * unsafe calls: they are legal while another thread captures in Global mode (on a created stream:
+ * the legacy default stream waits for blocking streams, and work on it while one of them captures
+ * breaks that capture, as with the driver). Pointers are device pointers (cgc_malloc, any memory
+ * of the device, or page-locked host memory, whose address is also its device address) unless a
+ * parameter says host. */
 
-/* An ncclUniqueId: make it on one rank, pass it to the others. */
-#define CGC_COMM_ID_FIELDS(X) X(char, internal, [128])
-typedef struct cgc_comm_id { CGC_COMM_ID_FIELDS(CGC_DECLARE_FIELD_) } cgc_comm_id_t;
-typedef enum cgc_dtype { /* the values of ncclDataType_t */
-  CGC_INT8, CGC_UINT8, CGC_INT32, CGC_UINT32, CGC_INT64, CGC_UINT64,
-  CGC_FLOAT16, CGC_FLOAT32, CGC_FLOAT64, CGC_BFLOAT16
-} cgc_dtype_t;
-typedef enum cgc_reduce_op { CGC_SUM, CGC_PROD, CGC_MAX, CGC_MIN, CGC_AVG } cgc_reduce_op_t;
-
-#define CGC_FUNCTIONS_NCCL(X)                                                                                  \
-  /* NCCL's version code (e.g. 22809 for 2.28.9). */                                                           \
-  X(cgc_status_t, cgc_nccl_version, (int* version))                                                            \
-  X(cgc_status_t, cgc_comm_unique_id, (cgc_comm_id_t* id))                                                     \
-  /* Joins rank `rank` of `nranks` on ctx's device (blocks until every rank has joined), then                  \
-   * connects eagerly with a one-element all-reduce, so that the first collective inside a Global              \
-   * capture needs no setup. Refused (CGC_ERROR_CAPTURE_UNSUPPORTED) while a capture is under way. */          \
-  X(cgc_status_t, cgc_comm_create,                                                                             \
-    (cgc_context_t ctx, int nranks, const cgc_comm_id_t* id, int rank, cgc_comm_t* out))                       \
-  X(cgc_status_t, cgc_comm_destroy, (cgc_comm_t comm))                                                         \
-  /* Aborts the communicator's outstanding work (callable from another thread to unblock a hung                \
-   * collective). Afterwards only cgc_comm_destroy may be called on it. */                                     \
-  X(cgc_status_t, cgc_comm_abort, (cgc_comm_t comm))                                                           \
-  X(cgc_status_t, cgc_all_reduce,                                                                              \
-    (cgc_comm_t comm, const void* send, void* recv, size_t count,                                              \
-     cgc_dtype_t dtype, cgc_reduce_op_t op, cgc_stream_t stream))                                              \
-  X(cgc_status_t, cgc_all_gather,                                                                              \
-    (cgc_comm_t comm, const void* send, void* recv, size_t send_count,                                         \
-     cgc_dtype_t dtype, cgc_stream_t stream))                                                                  \
-  X(cgc_status_t, cgc_reduce_scatter,                                                                          \
-    (cgc_comm_t comm, const void* send, void* recv, size_t recv_count,                                         \
-     cgc_dtype_t dtype, cgc_reduce_op_t op, cgc_stream_t stream))                                              \
-  X(cgc_status_t, cgc_broadcast,                                                                               \
-    (cgc_comm_t comm, const void* send, void* recv, size_t count,                                              \
-     cgc_dtype_t dtype, int root, cgc_stream_t stream))                                                        \
-  X(cgc_status_t, cgc_send,                                                                                    \
-    (cgc_comm_t comm, const void* buf, size_t count, cgc_dtype_t dtype, int peer, cgc_stream_t stream))        \
-  X(cgc_status_t, cgc_recv,                                                                                    \
-    (cgc_comm_t comm, void* buf, size_t count, cgc_dtype_t dtype, int peer, cgc_stream_t stream))              \
-  X(cgc_status_t, cgc_group_start, (void))                                                                     \
-  X(cgc_status_t, cgc_group_end, (void))
-CGC_FUNCTIONS_NCCL(CGC_DECLARE_FUNCTION_)
-
-/* ---- graph-safe random numbers ---------------------------------------------------------------
- *
- * Philox4x32-10 generators with PyTorch's graph semantics (SEMANTICS 17): a draw captured into a
- * graph produces fresh numbers on every replay, exactly those N eager runs of the captured
- * draws would produce from the same state. Each draw of n numbers advances the generator's
- * offset by n rounded up to a multiple of 4. Graphs drawing from one generator must not run
- * concurrently on different streams. */
-
-#define CGC_FUNCTIONS_RNG(X)                                                                                   \
-  /* A generator on ctx's device at (seed, offset 0). */                                                       \
-  X(cgc_status_t, cgc_rng_create, (cgc_context_t ctx, uint64_t seed, cgc_rng_t* out))                          \
-  /* Graphs that draw from it keep its state alive until they are reset or destroyed. */                       \
-  X(cgc_status_t, cgc_rng_destroy, (cgc_rng_t rng))                                                            \
-  /* n floats in [0, 1) into device memory `out`, ordered on `stream` (captured if it captures). */            \
-  X(cgc_status_t, cgc_rng_uniform, (cgc_rng_t rng, float* out, size_t n, cgc_stream_t stream))                 \
-  /* n normal floats (Box-Muller) with the given mean and standard deviation. */                               \
-  X(cgc_status_t, cgc_rng_normal,                                                                              \
-    (cgc_rng_t rng, float* out, size_t n, float mean, float stddev, cgc_stream_t stream))                      \
-  /* The state the next eager draw (or replay) starts from. */                                                 \
-  X(cgc_status_t, cgc_rng_get_state, (cgc_rng_t rng, uint64_t* seed, uint64_t* offset))                        \
-  /* Sets the state (offset a multiple of 4); takes effect for the next eager draw or replay.                  \
-   * CGC_ERROR_INVALID_STATE while a capture draws from the generator, unless nothing changes. */              \
-  X(cgc_status_t, cgc_rng_set_state, (cgc_rng_t rng, uint64_t seed, uint64_t offset))
-CGC_FUNCTIONS_RNG(CGC_DECLARE_FUNCTION_)
-
-/* ---- version 1.1: the work a graph is made of ------------------------------------------------
- *
- * Everything below is usable eagerly and inside a capture, where it becomes a graph node that
- * runs at every replay (SEMANTICS 21-26): copies and sets, host functions, stream memory
- * operations and kernels of the caller's own modules. Copies, sets, memory operations and
- * kernel launches are not unsafe calls: they are legal while another thread captures in Global
- * mode (on a created stream: the legacy default stream waits for blocking streams, and work on
- * it while one of them captures breaks that capture, as with the driver). Pointers are device
- * pointers (cgc_malloc, any memory of the device, or page-locked host memory, whose address is
- * also its device address) unless a parameter says host. A graph launch into a capture is
- * refused (CGC_ERROR_CAPTURE_UNSUPPORTED). */
-
-typedef struct cgc_module_s* cgc_module_t;     /* a loaded fatbin, cubin or PTX image */
-typedef struct cgc_function_s* cgc_function_t; /* a kernel of a module; lives as long as the module */
-
-/* A host function: runs on a driver thread, in stream order. It must not call cgc or CUDA
- * (the driver forbids it: cgc refuses such calls with CGC_ERROR_INVALID_STATE where it can
- * see them, the driver with CUDA_ERROR_NOT_PERMITTED or worse elsewhere). */
-typedef void (*cgc_host_fn)(void* user);
-
-/* The L2 access-policy window of a stream (CUaccessPolicyWindow). */
-typedef enum cgc_access_property { /* the values of CUaccessProperty */
-  CGC_ACCESS_NORMAL = 0,
-  CGC_ACCESS_STREAMING = 1,
-  CGC_ACCESS_PERSISTING = 2
-} cgc_access_property_t;
-#define CGC_ACCESS_POLICY_FIELDS(X)                                                                            \
-  X(size_t, struct_size, )                                                                                     \
-  X(void*, base, )                 /* start of the window (device memory) */                                   \
-  X(size_t, bytes, )               /* its size; 0 turns the window off */                                      \
-  X(float, hit_ratio, )            /* the fraction of accesses that get hit_property, in [0, 1] */             \
-  X(cgc_access_property_t, hit_property, )                                                                     \
-  X(cgc_access_property_t, miss_property, )
-typedef struct cgc_access_policy { CGC_ACCESS_POLICY_FIELDS(CGC_DECLARE_FIELD_) } cgc_access_policy_t;
-
-/* Host memory (cgc_host_alloc flags, cgc_host_register flags). */
+/* Host memory flags (cgc_host_alloc, cgc_host_register). */
 #define CGC_HOST_WRITE_COMBINED 0x1u /* alloc: fast for the GPU to read, very slow for the CPU to read */
 #define CGC_HOST_READ_ONLY 0x2u      /* register: the device only reads it */
 
-/* Stream memory operations: the flags of wait operations (CUstreamWaitValue_flags) ... */
-#define CGC_WAIT_GEQ 0x0u   /* until (int32_t)(*addr - value) >= 0: a counter that wraps */
-#define CGC_WAIT_EQ 0x1u    /* until *addr == value */
-#define CGC_WAIT_AND 0x2u   /* until (*addr & value) != 0 */
-#define CGC_WAIT_NOR 0x3u   /* until ~(*addr | value) != 0 (devices with the NOR capability) */
+/* Page-locked host memory of `bytes` (portable, mapped) into *out, which copies in captures need
+ * (a captured copy reads or writes it at every replay: SEMANTICS 21). flags: 0 or
+ * CGC_HOST_WRITE_COMBINED. */
+CGC_API cgc_status_t cgc_host_alloc(cgc_context_t ctx, size_t bytes, unsigned flags, void** out);
+
+/* Frees cgc_host_alloc memory (NULL is a no-op, like free). The caller makes sure no work (no
+ * graph) still uses it. */
+CGC_API cgc_status_t cgc_host_free(void* ptr);
+
+/* Page-locks the caller's buffer [ptr, ptr + bytes) (portable, mapped) so that copies in captures
+ * may use it. flags: 0 or CGC_HOST_READ_ONLY. */
+CGC_API cgc_status_t cgc_host_register(cgc_context_t ctx, void* ptr, size_t bytes, unsigned flags);
+
+/* Undoes cgc_host_register of the buffer starting at `ptr`. As with cgc_host_free, no work (no
+ * graph) may still use it. */
+CGC_API cgc_status_t cgc_host_unregister(void* ptr);
+
+/* Copies `bytes` from host memory `src` to device memory `dst`, ordered on `stream`. Inside a
+ * capture `src` must be page-locked (cgc_host_alloc / cgc_host_register): a captured copy reads it
+ * again at every replay, which the driver cannot do from pageable memory; such a copy is refused
+ * (CGC_ERROR_CAPTURE_UNSUPPORTED) before it can break the capture. Eagerly, pageable memory is
+ * fine (the copy is staged and the call returns once `src` may be reused). bytes 0 is a no-op. */
+CGC_API cgc_status_t cgc_memcpy_htod_async(void* dst, const void* src, size_t bytes, cgc_stream_t stream);
+
+/* Copies from device memory `src` to host memory `dst` (page-locked inside a capture, as above). */
+CGC_API cgc_status_t cgc_memcpy_dtoh_async(void* dst, const void* src, size_t bytes, cgc_stream_t stream);
+
+/* Copies `bytes` between device memory. */
+CGC_API cgc_status_t cgc_memcpy_dtod_async(void* dst, const void* src, size_t bytes, cgc_stream_t stream);
+
+/* Set `count` 8-, 16- or 32-bit elements at `dst` (aligned to the element) to `value`. */
+CGC_API cgc_status_t cgc_memset_d8_async(void* dst, uint8_t value, size_t count, cgc_stream_t stream);
+CGC_API cgc_status_t cgc_memset_d16_async(void* dst, uint16_t value, size_t count, cgc_stream_t stream);
+CGC_API cgc_status_t cgc_memset_d32_async(void* dst, uint32_t value, size_t count, cgc_stream_t stream);
+
+/* A host function: runs on a driver thread, in stream order. It must not call cgc or CUDA (the
+ * driver forbids it: cgc refuses such calls with CGC_ERROR_INVALID_STATE where it can see them,
+ * the driver with CUDA_ERROR_NOT_PERMITTED or worse elsewhere). */
+typedef void (*cgc_host_fn)(void* user);
+
+/* Runs fn(user) on a driver thread once the stream's earlier work is done; later work waits for
+ * it. Eagerly it runs once; inside a capture it becomes a host node that runs at every replay.
+ * `release` (may be NULL) is called with `user` exactly once, when nothing can call fn any more:
+ * after the eager call (on the driver thread, under fn's rules; if earlier work on the stream
+ * failed, fn is skipped and release still runs), when the graph is reset or destroyed (on that
+ * thread, after the graph's last replay; it may call cgc but not reset the same graph), when the
+ * capture fails (in cgc_capture_end), and before this call returns if it fails (inside a capture:
+ * when the capture ends). A host node needs a capture begun with cgc (CGC_ERROR_CAPTURE_UNSUPPORTED
+ * in another one: nothing would release `user`). */
+CGC_API cgc_status_t cgc_launch_host_func(cgc_stream_t stream, cgc_host_fn fn, void* user, cgc_host_fn release);
+
+/* Stream memory operations: the flags of waits (CUstreamWaitValue_flags) ... */
+#define CGC_WAIT_GEQ 0x0u          /* until (int32_t)(*addr - value) >= 0: a counter that wraps */
+#define CGC_WAIT_EQ 0x1u           /* until *addr == value */
+#define CGC_WAIT_AND 0x2u          /* until (*addr & value) != 0 */
+#define CGC_WAIT_NOR 0x3u          /* until ~(*addr | value) != 0 (devices with the NOR capability) */
 #define CGC_WAIT_FLUSH 0x40000000u /* also make remote writes before the wait visible */
-/* Writes take flags 0: a write is ordered after the stream's earlier writes (the driver's v2
+/* ... writes take flags 0: a write is ordered after the stream's earlier writes (the driver's v2
  * operations have no unordered write). A batch may hold a barrier, whose flags say its scope: */
 #define CGC_BARRIER_SYSTEM 0x0u /* earlier writes visible to the whole system (host, peers) */
 #define CGC_BARRIER_GPU 0x1u    /* earlier writes visible to the device */
@@ -502,142 +555,96 @@ typedef enum cgc_mem_op_kind { /* the values of CUstreamBatchMemOpType */
   CGC_MEM_OP_WRITE_VALUE_64 = 5,
   CGC_MEM_OP_BARRIER = 6 /* batches only: a memory barrier (flags CGC_BARRIER_*) */
 } cgc_mem_op_kind_t;
-/* One operation of a batch. Its layout is fixed forever (arrays of it are passed): no
- * struct_size (24 bytes: cgc is 64-bit only, as CUDA 12 is). flags: CGC_WAIT_* for waits, 0 for
- * writes and flushes, CGC_BARRIER_* for barriers; address and value are unused by flushes and
- * barriers. */
-#define CGC_MEM_OP_FIELDS(X)   \
-  X(cgc_mem_op_kind_t, kind, ) \
-  X(unsigned, flags, )         \
-  X(void*, address, )          \
-  X(uint64_t, value, )
-typedef struct cgc_mem_op { CGC_MEM_OP_FIELDS(CGC_DECLARE_FIELD_) } cgc_mem_op_t;
 
-typedef enum cgc_function_attribute { /* the values of CUfunction_attribute */
-  CGC_FUNC_MAX_THREADS_PER_BLOCK = 0,      /* read only */
-  CGC_FUNC_SHARED_SIZE_BYTES = 1,          /* static shared memory; read only */
-  CGC_FUNC_CONST_SIZE_BYTES = 2,           /* read only */
-  CGC_FUNC_LOCAL_SIZE_BYTES = 3,           /* read only */
-  CGC_FUNC_NUM_REGS = 4,                   /* read only */
-  CGC_FUNC_PTX_VERSION = 5,                /* read only */
-  CGC_FUNC_BINARY_VERSION = 6,             /* read only */
-  CGC_FUNC_CACHE_MODE_CA = 7,              /* read only */
+/* One operation of a batch. Its layout is fixed forever (arrays of it are passed): no struct_size
+ * (24 bytes: cgc is 64-bit only, as CUDA 12 is). flags: CGC_WAIT_* for waits, 0 for writes and
+ * flushes, CGC_BARRIER_* for barriers; address and value are unused by flushes and barriers. */
+typedef struct cgc_mem_op {
+  cgc_mem_op_kind_t kind;
+  unsigned flags;
+  void* address;
+  uint64_t value;
+} cgc_mem_op_t;
+
+/* Stream memory operations (cuStreamWriteValue32 and its kin): a write of `value` to the 4- or
+ * 8-byte aligned `address`, or a wait until the value there meets a CGC_WAIT_* condition, in
+ * stream order; captured they become memory-operation nodes. Streams and graphs hand work over
+ * through a flag this way without the host. CGC_ERROR_NOT_SUPPORTED (with the reason) where the
+ * device lacks them (64-bit operations, CGC_WAIT_NOR, CGC_WAIT_FLUSH have their own
+ * capabilities). A wait for a value no work will write hangs the stream, as with the driver. */
+CGC_API cgc_status_t cgc_stream_write_value32(cgc_stream_t stream, void* address, uint32_t value, unsigned flags);
+CGC_API cgc_status_t cgc_stream_write_value64(cgc_stream_t stream, void* address, uint64_t value, unsigned flags);
+CGC_API cgc_status_t cgc_stream_wait_value32(cgc_stream_t stream, void* address, uint32_t value, unsigned flags);
+CGC_API cgc_status_t cgc_stream_wait_value64(cgc_stream_t stream, void* address, uint64_t value, unsigned flags);
+
+/* `count` operations (1 to 255, the driver's limit) in one call, in order. */
+CGC_API cgc_status_t cgc_stream_batch_mem_op(cgc_stream_t stream, const cgc_mem_op_t* ops, size_t count);
+
+typedef enum cgc_function_attribute {         /* the values of CUfunction_attribute */
+  CGC_FUNC_MAX_THREADS_PER_BLOCK = 0,         /* read only */
+  CGC_FUNC_SHARED_SIZE_BYTES = 1,             /* static shared memory; read only */
+  CGC_FUNC_CONST_SIZE_BYTES = 2,              /* read only */
+  CGC_FUNC_LOCAL_SIZE_BYTES = 3,              /* read only */
+  CGC_FUNC_NUM_REGS = 4,                      /* read only */
+  CGC_FUNC_PTX_VERSION = 5,                   /* read only */
+  CGC_FUNC_BINARY_VERSION = 6,                /* read only */
+  CGC_FUNC_CACHE_MODE_CA = 7,                 /* read only */
   CGC_FUNC_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8, /* settable: needed above 48 KiB of dynamic shared memory */
   CGC_FUNC_PREFERRED_SHARED_MEMORY_CARVEOUT = 9 /* settable: percent of L1 given to shared memory */
 } cgc_function_attribute_t;
 
-#define CGC_FUNCTIONS_STREAMS_1_1(X)                                                                           \
-  /* The priorities streams of ctx's device can have: `greatest` is the highest priority (the                  \
-   * lowest number), `least` the lowest (0). cgc_stream_create clamps into [greatest, least]. */               \
-  X(cgc_status_t, cgc_stream_priority_range, (cgc_context_t ctx, int* least, int* greatest))                   \
-  X(cgc_status_t, cgc_stream_priority, (cgc_stream_t stream, int* priority))                                   \
-  /* The driver's id of the stream (cuStreamGetId: unique in the process, never reused; for the                \
-   * per-thread stream, the calling thread's). Refused (CGC_ERROR_CAPTURE_UNSUPPORTED) for a                   \
-   * borrowed stream whose id cgc has not learnt while it captures: asking would break the capture. */         \
-  X(cgc_status_t, cgc_stream_id, (cgc_stream_t stream, uint64_t* id))                                          \
-  /* The stream's device ordinal and its CUcontext (the device's primary context). Either output               \
-   * may be NULL. */                                                                                           \
-  X(cgc_status_t, cgc_stream_device, (cgc_stream_t stream, int* device, void** native_context))                \
-  /* Copies the driver's attributes of `src` (access-policy window, synchronisation policy,                    \
-   * priority where settable) onto `dst` (cuStreamCopyAttributes). Both of one device. */                      \
-  X(cgc_status_t, cgc_stream_copy_attributes, (cgc_stream_t dst, cgc_stream_t src))                            \
-  /* Sets the stream's L2 access-policy window; kernels launched (or captured) on it afterwards                \
-   * carry it. bytes above the device's maximum window size or hit_ratio outside [0, 1] are                    \
-   * CGC_ERROR_INVALID_ARGUMENT. */                                                                            \
-  X(cgc_status_t, cgc_stream_set_access_policy, (cgc_stream_t stream, const cgc_access_policy_t* policy))      \
-  X(cgc_status_t, cgc_stream_get_access_policy, (cgc_stream_t stream, cgc_access_policy_t* policy))
+/* Loads a module from an image in memory: a fatbin, a cubin or NUL-terminated PTX text (which the
+ * driver compiles for the device; its compile log is in the error message). The image may be
+ * freed once this returns. */
+CGC_API cgc_status_t cgc_module_load(cgc_context_t ctx, const void* image, cgc_module_t* out);
 
-#define CGC_FUNCTIONS_COPIES(X)                                                                                \
-  /* Page-locked host memory of `bytes` (portable, mapped), which copies in captures need (a                   \
-   * captured copy reads or writes it at every replay: SEMANTICS 21). flags: CGC_HOST_WRITE_COMBINED. */       \
-  X(cgc_status_t, cgc_host_alloc, (cgc_context_t ctx, size_t bytes, unsigned flags, void** out))               \
-  /* Frees cgc_host_alloc memory (NULL is a no-op, like free). The caller makes sure no work (no            \
-   * graph) still uses it. */                                                                            \
-  X(cgc_status_t, cgc_host_free, (void* ptr))                                                                  \
-  /* Page-locks the caller's buffer [ptr, ptr + bytes) (portable, mapped) so that copies in                    \
-   * captures may use it. flags: CGC_HOST_READ_ONLY. */                                                        \
-  X(cgc_status_t, cgc_host_register, (cgc_context_t ctx, void* ptr, size_t bytes, unsigned flags))             \
-  X(cgc_status_t, cgc_host_unregister, (void* ptr))                                                            \
-  /* Copies `bytes` from host memory to the device, ordered on `stream`. Inside a capture `src`                \
-   * must be page-locked (cgc_host_alloc / cgc_host_register): a captured copy reads it again at               \
-   * every replay, which the driver cannot do from pageable memory; such a copy is refused                     \
-   * (CGC_ERROR_CAPTURE_UNSUPPORTED) before it can break the capture. Eagerly, pageable memory                 \
-   * is fine (the copy is staged and the call returns once `src` may be reused). bytes 0 is a no-op. */        \
-  X(cgc_status_t, cgc_memcpy_htod_async, (void* dst, const void* src, size_t bytes, cgc_stream_t stream))      \
-  /* Copies from the device to host memory `dst` (page-locked inside a capture, as above). */                  \
-  X(cgc_status_t, cgc_memcpy_dtoh_async, (void* dst, const void* src, size_t bytes, cgc_stream_t stream))      \
-  X(cgc_status_t, cgc_memcpy_dtod_async, (void* dst, const void* src, size_t bytes, cgc_stream_t stream))      \
-  /* Sets `count` 8-, 16- or 32-bit elements at `dst` (aligned to the element) to `value`. */                  \
-  X(cgc_status_t, cgc_memset_d8_async, (void* dst, uint8_t value, size_t count, cgc_stream_t stream))          \
-  X(cgc_status_t, cgc_memset_d16_async, (void* dst, uint16_t value, size_t count, cgc_stream_t stream))        \
-  X(cgc_status_t, cgc_memset_d32_async, (void* dst, uint32_t value, size_t count, cgc_stream_t stream))
+/* Drops the caller's module: its function handles become invalid now; the code stays loaded until
+ * the graphs whose captures launched its kernels are reset or destroyed. Eager launches hold
+ * nothing: synchronise them before unloading. */
+CGC_API cgc_status_t cgc_module_unload(cgc_module_t module);
 
-#define CGC_FUNCTIONS_HOST_FUNCS(X)                                                                            \
-  /* Runs fn(user) on a driver thread once the stream's earlier work is done; later work waits for             \
-   * it. Eagerly it runs once; inside a capture it becomes a host node that runs at every replay.              \
-   * `release` (may be NULL) is called with `user` exactly once, when nothing can call fn any more:            \
-   * after the eager call (on the driver thread, under fn's rules; if earlier work on the stream               \
-   * failed, fn is skipped and release still runs), when the graph is reset or destroyed (on that              \
-   * thread, after the graph's last replay; it may call cgc but not reset the same graph), when the            \
-   * capture fails (in cgc_capture_end), and before this call returns if it fails (inside a capture:           \
-   * when the capture ends). A host node needs a capture begun with cgc (CGC_ERROR_CAPTURE_UNSUPPORTED         \
-   * in another one: nothing would release `user`). */                                                         \
-  X(cgc_status_t, cgc_launch_host_func, (cgc_stream_t stream, cgc_host_fn fn, void* user, cgc_host_fn release))
+/* The kernel named `name` (its extern "C" or mangled name); CGC_ERROR_INVALID_ARGUMENT naming it
+ * when the module has none. Asking twice gives the same handle, owned by the module. */
+CGC_API cgc_status_t cgc_module_get_function(cgc_module_t module, const char* name, cgc_function_t* out);
 
-#define CGC_FUNCTIONS_MEM_OPS(X)                                                                               \
-  /* Stream memory operations (cuStreamWriteValue32 and its kin): a write of `value` to the                    \
-   * 4- or 8-byte aligned `address`, or a wait until the value there meets a CGC_WAIT_* condition,             \
-   * in stream order; captured they become memory-operation nodes. Streams and graphs hand work                \
-   * over through a flag this way without the host. CGC_ERROR_NOT_SUPPORTED (with the reason) where            \
-   * the device lacks them (64-bit operations, CGC_WAIT_NOR, CGC_WAIT_FLUSH have their own                     \
-   * capabilities). A wait for a value no work will write hangs the stream, as with the driver. */             \
-  X(cgc_status_t, cgc_stream_write_value32, (cgc_stream_t stream, void* address, uint32_t value, unsigned flags)) \
-  X(cgc_status_t, cgc_stream_write_value64, (cgc_stream_t stream, void* address, uint64_t value, unsigned flags)) \
-  X(cgc_status_t, cgc_stream_wait_value32, (cgc_stream_t stream, void* address, uint32_t value, unsigned flags))  \
-  X(cgc_status_t, cgc_stream_wait_value64, (cgc_stream_t stream, void* address, uint64_t value, unsigned flags))  \
-  /* `count` operations (1 to 255, the driver's limit) in one call, in order. */                                \
-  X(cgc_status_t, cgc_stream_batch_mem_op, (cgc_stream_t stream, const cgc_mem_op_t* ops, size_t count))
+/* The kernel's `attribute` (cuFuncGetAttribute) into *value. */
+CGC_API cgc_status_t cgc_function_get_attribute(cgc_function_t function, cgc_function_attribute_t attribute,
+                                                int* value);
 
-#define CGC_FUNCTIONS_KERNELS(X)                                                                               \
-  /* Loads a module from an image in memory: a fatbin, a cubin or NUL-terminated PTX text (which               \
-   * the driver compiles for the device; its compile log is in the error message). The image may               \
-   * be freed once this returns. */                                                                            \
-  X(cgc_status_t, cgc_module_load, (cgc_context_t ctx, const void* image, cgc_module_t* out))                  \
-  /* Drops the caller's module: its function handles become invalid now; the code stays loaded                 \
-   * until the graphs whose captures launched its kernels are reset or destroyed. Eager launches               \
-   * hold nothing: synchronise them before unloading. */                                                       \
-  X(cgc_status_t, cgc_module_unload, (cgc_module_t module))                                                    \
-  /* The kernel named `name` (its extern "C" or mangled name); CGC_ERROR_INVALID_ARGUMENT naming it            \
-   * when the module has none. Asking twice gives the same handle, owned by the module. */                     \
-  X(cgc_status_t, cgc_module_get_function, (cgc_module_t module, const char* name, cgc_function_t* out))       \
-  X(cgc_status_t, cgc_function_get_attribute, (cgc_function_t function, cgc_function_attribute_t attribute, int* value)) \
-  /* Only CGC_FUNC_MAX_DYNAMIC_SHARED_SIZE_BYTES and CGC_FUNC_PREFERRED_SHARED_MEMORY_CARVEOUT                 \
-   * can be set; the others are CGC_ERROR_INVALID_ARGUMENT. */                                                 \
-  X(cgc_status_t, cgc_function_set_attribute, (cgc_function_t function, cgc_function_attribute_t attribute, int value)) \
-  /* Launches `function` on a grid of grid_x*grid_y*grid_z blocks of block_x*block_y*block_z                   \
-   * threads with `shared_bytes` of dynamic shared memory, ordered on `stream` (captured as a                  \
-   * kernel node inside a capture: the graph then keeps the module loaded). `args` points at one               \
-   * pointer per kernel parameter, each to the parameter's value (as cuLaunchKernel); the values               \
-   * are copied at the call. Zero dimensions are CGC_ERROR_INVALID_ARGUMENT. */                                \
-  X(cgc_status_t, cgc_launch_kernel,                                                                           \
-    (cgc_function_t function, uint32_t grid_x, uint32_t grid_y, uint32_t grid_z, uint32_t block_x,             \
-     uint32_t block_y, uint32_t block_z, uint32_t shared_bytes, cgc_stream_t stream, void** args))
+/* Sets a settable attribute: only CGC_FUNC_MAX_DYNAMIC_SHARED_SIZE_BYTES and
+ * CGC_FUNC_PREFERRED_SHARED_MEMORY_CARVEOUT; the others are CGC_ERROR_INVALID_ARGUMENT. */
+CGC_API cgc_status_t cgc_function_set_attribute(cgc_function_t function, cgc_function_attribute_t attribute,
+                                                int value);
 
-#define CGC_FUNCTIONS_UPDATES(X)                                                                               \
-  /* 1.2. Per-node updates of an instantiated graph, without recapture. Kernel nodes are numbered             \
-   * 0 .. kernel_nodes - 1 (cgc_graph_info) in the order they were captured (enqueued, across the              \
-   * capture's streams); cgc's own kernels count too (a generator's draw is one, a collective's                \
-   * are NCCL's). Enables or disables (enabled 0) one: a disabled kernel does nothing at later                 \
-   * replays, its dependencies still hold. Changes only the executable (cgc_graph_native and dumps             \
-   * show what was captured). Refused while an update capture of the graph is under way; not while             \
-   * another thread launches the graph (the driver's rule for one graph). */                                  \
-  X(cgc_status_t, cgc_graph_kernel_node_set_enabled, (cgc_graph_t graph, size_t kernel_index, int enabled))    \
-  /* Gives captured kernel `kernel_index` new argument values for later replays (one pointer per               \
-   * parameter, as cgc_launch_kernel; e.g. a new buffer), same kernel, grid and block. */                      \
-  X(cgc_status_t, cgc_graph_kernel_node_set_args, (cgc_graph_t graph, size_t kernel_index, void** args))
+/* Launches `function` on a grid of grid_x*grid_y*grid_z blocks of block_x*block_y*block_z threads
+ * with `shared_bytes` of dynamic shared memory, ordered on `stream` (captured as a kernel node
+ * inside a capture: the graph then keeps the module loaded). `args` points at one pointer per
+ * kernel parameter, each to the parameter's value (as cuLaunchKernel); the values are copied at
+ * the call. Zero dimensions are CGC_ERROR_INVALID_ARGUMENT. */
+CGC_API cgc_status_t cgc_launch_kernel(cgc_function_t function, uint32_t grid_x, uint32_t grid_y, uint32_t grid_z,
+                                       uint32_t block_x, uint32_t block_y, uint32_t block_z, uint32_t shared_bytes,
+                                       cgc_stream_t stream, void** args);
 
-/* 1.2. Conditional nodes: control flow on the device inside a capture (SEMANTICS 29). The values
- * are the driver's CUgraphConditionalNodeType. */
+/* ==== 9. Graphs that change: per-node updates and conditional nodes (since 1.2, 1.3) ==========
+ *
+ * A graph is updated by a capture with cgc_capture_options_t.update (SEMANTICS 27), per node
+ * (below, SEMANTICS 28), and decides on the device with conditional nodes (SEMANTICS 29). */
+
+/* Since 1.2. Enables or disables (enabled 0) kernel node `kernel_index` of an instantiated graph,
+ * without recapture. Kernel nodes are numbered 0 .. kernel_nodes - 1 (cgc_graph_info) in the
+ * order they were captured (enqueued, across the capture's streams); cgc's own kernels count too
+ * (a generator's draw is one, a collective's are NCCL's). A disabled kernel does nothing at later
+ * replays, its dependencies still hold. Changes only the executable (cgc_graph_native and dumps
+ * show what was captured). Refused (CGC_ERROR_INVALID_STATE) while an update capture of the graph
+ * is under way; not while another thread launches the graph (the driver's rule for one graph). */
+CGC_API cgc_status_t cgc_graph_kernel_node_set_enabled(cgc_graph_t graph, size_t kernel_index, int enabled);
+
+/* Since 1.2. Gives captured kernel `kernel_index` new argument values for later replays (one
+ * pointer per parameter, as cgc_launch_kernel; e.g. a new buffer), same kernel, grid and block.
+ * The rules of cgc_graph_kernel_node_set_enabled apply. */
+CGC_API cgc_status_t cgc_graph_kernel_node_set_args(cgc_graph_t graph, size_t kernel_index, void** args);
+
+/* Since 1.2. The kinds of conditional node (the driver's CUgraphConditionalNodeType). */
 typedef enum cgc_conditional_kind {
   CGC_CONDITIONAL_IF = 0,    /* the body runs once if *condition != 0 where the node stands (with a
                               * second body, 1.3: that one runs if it is 0) */
@@ -645,17 +652,17 @@ typedef enum cgc_conditional_kind {
   CGC_CONDITIONAL_SWITCH = 2 /* 1.3: body i runs once if *condition == i; none if it is n_bodies or more */
 } cgc_conditional_kind_t;
 
-/* 1.3. Generator draws inside a WHILE body: iteration i of a replay draws what the i-th of as
- * many eager draws would, for i below this many; each replay advances the generator by this many
- * iterations' worth, so what follows the loop never repeats its numbers; later iterations draw
- * from a counter space of their own (fresh, not an eager run's). Not in a WHILE nested in
+/* Since 1.3. Generator draws inside a WHILE body: iteration i of a replay draws what the i-th of
+ * as many eager draws would, for i below this many; each replay advances the generator by this
+ * many iterations' worth, so what follows the loop never repeats its numbers; later iterations
+ * draw from a counter space of their own (fresh, not an eager run's). Not in a WHILE nested in
  * another (refused). SEMANTICS 29. */
 #define CGC_LOOP_EAGER_ITERATIONS ((uint64_t)65536)
 
-/* 1.3. The most bodies a node may have (a SWITCH's; each is a lent stream while captured). */
+/* Since 1.3. The most bodies a node may have (a SWITCH's; each is a lent stream while captured). */
 #define CGC_CONDITIONAL_MAX_BODIES 256
 
-/* 1.3. Flags of cgc_capture_conditional_begin_bodies. */
+/* Since 1.3. Flags of cgc_capture_conditional_begin_bodies. */
 enum {
   /* WHILE only: cgc reads *condition before the node alone; after that the body's own kernels
    * decide whether another iteration follows, through the node's handle (CUDA's device function
@@ -664,145 +671,214 @@ enum {
   CGC_CONDITIONAL_BODY_SETS_CONDITION = 1
 };
 
-#define CGC_FUNCTIONS_CONDITIONALS(X)                                                                          \
-  /* Adds a conditional node at this point of the capture under way on `stream` (a cgc capture, or             \
-   * a body of one) and lends *body, a stream whose work until cgc_capture_conditional_end(*body)               \
-   * is the node's body. `condition` is device memory (a uint32_t) the caller's kernels write:                 \
-   * cgc's own kernel reads it before the node, and for WHILE again as each iteration's last work,             \
-   * so a body that writes it decides whether it runs again. A body holds kernels (of cgc modules              \
-   * or the caller's own), copies, sets, nested conditionals and (1.3) allocations from the                    \
-   * capture's pool and generator draws, on *body alone; host functions, stream memory                         \
-   * operations, events and collectives are refused there (SEMANTICS 29 says why). The capture                 \
-   * cannot end while a body is open; a node that could not be completed makes the capture's end               \
-   * discard the graph. CGC_ERROR_NOT_SUPPORTED with a driver older than CUDA 12.4. */                         \
-  X(cgc_status_t, cgc_capture_conditional_begin,                                                               \
-    (cgc_stream_t stream, cgc_conditional_kind_t kind, const uint32_t* condition, cgc_stream_t* body))         \
-  /* Ends the body begun on `body` and gives back the lent stream: the handle is then gone, also               \
-   * when this fails (a second end is refused), except when the end is refused because a body                  \
-   * begun inside this one is still open (1.3: CGC_ERROR_INVALID_STATE; end that one first). */                \
-  X(cgc_status_t, cgc_capture_conditional_end, (cgc_stream_t body))
+/* Since 1.2. Adds a conditional node at this point of the capture under way on `stream` (a cgc
+ * capture, or a body of one) and lends *body, a stream whose work until
+ * cgc_capture_conditional_end(*body) is the node's body. `condition` is device memory (a
+ * uint32_t) the caller's kernels write: cgc's own kernel reads it before the node, and for WHILE
+ * again as each iteration's last work, so a body that writes it decides whether it runs again. A
+ * body holds kernels (of cgc modules or the caller's own), copies, sets, nested conditionals and
+ * (1.3) allocations from the capture's pool and generator draws, on *body alone; host functions,
+ * stream memory operations, events and collectives are refused there (SEMANTICS 29 says why).
+ * The capture cannot end while a body is open; a node that could not be completed makes the
+ * capture's end discard the graph. CGC_ERROR_NOT_SUPPORTED with a driver older than CUDA 12.4. */
+CGC_API cgc_status_t cgc_capture_conditional_begin(cgc_stream_t stream, cgc_conditional_kind_t kind,
+                                                   const uint32_t* condition, cgc_stream_t* body);
 
-#define CGC_FUNCTIONS_CONDITIONALS_1_3(X)                                                                      \
-  /* 1.3. A conditional node with every body at once: IF with 1 body or 2 (IF/ELSE), WHILE with 1,            \
-   * SWITCH with 1 to CGC_CONDITIONAL_MAX_BODIES; bodies[i] is lent for body i (end each with cgc_capture_conditional_end).           \
-   * `flags`: 0 or CGC_CONDITIONAL_BODY_SETS_CONDITION. *handle (may be NULL) is the node's                    \
-   * conditional handle (a cudaGraphConditionalHandle) for the caller's kernels. IF/ELSE and SWITCH            \
-   * need a driver for CUDA 12.8 (CGC_ERROR_NOT_SUPPORTED before). Otherwise as                                \
-   * cgc_capture_conditional_begin. */                                                                         \
-  X(cgc_status_t, cgc_capture_conditional_begin_bodies,                                                        \
-    (cgc_stream_t stream, cgc_conditional_kind_t kind, const uint32_t* condition, unsigned flags,              \
-     size_t n_bodies, cgc_stream_t* bodies, uint64_t* handle))
+/* Since 1.3. A conditional node with every body at once: IF with 1 body or 2 (IF/ELSE), WHILE
+ * with 1, SWITCH with 1 to CGC_CONDITIONAL_MAX_BODIES; bodies[i] is lent for body i (end each with
+ * cgc_capture_conditional_end). `flags`: 0 or CGC_CONDITIONAL_BODY_SETS_CONDITION. *handle (may be
+ * NULL) is the node's conditional handle (a cudaGraphConditionalHandle) for the caller's kernels.
+ * IF/ELSE and SWITCH need a driver for CUDA 12.8 (CGC_ERROR_NOT_SUPPORTED before). Otherwise as
+ * cgc_capture_conditional_begin. */
+CGC_API cgc_status_t cgc_capture_conditional_begin_bodies(cgc_stream_t stream, cgc_conditional_kind_t kind,
+                                                          const uint32_t* condition, unsigned flags,
+                                                          size_t n_bodies, cgc_stream_t* bodies, uint64_t* handle);
 
-CGC_FUNCTIONS_STREAMS_1_1(CGC_DECLARE_FUNCTION_)
-CGC_FUNCTIONS_COPIES(CGC_DECLARE_FUNCTION_)
-CGC_FUNCTIONS_HOST_FUNCS(CGC_DECLARE_FUNCTION_)
-CGC_FUNCTIONS_MEM_OPS(CGC_DECLARE_FUNCTION_)
-CGC_FUNCTIONS_KERNELS(CGC_DECLARE_FUNCTION_)
-CGC_FUNCTIONS_UPDATES(CGC_DECLARE_FUNCTION_)
-CGC_FUNCTIONS_CONDITIONALS(CGC_DECLARE_FUNCTION_)
-CGC_FUNCTIONS_CONDITIONALS_1_3(CGC_DECLARE_FUNCTION_)
+/* Since 1.2. Ends the body begun on `body` and gives back the lent stream: the handle is then
+ * gone, also when this fails (a second end is refused), except when the end is refused because a
+ * body begun inside this one is still open (1.3: CGC_ERROR_INVALID_STATE; end that one first).
+ * CGC_ERROR_CAPTURE_INVALIDATED when the body's capture was invalidated: the capture it belongs to
+ * is then discarded at its end. */
+CGC_API cgc_status_t cgc_capture_conditional_end(cgc_stream_t body);
 
-#define CGC_FUNCTIONS_ADOPTED_CAPTURES(X)                                                                      \
-  /* 1.4. A capture cgc did not begin (a framework's own: torch.cuda.graph when cgc is PyTorch's               \
-   * allocator) allocates from `pool`: from this call until cgc_pool_end_adopted_capture(pool),                \
-   * cgc_malloc and cgc_torch_malloc on any stream of the capture that `native_stream` (a CUstream             \
-   * of the pool's device) takes part in take their blocks from `pool`, exactly as in a capture                \
-   * begun with options->pool = pool (SEMANTICS 30). The capture must be active and not one of                 \
-   * cgc's (CGC_ERROR_INVALID_STATE otherwise; CGC_ERROR_CAPTURE_INVALIDATED for an invalidated one);          \
-   * a pool records one capture at a time. The pool holds a reference of its own until the end.                \
-   * `native_stream` must stay valid until then. The adoption lasts until that call, also when the            \
-   * capture failed: cgc_empty_cache is refused meanwhile, and so is another adoption by the pool.            \
-   * cgc does not see the replays of graphs it did not instantiate, so a pool that adopted a capture           \
-   * never hands its memory to other streams once it is released: the memory returns to the                   \
-   * driver at cgc_empty_cache (PyTorch's own allocator treats a released graph pool the same way). */         \
-  X(cgc_status_t, cgc_pool_adopt_capture, (cgc_pool_t pool, void* native_stream))                              \
-  /* Ends the adoption begun by cgc_pool_adopt_capture (call it after the capture ended, or was                \
-   * abandoned): allocations on the capture's streams are refused again, and blocks freed during               \
-   * it with uses on other streams are settled. CGC_ERROR_INVALID_STATE when the pool adopts none. */          \
-  X(cgc_status_t, cgc_pool_end_adopted_capture, (cgc_pool_t pool))                                             \
-  /* cgc_record_stream for a native CUstream (PyTorch's record_stream hook passes one): `ptr` is               \
-   * used by work on `native_stream` too, so after cgc_free it is not reused before that work is done. */      \
-  X(cgc_status_t, cgc_record_stream_native, (void* ptr, void* native_stream))
-CGC_FUNCTIONS_ADOPTED_CAPTURES(CGC_DECLARE_FUNCTION_)
+/* ==== 10. NCCL ===============================================================================
+ *
+ * Collectives on a capturing stream are captured and run at every replay (SEMANTICS 18-20).
+ * libnccl.so.2 (>= 2.9.6) is loaded at run time (CGC_NCCL_LIBRARY=<path> names it); without it
+ * every function here returns CGC_ERROR_NCCL_UNAVAILABLE. NCCL errors are CGC_ERROR_NCCL with
+ * NCCL's own error string and last-error text in cgc_last_error(). As with NCCL itself, every rank
+ * must enqueue eager collectives and launch graphs holding collectives in the same order
+ * (docs/NCCL.md). Counts are in elements of `dtype`; buffers are device memory of the
+ * communicator's device; `stream` must be of that device. */
 
-/* 1.5: memory NCCL reaches at its best (docs/NCCL.md, SEMANTICS 31). */
+/* An ncclUniqueId: make it on one rank (cgc_comm_unique_id), pass it to the others. */
+typedef struct cgc_comm_id {
+  char internal[128];
+} cgc_comm_id_t;
+typedef enum cgc_dtype { /* the values of ncclDataType_t */
+  CGC_INT8,
+  CGC_UINT8,
+  CGC_INT32,
+  CGC_UINT32,
+  CGC_INT64,
+  CGC_UINT64,
+  CGC_FLOAT16,
+  CGC_FLOAT32,
+  CGC_FLOAT64,
+  CGC_BFLOAT16 /* NCCL >= 2.10 */
+} cgc_dtype_t;
+typedef enum cgc_reduce_op { CGC_SUM, CGC_PROD, CGC_MAX, CGC_MIN, CGC_AVG /* NCCL >= 2.10 */ } cgc_reduce_op_t;
+
+/* NCCL's version code into *version (e.g. 22809 for 2.28.9). */
+CGC_API cgc_status_t cgc_nccl_version(int* version);
+
+/* A new unique id (ncclGetUniqueId) for cgc_comm_create; make it on one rank and give it to all. */
+CGC_API cgc_status_t cgc_comm_unique_id(cgc_comm_id_t* id);
+
+/* Joins rank `rank` of `nranks` on ctx's device (blocks until every rank has joined), then
+ * connects eagerly with a one-element all-reduce, so that the first collective inside a Global
+ * capture needs no setup. Refused (CGC_ERROR_CAPTURE_UNSUPPORTED) while a capture it would break
+ * is under way (NCCL's threads are in Global mode); a capture begun meanwhile waits for it. */
+CGC_API cgc_status_t cgc_comm_create(cgc_context_t ctx, int nranks, const cgc_comm_id_t* id, int rank,
+                                     cgc_comm_t* out);
+
+/* Destroys the communicator (ncclCommDestroy). CGC_ERROR_INVALID_STATE while graphs or captures
+ * hold collectives on it or NCCL pools of it exist (NCCL would wait for the graphs); refused
+ * during captures as cgc_comm_create. After cgc_comm_abort it only frees the handle (graphs that
+ * still hold it keep its memory until they go). */
+CGC_API cgc_status_t cgc_comm_destroy(cgc_comm_t comm);
+
+/* Aborts the communicator's outstanding work (callable from another thread to unblock a hung
+ * collective). Afterwards only cgc_comm_destroy may be called on it. With graphs holding it alive
+ * the abort finishes on a thread of its own (NCCL waits for those graphs). */
+CGC_API cgc_status_t cgc_comm_abort(cgc_comm_t comm);
+
+/* recv[i] = op over the ranks of send[i], for i < count (send == recv works in place). */
+CGC_API cgc_status_t cgc_all_reduce(cgc_comm_t comm, const void* send, void* recv, size_t count, cgc_dtype_t dtype,
+                                    cgc_reduce_op_t op, cgc_stream_t stream);
+
+/* Each rank's `send_count` elements, concatenated in rank order into recv (nranks * send_count
+ * elements). */
+CGC_API cgc_status_t cgc_all_gather(cgc_comm_t comm, const void* send, void* recv, size_t send_count,
+                                    cgc_dtype_t dtype, cgc_stream_t stream);
+
+/* The reduction (op) of every rank's send (nranks * recv_count elements), of which this rank gets
+ * the rank-th block of `recv_count` elements in recv. */
+CGC_API cgc_status_t cgc_reduce_scatter(cgc_comm_t comm, const void* send, void* recv, size_t recv_count,
+                                        cgc_dtype_t dtype, cgc_reduce_op_t op, cgc_stream_t stream);
+
+/* `count` elements of rank `root`'s send into every rank's recv (send is read on root only). */
+CGC_API cgc_status_t cgc_broadcast(cgc_comm_t comm, const void* send, void* recv, size_t count, cgc_dtype_t dtype,
+                                   int root, cgc_stream_t stream);
+
+/* Point to point: `count` elements of buf to rank `peer`, which receives them with cgc_recv. A
+ * send and its receive must be issued on both ranks (inside a group when both ranks send too). */
+CGC_API cgc_status_t cgc_send(cgc_comm_t comm, const void* buf, size_t count, cgc_dtype_t dtype, int peer,
+                              cgc_stream_t stream);
+CGC_API cgc_status_t cgc_recv(cgc_comm_t comm, void* buf, size_t count, cgc_dtype_t dtype, int peer,
+                              cgc_stream_t stream);
+
+/* ncclGroupStart / ncclGroupEnd: the calls between them (on this thread) are issued together.
+ * Groups nest; the outermost end issues them. */
+CGC_API cgc_status_t cgc_group_start(void);
+CGC_API cgc_status_t cgc_group_end(void);
+
+/* Since 1.5. The kinds of memory an NCCL pool holds (docs/NCCL.md, SEMANTICS 31). */
 typedef enum cgc_nccl_memory {
   CGC_NCCL_MEMORY_PLAIN = 0,      /* cuMemAlloc'ed, not registered with the communicator */
   CGC_NCCL_MEMORY_REGISTERED = 1, /* ncclMemAlloc'ed and registered (ncclCommRegister, NCCL >= 2.19) */
   CGC_NCCL_MEMORY_SYMMETRIC = 2,  /* ncclMemAlloc'ed, a symmetric window (ncclCommWindowRegister, NCCL >= 2.27) */
 } cgc_nccl_memory_t;
 
-#define CGC_FUNCTIONS_NCCL_POOLS(X)                                                                            \
-  /* 1.5. A pool of `capacity` bytes (rounded up to 2 MiB) of memory registered with `comm`: made at           \
-   * once, on `comm`'s device, and never grown. Collective: every rank of `comm` calls it with the same        \
-   * capacity and kind. `wanted` is the best kind asked for; an older NCCL gives the next one down             \
-   * (SYMMETRIC -> REGISTERED -> PLAIN), *got (may be NULL) says which, and so does cgc_last_error's           \
-   * text when it is not `wanted`. The ranks compare their kinds: one that differs is refused on every         \
-   * rank (CGC_ERROR_INVALID_STATE), since NCCL leaves mixing registered and unregistered buffers              \
-   * undefined. Captures allocate from it through options->pool, eager code through cgc_pool_malloc;           \
-   * allocation beyond the capacity is CGC_ERROR_OUT_OF_MEMORY. For symmetric kernels every rank must          \
-   * allocate from it in the same order with the same sizes (then blocks sit at the same offsets).             \
-   * Releasing its last reference (cgc_pool_release) is collective too: it synchronises the device and        \
-   * drops the registration, and is refused (CGC_ERROR_INVALID_STATE) while a graph or capture holds the       \
-   * pool or a block of it is allocated. The pool holds `comm`: cgc_comm_destroy is refused meanwhile. */      \
-  X(cgc_status_t, cgc_nccl_pool_create,                                                                        \
-    (cgc_comm_t comm, size_t capacity, cgc_nccl_memory_t wanted, cgc_pool_t* out, cgc_nccl_memory_t* got))     \
-  /* 1.5. cgc_malloc from `pool`, outside captures: ordered on `stream` (of the pool's device, not             \
-   * capturing: inside a capture its options->pool decides). Blocks allocated so are reused only by           \
-   * cgc_pool_malloc on the same stream, never by a capture, so graphs' memory and eager memory of one         \
-   * pool stay apart. Freed with cgc_free. */                                                                   \
-  X(cgc_status_t, cgc_pool_malloc, (cgc_pool_t pool, size_t size, cgc_stream_t stream, void** out))
-CGC_FUNCTIONS_NCCL_POOLS(CGC_DECLARE_FUNCTION_)
+/* Since 1.5. A pool of `capacity` bytes (rounded up to 2 MiB) of memory registered with `comm`:
+ * made at once, on `comm`'s device, and never grown. Collective: every rank of `comm` calls it
+ * with the same capacity and kind. `wanted` is the best kind asked for; an older NCCL gives the
+ * next one down (SYMMETRIC -> REGISTERED -> PLAIN), *got (may be NULL) says which, and so does
+ * cgc_last_error's text when it is not `wanted`. The ranks compare their kinds: one that differs
+ * is refused on every rank (CGC_ERROR_INVALID_STATE), since NCCL leaves mixing registered and
+ * unregistered buffers undefined. Captures allocate from it through options->pool, eager code
+ * through cgc_pool_malloc; allocation beyond the capacity is CGC_ERROR_OUT_OF_MEMORY. For
+ * symmetric kernels every rank must allocate from it in the same order with the same sizes (then
+ * blocks sit at the same offsets). Releasing its last reference (cgc_pool_release) is collective
+ * too: it synchronises the device and drops the registration, and is refused
+ * (CGC_ERROR_INVALID_STATE) while a graph or capture holds the pool or a block of it is allocated.
+ * The pool holds `comm`: cgc_comm_destroy is refused meanwhile. Refused inside a group, and during
+ * captures as cgc_comm_create; a capture begun meanwhile waits for it. */
+CGC_API cgc_status_t cgc_nccl_pool_create(cgc_comm_t comm, size_t capacity, cgc_nccl_memory_t wanted,
+                                          cgc_pool_t* out, cgc_nccl_memory_t* got);
 
-/* ---- one symbol for dlopen users -------------------------------------------------------------
+/* ==== 11. Random numbers =====================================================================
  *
- * A dlopen user resolves cgc_get_api alone and calls everything through the table:
- *   const cgc_api_t* api;
- *   get_api(CGC_VERSION, &api);            (get_api = dlsym(lib, "cgc_get_api"))
- *   api->cgc_graph_launch(graph, stream);
- * The table is append-only: a minor version adds fields at the end, never moves or removes one.
- * struct_size tells the caller how much of it this library has (an older library's table is a
- * prefix of a newer header's struct). */
+ * Philox4x32-10 generators with PyTorch's graph semantics (SEMANTICS 17): a draw captured into a
+ * graph produces fresh numbers on every replay, exactly those N eager runs of the captured draws
+ * would produce from the same state. Each draw of n numbers advances the generator's offset by n
+ * rounded up to a multiple of 4. Graphs drawing from one generator must not run concurrently on
+ * different streams. */
 
-/* Every public struct, X(type, its field list). */
-#define CGC_STRUCTS(X)                                 \
-  X(cgc_capture_options_t, CGC_CAPTURE_OPTIONS_FIELDS) \
-  X(cgc_graph_info_t, CGC_GRAPH_INFO_FIELDS)           \
-  X(cgc_memory_stats_t, CGC_MEMORY_STATS_FIELDS)       \
-  X(cgc_comm_id_t, CGC_COMM_ID_FIELDS)                 \
-  X(cgc_access_policy_t, CGC_ACCESS_POLICY_FIELDS)     \
-  X(cgc_mem_op_t, CGC_MEM_OP_FIELDS)
+/* A generator on ctx's device at (seed, offset 0). */
+CGC_API cgc_status_t cgc_rng_create(cgc_context_t ctx, uint64_t seed, cgc_rng_t* out);
 
-/* Every function of the library but cgc_get_api, in docs/CONTRACT.md's order. */
-#define CGC_FUNCTIONS(X) \
-  CGC_FUNCTIONS_STATUS(X) CGC_FUNCTIONS_DEVICES(X) CGC_FUNCTIONS_CAPTURE(X) CGC_FUNCTIONS_GRAPHS(X) \
-  CGC_FUNCTIONS_POOLS(X) CGC_FUNCTIONS_NCCL(X) CGC_FUNCTIONS_RNG(X)                                   \
-  /* 1.1 */                                                                                          \
-  CGC_FUNCTIONS_STREAMS_1_1(X) CGC_FUNCTIONS_COPIES(X) CGC_FUNCTIONS_HOST_FUNCS(X) CGC_FUNCTIONS_MEM_OPS(X) \
-  CGC_FUNCTIONS_KERNELS(X)                                                                           \
-  /* 1.2 */                                                                                          \
-  CGC_FUNCTIONS_UPDATES(X) CGC_FUNCTIONS_CONDITIONALS(X)                                             \
-  /* 1.3 */                                                                                          \
-  CGC_FUNCTIONS_CONDITIONALS_1_3(X)                                                                  \
-  /* 1.4 */                                                                                          \
-  CGC_FUNCTIONS_ADOPTED_CAPTURES(X)                                                                  \
-  /* 1.5 */                                                                                          \
-  CGC_FUNCTIONS_NCCL_POOLS(X)
+/* Drops the handle. Graphs that draw from it keep its state alive until they are reset or
+ * destroyed; never waits for the device. */
+CGC_API cgc_status_t cgc_rng_destroy(cgc_rng_t rng);
 
-#define CGC_API_FIELD_(ret, name, params) ret(*name) params;
-typedef struct cgc_api {
-  size_t struct_size; /* sizeof(cgc_api_t) of the library that filled it */
-  CGC_FUNCTIONS(CGC_API_FIELD_)
-} cgc_api_t;
-#undef CGC_API_FIELD_
+/* n floats in [0, 1) into device memory `out`, ordered on `stream` (captured if it captures).
+ * A failed draw leaves the generator where it was. */
+CGC_API cgc_status_t cgc_rng_uniform(cgc_rng_t rng, float* out, size_t n, cgc_stream_t stream);
 
-/* The function table for `version` (pass CGC_VERSION). CGC_ERROR_NOT_SUPPORTED for another major
- * version or a newer minor version than this library's; an older minor version gets the table
- * (read struct_size before using fields it may not have). The table is static: never freed. */
-CGC_API cgc_status_t cgc_get_api(uint32_t version, const cgc_api_t** out);
+/* n normal floats (Box-Muller) with the given mean and standard deviation, as cgc_rng_uniform. */
+CGC_API cgc_status_t cgc_rng_normal(cgc_rng_t rng, float* out, size_t n, float mean, float stddev,
+                                    cgc_stream_t stream);
+
+/* The state the next eager draw (or replay) starts from; either output may be NULL (not both). */
+CGC_API cgc_status_t cgc_rng_get_state(cgc_rng_t rng, uint64_t* seed, uint64_t* offset);
+
+/* Sets the state (offset a multiple of 4); takes effect for the next eager draw or replay.
+ * CGC_ERROR_INVALID_STATE while a capture draws from the generator, unless nothing changes. */
+CGC_API cgc_status_t cgc_rng_set_state(cgc_rng_t rng, uint64_t seed, uint64_t offset);
+
+/* ==== 12. PyTorch and adopted captures (since 1.4 but the allocator entry points) ============= */
+
+/* PyTorch's CUDAPluggableAllocator entry points:
+ * torch.cuda.memory.CUDAPluggableAllocator(path, "cgc_torch_malloc", "cgc_torch_free"). They use
+ * the device's state directly (no context handle). cgc_torch_malloc returns the block, or NULL on
+ * failure (cgc_last_error says why); cgc_torch_free frees it (size, device and stream are
+ * PyTorch's and unused). docs/TORCH.md says how the bridge library adds graph pools. */
+CGC_API void* cgc_torch_malloc(ssize_t size, int device, void* stream);
+CGC_API void cgc_torch_free(void* ptr, ssize_t size, int device, void* stream);
+
+/* Since 1.4. A capture cgc did not begin (a framework's own: torch.cuda.graph when cgc is
+ * PyTorch's allocator) allocates from `pool`: from this call until
+ * cgc_pool_end_adopted_capture(pool), cgc_malloc and cgc_torch_malloc on any stream of the capture
+ * that `native_stream` (a CUstream of the pool's device) takes part in take their blocks from
+ * `pool`, exactly as in a capture begun with options->pool = pool (SEMANTICS 30). The capture must
+ * be active and not one of cgc's (CGC_ERROR_INVALID_STATE otherwise; CGC_ERROR_CAPTURE_INVALIDATED
+ * for an invalidated one); a pool records one capture at a time. The pool holds a reference of its
+ * own until the end. `native_stream` must stay valid until then. The adoption lasts until that
+ * call, also when the capture failed: cgc_empty_cache is refused meanwhile, and so are another
+ * adoption by the pool and the calls that would break a Global capture or any capture of the
+ * device (cgc does not know the adopted capture's mode). cgc does not see the replays of graphs it
+ * did not instantiate, so a pool that adopted a capture never hands its memory to other streams
+ * once it is released: the memory returns to the driver at cgc_empty_cache (PyTorch's own
+ * allocator treats a released graph pool the same way). */
+CGC_API cgc_status_t cgc_pool_adopt_capture(cgc_pool_t pool, void* native_stream);
+
+/* Since 1.4. Ends the adoption begun by cgc_pool_adopt_capture (call it after the capture ended,
+ * or was abandoned): allocations on the capture's streams are refused again, and blocks freed
+ * during it with uses on other streams are settled. CGC_ERROR_INVALID_STATE when the pool adopts
+ * none. */
+CGC_API cgc_status_t cgc_pool_end_adopted_capture(cgc_pool_t pool);
+
+/* Since 1.4. cgc_record_stream for a native CUstream (PyTorch's record_stream hook passes one):
+ * `ptr` is used by work on `native_stream` too, so after cgc_free it is not reused before that
+ * work is done. */
+CGC_API cgc_status_t cgc_record_stream_native(void* ptr, void* native_stream);
 
 #ifdef __cplusplus
 } /* extern "C" */
 #endif
+
+/* ==== 13. The function table ================================================================= */
+#include "cgc_api.h"
 
 #endif /* CGC_H_ */

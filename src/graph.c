@@ -204,11 +204,25 @@ cgc_status_t cgc_graph_upload(cgc_graph_t graph, cgc_stream_t stream) {
   return st;
 }
 
-/* The header's node kinds are the driver's CUgraphNodeType values. */
+/* The kinds of node cgc_graph_info counts: X(its field, the driver's CUgraphNodeType). */
+#define GRAPH_NODE_KINDS(X)                                \
+  X(kernel_nodes, CU_GRAPH_NODE_TYPE_KERNEL)               \
+  X(memcpy_nodes, CU_GRAPH_NODE_TYPE_MEMCPY)               \
+  X(memset_nodes, CU_GRAPH_NODE_TYPE_MEMSET)               \
+  X(host_nodes, CU_GRAPH_NODE_TYPE_HOST)                   \
+  X(child_graph_nodes, CU_GRAPH_NODE_TYPE_GRAPH)           \
+  X(empty_nodes, CU_GRAPH_NODE_TYPE_EMPTY)                 \
+  X(event_wait_nodes, CU_GRAPH_NODE_TYPE_WAIT_EVENT)       \
+  X(event_record_nodes, CU_GRAPH_NODE_TYPE_EVENT_RECORD)   \
+  X(mem_alloc_nodes, CU_GRAPH_NODE_TYPE_MEM_ALLOC)         \
+  X(mem_free_nodes, CU_GRAPH_NODE_TYPE_MEM_FREE)           \
+  X(mem_op_nodes, CU_GRAPH_NODE_TYPE_BATCH_MEM_OP)         \
+  X(conditional_nodes, CU_GRAPH_NODE_TYPE_CONDITIONAL)
+/* capi/cgc.h's comments give each count's CUgraphNodeType value. */
 _Static_assert(CU_GRAPH_NODE_TYPE_KERNEL == 0 && CU_GRAPH_NODE_TYPE_HOST == 3 && CU_GRAPH_NODE_TYPE_EVENT_RECORD == 7 &&
                    CU_GRAPH_NODE_TYPE_MEM_ALLOC == 10 && CU_GRAPH_NODE_TYPE_BATCH_MEM_OP == 12 &&
                    CU_GRAPH_NODE_TYPE_CONDITIONAL == 13,
-               "CGC_GRAPH_NODE_KINDS names the driver's CUgraphNodeType values");
+               "capi/cgc.h's cgc_graph_info_t names the driver's CUgraphNodeType values");
 
 /* Counts the graph's nodes by kind into `info` (cgc's completion record left out). Asked of the
  * driver at the first cgc_graph_info that wants them, so that capture pays nothing for it, and
@@ -239,11 +253,11 @@ static cgc_status_t count_nodes(cgc_graph_t graph, cgc_graph_info_t* info, const
     }
     if (type == CU_GRAPH_NODE_TYPE_KERNEL) nodes[n_kernels++] = nodes[i]; /* in place: i >= n_kernels */
     switch ((int)type) {
-#define COUNT_NODE_KIND_(X, field, node_type) \
-  case node_type:                            \
-    info->field++;                           \
+#define COUNT_NODE_KIND_(field, node_type) \
+  case node_type:                         \
+    info->field++;                        \
     break;
-      CGC_GRAPH_NODE_KINDS(COUNT_NODE_KIND_, unused)
+      GRAPH_NODE_KINDS(COUNT_NODE_KIND_)
 #undef COUNT_NODE_KIND_
       default:
         info->other_nodes++;
@@ -293,8 +307,8 @@ cgc_status_t cgc_graph_info(cgc_graph_t graph, cgc_graph_info_t* info) {
   if (info->struct_size > offsetof(cgc_graph_info_t, kernel_nodes) && graph->graph != NULL) {
     st = ensure_counted(graph, __func__);
     if (graph->counted) {
-#define COPY_NODE_KIND_(X, field, node_type) full.field = graph->counts.field;
-      CGC_GRAPH_NODE_KINDS(COPY_NODE_KIND_, unused)
+#define COPY_NODE_KIND_(field, node_type) full.field = graph->counts.field;
+      GRAPH_NODE_KINDS(COPY_NODE_KIND_)
 #undef COPY_NODE_KIND_
       full.other_nodes = graph->counts.other_nodes;
     }

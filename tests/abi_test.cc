@@ -58,11 +58,11 @@ bool ReadElf(const std::string& path, ElfInfo* out, std::string* err) {
   return true;
 }
 
-// Every function capi/cgc.h declares, from its X-macro lists (the same lists the library's
-// function table comes from), plus the table's getter.
+// Every function of the function table (capi/cgc_api.h's list, which the library's build checks
+// against capi/cgc.h's prototypes), plus the table's getter.
 std::set<std::string> DeclaredFunctions() {
 #define NAME_(ret, name, params) #name,
-  std::set<std::string> names = {CGC_FUNCTIONS(NAME_) "cgc_get_api"};
+  std::set<std::string> names = {CGC_API_FUNCTIONS(NAME_) "cgc_get_api"};
 #undef NAME_
   return names;
 }
@@ -134,7 +134,7 @@ TEST_F(Abi, TheTableHoldsTheExportedFunctionsAndRefusesNewerVersions) {
   EXPECT_EQ(api->struct_size, sizeof(cgc_api_t));
 #define SAME_(ret, name, params) \
   EXPECT_EQ(reinterpret_cast<void*>(api->name), dlsym(h, #name)) << #name;
-  CGC_FUNCTIONS(SAME_)
+  CGC_API_FUNCTIONS(SAME_)
 #undef SAME_
   const cgc_api_t* older = nullptr;
   EXPECT_EQ(get_api(CGC_VERSION_MAJOR << 16, &older), CGC_SUCCESS) << "an older minor version gets the table";

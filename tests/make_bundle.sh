@@ -19,6 +19,7 @@ for f in "${@:1:$#-1}"; do
     *libcgc.so) cp -L "$f" "$out/data/libcgc.so" && cp -L "$f" "$out/data/libcgc.so.1" ;;
     *libcgc_torch.so) cp -L "$f" "$out/data/libcgc_torch.so" && cp -L "$f" "$out/data/libcgc_torch.so.1" ;;
     *capi/cgc.h) cp -L "$f" "$out/data/capi/cgc.h" ;;
+    *capi/cgc_api.h) cp -L "$f" "$out/data/capi/cgc_api.h" ;;
     *tools/abi.txt) cp -L "$f" "$out/data/abi.txt" ;;
     *run_bundle.sh) cp -L "$f" "$out/run_tests.sh" && chmod +x "$out/run_tests.sh" ;;
     examples/* | bench/*) cp -L "$f" "$out/tools/" ;;

@@ -146,7 +146,7 @@ int main(void) {
   printf("function %d %s %s", index++, #name, cls); \
   print_params(#params);                   \
   printf("\n");
-  CGC_FUNCTIONS(PRINT_FUNCTION)
+  CGC_API_FUNCTIONS(PRINT_FUNCTION)
 #undef PRINT_FUNCTION
   if ((size_t)index * sizeof(void (*)(void)) + sizeof(size_t) != sizeof(cgc_api_t)) {
     fprintf(stderr, "abi_describe: cgc_api_t is not struct_size plus %d function pointers\n", index);

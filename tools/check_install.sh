@@ -70,13 +70,13 @@ fi
 lib="$prefix/lib"
 files_present() {
   local f rc=0
-  for f in include/cgc.h "lib/libcgc.so.$version" lib/pkgconfig/cgc.pc \
+  for f in include/cgc.h include/cgc_api.h "lib/libcgc.so.$version" lib/pkgconfig/cgc.pc \
     lib/cmake/cgc/cgcConfig.cmake lib/cmake/cgc/cgcConfigVersion.cmake; do
     [ -f "$prefix/$f" ] || { echo "missing: $prefix/$f"; rc=1; }
   done
   return $rc
 }
-check "installed files: include/cgc.h, lib/libcgc.so.$version, cgc.pc, cmake/cgc/" files_present
+check "installed files: include/cgc.h, cgc_api.h, lib/libcgc.so.$version, cgc.pc, cmake/cgc/" files_present
 
 links() {
   local a b

@@ -1,6 +1,6 @@
 #!/bin/bash
 # Installs cgc under a prefix, built here with Bazel:
-#   PREFIX/include/cgc.h
+#   PREFIX/include/cgc.h, cgc_api.h
 #   PREFIX/lib/libcgc.so.1.MINOR.PATCH, libcgc.so.1 -> it, libcgc.so -> libcgc.so.1
 #   PREFIX/lib/libcgc_torch.so.1          (the PyTorch bridge, where it builds)
 #   PREFIX/lib/pkgconfig/cgc.pc           (pkg-config --cflags --libs cgc)
@@ -15,7 +15,7 @@ set -euo pipefail
 
 if [ $# -ne 1 ] || [ -z "$1" ] || [ "$1" = "-h" ] || [ "$1" = "--help" ]; then
   echo "usage: $0 PREFIX" >&2
-  echo "  builds libcgc.so with Bazel and installs include/cgc.h, lib/libcgc.so.1.*, lib/pkgconfig/cgc.pc" >&2
+  echo "  builds libcgc.so with Bazel and installs include/cgc.h and cgc_api.h, lib/libcgc.so.1.*, lib/pkgconfig/cgc.pc" >&2
   echo "  and lib/cmake/cgc/ (find_package(cgc) -> cgc::cgc) under PREFIX" >&2
   exit 2
 fi
@@ -71,7 +71,8 @@ cmakedir="$libdir/cmake/cgc"
 mkdir -p "$prefix/include" "$libdir/pkgconfig" "$cmakedir"
 
 install -m 0644 "$header" "$prefix/include/cgc.h"
-installed+=("$prefix/include/cgc.h")
+install -m 0644 "$root/capi/cgc_api.h" "$prefix/include/cgc_api.h" # cgc.h includes it: the function table
+installed+=("$prefix/include/cgc.h" "$prefix/include/cgc_api.h")
 
 real="libcgc.so.$version"
 install -m 0755 "$lib_built" "$libdir/$real"

@@ -350,7 +350,7 @@ MemoryStats = namedtuple("MemoryStats", "bytes_reserved bytes_allocated peak_byt
 # the caller's kernels as ctypes.c_uint64 (a cudaGraphConditionalHandle).
 ConditionalNode = namedtuple("ConditionalNode", "bodies handle")
 
-# ---- prototypes, in the order of cgc_api_t (the header's CGC_FUNCTIONS) --------------------
+# ---- prototypes, in the order of cgc_api_t (capi/cgc_api.h's CGC_API_FUNCTIONS) --------------------
 
 _st = ctypes.c_int  # cgc_status_t and the other enums are int-sized
 _h = ctypes.c_void_p  # every handle, native stream and device pointer
