@@ -286,10 +286,11 @@ typedef struct cgc_capture_options {
 typedef cgc_status_t (*cgc_capture_fn)(cgc_stream_t stream, void* user);
 
 /* Starts capturing `stream` into a new graph (SEMANTICS 1-5). Allocations on any stream of the
- * capture come from its pool from now on. A Global capture (and, while an NCCL pool is released,
- * any capture of that device) begun while another thread sets up or tears down a communicator or
- * an NCCL pool waits for that call to end. CGC_ERROR_CAPTURE_LEGACY_STREAM on the legacy default
- * stream (capture on a created stream; replaying on the default stream is fine);
+ * capture come from its pool from now on. CGC_ERROR_CAPTURE_UNSUPPORTED for a Global capture (and,
+ * while an NCCL pool is released, any capture of that device) while another thread sets up or
+ * tears down a communicator or an NCCL pool: that call would break it.
+ * CGC_ERROR_CAPTURE_LEGACY_STREAM on the legacy default stream (capture on a created stream;
+ * replaying on the default stream is fine);
  * CGC_ERROR_INVALID_STATE if the stream is already capturing or the pool is being recorded into by
  * another capture; CGC_ERROR_INVALID_ARGUMENT for a bad mode or flag. */
 CGC_API cgc_status_t cgc_capture_begin(cgc_stream_t stream, const cgc_capture_options_t* options);
@@ -738,7 +739,8 @@ CGC_API cgc_status_t cgc_comm_unique_id(cgc_comm_id_t* id);
 /* Joins rank `rank` of `nranks` on ctx's device (blocks until every rank has joined), then
  * connects eagerly with a one-element all-reduce, so that the first collective inside a Global
  * capture needs no setup. Refused (CGC_ERROR_CAPTURE_UNSUPPORTED) while a capture it would break
- * is under way (NCCL's threads are in Global mode); a capture begun meanwhile waits for it. */
+ * is under way (NCCL's threads are in Global mode); a capture it would break, begun on another
+ * thread meanwhile, is refused. */
 CGC_API cgc_status_t cgc_comm_create(cgc_context_t ctx, int nranks, const cgc_comm_id_t* id, int rank,
                                      cgc_comm_t* out);
 
@@ -803,7 +805,7 @@ typedef enum cgc_nccl_memory {
  * too: it synchronises the device and drops the registration, and is refused
  * (CGC_ERROR_INVALID_STATE) while a graph or capture holds the pool or a block of it is allocated.
  * The pool holds `comm`: cgc_comm_destroy is refused meanwhile. Refused inside a group, and during
- * captures as cgc_comm_create; a capture begun meanwhile waits for it. */
+ * captures as cgc_comm_create, which it also follows for captures begun meanwhile. */
 CGC_API cgc_status_t cgc_nccl_pool_create(cgc_comm_t comm, size_t capacity, cgc_nccl_memory_t wanted,
                                           cgc_pool_t* out, cgc_nccl_memory_t* got);
 

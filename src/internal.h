@@ -100,6 +100,7 @@ struct cgc__device {
   struct cgc__kernels* kernels;           /* rng.c, guarded by its kernels_lock */
   atomic_uint_fast64_t legacy_stream_id;  /* the legacy stream's driver id; 0 until asked */
   atomic_int contexts;                    /* live cgc_context_t handles of the device */
+  atomic_int adopted_captures;            /* its pools' open adoptions (pool.c counts them) */
   /* CGC__MEMOP_* capabilities for stream memory operations (memop.c); 0 until asked. */
   atomic_uint memop_caps;
   _Atomic(CUstream) fence_stream; /* cgc__device_fence_stream's, NULL until first needed */
@@ -425,8 +426,9 @@ cgc_status_t cgc__capture_guard(struct cgc__device* dev, cgc__guard_t kind, cons
 /* The guard for a setup or teardown call that makes many driver calls over milliseconds, some on
  * threads not cgc's (a communicator's setup, an NCCL pool's registration): checked as
  * cgc__capture_guard, and on success the gate stays closed until cgc__capture_gate_open. A
- * cgc_capture_begin that the call would break (Global mode on any thread; any mode on `dev` for
- * CGC__GUARD_DEVICE) waits for the gate to open. The gate lives on the caller's stack. */
+ * cgc_capture_begin on another thread that the call would break (Global mode on any device; any
+ * mode on `dev` for CGC__GUARD_DEVICE) is refused meanwhile (CAPTURE_UNSUPPORTED). The gate
+ * lives on the caller's stack. */
 typedef struct cgc__gate {
   struct cgc__device* dev;
   cgc__guard_t kind;

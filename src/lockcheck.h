@@ -77,12 +77,6 @@ static inline void cgc__mutex_unlock(pthread_mutex_t* m, cgc__lock_id_t id) {
   pthread_mutex_unlock(m);
   cgc__lock_note_released(id);
 }
-/* Waits on `cond` with `m` (lock `id`) held, as pthread_cond_wait. The check counts the lock held
- * throughout: the waiting thread makes no call, and holds it again when the wait returns. */
-static inline void cgc__lock_wait(pthread_cond_t* cond, pthread_mutex_t* m, cgc__lock_id_t id) {
-  (void)id;
-  pthread_cond_wait(cond, m);
-}
 
 #ifdef __cplusplus
 }

@@ -385,6 +385,7 @@ static void finish_adoption(cgc_pool_t pool) {
   uint64_t origin_key = pool->capture_origin_key;
   cgc__alloc_unlock(a);
   cgc__pool_end_capture(pool, false, &origin_key, 1);
+  atomic_fetch_sub_explicit(&pool->dev->adopted_captures, 1, memory_order_release);
   atomic_fetch_sub_explicit(&cgc__adopted_captures, 1, memory_order_release);
 }
 
@@ -447,6 +448,7 @@ cgc_status_t cgc_pool_adopt_capture(cgc_pool_t pool, void* native_stream) {
     start_recording(a, pool, ref.capture_id, ref.cu, ref.key);
     pool->adopted = pool->adopting = true;
     a->adopting_pools++;
+    atomic_fetch_add_explicit(&pool->dev->adopted_captures, 1, memory_order_release);
     atomic_fetch_add_explicit(&cgc__adopted_captures, 1, memory_order_release);
   }
   cgc__alloc_unlock(a);

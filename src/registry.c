@@ -67,23 +67,27 @@ static bool reserve_one(void** items, size_t* cap, size_t count, size_t size) {
 
 /* ---- the records ---- */
 
-/* Gates closed now (registry_lock): a capture that one of them would break waits in
- * cgc__registry_add until it opens (gate_opened is signalled under registry_lock). */
+/* Gates closed now (registry_lock): a capture that one of them would break is refused in
+ * cgc__registry_add. It does not wait: the gated calls are collective (every rank of a
+ * communicator takes part), and with one thread per rank a begin that waited for another rank's
+ * call could keep its own thread from joining that call, and both would wait for ever. */
 static cgc__gate_t* gates;
-static pthread_cond_t gate_opened = PTHREAD_COND_INITIALIZER;
 static const cgc__gate_t* gate_against(const struct cgc__capture* c);
+static const char* mode_name(cgc_capture_mode_t mode);
 
 cgc_status_t cgc__registry_add(struct cgc__capture* c, const char* func) {
   cgc_status_t st = CGC_SUCCESS;
   cgc__mutex_lock(&registry_lock, CGC__LOCK_REGISTRY);
-  /* A setup or teardown call under way on another thread would break this capture: it is
-   * registered once that call is over (no driver call is made while waiting). */
-  for (const cgc__gate_t* g = gate_against(c); g != NULL; g = gate_against(c)) {
-    cgc__log("%s: the capture of stream %p waits for %s on another thread", func, (void*)c->origin, g->call);
-    cgc__lock_wait(&gate_opened, &registry_lock, CGC__LOCK_REGISTRY);
-  }
+  /* A setup or teardown call under way on another thread would break this capture later. */
+  const cgc__gate_t* gate = gate_against(c);
   struct cgc__capture* same = find_by_origin(c->origin_key);
-  if (same != NULL) {
+  if (gate != NULL) {
+    st = cgc__fail(CGC_ERROR_CAPTURE_UNSUPPORTED, func,
+                   "%s is under way on another thread, and its driver work would break this %s-mode capture of "
+                   "stream %p: begin the capture after that call returns%s",
+                   gate->call, mode_name(c->mode), (void*)c->origin,
+                   gate->kind == CGC__GUARD_DEVICE && gate->dev == c->dev ? "" : ", or in CGC_CAPTURE_MODE_THREAD_LOCAL");
+  } else if (same != NULL) {
     st = cgc__fail(CGC_ERROR_INVALID_STATE, func, "stream %p is already capturing (capture id %llu)",
                    (void*)c->origin, (unsigned long long)same->id);
   } else {
@@ -501,12 +505,17 @@ static cgc_status_t check_guard(struct cgc__device* dev, cgc__guard_t kind, CUst
     }
     if (broken != NULL) own = mine;
   }
-  if (broken == NULL && kind != CGC__GUARD_THIS_THREAD &&
-      atomic_load_explicit(&cgc__adopted_captures, memory_order_acquire) > 0)
+  /* Adopted captures (cgc did not begin them; cgc cannot know their mode): a device-wide call is
+   * refused while one of its device is open, an NCCL call (Global mode) while any is. */
+  int adopted = kind == CGC__GUARD_DEVICE ? atomic_load_explicit(&dev->adopted_captures, memory_order_acquire)
+              : kind == CGC__GUARD_AS_GLOBAL ? atomic_load_explicit(&cgc__adopted_captures, memory_order_acquire)
+                                             : 0;
+  if (broken == NULL && adopted > 0)
     return cgc__fail(CGC_ERROR_CAPTURE_UNSUPPORTED, func,
                      "%s would break a capture that a pool adopted (cgc_pool_adopt_capture: one cgc did not begin, "
-                     "such as PyTorch's own), whose mode cgc cannot know: call it after cgc_pool_end_adopted_capture",
-                     call);
+                     "such as PyTorch's own; %d open%s), whose mode cgc cannot know: call it after "
+                     "cgc_pool_end_adopted_capture",
+                     call, adopted, kind == CGC__GUARD_DEVICE ? " on this device" : "");
   if (broken == NULL) return CGC_SUCCESS;
   if (any_mode)
     return cgc__fail(CGC_ERROR_CAPTURE_UNSUPPORTED, func,
@@ -571,7 +580,6 @@ void cgc__capture_gate_open(cgc__gate_t* gate) {
       break;
     }
   }
-  pthread_cond_broadcast(&gate_opened);
   cgc__mutex_unlock(&registry_lock, CGC__LOCK_REGISTRY);
 }
 

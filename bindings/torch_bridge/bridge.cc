@@ -89,6 +89,7 @@ struct Route {
   std::thread::id thread;  // the thread that began it (and, with PyTorch, ends it)
   bool claimed;            // its pool adopted the capture the filter accepted
   void* stream = nullptr;  // the stream it was claimed through
+  unsigned long long capture_id = 0;  // the driver's id of the capture it claimed (0: unknown)
 };
 
 // Everything the hooks share. Allocated once and never freed: PyTorch may release a pool from
@@ -244,17 +245,24 @@ void record_stream(void* ptr, CUstream_st* stream) {
     throw std::runtime_error(std::string("cgc: ") + api()->cgc_last_error());
 }
 
-// (lock held) Whether the capture route `r` claimed is over: asked of its stream, on the thread that
-// began the route. PyTorch begins and ends a thread's captures on that thread, so no other
-// thread can be ending this capture while it is asked (cgc never asks the driver about a stream
-// another thread may be ending a capture on: driver 580 crashes there).
+// (lock held) Whether the capture route `r` claimed is over, on the thread that began the route
+// (PyTorch begins and ends a thread's captures on that thread, so no other thread ends this
+// capture). Its stream may be another thread's capture stream now (torch.cuda.graph's default
+// capture stream is shared): when another route claimed a capture through the same stream, that
+// one is under way there and r's is over, known without asking the driver (cgc never asks the
+// driver about a stream another thread may be ending a capture on: driver 580 crashes there).
+// Otherwise the stream is asked; what remains is a capture on it that allocated nothing through
+// the bridge, ending on another thread at that instant.
 bool claimed_capture_is_over(State& s, const Route& r) {
+  for (const Route& other : s.routes)
+    if (&other != &r && other.claimed && other.stream == r.stream && other.capture_id != r.capture_id) return true;
   cgc_stream_t handle = nullptr;
   if (api()->cgc_stream_wrap(context_for(s, std::get<0>(r.key)), r.stream, &handle) != CGC_SUCCESS) return false;
   cgc_capture_status_t status = CGC_CAPTURE_ACTIVE;
-  bool over = api()->cgc_stream_capture_status(handle, &status, nullptr) == CGC_SUCCESS && status != CGC_CAPTURE_ACTIVE;
+  uint64_t id = 0;
+  bool asked = api()->cgc_stream_capture_status(handle, &status, &id) == CGC_SUCCESS;
   api()->cgc_stream_destroy(handle);  // a wrapped stream: the handle goes, the stream stays
-  return over;
+  return asked && (status != CGC_CAPTURE_ACTIVE || (r.capture_id != 0 && id != r.capture_id));
 }
 
 void empty_cache() {
@@ -276,6 +284,18 @@ void empty_cache() {
     // Refused while a capture of the device is under way, as PyTorch's own skips it then.
     api()->cgc_empty_cache(ctx);
   }
+}
+
+// (lock held) The driver's id of the capture `stream` takes part in (0 when it cannot say), asked on
+// the allocating thread while that capture allocates.
+unsigned long long capture_id_of(State& s, int device, void* stream) {
+  cgc_stream_t handle = nullptr;
+  if (api()->cgc_stream_wrap(context_for(s, device), stream, &handle) != CGC_SUCCESS) return 0;
+  cgc_capture_status_t status = CGC_CAPTURE_NONE;
+  uint64_t id = 0;
+  if (api()->cgc_stream_capture_status(handle, &status, &id) != CGC_SUCCESS || status != CGC_CAPTURE_ACTIVE) id = 0;
+  api()->cgc_stream_destroy(handle);
+  return id;
 }
 
 // Asks the unclaimed routes of `device` whether `stream` is theirs, the calling thread's first
@@ -301,6 +321,7 @@ bool claim_capture(int device, void* stream, unsigned long claims_before) {
       if (api()->cgc_pool_adopt_capture(r.pool, stream) != CGC_SUCCESS) return false;
       r.claimed = true;
       r.stream = stream;
+      r.capture_id = capture_id_of(s, device, stream);
       s.open_routes.fetch_sub(1, std::memory_order_release);
       s.claims.fetch_add(1, std::memory_order_release);
       return true;

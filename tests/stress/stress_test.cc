@@ -25,7 +25,7 @@
 // that waits, so no hit ever waits behind that free). At the end every block is freed and the
 // device's stats must read bytes_allocated == 0 and, after cgc_empty_cache, bytes_reserved == 0.
 // With NCCL, one more thread makes and releases one-rank communicators and NCCL pools beside the
-// captures (a Global capture begun meanwhile waits for NCCL's setup or teardown to end).
+// captures (a capture begun meanwhile that NCCL's setup or teardown would break is refused).
 //
 // Exit status: 0 when every check held (or there is no GPU: "skipped"), 1 otherwise. The last
 // line is a summary the bundle's runner reads: "STRESS: ok|FAILED ...".
@@ -390,7 +390,8 @@ class Worker {
     cgc_stream_t side = shared_pool ? own_[3] : (origin == own_[1] ? own_[2] : own_[1]);
     cgc_capture_options_t o = {sizeof o, PickMode(), shared_pool ? pool_ : nullptr,
                                rng_() % 4 == 0 ? CGC_CAPTURE_UPLOAD : 0u, target != nullptr ? target->g : nullptr};
-    if (!Expect("cgc_capture_begin", cgc_capture_begin(origin, &o), {CGC_SUCCESS})) return;
+    // Refused while the NCCL thread's setup or teardown would break the capture (a gate).
+    if (!Expect("cgc_capture_begin", cgc_capture_begin(origin, &o), {CGC_SUCCESS, CGC_ERROR_CAPTURE_UNSUPPORTED})) return;
     bool unjoined = rng_() % 16 == 0;
     std::vector<void*> allocated;
     void *t = nullptr, *u = nullptr, *out = nullptr;
@@ -782,8 +783,8 @@ void ForeignFreer(std::atomic<bool>* stop) {
 
 // Makes and releases one-rank communicators and NCCL pools, over and over until `stop`, beside the
 // workers' captures (Global ones too with --illegal): NCCL's setup and teardown make calls that
-// break a Global capture, so cgc refuses them while such a capture is under way, and a capture
-// begun meanwhile waits for them (the gate). Each round allocates from its pool and all-reduces
+// break a Global capture, so cgc refuses them while such a capture is under way, and refuses a
+// capture begun meanwhile that they would break (the gate). Each round allocates from its pool and all-reduces
 // there eagerly. A release refused while a capture of the device is under way is retried.
 void NcclChurner(std::atomic<bool>* stop, std::atomic<long>* rounds) {
   if (cgc__drv.cuCtxPushCurrent(primary) != CUDA_SUCCESS) return;
