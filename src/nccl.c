@@ -173,7 +173,7 @@ cgc_status_t cgc_comm_create(cgc_context_t ctx, int nranks, const cgc_comm_id_t*
   if (comm == NULL) return cgc__fail(CGC_ERROR_OUT_OF_MEMORY, __func__, "out of host memory");
   comm->dev = ctx->dev; /* before any failure: free_comm_parts gives the scratch back on it */
   /* NCCL's setup allocates and synchronises, also on its own threads, for milliseconds: a Global
-   * capture begun meanwhile on any thread waits for it (the gate). */
+   * capture begun meanwhile on another thread is refused (the gate). */
   cgc__gate_t gate;
   st = cgc__capture_gate_close(&gate, ctx->dev, CGC__GUARD_AS_GLOBAL, "ncclCommInitRank (it allocates and synchronises)",
                                __func__);

@@ -189,7 +189,7 @@ cgc_status_t cgc_nccl_pool_create(cgc_comm_t comm, size_t capacity, cgc_nccl_mem
                      "inside cgc_group_start/cgc_group_end: the ranks' steps would only be queued; create the pool "
                      "outside the group");
   /* NCCL allocates, maps and synchronises for milliseconds, also on its own threads: a Global
-   * capture begun meanwhile on any thread waits for the gate to open. */
+   * capture begun meanwhile on another thread is refused while the gate is closed. */
   cgc__gate_t gate;
   st = cgc__capture_gate_close(&gate, comm->dev, CGC__GUARD_AS_GLOBAL,
                                "registering memory with NCCL (it allocates, maps and synchronises)", __func__);

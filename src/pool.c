@@ -146,7 +146,7 @@ void cgc__pool_discard_arena(cgc_pool_t pool) {
 static cgc_status_t release_arena_gated(struct cgc__allocator* a, cgc_pool_t pool, const char* func);
 
 /* The release synchronises the device, then NCCL frees and unmaps, also on its own threads: a
- * capture begun meanwhile on the device (any mode), or in Global mode anywhere, waits for it. */
+ * capture begun meanwhile on the device (any mode), or in Global mode anywhere, is refused meanwhile. */
 static cgc_status_t release_arena(struct cgc__allocator* a, cgc_pool_t pool, const char* func) {
   cgc__gate_t gate;
   cgc_status_t st = cgc__capture_gate_close(&gate, pool->dev, CGC__GUARD_DEVICE,

@@ -547,7 +547,7 @@ cgc_status_t cgc__capture_guard(struct cgc__device* dev, cgc__guard_t kind, cons
   return st;
 }
 
-/* ---- gates: setup and teardown calls that captures begun meanwhile wait for ---- */
+/* ---- gates: setup and teardown calls that refuse captures begun meanwhile ---- */
 
 /* Whether gate `g` would break capture `c` (registry_lock held). A gate of the capturing thread
  * itself never does: its guard refused the call had the capture come first, and the thread
