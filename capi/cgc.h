@@ -165,9 +165,10 @@ CGC_API cgc_status_t cgc_stream_wrap(cgc_context_t ctx, void* native_stream, cgc
 CGC_API void* cgc_stream_native(cgc_stream_t stream);
 
 /* Destroys an owned stream (pending work still completes); a borrowed stream's handle goes and
- * the stream stays. What the allocator owes the stream is settled first: blocks that recorded a
- * use of it wait for an event recorded now, and its cached memory goes to other streams once its
- * work is done. CGC_ERROR_INVALID_STATE while the stream is capturing. */
+ * the stream stays. For an owned stream, what the allocator owes it is settled first: blocks that
+ * recorded a use of it wait for an event recorded now, and its cached memory goes to other
+ * streams once its work is done. CGC_ERROR_INVALID_STATE while the stream is capturing, and for a
+ * conditional body's lent stream (cgc_capture_conditional_end gives that back). */
 CGC_API cgc_status_t cgc_stream_destroy(cgc_stream_t stream);
 
 /* Waits until all work on the stream has finished (cuStreamSynchronize). An unsafe call during a
@@ -223,7 +224,7 @@ typedef struct cgc_access_policy {
 
 /* Since 1.1. Sets the stream's L2 access-policy window; kernels launched (or captured) on it
  * afterwards carry it. bytes above the device's maximum window size or hit_ratio outside [0, 1]
- * are CGC_ERROR_INVALID_ARGUMENT. */
+ * are CGC_ERROR_INVALID_ARGUMENT (a window on a device that has none: CGC_ERROR_NOT_SUPPORTED). */
 CGC_API cgc_status_t cgc_stream_set_access_policy(cgc_stream_t stream, const cgc_access_policy_t* policy);
 
 /* Since 1.1. The stream's window into *policy (fields up to policy->struct_size). */
@@ -248,7 +249,9 @@ CGC_API cgc_status_t cgc_event_synchronize(cgc_event_t event);
  * a capture: refused (CGC_ERROR_CAPTURE_UNSUPPORTED) where it would break one. */
 CGC_API cgc_status_t cgc_event_query(cgc_event_t event, int* complete);
 
-/* Milliseconds between two completed records of CGC_EVENT_TIMING events. */
+/* Milliseconds between two completed records of CGC_EVENT_TIMING events (CGC_ERROR_CUDA, with
+ * the driver's CUDA_ERROR_NOT_READY, while a record has not completed; CGC_ERROR_CUDA for events
+ * without timing). */
 CGC_API cgc_status_t cgc_event_elapsed_ms(cgc_event_t start, cgc_event_t end, float* ms);
 
 /* ==== 5. Capture ============================================================================= */
@@ -300,10 +303,12 @@ CGC_API cgc_status_t cgc_capture_begin(cgc_stream_t stream, const cgc_capture_op
  * ends whatever happened: CGC_ERROR_CAPTURE_UNJOINED names the side streams that were forked and
  * not joined back, CGC_ERROR_CAPTURE_INVALIDATED reports an earlier illegal call; either way no
  * stream is left capturing and the stream can capture again. An empty capture succeeds and says
- * so in cgc_last_error(). With cgc_capture_options_t.update (1.2), *out is that graph, updated
- * (SEMANTICS 27; cgc_graph_info's last_update says how, and when it had to be instantiated anew
- * cgc_last_error() says why). CGC_ERROR_INVALID_STATE when the stream captures under a capture
- * cgc did not begin, or another thread is ending this one. */
+ * so in cgc_last_error() (not for an update capture). With cgc_capture_options_t.update (1.2),
+ * *out is that graph, updated (SEMANTICS 27; cgc_graph_info's last_update says how, and when it
+ * had to be instantiated anew cgc_last_error() says why). CGC_ERROR_INVALID_STATE, the capture
+ * still under way: on a side stream instead of the origin, from another thread than the one
+ * that began a Global or ThreadLocal capture, while conditional bodies are open, when the stream
+ * captures under a capture cgc did not begin, or while another thread ends this one. */
 CGC_API cgc_status_t cgc_capture_end(cgc_stream_t stream, cgc_graph_t* out);
 
 /* cgc_capture_begin, body(stream, user), cgc_capture_end. If body returns an error, the
@@ -364,12 +369,14 @@ typedef struct cgc_graph_info {
  * included). Does not synchronise. Graphs sharing a pool must be replayed in the order they were
  * captured and never concurrently (PyTorch's rule). A failed launch leaves the graph's generators
  * where they were. CGC_ERROR_INVALID_STATE after cgc_graph_reset; CGC_ERROR_CAPTURE_UNSUPPORTED
- * into a capture (SEMANTICS 26); inside a host function the driver's own refusal (CGC_ERROR_CUDA,
- * CUDA_ERROR_NOT_PERMITTED), as the launch path makes no check of its own. */
+ * into a capture, checked while a cgc capture is under way (SEMANTICS 26). Inside a host
+ * function: CGC_ERROR_INVALID_STATE on the default streams, for graphs holding generators or
+ * ordered communicators, or while a cgc capture is under way; otherwise the driver's own refusal
+ * (CGC_ERROR_CUDA, CUDA_ERROR_NOT_PERMITTED), as the fast path makes no check of its own. */
 CGC_API cgc_status_t cgc_graph_launch(cgc_graph_t graph, cgc_stream_t stream);
 
 /* Uploads the executable on `stream` ahead of the first launch, so that launch is as fast as the
- * rest. */
+ * rest. CGC_ERROR_INVALID_STATE after cgc_graph_reset. */
 CGC_API cgc_status_t cgc_graph_upload(cgc_graph_t graph, cgc_stream_t stream);
 
 /* Fills as much of *info as its struct_size has room for. The node counts (1.1) are asked of the
@@ -381,14 +388,16 @@ CGC_API cgc_status_t cgc_graph_info(cgc_graph_t graph, cgc_graph_info_t* info);
  * CGC_ERROR_INVALID_STATE after reset. */
 CGC_API cgc_status_t cgc_graph_pool(cgc_graph_t graph, cgc_pool_t* pool);
 
-/* Writes the graph in Graphviz DOT form (verbose) to dot_path. */
+/* Writes the graph in Graphviz DOT form (verbose) to dot_path. CGC_ERROR_INVALID_STATE after
+ * cgc_graph_reset. */
 CGC_API cgc_status_t cgc_graph_debug_dump(cgc_graph_t graph, const char* dot_path);
 
 /* Like CUDAGraph.reset(): frees the executable and graph now and drops the pool reference; the
  * handle stays valid (launch is then CGC_ERROR_INVALID_STATE). Resetting twice is fine. Never waits
- * for the device, except that a graph holding host functions or kernels of cgc modules (1.1) first
- * waits for its replays launched so far to finish (they may still call them): not while one of
- * them waits for work to come. Refused (CGC_ERROR_INVALID_STATE) while a capture updates it. */
+ * for the device, except that a graph holding host functions or kernels of cgc modules (1.1), or
+ * generator draws inside a WHILE body (1.3), first waits for its replays launched so far to
+ * finish (they may still use them): not while one of them waits for work to come. Refused
+ * (CGC_ERROR_INVALID_STATE) while a capture updates it. */
 CGC_API cgc_status_t cgc_graph_reset(cgc_graph_t graph);
 
 /* cgc_graph_reset, then the handle is freed. */
@@ -431,7 +440,8 @@ typedef struct cgc_memory_stats {
  * (a raw cuStreamBeginCapture) and no pool adopted it (cgc_pool_adopt_capture): eager memory must
  * not go into a graph. cgc_malloc asks the driver whether its stream captures while a cgc capture
  * is under way or a pool adopts one (with none, its cache hit makes no driver call, so begin
- * captures with cgc_capture_begin); cgc_torch_malloc always asks. */
+ * captures with cgc_capture_begin); cgc_torch_malloc always asks. CGC_ERROR_CAPTURE_INVALIDATED
+ * on a stream whose capture an earlier call invalidated. */
 CGC_API cgc_status_t cgc_malloc(cgc_context_t ctx, size_t size, cgc_stream_t stream, void** out);
 
 /* Frees a block of cgc_malloc (or cgc_pool_malloc, cgc_torch_malloc), ordered on its allocation
@@ -463,13 +473,15 @@ CGC_API cgc_status_t cgc_pool_retain(cgc_pool_t pool);
 /* Drops one of the caller's references; CGC_ERROR_INVALID_STATE if the caller holds none. The
  * pool lives on while graphs captured into it or blocks allocated from it exist; then its memory
  * returns to the device's cache, for any stream once its graphs' last replays are over. An NCCL
- * pool's last release is collective (cgc_nccl_pool_create). */
+ * pool's last release is collective and refused while a capture of the device is under way
+ * (cgc_nccl_pool_create). */
 CGC_API cgc_status_t cgc_pool_release(cgc_pool_t pool);
 
 /* Since 1.5. cgc_malloc from `pool`, outside captures: ordered on `stream` (of the pool's device,
  * not capturing: inside a capture its options->pool decides). Blocks allocated so are reused only
  * by cgc_pool_malloc on the same stream, never by a capture, so graphs' memory and eager memory of
- * one pool stay apart (SEMANTICS 32). Freed with cgc_free. */
+ * one pool stay apart (SEMANTICS 32). Freed with cgc_free. CGC_ERROR_CAPTURE_UNSUPPORTED on a
+ * capturing stream or a conditional body's stream. */
 CGC_API cgc_status_t cgc_pool_malloc(cgc_pool_t pool, size_t size, cgc_stream_t stream, void** out);
 
 /* ==== 8. Work in graphs: copies, host functions, memory operations, kernels (since 1.1) =======
@@ -478,9 +490,10 @@ CGC_API cgc_status_t cgc_pool_malloc(cgc_pool_t pool, size_t size, cgc_stream_t 
  * at every replay (SEMANTICS 21-26). Copies, sets, memory operations and kernel launches are not
  * unsafe calls: they are legal while another thread captures in Global mode (on a created stream:
  * the legacy default stream waits for blocking streams, and work on it while one of them captures
- * breaks that capture, as with the driver). Pointers are device pointers (cgc_malloc, any memory
- * of the device, or page-locked host memory, whose address is also its device address) unless a
- * parameter says host. */
+ * breaks that capture, as with the driver), except an eager copy with pageable host memory, which
+ * the driver synchronises: it is refused like an unsafe call where it would break a cgc capture.
+ * Pointers are device pointers (cgc_malloc, any memory of the device, or page-locked host memory,
+ * whose address is also its device address) unless a parameter says host. */
 
 /* Host memory flags (cgc_host_alloc, cgc_host_register). */
 #define CGC_HOST_WRITE_COMBINED 0x1u /* alloc: fast for the GPU to read, very slow for the CPU to read */
@@ -505,9 +518,10 @@ CGC_API cgc_status_t cgc_host_unregister(void* ptr);
 
 /* Copies `bytes` from host memory `src` to device memory `dst`, ordered on `stream`. Inside a
  * capture `src` must be page-locked (cgc_host_alloc / cgc_host_register): a captured copy reads it
- * again at every replay, which the driver cannot do from pageable memory; such a copy is refused
- * (CGC_ERROR_CAPTURE_UNSUPPORTED) before it can break the capture. Eagerly, pageable memory is
- * fine (the copy is staged and the call returns once `src` may be reused). bytes 0 is a no-op. */
+ * again at every replay, which the driver cannot do from pageable memory; in a cgc capture such a
+ * copy is refused (CGC_ERROR_CAPTURE_UNSUPPORTED) before it can break the capture. Eagerly,
+ * pageable memory is fine (the copy is staged and the call returns once `src` may be reused),
+ * except where it would break a capture, as above. bytes 0 is a no-op. */
 CGC_API cgc_status_t cgc_memcpy_htod_async(void* dst, const void* src, size_t bytes, cgc_stream_t stream);
 
 /* Copies from device memory `src` to host memory `dst` (page-locked inside a capture, as above). */
@@ -634,9 +648,10 @@ CGC_API cgc_status_t cgc_launch_kernel(cgc_function_t function, uint32_t grid_x,
 /* Since 1.2. Enables or disables (enabled 0) kernel node `kernel_index` of an instantiated graph,
  * without recapture. Kernel nodes are numbered 0 .. kernel_nodes - 1 (cgc_graph_info) in the
  * order they were captured (enqueued, across the capture's streams); cgc's own kernels count too
- * (a generator's draw is one, a collective's are NCCL's). A disabled kernel does nothing at later
- * replays, its dependencies still hold. Changes only the executable (cgc_graph_native and dumps
- * show what was captured). Refused (CGC_ERROR_INVALID_STATE) while an update capture of the graph
+ * (a generator's draw is one, a collective's are NCCL's), except the condition kernel cgc adds
+ * before each conditional node, and kernels inside conditional bodies are not numbered (SEMANTICS
+ * 29). A disabled kernel does nothing at later replays, its dependencies still hold. Changes only
+ * the executable (cgc_graph_native and dumps show what was captured). Refused (CGC_ERROR_INVALID_STATE) while an update capture of the graph
  * is under way; not while another thread launches the graph (the driver's rule for one graph). */
 CGC_API cgc_status_t cgc_graph_kernel_node_set_enabled(cgc_graph_t graph, size_t kernel_index, int enabled);
 
@@ -710,7 +725,9 @@ CGC_API cgc_status_t cgc_capture_conditional_end(cgc_stream_t body);
  * NCCL's own error string and last-error text in cgc_last_error(). As with NCCL itself, every rank
  * must enqueue eager collectives and launch graphs holding collectives in the same order
  * (docs/NCCL.md). Counts are in elements of `dtype`; buffers are device memory of the
- * communicator's device; `stream` must be of that device. */
+ * communicator's device; `stream` must be of that device. Every collective returns
+ * CGC_ERROR_INVALID_STATE after cgc_comm_abort, CGC_ERROR_NOT_SUPPORTED for CGC_BFLOAT16 or CGC_AVG
+ * with an NCCL older than 2.10, and CGC_ERROR_CAPTURE_INVALIDATED into an invalidated capture. */
 
 /* An ncclUniqueId: make it on one rank (cgc_comm_unique_id), pass it to the others. */
 typedef struct cgc_comm_id {
@@ -802,8 +819,10 @@ typedef enum cgc_nccl_memory {
  * through cgc_pool_malloc; allocation beyond the capacity is CGC_ERROR_OUT_OF_MEMORY. For
  * symmetric kernels every rank must allocate from it in the same order with the same sizes (then
  * blocks sit at the same offsets). Releasing its last reference (cgc_pool_release) is collective
- * too: it synchronises the device and drops the registration, and is refused
- * (CGC_ERROR_INVALID_STATE) while a graph or capture holds the pool or a block of it is allocated.
+ * too: it synchronises the device and drops the registration. It is refused with
+ * CGC_ERROR_CAPTURE_UNSUPPORTED while any capture of the device is under way or adopted, and with
+ * CGC_ERROR_INVALID_STATE while a graph holds the pool, a block of it is allocated, or inside a
+ * group.
  * The pool holds `comm`: cgc_comm_destroy is refused meanwhile. Refused inside a group, and during
  * captures as cgc_comm_create, which it also follows for captures begun meanwhile. */
 CGC_API cgc_status_t cgc_nccl_pool_create(cgc_comm_t comm, size_t capacity, cgc_nccl_memory_t wanted,
@@ -825,7 +844,10 @@ CGC_API cgc_status_t cgc_rng_create(cgc_context_t ctx, uint64_t seed, cgc_rng_t*
 CGC_API cgc_status_t cgc_rng_destroy(cgc_rng_t rng);
 
 /* n floats in [0, 1) into device memory `out`, ordered on `stream` (captured if it captures).
- * A failed draw leaves the generator where it was. */
+ * A failed draw leaves the generator where it was. CGC_ERROR_INVALID_STATE on a stream capturing
+ * under a capture cgc did not begin, or while another capture draws from the generator;
+ * CGC_ERROR_CAPTURE_INVALIDATED in an invalidated capture; CGC_ERROR_CAPTURE_UNSUPPORTED for a draw
+ * in a WHILE loop nested in another, or from more than 8 generators in one loop (SEMANTICS 29). */
 CGC_API cgc_status_t cgc_rng_uniform(cgc_rng_t rng, float* out, size_t n, cgc_stream_t stream);
 
 /* n normal floats (Box-Muller) with the given mean and standard deviation, as cgc_rng_uniform. */
