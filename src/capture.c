@@ -126,12 +126,12 @@ cgc_status_t cgc_capture_begin(cgc_stream_t stream, const cgc_capture_options_t*
   if (st != CGC_SUCCESS) goto fail;
   st = cgc__stream_enter(stream, &scope, __func__);
   if (st != CGC_SUCCESS) goto fail;
-  st = CGC_CU(cuStreamBeginCapture(ref.cu, (CUstreamCaptureMode)opts.mode));
+  st = CGC_CU(__func__, cuStreamBeginCapture(ref.cu, (CUstreamCaptureMode)opts.mode));
   if (st != CGC_SUCCESS) goto fail;
   begun = true;
   CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
   cuuint64_t id = 0;
-  st = CGC_CU(cuStreamGetCaptureInfo(ref.cu, &status, &id, NULL, NULL, NULL));
+  st = CGC_CU(__func__, cuStreamGetCaptureInfo(ref.cu, &status, &id, NULL, NULL, NULL));
   if (st != CGC_SUCCESS) goto fail;
   cgc__ctx_leave(&scope);
   cgc__pool_capture_started(c->pool, id);
@@ -263,7 +263,7 @@ static cgc_status_t end_capture(cgc_stream_t stream, bool discard, cgc_graph_t* 
     for (size_t i = 0; i < c->n_sides; i++) members[n_members++] = c->sides[i].key;
   }
   size_t nodes = 0;
-  if (st == CGC_SUCCESS) st = CGC_CU(cuGraphGetNodes(graph, NULL, &nodes));
+  if (st == CGC_SUCCESS) st = CGC_CU(__func__, cuGraphGetNodes(graph, NULL, &nodes));
   cgc__pool_end_capture(c->pool, st == CGC_SUCCESS, members, n_members);
   free(members);
   if (st != CGC_SUCCESS) {
@@ -351,7 +351,7 @@ cgc_status_t cgc_stream_capture_status(cgc_stream_t stream, cgc_capture_status_t
   if (st != CGC_SUCCESS) return st;
   CUstreamCaptureStatus s = CU_STREAM_CAPTURE_STATUS_NONE;
   cuuint64_t id = 0;
-  st = CGC_CU(cuStreamGetCaptureInfo(stream->cu, &s, &id, NULL, NULL, NULL));
+  st = CGC_CU(__func__, cuStreamGetCaptureInfo(stream->cu, &s, &id, NULL, NULL, NULL));
   cgc__ctx_leave(&scope);
   if (st != CGC_SUCCESS) return st;
   *status = s == CU_STREAM_CAPTURE_STATUS_ACTIVE ? CGC_CAPTURE_ACTIVE
@@ -369,7 +369,7 @@ cgc_status_t cgc_capture_mode_exchange(cgc_capture_mode_t* mode) {
   cgc_status_t st = cgc__driver_load(__func__);
   if (st != CGC_SUCCESS) return st;
   CUstreamCaptureMode m = (CUstreamCaptureMode)*mode;
-  st = CGC_CU(cuThreadExchangeStreamCaptureMode(&m));
+  st = CGC_CU(__func__, cuThreadExchangeStreamCaptureMode(&m));
   if (st == CGC_SUCCESS) *mode = (cgc_capture_mode_t)m;
   return st;
 }

@@ -47,10 +47,9 @@ static cgc_status_t condition_kernel(struct cgc__device* dev, CUfunction* out, c
     CUmodule module = NULL;
     CUfunction kernel = NULL;
     CUstreamCaptureMode previous = cgc__relaxed_begin(); /* loading allocates: never break a capture */
-    st = cgc__cu_fail(CGC_DRV(cuModuleLoadData)(&module, cgc__conditional_fatbin), func, "cuModuleLoadData");
+    st = CGC_CU(func, cuModuleLoadData(&module, cgc__conditional_fatbin));
     if (st == CGC_SUCCESS) {
-      st = cgc__cu_fail(CGC_DRV(cuModuleGetFunction)(&kernel, module, "cgc_set_condition"), func,
-                        "cuModuleGetFunction");
+      st = CGC_CU(func, cuModuleGetFunction(&kernel, module, "cgc_set_condition"));
       if (st != CGC_SUCCESS) CGC_DRV(cuModuleUnload)(module);
     }
     cgc__relaxed_end(previous);
@@ -157,7 +156,7 @@ cgc_status_t cgc__body_loop_states(struct cgc__body* loop, CUdeviceptr* out, con
         set_args_t a = set_args_of(loop, s->ptr, kLoopStateWords);
         void* args[5];
         CUDA_KERNEL_NODE_PARAMS p = set_params(loop->set_kernel, &a, args);
-        st = CGC_CU_FOR(func, cuGraphKernelNodeSetParams(loop->set_node, &p));
+        st = CGC_CU(func, cuGraphKernelNodeSetParams(loop->set_node, &p));
         if (st == CGC_SUCCESS) {
           loop->loop_states = *out = s->ptr;
         } else {
@@ -293,7 +292,7 @@ static cgc_status_t begin(cgc_stream_t stream, cgc_conditional_kind_t kind, cons
   CUgraph graph = NULL;
   const CUgraphNode* deps = NULL;
   size_t n_deps = 0;
-  if (st == CGC_SUCCESS) st = CGC_CU_FOR(func, cuStreamGetCaptureInfo(ref.cu, &status, &id, &graph, &deps, &n_deps));
+  if (st == CGC_SUCCESS) st = CGC_CU(func, cuStreamGetCaptureInfo(ref.cu, &status, &id, &graph, &deps, &n_deps));
   if (st == CGC_SUCCESS && status != CU_STREAM_CAPTURE_STATUS_ACTIVE)
     st = cgc__fail(CGC_ERROR_CAPTURE_INVALIDATED, func,
                    "the capture of stream %p was invalidated by an earlier call: end it (cgc_capture_end says why)",
@@ -305,14 +304,14 @@ static cgc_status_t begin(cgc_stream_t stream, cgc_conditional_kind_t kind, cons
      * marked broken and its end discards the graph. The handle's default (0, applied at every
      * launch) keeps a node whose condition kernel never ran from looping. */
     touched = true;
-    st = CGC_CU_FOR(func, cuGraphConditionalHandleCreate(&shared.handle, graph, stream->dev->cu, 0, CU_GRAPH_COND_ASSIGN_DEFAULT));
+    st = CGC_CU(func, cuGraphConditionalHandleCreate(&shared.handle, graph, stream->dev->cu, 0, CU_GRAPH_COND_ASSIGN_DEFAULT));
   }
   CUgraphNode node = NULL;
   if (st == CGC_SUCCESS) {
     set_args_t a = set_args_of(&shared, 0, 0);
     void* args[5];
     CUDA_KERNEL_NODE_PARAMS p = set_params(kernel, &a, args);
-    st = CGC_CU_FOR(func, cuGraphAddKernelNode(&shared.set_node, graph, deps, n_deps, &p));
+    st = CGC_CU(func, cuGraphAddKernelNode(&shared.set_node, graph, deps, n_deps, &p));
   }
   CUgraph body_graphs[kMaxBodies] = {0};
   if (st == CGC_SUCCESS) {
@@ -322,21 +321,21 @@ static cgc_status_t begin(cgc_stream_t stream, cgc_conditional_kind_t kind, cons
     params.conditional.type = driver_kind(kind);
     params.conditional.size = (unsigned)n_bodies;
     params.conditional.ctx = stream->dev->cu;
-    st = CGC_CU_FOR(func, cuGraphAddNode(&node, graph, &shared.set_node, NULL, 1, &params));
+    st = CGC_CU(func, cuGraphAddNode(&node, graph, &shared.set_node, NULL, 1, &params));
     /* phGraph_out: the driver's own array of the `size` body graphs, valid while the node lives. */
     for (size_t i = 0; st == CGC_SUCCESS && i < n_bodies; i++) body_graphs[i] = params.conditional.phGraph_out[i];
   }
   /* The capture goes on after the conditional node. */
   if (st == CGC_SUCCESS)
-    st = CGC_CU_FOR(func, cuStreamUpdateCaptureDependencies(ref.cu, &node, 1, CU_STREAM_SET_CAPTURE_DEPENDENCIES));
+    st = CGC_CU(func, cuStreamUpdateCaptureDependencies(ref.cu, &node, 1, CU_STREAM_SET_CAPTURE_DEPENDENCIES));
   /* Each body is captured on its lent stream; Relaxed, as a body's capture checks nothing the
    * capture it belongs to would not. */
   for (size_t i = 0; i < n_bodies && st == CGC_SUCCESS; i++) {
-    st = CGC_CU_FOR(func, cuStreamBeginCaptureToGraph(lent[i]->cu, body_graphs[i], NULL, NULL, 0, CU_STREAM_CAPTURE_MODE_RELAXED));
+    st = CGC_CU(func, cuStreamBeginCaptureToGraph(lent[i]->cu, body_graphs[i], NULL, NULL, 0, CU_STREAM_CAPTURE_MODE_RELAXED));
     if (st != CGC_SUCCESS) break;
     undo.begun++;
     cuuint64_t body_id = 0;
-    st = CGC_CU_FOR(func, cuStreamGetCaptureInfo(lent[i]->cu, &status, &body_id, NULL, NULL, NULL));
+    st = CGC_CU(func, cuStreamGetCaptureInfo(lent[i]->cu, &status, &body_id, NULL, NULL, NULL));
     *records[i] = shared;
     records[i]->body_id = body_id;
   }
@@ -385,7 +384,7 @@ static cgc_status_t end_iteration(struct cgc__body* b, cgc_stream_t body, const 
   set_args_t a = set_args_of(b, 0, 0);
   void* args[5];
   CUDA_KERNEL_NODE_PARAMS p = set_params(b->set_kernel, &a, args);
-  return CGC_CU_FOR(func, cuLaunchKernel(p.func, 1, 1, 1, 1, 1, 1, 0, body->cu, args, NULL));
+  return CGC_CU(func, cuLaunchKernel(p.func, 1, 1, 1, 1, 1, 1, 0, body->cu, args, NULL));
 }
 
 cgc_status_t cgc_capture_conditional_end(cgc_stream_t body) {
@@ -411,7 +410,7 @@ cgc_status_t cgc_capture_conditional_end(cgc_stream_t body) {
   if (st == CGC_SUCCESS) {
     CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
     cuuint64_t id = 0;
-    st = CGC_CU(cuStreamGetCaptureInfo(body->cu, &status, &id, NULL, NULL, NULL));
+    st = CGC_CU(__func__, cuStreamGetCaptureInfo(body->cu, &status, &id, NULL, NULL, NULL));
     if (st == CGC_SUCCESS && status == CU_STREAM_CAPTURE_STATUS_INVALIDATED) {
       /* Measured on driver 580 (IF bodies of a kernel or a memset, invalidated by a stream query;
        * conditional_test, and the same with the driver alone): the capture it belongs to still

@@ -14,7 +14,7 @@ cgc_status_t cgc_device_count(int* count) {
   *count = 0;
   cgc_status_t st = cgc__driver_load(__func__);
   if (st != CGC_SUCCESS) return st;
-  return CGC_CU(cuDeviceGetCount(count));
+  return CGC_CU(__func__, cuDeviceGetCount(count));
 }
 
 cgc_status_t cgc_context_create(int device, cgc_context_t* out) {
@@ -54,7 +54,7 @@ cgc_status_t cgc_context_synchronize(cgc_context_t ctx) {
   cgc__ctx_scope_t scope;
   st = cgc__ctx_enter(ctx->dev, &scope, __func__);
   if (st != CGC_SUCCESS) return st;
-  st = CGC_CU(cuCtxSynchronize());
+  st = CGC_CU(__func__, cuCtxSynchronize());
   cgc__ctx_leave(&scope);
   return st;
 }

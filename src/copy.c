@@ -90,9 +90,9 @@ static cgc_status_t copy(void* dst, const void* src, size_t bytes, cgc_stream_t 
   if (st == CGC_SUCCESS) {
     CUdeviceptr d = (CUdeviceptr)(uintptr_t)dst, s = (CUdeviceptr)(uintptr_t)src;
     switch (dir) {
-      case HOST_TO_DEVICE: st = cgc__cu_fail(CGC_DRV(cuMemcpyHtoDAsync)(d, src, bytes, ref.cu), func, "cuMemcpyHtoDAsync"); break;
-      case DEVICE_TO_HOST: st = cgc__cu_fail(CGC_DRV(cuMemcpyDtoHAsync)(dst, s, bytes, ref.cu), func, "cuMemcpyDtoHAsync"); break;
-      case DEVICE_TO_DEVICE: st = cgc__cu_fail(CGC_DRV(cuMemcpyDtoDAsync)(d, s, bytes, ref.cu), func, "cuMemcpyDtoDAsync"); break;
+      case HOST_TO_DEVICE: st = CGC_CU(func, cuMemcpyHtoDAsync(d, src, bytes, ref.cu)); break;
+      case DEVICE_TO_HOST: st = CGC_CU(func, cuMemcpyDtoHAsync(dst, s, bytes, ref.cu)); break;
+      case DEVICE_TO_DEVICE: st = CGC_CU(func, cuMemcpyDtoDAsync(d, s, bytes, ref.cu)); break;
     }
     if (st != CGC_SUCCESS) cgc__append(" (dst %p, src %p, %zu bytes)", dst, src, bytes);
   }
@@ -130,11 +130,11 @@ static cgc_status_t set(void* dst, uint32_t value, size_t count, size_t element,
   if (st == CGC_SUCCESS) {
     CUdeviceptr d = (CUdeviceptr)(uintptr_t)dst;
     if (element == 1)
-      st = cgc__cu_fail(CGC_DRV(cuMemsetD8Async)(d, (unsigned char)value, count, ref.cu), func, "cuMemsetD8Async");
+      st = CGC_CU(func, cuMemsetD8Async(d, (unsigned char)value, count, ref.cu));
     else if (element == 2)
-      st = cgc__cu_fail(CGC_DRV(cuMemsetD16Async)(d, (unsigned short)value, count, ref.cu), func, "cuMemsetD16Async");
+      st = CGC_CU(func, cuMemsetD16Async(d, (unsigned short)value, count, ref.cu));
     else
-      st = cgc__cu_fail(CGC_DRV(cuMemsetD32Async)(d, value, count, ref.cu), func, "cuMemsetD32Async");
+      st = CGC_CU(func, cuMemsetD32Async(d, value, count, ref.cu));
     if (st != CGC_SUCCESS) cgc__append(" (dst %p, %zu elements)", dst, count);
   }
   cgc__ctx_leave(&scope);
@@ -169,7 +169,7 @@ cgc_status_t cgc_host_alloc(cgc_context_t ctx, size_t bytes, unsigned flags, voi
   unsigned cu_flags = CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP |
                       ((flags & CGC_HOST_WRITE_COMBINED) ? CU_MEMHOSTALLOC_WRITECOMBINED : 0);
   CUstreamCaptureMode previous = cgc__relaxed_begin();
-  st = CGC_CU(cuMemHostAlloc(out, bytes, cu_flags));
+  st = CGC_CU(__func__, cuMemHostAlloc(out, bytes, cu_flags));
   cgc__relaxed_end(previous);
   cgc__ctx_leave(&scope);
   if (st != CGC_SUCCESS) {
@@ -208,8 +208,8 @@ static cgc_status_t release_host(void* ptr, bool registered, const char* func) {
   /* Before the memory goes: no thread may take its pages for page-locked from now on. */
   atomic_fetch_add_explicit(&host_generation, 1, memory_order_acq_rel);
   CUstreamCaptureMode previous = cgc__relaxed_begin();
-  st = registered ? cgc__cu_fail(CGC_DRV(cuMemHostUnregister)(ptr), func, "cuMemHostUnregister")
-                  : cgc__cu_fail(CGC_DRV(cuMemFreeHost)(ptr), func, "cuMemFreeHost");
+  st = registered ? CGC_CU(func, cuMemHostUnregister(ptr))
+                  : CGC_CU(func, cuMemFreeHost(ptr));
   cgc__relaxed_end(previous);
   CUcontext popped;
   if (pushed) CGC_DRV(cuCtxPopCurrent)(&popped);
@@ -234,7 +234,7 @@ cgc_status_t cgc_host_register(cgc_context_t ctx, void* ptr, size_t bytes, unsig
   unsigned cu_flags = CU_MEMHOSTREGISTER_PORTABLE | CU_MEMHOSTREGISTER_DEVICEMAP |
                       ((flags & CGC_HOST_READ_ONLY) ? CU_MEMHOSTREGISTER_READ_ONLY : 0);
   CUstreamCaptureMode previous = cgc__relaxed_begin();
-  st = CGC_CU(cuMemHostRegister(ptr, bytes, cu_flags));
+  st = CGC_CU(__func__, cuMemHostRegister(ptr, bytes, cu_flags));
   cgc__relaxed_end(previous);
   cgc__ctx_leave(&scope);
   if (st != CGC_SUCCESS) cgc__append(" (ptr %p, %zu bytes)", ptr, bytes);

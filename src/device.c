@@ -23,10 +23,9 @@ static cgc_status_t create_device(int ordinal, struct cgc__device** out, const c
       st = cgc__fail(CGC_ERROR_OUT_OF_MEMORY, func, "out of host memory");
     } else {
       dev->ordinal = ordinal;
-      st = cgc__cu_fail(CGC_DRV(cuDeviceGet)(&dev->cu_device, ordinal), func, "cuDeviceGet");
+      st = CGC_CU(func, cuDeviceGet(&dev->cu_device, ordinal));
       if (st == CGC_SUCCESS)
-        st = cgc__cu_fail(CGC_DRV(cuDevicePrimaryCtxRetain)(&dev->cu, dev->cu_device), func,
-                          "cuDevicePrimaryCtxRetain");
+        st = CGC_CU(func, cuDevicePrimaryCtxRetain(&dev->cu, dev->cu_device));
       if (st == CGC_SUCCESS) {
         atomic_store(&devices[ordinal], dev);
       } else {
@@ -99,7 +98,7 @@ cgc_status_t cgc__device_fence_stream(struct cgc__device* dev, CUstream* out, co
     cgc__ctx_scope_t scope;
     st = cgc__ctx_enter(dev, &scope, func);
     if (st == CGC_SUCCESS) {
-      st = cgc__cu_fail(CGC_DRV(cuStreamCreate)(&s, CU_STREAM_NON_BLOCKING), func, "cuStreamCreate");
+      st = CGC_CU(func, cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
       cgc__ctx_leave(&scope);
     }
     if (st == CGC_SUCCESS) atomic_store_explicit(&dev->fence_stream, s, memory_order_release);

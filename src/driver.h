@@ -170,15 +170,44 @@ void cgc__relaxed_end(CUstreamCaptureMode previous);
 CUresult cgc__relaxed_mem_alloc(CUdeviceptr* p, size_t size);
 CUresult cgc__relaxed_mem_free(CUdeviceptr p);
 
-/* Every driver call of the library goes through CGC_DRV(cuFoo)(a, b) or CGC_CU(cuFoo(a, b)), so
- * that the lock check (lockcheck.h) sees it; CGC_DRV is cgc__drv.cuFoo when the check is off. */
+/* Every driver call of the library goes through one of two macros, so that the lock check
+ * (lockcheck.h) sees it and the call's name is written once:
+ *   CGC_CU(func, cuFoo(a, b))  calls cgc__drv.cuFoo(a, b) and returns a status; on failure the
+ *                              thread's message is "func: cuFoo failed: CUDA_ERROR_X (text)".
+ *                              `func` is the public function the message speaks for (__func__
+ *                              in a public function, its `func` parameter in a helper).
+ *   CGC_DRV(cuFoo)(a, b)       the raw CUresult, for the calls whose result is not pass or fail
+ *                              (queries that answer NOT_READY, capture ends whose error is
+ *                              explained, cleanup whose failure changes nothing).
+ * A raw result that turns out to be an error is reported with cgc__cu_fail(r, func, "cuFoo"). */
 #define CGC__DRIVER_CHECK(text) (__builtin_expect(cgc__lock_check_on, 0) ? cgc__lock_check_call(text) : (void)0)
 #define CGC_DRV(name) (CGC__DRIVER_CHECK(#name), cgc__drv.name)
-/* CGC_CU(cuFoo(a, b)) calls cgc__drv.cuFoo(a, b) and turns its result into a status whose
- * message names the calling function and the call's text. */
-#define CGC_CU(call) cgc__cu_fail((CGC__DRIVER_CHECK(#call), cgc__drv.call), __func__, #call)
-/* The same inside a helper that reports for the public function `func` names. */
-#define CGC_CU_FOR(func, call) cgc__cu_fail((CGC__DRIVER_CHECK(#call), cgc__drv.call), func, #call)
+#define CGC_CU(func, call) cgc__cu_fail((CGC__DRIVER_CHECK(#call), cgc__drv.call), func, #call)
+
+/* `statement` runs with this thread in Relaxed capture mode (cgc__relaxed_begin/_end around it).
+ * It must not return, break or goto out of the block: the mode would not be put back. */
+#define CGC_RELAXED(statement)                                       \
+  do {                                                               \
+    CUstreamCaptureMode relaxed_previous_ = cgc__relaxed_begin();    \
+    statement;                                                       \
+    cgc__relaxed_end(relaxed_previous_);                             \
+  } while (0)
+
+/* The error-path idiom of src/ (CONTRIBUTING.md, "Errors"), after NCCL's checks.h:
+ *   CGC_TRY(expr)                 a function with nothing to undo returns a failed status at once;
+ *   CGC_TRY_GOTO(st, expr, label) one with something to undo keeps the status in `st` and jumps to
+ *                                 its one label: `fail` when only failures reach it, `out` when
+ *                                 success passes through the same cleanup. */
+#define CGC_TRY(expr)                         \
+  do {                                        \
+    cgc_status_t try_st_ = (expr);            \
+    if (try_st_ != CGC_SUCCESS) return try_st_; \
+  } while (0)
+#define CGC_TRY_GOTO(st, expr, label)    \
+  do {                                   \
+    (st) = (expr);                       \
+    if ((st) != CGC_SUCCESS) goto label; \
+  } while (0)
 
 #ifdef __cplusplus
 }

@@ -14,7 +14,7 @@ cgc_status_t cgc_event_create(cgc_context_t ctx, unsigned flags, cgc_event_t* ou
   cgc__ctx_scope_t scope;
   cgc_status_t st = cgc__ctx_enter(ctx->dev, &scope, __func__);
   if (st == CGC_SUCCESS) {
-    st = CGC_CU(cuEventCreate(&ev->cu, (flags & CGC_EVENT_TIMING) ? CU_EVENT_DEFAULT : CU_EVENT_DISABLE_TIMING));
+    st = CGC_CU(__func__, cuEventCreate(&ev->cu, (flags & CGC_EVENT_TIMING) ? CU_EVENT_DEFAULT : CU_EVENT_DISABLE_TIMING));
     cgc__ctx_leave(&scope);
   }
   if (st != CGC_SUCCESS) {
@@ -30,7 +30,7 @@ cgc_status_t cgc_event_create(cgc_context_t ctx, unsigned flags, cgc_event_t* ou
 cgc_status_t cgc_event_destroy(cgc_event_t event) {
   CGC_REFUSE_IN_HOST_FUNCTION();
   CGC_CHECK_HANDLE(event, CGC_MAGIC_EVENT);
-  cgc_status_t st = CGC_CU(cuEventDestroy(event->cu));
+  cgc_status_t st = CGC_CU(__func__, cuEventDestroy(event->cu));
   cgc__retire(event);
   return st;
 }
@@ -56,7 +56,7 @@ cgc_status_t cgc_event_synchronize(cgc_event_t event) {
   CGC_CHECK_HANDLE(event, CGC_MAGIC_EVENT);
   cgc_status_t st = cgc__capture_guard(event->dev, CGC__GUARD_THIS_THREAD, "cuEventSynchronize", __func__);
   if (st != CGC_SUCCESS) return st;
-  return CGC_CU(cuEventSynchronize(event->cu));
+  return CGC_CU(__func__, cuEventSynchronize(event->cu));
 }
 
 cgc_status_t cgc_event_query(cgc_event_t event, int* complete) {
@@ -78,5 +78,5 @@ cgc_status_t cgc_event_elapsed_ms(cgc_event_t start, cgc_event_t end, float* ms)
   *ms = 0.0f;
   CGC_CHECK_HANDLE(start, CGC_MAGIC_EVENT);
   CGC_CHECK_HANDLE(end, CGC_MAGIC_EVENT);
-  return CGC_CU(cuEventElapsedTime(ms, start->cu, end->cu));
+  return CGC_CU(__func__, cuEventElapsedTime(ms, start->cu, end->cu));
 }

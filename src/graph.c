@@ -63,7 +63,7 @@ cgc_status_t cgc__graph_create(struct cgc__device* dev, CUgraph graph, CUevent d
   st = cgc__cu_fail(instantiate(graph, &exec), func, "cuGraphInstantiateWithFlags");
   if (st != CGC_SUCCESS) goto fail;
   if (flags & CGC_CAPTURE_UPLOAD) {
-    st = cgc__cu_fail(CGC_DRV(cuGraphUpload)(exec, upload_stream), func, "cuGraphUpload");
+    st = CGC_CU(func, cuGraphUpload(exec, upload_stream));
     if (st != CGC_SUCCESS) goto fail;
     atomic_store(&g->uploaded, 1);
   }
@@ -152,7 +152,7 @@ static __attribute__((noinline)) cgc_status_t launch_slow(cgc_graph_t graph, cgc
     stepped--; /* the failed step gave back its own */
     st = cgc__cu_fail(r, func, "the graph's objects' launch step (a generator's state, a communicator's order)");
   } else {
-    st = cgc__cu_fail(CGC_DRV(cuGraphLaunch)(graph->exec, stream->cu), func, "cuGraphLaunch");
+    st = CGC_CU(func, cuGraphLaunch(graph->exec, stream->cu));
   }
   if (st != CGC_SUCCESS) {
     for (size_t i = 0; i < stepped; i++) {
@@ -198,7 +198,7 @@ cgc_status_t cgc_graph_upload(cgc_graph_t graph, cgc_stream_t stream) {
   cgc__ctx_scope_t scope;
   cgc_status_t st = cgc__stream_enter(stream, &scope, __func__);
   if (st != CGC_SUCCESS) return st;
-  st = CGC_CU(cuGraphUpload(graph->exec, stream->cu));
+  st = CGC_CU(__func__, cuGraphUpload(graph->exec, stream->cu));
   cgc__ctx_leave(&scope);
   if (st == CGC_SUCCESS) atomic_store(&graph->uploaded, 1);
   return st;
@@ -232,18 +232,18 @@ static cgc_status_t count_nodes(cgc_graph_t graph, cgc_graph_info_t* info, const
   /* The nodes of the graph the executable was instantiated from: per-node updates must name
    * those (after an update in place the latest graph's nodes are other objects, same topology). */
   CUgraph source = graph->exec_graph != NULL ? graph->exec_graph : graph->graph;
-  cgc_status_t st = cgc__cu_fail(CGC_DRV(cuGraphGetNodes)(source, NULL, &n), func, "cuGraphGetNodes");
+  cgc_status_t st = CGC_CU(func, cuGraphGetNodes(source, NULL, &n));
   if (st != CGC_SUCCESS || n == 0) return st;
   CUgraphNode* nodes = malloc(n * sizeof *nodes);
   if (nodes == NULL) return cgc__fail(CGC_ERROR_OUT_OF_MEMORY, func, "out of host memory");
-  st = cgc__cu_fail(CGC_DRV(cuGraphGetNodes)(source, nodes, &n), func, "cuGraphGetNodes");
+  st = CGC_CU(func, cuGraphGetNodes(source, nodes, &n));
   free(graph->kernel_nodes);
   graph->kernel_nodes = NULL;
   size_t n_kernels = 0;
   CUfunction condition = atomic_load(&graph->dev->condition_kernel);
   for (size_t i = 0; i < n && st == CGC_SUCCESS; i++) {
     CUgraphNodeType type;
-    st = cgc__cu_fail(CGC_DRV(cuGraphNodeGetType)(nodes[i], &type), func, "cuGraphNodeGetType");
+    st = CGC_CU(func, cuGraphNodeGetType(nodes[i], &type));
     if (st != CGC_SUCCESS) break;
     if (type == CU_GRAPH_NODE_TYPE_KERNEL && condition != NULL) {
       /* cgc's own kernel before a conditional node is not the caller's to count or change */
@@ -337,7 +337,7 @@ cgc_status_t cgc_graph_debug_dump(cgc_graph_t graph, const char* dot_path) {
   if (graph->graph == NULL)
     return cgc__fail(CGC_ERROR_INVALID_STATE, __func__, "graph %p was reset: nothing to dump", (void*)graph);
   cgc__mutex_lock(&graph->inspect_lock, CGC__LOCK_INSPECT);
-  cgc_status_t st = CGC_CU(cuGraphDebugDotPrint(graph->graph, dot_path, CU_GRAPH_DEBUG_DOT_FLAGS_VERBOSE));
+  cgc_status_t st = CGC_CU(__func__, cuGraphDebugDotPrint(graph->graph, dot_path, CU_GRAPH_DEBUG_DOT_FLAGS_VERBOSE));
   cgc__mutex_unlock(&graph->inspect_lock, CGC__LOCK_INSPECT);
   if (st != CGC_SUCCESS) cgc__append(" (writing '%s')", dot_path);
   return st;
@@ -378,8 +378,8 @@ static cgc_status_t reset_claimed(cgc_graph_t graph, const char* func) {
    * by the driver when it completes. */
   CUstreamCaptureMode previous = cgc__relaxed_begin();
   cgc__mutex_lock(&graph->inspect_lock, CGC__LOCK_INSPECT); /* no per-node update or inspection meanwhile */
-  if (graph->exec != NULL) st = cgc__cu_fail(CGC_DRV(cuGraphExecDestroy)(graph->exec), func, "cuGraphExecDestroy");
-  cgc_status_t st2 = graph->graph != NULL ? cgc__cu_fail(CGC_DRV(cuGraphDestroy)(graph->graph), func, "cuGraphDestroy")
+  if (graph->exec != NULL) st = CGC_CU(func, cuGraphExecDestroy(graph->exec));
+  cgc_status_t st2 = graph->graph != NULL ? CGC_CU(func, cuGraphDestroy(graph->graph))
                                            : CGC_SUCCESS;
   if (st == CGC_SUCCESS) st = st2;
   if (graph->exec_graph != NULL) CGC_DRV(cuGraphDestroy)(graph->exec_graph);
@@ -395,7 +395,7 @@ static cgc_status_t reset_claimed(cgc_graph_t graph, const char* func) {
    * with no lock held, in Relaxed mode, so nothing else waits and no capture breaks. */
   CUevent fence = graph->done;
   graph->done = NULL;
-  if (fence != NULL && cgc__releases_after_replays(graph->uses, graph->n_uses)) st2 = cgc__cu_fail(CGC_DRV(cuEventSynchronize)(fence), func, "cuEventSynchronize");
+  if (fence != NULL && cgc__releases_after_replays(graph->uses, graph->n_uses)) st2 = CGC_CU(func, cuEventSynchronize(fence));
   if (st == CGC_SUCCESS) st = st2;
   cgc__order_fence_stream_after(graph->dev, fence, graph->uses, graph->n_uses, func);
   if (fence != NULL && CGC_DRV(cuEventQuery)(fence) != CUDA_ERROR_NOT_READY) {
@@ -506,8 +506,8 @@ cgc_status_t cgc__graph_update(cgc_graph_t g, CUgraph graph, CUevent done, size_
     if (pending) {
       CUstream fence = NULL;
       st = cgc__device_fence_stream(g->dev, &fence, func);
-      if (st == CGC_SUCCESS) st = CGC_CU(cuStreamWaitEvent(fence, old_done, 0));
-      if (st == CGC_SUCCESS) st = CGC_CU(cuEventRecord(done, fence));
+      if (st == CGC_SUCCESS) st = CGC_CU(__func__, cuStreamWaitEvent(fence, old_done, 0));
+      if (st == CGC_SUCCESS) st = CGC_CU(__func__, cuEventRecord(done, fence));
       if (st != CGC_SUCCESS) {
         /* The executable runs the new graph already: keep it consistent by waiting for the old
          * replays instead, below, once inspect_lock is released (the claim keeps any reset out
@@ -640,7 +640,7 @@ cgc_status_t cgc_graph_kernel_node_set_enabled(cgc_graph_t graph, size_t kernel_
   cgc__ctx_scope_t scope = {false};
   if (st == CGC_SUCCESS) st = cgc__ctx_enter(graph->dev, &scope, __func__);
   if (st == CGC_SUCCESS) {
-    st = CGC_CU(cuGraphNodeSetEnabled(graph->exec, node, enabled != 0));
+    st = CGC_CU(__func__, cuGraphNodeSetEnabled(graph->exec, node, enabled != 0));
     cgc__ctx_leave(&scope);
     if (st == CGC_SUCCESS && !enabled) graph->any_disabled = true;
   }
@@ -661,11 +661,11 @@ cgc_status_t cgc_graph_kernel_node_set_args(cgc_graph_t graph, size_t kernel_ind
      * their values now). */
     CUDA_KERNEL_NODE_PARAMS params;
     memset(&params, 0, sizeof params);
-    st = CGC_CU(cuGraphKernelNodeGetParams(node, &params));
+    st = CGC_CU(__func__, cuGraphKernelNodeGetParams(node, &params));
     if (st == CGC_SUCCESS) {
       params.kernelParams = args;
       params.extra = NULL;
-      st = CGC_CU(cuGraphExecKernelNodeSetParams(graph->exec, node, &params));
+      st = CGC_CU(__func__, cuGraphExecKernelNodeSetParams(graph->exec, node, &params));
     }
     cgc__ctx_leave(&scope);
   }

@@ -108,13 +108,13 @@ cgc_status_t cgc_launch_host_func(cgc_stream_t stream, cgc_host_fn fn, void* use
     /* The capture holds the record before the node exists; our reference goes at the end. */
     st = cgc__registry_add_new_use(capture, &host_call_use_ops, call, __func__);
     if (st == CGC_SUCCESS) {
-      cgc_status_t launched = CGC_CU(cuLaunchHostFunc(ref.cu, run_node, call));
+      cgc_status_t launched = CGC_CU(__func__, cuLaunchHostFunc(ref.cu, run_node, call));
       call_drop(call); /* the capture's reference remains: released when it ends or its graph goes */
       cgc__ctx_leave(&scope);
       return launched;
     }
   } else if (st == CGC_SUCCESS) {
-    st = CGC_CU(cuStreamAddCallback(ref.cu, run_once, call, 0));
+    st = CGC_CU(__func__, cuStreamAddCallback(ref.cu, run_once, call, 0));
     if (st == CGC_SUCCESS) {
       cgc__ctx_leave(&scope);
       return CGC_SUCCESS; /* run_once frees it */

@@ -52,8 +52,7 @@ static cgc_status_t device_caps(struct cgc__device* dev, unsigned* caps, const c
   unsigned got = CAPS_KNOWN;
   for (size_t i = 0; i < sizeof kAsked / sizeof kAsked[0]; i++) {
     int value = 0;
-    cgc_status_t st = cgc__cu_fail(CGC_DRV(cuDeviceGetAttribute)(&value, kAsked[i].attribute, dev->cu_device), func,
-                                   "cuDeviceGetAttribute");
+    cgc_status_t st = CGC_CU(func, cuDeviceGetAttribute(&value, kAsked[i].attribute, dev->cu_device));
     if (st != CGC_SUCCESS) return st;
     if (value) got |= kAsked[i].bit;
   }
@@ -180,7 +179,7 @@ static cgc_status_t mem_ops(cgc_stream_t stream, const cgc_mem_op_t* ops, size_t
         p->writeValue.flags = op->flags;
       }
     }
-    st = cgc__cu_fail(CGC_DRV(cuStreamBatchMemOp)(ref.cu, (unsigned)count, params, 0), func, "cuStreamBatchMemOp");
+    st = CGC_CU(func, cuStreamBatchMemOp(ref.cu, (unsigned)count, params, 0));
   }
   cgc__ctx_leave(&scope);
   return st;

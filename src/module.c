@@ -196,7 +196,7 @@ cgc_status_t cgc_function_get_attribute(cgc_function_t function, cgc_function_at
   cgc_status_t st = cgc__ctx_enter(function->code->dev, &scope, __func__);
   if (st != CGC_SUCCESS) return st;
   CUstreamCaptureMode previous = cgc__relaxed_begin(); /* may load the kernel, as above */
-  st = CGC_CU(cuFuncGetAttribute(value, (CUfunction_attribute)attribute, function->cu));
+  st = CGC_CU(__func__, cuFuncGetAttribute(value, (CUfunction_attribute)attribute, function->cu));
   cgc__relaxed_end(previous);
   cgc__ctx_leave(&scope);
   return st;
@@ -212,7 +212,7 @@ cgc_status_t cgc_function_set_attribute(cgc_function_t function, cgc_function_at
   cgc_status_t st = cgc__ctx_enter(function->code->dev, &scope, __func__);
   if (st != CGC_SUCCESS) return st;
   CUstreamCaptureMode previous = cgc__relaxed_begin(); /* may load the kernel, as above */
-  st = CGC_CU(cuFuncSetAttribute(function->cu, (CUfunction_attribute)attribute, value));
+  st = CGC_CU(__func__, cuFuncSetAttribute(function->cu, (CUfunction_attribute)attribute, value));
   cgc__relaxed_end(previous);
   cgc__ctx_leave(&scope);
   if (st != CGC_SUCCESS) cgc__append(" (value %d)", value);
@@ -244,7 +244,7 @@ cgc_status_t cgc_launch_kernel(cgc_function_t function, uint32_t grid_x, uint32_
     if (st == CGC_SUCCESS) atomic_store_explicit(&code->held_by_capture, ref.capture_id, memory_order_relaxed);
   }
   if (st == CGC_SUCCESS) {
-    st = CGC_CU(cuLaunchKernel(function->cu, grid_x, grid_y, grid_z, block_x, block_y, block_z, shared_bytes, ref.cu,
+    st = CGC_CU(__func__, cuLaunchKernel(function->cu, grid_x, grid_y, grid_z, block_x, block_y, block_z, shared_bytes, ref.cu,
                                args, NULL));
     if (st != CGC_SUCCESS)
       cgc__append(" (kernel '%s', grid %u x %u x %u, block %u x %u x %u, %u bytes of shared memory)", function->name,

@@ -141,10 +141,9 @@ static void note_devices(int ordinal) {
 static cgc_status_t connect_eagerly(cgc_comm_t comm, const char* func) {
   CUstream s = NULL;
   CUresult cr;
-  cgc_status_t st = cgc__cu_fail(CGC_DRV(cuStreamCreateWithPriority)(&s, CU_STREAM_NON_BLOCKING, 0), func,
-                                 "cuStreamCreateWithPriority");
+  cgc_status_t st = CGC_CU(func, cuStreamCreateWithPriority(&s, CU_STREAM_NON_BLOCKING, 0));
   if (st != CGC_SUCCESS) goto done;
-  st = cgc__cu_fail(CGC_DRV(cuMemsetD32Async)(comm->scratch, 0x3f800000u /* 1.0f */, 1, s), func, "cuMemsetD32Async");
+  st = CGC_CU(func, cuMemsetD32Async(comm->scratch, 0x3f800000u /* 1.0f */, 1, s));
   if (st != CGC_SUCCESS) goto done;
   void* buf = (void*)(uintptr_t)comm->scratch;
   ncclResult_t r = cgc__nccl.ncclAllReduce(buf, buf, 1, 7 /* float32 */, 0 /* sum */, comm->nccl, s);
@@ -188,7 +187,7 @@ cgc_status_t cgc_comm_create(cgc_context_t ctx, int nranks, const cgc_comm_id_t*
   st = cgc__ctx_enter(ctx->dev, &scope, __func__); /* NCCL takes the device from the current context */
   if (st != CGC_SUCCESS) goto fail;
   if (cgc__nccl_mixing_off()) {
-    st = cgc__cu_fail(CGC_DRV(cuEventCreate)(&comm->order_event, CU_EVENT_DISABLE_TIMING), __func__, "cuEventCreate");
+    st = CGC_CU(__func__, cuEventCreate(&comm->order_event, CU_EVENT_DISABLE_TIMING));
     if (st != CGC_SUCCESS) goto fail;
   }
   st = cgc__cu_fail(cgc__relaxed_mem_alloc(&comm->scratch, 16), __func__, "cuMemAlloc (16 bytes)");

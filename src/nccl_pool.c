@@ -98,15 +98,14 @@ static cgc_status_t agree(cgc_comm_t comm, int mine, int* lowest, int* highest, 
   CUstream s = NULL;
   CUdeviceptr scratch = comm->scratch;
   int32_t values[2] = {mine, -mine};
-  cgc_status_t st = cgc__cu_fail(CGC_DRV(cuStreamCreateWithPriority)(&s, CU_STREAM_NON_BLOCKING, 0), func,
-                                 "cuStreamCreateWithPriority");
+  cgc_status_t st = CGC_CU(func, cuStreamCreateWithPriority(&s, CU_STREAM_NON_BLOCKING, 0));
   /* With mixing off this collective too waits for the communicator's last work (a graph may
    * still run); its stream's key is one no other stream has. */
   uint64_t key = (uint64_t)(uintptr_t)s | ((uint64_t)1 << 62) | ((uint64_t)1 << 61);
   if (st == CGC_SUCCESS && comm->order_event != NULL)
     st = cgc__cu_fail(cgc__comm_order_before(comm, s, key), func, "cuStreamWaitEvent (after the communicator's last work)");
   if (st == CGC_SUCCESS)
-    st = cgc__cu_fail(CGC_DRV(cuMemcpyHtoDAsync)(scratch, values, sizeof values, s), func, "cuMemcpyHtoDAsync");
+    st = CGC_CU(func, cuMemcpyHtoDAsync(scratch, values, sizeof values, s));
   if (st == CGC_SUCCESS) {
     void* buf = (void*)(uintptr_t)scratch;
     ncclResult_t r = cgc__nccl.ncclAllReduce(buf, buf, 2, kNcclInt32, kNcclMax, comm->nccl, s);
@@ -115,7 +114,7 @@ static cgc_status_t agree(cgc_comm_t comm, int mine, int* lowest, int* highest, 
   if (st == CGC_SUCCESS && comm->order_event != NULL)
     st = cgc__cu_fail(cgc__comm_order_after(comm, s, key), func, "cuEventRecord (the communicator's order)");
   if (st == CGC_SUCCESS)
-    st = cgc__cu_fail(CGC_DRV(cuMemcpyDtoHAsync)(values, scratch, sizeof values, s), func, "cuMemcpyDtoHAsync");
+    st = CGC_CU(func, cuMemcpyDtoHAsync(values, scratch, sizeof values, s));
   if (st == CGC_SUCCESS) {
     CUresult cr;
     NCCL_RELAXED(cr, CGC_DRV(cuStreamSynchronize)(s));

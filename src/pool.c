@@ -163,7 +163,7 @@ static cgc_status_t release_arena_gated(struct cgc__allocator* a, cgc_pool_t poo
   if (st != CGC_SUCCESS) return st;
   CUstreamCaptureMode previous = cgc__relaxed_begin();
   cgc_status_t local =
-      cgc__cu_fail(CGC_DRV(cuCtxSynchronize)(), func, "cuCtxSynchronize (before dropping the registration)");
+      CGC_CU(func, cuCtxSynchronize());
   cgc__relaxed_end(previous);
   cgc__alloc_settle(a);
   cgc__alloc_lock(a);
@@ -417,7 +417,7 @@ cgc_status_t cgc_pool_adopt_capture(cgc_pool_t pool, void* native_stream) {
                      native_stream);
   if (cu != NULL && cu != CU_STREAM_LEGACY && cu != CU_STREAM_PER_THREAD) {
     CUcontext owner = NULL;
-    st = cgc__cu_fail(CGC_DRV(cuStreamGetCtx)(cu, &owner), __func__, "cuStreamGetCtx");
+    st = CGC_CU(__func__, cuStreamGetCtx(cu, &owner));
     if (st != CGC_SUCCESS) return st;
     if (owner != pool->dev->cu)
       return cgc__fail(CGC_ERROR_INVALID_ARGUMENT, __func__,

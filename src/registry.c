@@ -306,7 +306,7 @@ static void join(struct cgc__capture* c, uint64_t from, uint64_t event_seq) {
  * it. Two threads recording one event at once race in the driver too: whichever bookkeeping comes
  * last wins, as one of the two records does. */
 cgc_status_t cgc__registry_record(cgc_event_t ev, const cgc__stream_ref_t* ref, const char* func) {
-  cgc_status_t st = cgc__cu_fail(CGC_DRV(cuEventRecord)(ev->cu, ref->cu), func, "cuEventRecord");
+  cgc_status_t st = CGC_CU(func, cuEventRecord(ev->cu, ref->cu));
   /* With no capture under way no record can matter to one: the bookkeeping of an older record
    * names a capture id that no capture has any more. */
   if (st != CGC_SUCCESS || cgc__captures_underway() == 0) return st;

@@ -67,12 +67,12 @@ static cgc_status_t device_kernels(struct cgc__device* dev, struct cgc__kernels*
       st = cgc__fail(CGC_ERROR_OUT_OF_MEMORY, func, "out of host memory");
     } else {
       CUstreamCaptureMode previous = cgc__relaxed_begin();
-      st = CGC_CU_FOR(func, cuModuleLoadData(&k->module, cgc__kernels_fatbin));
-      if (st == CGC_SUCCESS) st = CGC_CU_FOR(func, cuModuleGetFunction(&k->uniform, k->module, "cgc_philox_uniform"));
-      if (st == CGC_SUCCESS) st = CGC_CU_FOR(func, cuModuleGetFunction(&k->normal, k->module, "cgc_philox_normal"));
-      if (st == CGC_SUCCESS) st = CGC_CU_FOR(func, cuModuleGetFunction(&k->set_state, k->module, "cgc_philox_set_state"));
+      st = CGC_CU(func, cuModuleLoadData(&k->module, cgc__kernels_fatbin));
+      if (st == CGC_SUCCESS) st = CGC_CU(func, cuModuleGetFunction(&k->uniform, k->module, "cgc_philox_uniform"));
+      if (st == CGC_SUCCESS) st = CGC_CU(func, cuModuleGetFunction(&k->normal, k->module, "cgc_philox_normal"));
+      if (st == CGC_SUCCESS) st = CGC_CU(func, cuModuleGetFunction(&k->set_state, k->module, "cgc_philox_set_state"));
       if (st == CGC_SUCCESS)
-        st = CGC_CU_FOR(func, cuModuleGetFunction(&k->loop_advance, k->module, "cgc_philox_loop_advance"));
+        st = CGC_CU(func, cuModuleGetFunction(&k->loop_advance, k->module, "cgc_philox_loop_advance"));
       cgc__relaxed_end(previous);
       if (st == CGC_SUCCESS) {
         dev->kernels = k;
@@ -399,7 +399,7 @@ static cgc_status_t loop_end_iteration(struct cgc__body* b, CUstream stream, con
   if (st != CGC_SUCCESS) return st;
   void* args[] = {&states, &advance};
   cgc_rng_t first = generators[0].rng;
-  return CGC_CU_FOR(func, cuLaunchKernel(first->dev->kernels->loop_advance, 1, 1, 1, CGC__LOOP_GENERATORS, 1, 1, 0, stream, args,
+  return CGC_CU(func, cuLaunchKernel(first->dev->kernels->loop_advance, 1, 1, 1, CGC__LOOP_GENERATORS, 1, 1, 0, stream, args,
                                NULL));
 }
 

@@ -36,15 +36,15 @@ cgc_status_t cgc__stream_create(struct cgc__device* dev, unsigned flags, int pri
   int least = 0, greatest = 0;
   CUstream cu = NULL;
   unsigned long long id = 0;
-  st = cgc__cu_fail(CGC_DRV(cuCtxGetStreamPriorityRange)(&least, &greatest), func, "cuCtxGetStreamPriorityRange");
+  st = CGC_CU(func, cuCtxGetStreamPriorityRange(&least, &greatest));
   if (st != CGC_SUCCESS) goto fail;
   /* Lower numbers are higher priorities: clamp into [greatest, least] like the runtime does. */
   if (priority > least) priority = least;
   if (priority < greatest) priority = greatest;
   unsigned cu_flags = (flags & CGC_STREAM_NON_BLOCKING) ? CU_STREAM_NON_BLOCKING : CU_STREAM_DEFAULT;
-  st = cgc__cu_fail(CGC_DRV(cuStreamCreateWithPriority)(&cu, cu_flags, priority), func, "cuStreamCreateWithPriority");
+  st = CGC_CU(func, cuStreamCreateWithPriority(&cu, cu_flags, priority));
   if (st != CGC_SUCCESS) goto fail;
-  st = cgc__cu_fail(CGC_DRV(cuStreamGetId)(cu, &id), func, "cuStreamGetId"); /* a new stream is not capturing: safe to ask */
+  st = CGC_CU(func, cuStreamGetId(cu, &id)); /* a new stream is not capturing: safe to ask */
   if (st != CGC_SUCCESS) goto fail;
   st = new_handle(dev, cu, CGC__STREAM_OWNED, id, out, func);
   if (st != CGC_SUCCESS) goto fail;
@@ -66,7 +66,7 @@ cgc_status_t cgc_stream_wrap(cgc_context_t ctx, void* native_stream, cgc_stream_
   if (cu == CU_STREAM_PER_THREAD) return new_handle(ctx->dev, cu, CGC__STREAM_PER_THREAD, 0, out, __func__);
   /* A stream of another device would fail later in confusing ways: say so now. */
   CUcontext owner = NULL;
-  cgc_status_t st = CGC_CU(cuStreamGetCtx(cu, &owner));
+  cgc_status_t st = CGC_CU(__func__, cuStreamGetCtx(cu, &owner));
   if (st != CGC_SUCCESS) return st;
   if (owner != ctx->dev->cu)
     return cgc__fail(CGC_ERROR_INVALID_ARGUMENT, __func__,
@@ -114,7 +114,7 @@ cgc_status_t cgc_stream_destroy(cgc_stream_t stream) {
      * lives on (other handles may wrap it): its owner must not destroy it while blocks that
      * recorded a use of it are allocated (docs/DESIGN.md). */
     st = cgc__alloc_stream_ending(stream->dev, &ref, __func__);
-    if (st == CGC_SUCCESS) st = CGC_CU(cuStreamDestroy(stream->cu));
+    if (st == CGC_SUCCESS) st = CGC_CU(__func__, cuStreamDestroy(stream->cu));
   }
   if (st == CGC_SUCCESS) cgc__retire(stream);
   return st;
@@ -143,7 +143,7 @@ cgc_status_t cgc_stream_synchronize(cgc_stream_t stream) {
   cgc__ctx_scope_t scope;
   st = cgc__stream_enter(stream, &scope, __func__);
   if (st != CGC_SUCCESS) return st;
-  st = CGC_CU(cuStreamSynchronize(stream->cu));
+  st = CGC_CU(__func__, cuStreamSynchronize(stream->cu));
   cgc__ctx_leave(&scope);
   return st;
 }
@@ -192,7 +192,7 @@ cgc_status_t cgc_stream_priority_range(cgc_context_t ctx, int* least, int* great
   cgc__ctx_scope_t scope;
   cgc_status_t st = cgc__ctx_enter(ctx->dev, &scope, __func__);
   if (st != CGC_SUCCESS) return st;
-  st = CGC_CU(cuCtxGetStreamPriorityRange(least, greatest));
+  st = CGC_CU(__func__, cuCtxGetStreamPriorityRange(least, greatest));
   cgc__ctx_leave(&scope);
   return st;
 }
@@ -204,7 +204,7 @@ cgc_status_t cgc_stream_priority(cgc_stream_t stream, int* priority) {
   cgc__ctx_scope_t scope;
   cgc_status_t st = cgc__ctx_enter(stream->dev, &scope, __func__);
   if (st != CGC_SUCCESS) return st;
-  st = CGC_CU(cuStreamGetPriority(stream->cu, priority));
+  st = CGC_CU(__func__, cuStreamGetPriority(stream->cu, priority));
   cgc__ctx_leave(&scope);
   return st;
 }
@@ -245,7 +245,7 @@ cgc_status_t cgc_stream_copy_attributes(cgc_stream_t dst, cgc_stream_t src) {
   cgc__ctx_scope_t scope;
   cgc_status_t st = cgc__ctx_enter(dst->dev, &scope, __func__);
   if (st != CGC_SUCCESS) return st;
-  st = CGC_CU(cuStreamCopyAttributes(dst->cu, src->cu));
+  st = CGC_CU(__func__, cuStreamCopyAttributes(dst->cu, src->cu));
   cgc__ctx_leave(&scope);
   return st;
 }
@@ -273,7 +273,7 @@ cgc_status_t cgc_stream_set_access_policy(cgc_stream_t stream, const cgc_access_
   }
   if (cgc__host_function_depth > 0) return cgc__refuse_in_host_function(__func__);
   int max_bytes = 0;
-  cgc_status_t st = CGC_CU(cuDeviceGetAttribute(&max_bytes, CU_DEVICE_ATTRIBUTE_MAX_ACCESS_POLICY_WINDOW_SIZE,
+  cgc_status_t st = CGC_CU(__func__, cuDeviceGetAttribute(&max_bytes, CU_DEVICE_ATTRIBUTE_MAX_ACCESS_POLICY_WINDOW_SIZE,
                                                 stream->dev->cu_device));
   if (st != CGC_SUCCESS) return st;
   if (policy->bytes > (size_t)max_bytes)
@@ -289,7 +289,7 @@ cgc_status_t cgc_stream_set_access_policy(cgc_stream_t stream, const cgc_access_
   cgc__ctx_scope_t scope;
   st = cgc__ctx_enter(stream->dev, &scope, __func__);
   if (st != CGC_SUCCESS) return st;
-  st = CGC_CU(cuStreamSetAttribute(stream->cu, CU_STREAM_ATTRIBUTE_ACCESS_POLICY_WINDOW, &value));
+  st = CGC_CU(__func__, cuStreamSetAttribute(stream->cu, CU_STREAM_ATTRIBUTE_ACCESS_POLICY_WINDOW, &value));
   cgc__ctx_leave(&scope);
   return st;
 }
@@ -303,7 +303,7 @@ cgc_status_t cgc_stream_get_access_policy(cgc_stream_t stream, cgc_access_policy
   cgc__ctx_scope_t scope;
   cgc_status_t st = cgc__ctx_enter(stream->dev, &scope, __func__);
   if (st != CGC_SUCCESS) return st;
-  st = CGC_CU(cuStreamGetAttribute(stream->cu, CU_STREAM_ATTRIBUTE_ACCESS_POLICY_WINDOW, &value));
+  st = CGC_CU(__func__, cuStreamGetAttribute(stream->cu, CU_STREAM_ATTRIBUTE_ACCESS_POLICY_WINDOW, &value));
   cgc__ctx_leave(&scope);
   if (st != CGC_SUCCESS) return st;
   policy->base = value.accessPolicyWindow.base_ptr;

@@ -27,7 +27,7 @@ static cgc_status_t legacy_key(struct cgc__device* dev, uint64_t* key, const cha
   uint64_t id = atomic_load_explicit(&dev->legacy_stream_id, memory_order_relaxed);
   if (id == 0) {
     unsigned long long got = 0;
-    cgc_status_t st = cgc__cu_fail(CGC_DRV(cuStreamGetId)(CU_STREAM_LEGACY, &got), func, "cuStreamGetId");
+    cgc_status_t st = CGC_CU(func, cuStreamGetId(CU_STREAM_LEGACY, &got));
     if (st != CGC_SUCCESS) return st;
     id = got;
     atomic_store_explicit(&dev->legacy_stream_id, id, memory_order_relaxed);
