@@ -12,12 +12,11 @@
 static cgc_status_t malloc_in_body(cgc_context_t ctx, size_t size, cgc_stream_t stream, void** out) {
   cgc__stream_ref_t ref;
   uint64_t capture = 0;
-  cgc_status_t st = cgc__stream_resolve(stream, true, &ref, "cgc_malloc");
-  if (st == CGC_SUCCESS) st = cgc__registry_capture_of(&ref, &capture, "cgc_malloc");
-  if (st == CGC_SUCCESS && capture == 0)
-    st = cgc__fail(CGC_ERROR_INVALID_STATE, "cgc_malloc",
-                   "stream %p was lent for a conditional body that has ended", (void*)stream->cu);
-  if (st != CGC_SUCCESS) return st;
+  CGC_TRY(cgc__stream_resolve(stream, true, &ref, "cgc_malloc"));
+  CGC_TRY(cgc__registry_capture_of(&ref, &capture, "cgc_malloc"));
+  if (capture == 0)
+    return cgc__fail(CGC_ERROR_INVALID_STATE, "cgc_malloc", "stream %p was lent for a conditional body that has ended",
+                     (void*)stream->cu);
   ref.capture_id = capture;
   return cgc__malloc(ctx->dev, size, &ref, out, "cgc_malloc");
 }
@@ -40,10 +39,7 @@ cgc_status_t cgc_malloc(cgc_context_t ctx, size_t size, cgc_stream_t stream, voi
   bool ask = cgc__captures_underway() > 0 || atomic_load_explicit(&cgc__adopted_captures, memory_order_relaxed) > 0;
   uint64_t id = atomic_load_explicit(&stream->id, memory_order_relaxed);
   cgc__stream_ref_t ref = {.cu = stream->cu, .key = id}; /* not capturing: asked below when it matters */
-  if (ask || stream->special || id == 0) {
-    cgc_status_t st = cgc__stream_resolve(stream, ask, &ref, __func__);
-    if (st != CGC_SUCCESS) return st;
-  }
+  if (ask || stream->special || id == 0) CGC_TRY(cgc__stream_resolve(stream, ask, &ref, __func__));
   return cgc__malloc(ctx->dev, size, &ref, out, __func__);
 }
 
@@ -136,8 +132,7 @@ static cgc_status_t record_use(struct cgc__device* dev, void* ptr, const cgc__st
       return cgc__fail(CGC_ERROR_INVALID_STATE, func,
                        "the per-thread stream is capturing: record the use on a created stream instead");
     cgc__ctx_scope_t scope;
-    cgc_status_t st = cgc__ctx_enter(dev, &scope, func);
-    if (st != CGC_SUCCESS) return st;
+    CGC_TRY(cgc__ctx_enter(dev, &scope, func));
     now = cgc__alloc_record_fence(own, CU_STREAM_PER_THREAD);
     cgc__ctx_leave(&scope);
     if (now == NULL) return cgc__fail(CGC_ERROR_CUDA, func, "recording an event on the per-thread stream failed");
@@ -178,8 +173,7 @@ cgc_status_t cgc_record_stream(void* ptr, cgc_stream_t stream) {
   CGC_CHECK_HANDLE(stream, CGC_MAGIC_STREAM);
   bool per_thread = stream->kind == CGC__STREAM_PER_THREAD;
   cgc__stream_ref_t ref;
-  cgc_status_t st = cgc__stream_resolve(stream, per_thread, &ref, __func__);
-  if (st != CGC_SUCCESS) return st;
+  CGC_TRY(cgc__stream_resolve(stream, per_thread, &ref, __func__));
   return record_use(stream->dev, ptr, &ref, per_thread, __func__);
 }
 
@@ -193,8 +187,7 @@ cgc_status_t cgc_record_stream_native(void* ptr, void* native_stream) {
   struct cgc__device* dev = a->dev;
   cgc__alloc_unlock(a);
   cgc__stream_ref_t ref;
-  cgc_status_t st = cgc__stream_resolve_native(dev, (CUstream)native_stream, &ref, __func__);
-  if (st != CGC_SUCCESS) return st;
+  CGC_TRY(cgc__stream_resolve_native(dev, (CUstream)native_stream, &ref, __func__));
   return record_use(dev, ptr, &ref, (CUstream)native_stream == CU_STREAM_PER_THREAD, __func__);
 }
 

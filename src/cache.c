@@ -131,9 +131,7 @@ static cgc__block_t* take_dead_stream_segment(struct cgc__allocator* a, cgc_pool
       if (!f->done) {
         /* An event query is a call the driver counts as unsafe during a capture (this thread's,
          * in ThreadLocal mode: allocations inside captures come here): Relaxed mode. */
-        CUstreamCaptureMode previous = cgc__relaxed_begin();
-        f->done = CGC_DRV(cuEventQuery)(f->ev) != CUDA_ERROR_NOT_READY;
-        cgc__relaxed_end(previous);
+        CGC_RELAXED(f->done = CGC_DRV(cuEventQuery)(f->ev) != CUDA_ERROR_NOT_READY);
       }
       if (f->done) found = b;
     }
@@ -177,12 +175,15 @@ static cgc_status_t take_or_grow(struct cgc__allocator* a, cgc_pool_t pool, uint
                                                             : cgc__alloc_new_segment(a, pool, key, rounded, &b, func);
     if (st != CGC_SUCCESS) cgc__alloc_lock(a);
     if (pool != NULL) pool->internal_refs--; /* lock held here on every path */
+    if (st != CGC_SUCCESS) goto out;
   }
-  if (st == CGC_SUCCESS && !hand_out(a, b, size)) st = cgc__fail(CGC_ERROR_OUT_OF_MEMORY, func, "out of host memory");
-  if (st == CGC_SUCCESS) {
-    if (eager) b->capture_id = 0; /* not the capture its pool may be recording meanwhile */
-    *out = (void*)(uintptr_t)b->ptr;
+  if (!hand_out(a, b, size)) {
+    st = cgc__fail(CGC_ERROR_OUT_OF_MEMORY, func, "out of host memory");
+    goto out;
   }
+  if (eager) b->capture_id = 0; /* not the capture its pool may be recording meanwhile */
+  *out = (void*)(uintptr_t)b->ptr;
+out: /* lock held */
   if (pool != NULL) cgc__pool_dissolve_if_unused(pool);
   cgc__alloc_unlock(a);
   last_used = a;

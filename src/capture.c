@@ -47,11 +47,11 @@ static cgc_status_t read_options(const cgc_capture_options_t* in, cgc_capture_op
  * every path that does not reach the update). */
 static cgc_status_t claim_update(cgc_stream_t stream, cgc_capture_options_t* opts, const char* func) {
   cgc_graph_t g = opts->update;
-  cgc_status_t st = cgc__check_handle(g, CGC_MAGIC_GRAPH, func, "options->update");
-  if (st != CGC_SUCCESS) return st;
+  CGC_TRY(cgc__check_handle(g, CGC_MAGIC_GRAPH, func, "options->update"));
   if (g->dev != stream->dev)
-    return cgc__fail(CGC_ERROR_INVALID_ARGUMENT, func, "options->update (graph %p) is on device %d, the stream on device %d",
-                     (void*)g, g->dev->ordinal, stream->dev->ordinal);
+    return cgc__fail(CGC_ERROR_INVALID_ARGUMENT, func,
+                     "options->update (graph %p) is on device %d, the stream on device %d", (void*)g, g->dev->ordinal,
+                     stream->dev->ordinal);
   bool expected = false;
   if (!atomic_compare_exchange_strong(&g->updating, &expected, true))
     return cgc__fail(CGC_ERROR_INVALID_STATE, func,
@@ -80,24 +80,19 @@ static cgc_status_t claim_update(cgc_stream_t stream, cgc_capture_options_t* opt
 cgc_status_t cgc_capture_begin(cgc_stream_t stream, const cgc_capture_options_t* options) {
   CGC_CHECK_HANDLE(stream, CGC_MAGIC_STREAM);
   cgc_capture_options_t opts;
-  cgc_status_t st = read_options(options, &opts, __func__);
-  if (st != CGC_SUCCESS) return st;
+  CGC_TRY(read_options(options, &opts, __func__));
   if (stream->kind == CGC__STREAM_LEGACY)
     return cgc__fail(CGC_ERROR_CAPTURE_LEGACY_STREAM, __func__,
                      "CUDA graphs cannot be captured on the legacy default stream: capture on a stream "
                      "from cgc_stream_create (replaying on the default stream is fine)");
   cgc__stream_ref_t ref;
-  st = cgc__stream_resolve(stream, true, &ref, __func__);
-  if (st != CGC_SUCCESS) return st;
+  CGC_TRY(cgc__stream_resolve(stream, true, &ref, __func__));
   if (ref.capturing)
     return cgc__fail(CGC_ERROR_INVALID_STATE, __func__,
                      "stream %p is already capturing (capture id %llu): end that capture first", (void*)stream->cu,
                      (unsigned long long)ref.capture_id);
 
-  if (opts.update != NULL) {
-    st = claim_update(stream, &opts, __func__);
-    if (st != CGC_SUCCESS) return st;
-  }
+  if (opts.update != NULL) CGC_TRY(claim_update(stream, &opts, __func__));
   struct cgc__capture* c = calloc(1, sizeof *c);
   if (c == NULL) {
     if (opts.update != NULL) atomic_store(&opts.update->updating, false);
@@ -113,26 +108,22 @@ cgc_status_t cgc_capture_begin(cgc_stream_t stream, const cgc_capture_options_t*
   c->flags = opts.flags;
   bool registered = false, begun = false;
   cgc__ctx_scope_t scope = {false};
+  cgc_status_t st;
   /* The registry record, then routing to the pool, exist before the driver begins, so that no
    * allocation of the capture can slip into the device cache (SEMANTICS 3); a second begin on
    * the stream is refused by the registry before it routes anything. Once the registry counts
    * the capture no free starts recording fences; those already recording finish before the
    * stream starts capturing (cgc__alloc_wait_fencing), so a fence is never captured. */
-  st = cgc__registry_add(c, __func__);
-  if (st != CGC_SUCCESS) goto fail;
+  CGC_TRY_GOTO(st, cgc__registry_add(c, __func__), fail);
   registered = true;
   cgc__alloc_wait_fencing(stream->dev);
-  st = cgc__pool_begin_capture(stream->dev, opts.pool, ref.cu, ref.key, &c->pool, __func__);
-  if (st != CGC_SUCCESS) goto fail;
-  st = cgc__stream_enter(stream, &scope, __func__);
-  if (st != CGC_SUCCESS) goto fail;
-  st = CGC_CU(__func__, cuStreamBeginCapture(ref.cu, (CUstreamCaptureMode)opts.mode));
-  if (st != CGC_SUCCESS) goto fail;
+  CGC_TRY_GOTO(st, cgc__pool_begin_capture(stream->dev, opts.pool, ref.cu, ref.key, &c->pool, __func__), fail);
+  CGC_TRY_GOTO(st, cgc__stream_enter(stream, &scope, __func__), fail);
+  CGC_TRY_GOTO(st, CGC_CU(__func__, cuStreamBeginCapture(ref.cu, (CUstreamCaptureMode)opts.mode)), fail);
   begun = true;
   CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
   cuuint64_t id = 0;
-  st = CGC_CU(__func__, cuStreamGetCaptureInfo(ref.cu, &status, &id, NULL, NULL, NULL));
-  if (st != CGC_SUCCESS) goto fail;
+  CGC_TRY_GOTO(st, CGC_CU(__func__, cuStreamGetCaptureInfo(ref.cu, &status, &id, NULL, NULL, NULL)), fail);
   cgc__ctx_leave(&scope);
   cgc__pool_capture_started(c->pool, id);
   cgc__registry_activate(c, id);
@@ -210,27 +201,24 @@ static bool add_done_node(struct cgc__capture* c) {
  * kept: no graph is made and a graph the capture was to update stays as it was. */
 static cgc_status_t end_capture(cgc_stream_t stream, bool discard, cgc_graph_t* out, const char* func) {
   *out = NULL;
-  cgc_status_t checked = cgc__check_handle(stream, CGC_MAGIC_STREAM, func, "stream");
-  if (checked != CGC_SUCCESS) return checked;
+  CGC_TRY(cgc__check_handle(stream, CGC_MAGIC_STREAM, func, "stream"));
   /* The capture is claimed by the stream's key without asking the driver first: another thread
    * may be ending this very capture, and the driver can crash in cuStreamGetCaptureInfo on a
    * stream whose capture another thread ends at that moment (seen on driver 580 with two threads
    * ending one Relaxed capture). The driver is asked only when cgc has no capture on the stream,
    * so that the message can say whether a capture cgc did not begin is under way there. */
   cgc__stream_ref_t ref;
-  cgc_status_t st = cgc__stream_resolve(stream, false, &ref, func);
-  if (st != CGC_SUCCESS) return st;
+  CGC_TRY(cgc__stream_resolve(stream, false, &ref, func));
   struct cgc__capture* c = NULL;
-  st = cgc__registry_claim_end(&ref, &c, func);
+  cgc_status_t st = cgc__registry_claim_end(&ref, &c, func);
   if (st != CGC_SUCCESS && !cgc__registry_has_stream(ref.key)) {
-    st = cgc__stream_resolve(stream, true, &ref, func);
-    if (st == CGC_SUCCESS) st = cgc__registry_claim_end(&ref, &c, func);
+    CGC_TRY(cgc__stream_resolve(stream, true, &ref, func));
+    st = cgc__registry_claim_end(&ref, &c, func);
   }
   if (st != CGC_SUCCESS) return st;
 
   cgc__ctx_scope_t scope;
-  st = cgc__ctx_enter(c->dev, &scope, func);
-  if (st != CGC_SUCCESS) goto still_capturing;
+  CGC_TRY_GOTO(st, cgc__ctx_enter(c->dev, &scope, func), fail);
   bool has_done_node = add_done_node(c);
   CUgraph graph = NULL;
   CUresult r = CGC_DRV(cuStreamEndCapture)(c->origin, &graph);
@@ -240,7 +228,7 @@ static cgc_status_t end_capture(cgc_stream_t stream, bool discard, cgc_graph_t* 
     st = cgc__fail(CGC_ERROR_INVALID_STATE, func,
                    "cuStreamEndCapture failed: CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD: a Global or ThreadLocal "
                    "capture must be ended by the thread that began it; the capture is still under way");
-    goto still_capturing;
+    goto fail;
   }
   cgc__registry_remove(c);
 
@@ -263,7 +251,7 @@ static cgc_status_t end_capture(cgc_stream_t stream, bool discard, cgc_graph_t* 
     for (size_t i = 0; i < c->n_sides; i++) members[n_members++] = c->sides[i].key;
   }
   size_t nodes = 0;
-  if (st == CGC_SUCCESS) st = CGC_CU(__func__, cuGraphGetNodes(graph, NULL, &nodes));
+  if (st == CGC_SUCCESS) st = CGC_CU(func, cuGraphGetNodes(graph, NULL, &nodes));
   cgc__pool_end_capture(c->pool, st == CGC_SUCCESS, members, n_members);
   free(members);
   if (st != CGC_SUCCESS) {
@@ -301,7 +289,7 @@ static cgc_status_t end_capture(cgc_stream_t stream, bool discard, cgc_graph_t* 
   free_capture(c);
   return st;
 
-still_capturing: /* the driver capture goes on: its record stays for a later end */
+fail: /* still capturing: the driver capture goes on, and its record stays for a later end */
   cgc__registry_unclaim(c);
   return st;
 }
@@ -316,8 +304,7 @@ cgc_status_t cgc_capture(cgc_stream_t stream, const cgc_capture_options_t* optio
   CGC_CHECK_ARG(out != NULL, "out is NULL");
   *out = NULL;
   CGC_CHECK_ARG(body != NULL, "body is NULL");
-  cgc_status_t st = cgc_capture_begin(stream, options);
-  if (st != CGC_SUCCESS) return st;
+  CGC_TRY(cgc_capture_begin(stream, options));
   cgc_status_t body_st = body(stream, user);
   if (body_st == CGC_SUCCESS) return cgc_capture_end(stream, out);
 
@@ -347,11 +334,10 @@ cgc_status_t cgc_stream_capture_status(cgc_stream_t stream, cgc_capture_status_t
   if (capture_id != NULL) *capture_id = 0;
   CGC_CHECK_HANDLE(stream, CGC_MAGIC_STREAM);
   cgc__ctx_scope_t scope;
-  cgc_status_t st = cgc__stream_enter(stream, &scope, __func__);
-  if (st != CGC_SUCCESS) return st;
+  CGC_TRY(cgc__stream_enter(stream, &scope, __func__));
   CUstreamCaptureStatus s = CU_STREAM_CAPTURE_STATUS_NONE;
   cuuint64_t id = 0;
-  st = CGC_CU(__func__, cuStreamGetCaptureInfo(stream->cu, &s, &id, NULL, NULL, NULL));
+  cgc_status_t st = CGC_CU(__func__, cuStreamGetCaptureInfo(stream->cu, &s, &id, NULL, NULL, NULL));
   cgc__ctx_leave(&scope);
   if (st != CGC_SUCCESS) return st;
   *status = s == CU_STREAM_CAPTURE_STATUS_ACTIVE ? CGC_CAPTURE_ACTIVE
@@ -366,10 +352,9 @@ cgc_status_t cgc_capture_mode_exchange(cgc_capture_mode_t* mode) {
   CGC_CHECK_ARG(mode != NULL, "mode is NULL");
   CGC_CHECK_ARG((unsigned)*mode <= CGC_CAPTURE_MODE_RELAXED,
                 "*mode is %d: use CGC_CAPTURE_MODE_GLOBAL, _THREAD_LOCAL or _RELAXED", (int)*mode);
-  cgc_status_t st = cgc__driver_load(__func__);
-  if (st != CGC_SUCCESS) return st;
+  CGC_TRY(cgc__driver_load(__func__));
   CUstreamCaptureMode m = (CUstreamCaptureMode)*mode;
-  st = CGC_CU(__func__, cuThreadExchangeStreamCaptureMode(&m));
+  cgc_status_t st = CGC_CU(__func__, cuThreadExchangeStreamCaptureMode(&m));
   if (st == CGC_SUCCESS) *mode = (cgc_capture_mode_t)m;
   return st;
 }

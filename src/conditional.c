@@ -46,13 +46,14 @@ static cgc_status_t condition_kernel(struct cgc__device* dev, CUfunction* out, c
   if (*out == NULL) {
     CUmodule module = NULL;
     CUfunction kernel = NULL;
-    CUstreamCaptureMode previous = cgc__relaxed_begin(); /* loading allocates: never break a capture */
-    st = CGC_CU(func, cuModuleLoadData(&module, cgc__conditional_fatbin));
-    if (st == CGC_SUCCESS) {
-      st = CGC_CU(func, cuModuleGetFunction(&kernel, module, "cgc_set_condition"));
-      if (st != CGC_SUCCESS) CGC_DRV(cuModuleUnload)(module);
-    }
-    cgc__relaxed_end(previous);
+    /* Loading allocates: never break a capture. */
+    CGC_RELAXED({
+      st = CGC_CU(func, cuModuleLoadData(&module, cgc__conditional_fatbin));
+      if (st == CGC_SUCCESS) {
+        st = CGC_CU(func, cuModuleGetFunction(&kernel, module, "cgc_set_condition"));
+        if (st != CGC_SUCCESS) CGC_DRV(cuModuleUnload)(module);
+      }
+    });
     if (st == CGC_SUCCESS) atomic_store(&dev->condition_kernel, kernel);
     *out = kernel;
   }
@@ -133,40 +134,38 @@ cgc_status_t cgc__body_loop_states(struct cgc__body* loop, CUdeviceptr* out, con
   struct loop_states* s = calloc(1, sizeof *s);
   if (s == NULL) return cgc__fail(CGC_ERROR_OUT_OF_MEMORY, func, "out of host memory");
   cgc__ctx_scope_t scope;
-  cgc_status_t st = cgc__ctx_enter(loop->dev, &scope, func);
-  if (st != CGC_SUCCESS) {
-    free(s);
-    return st;
-  }
-  s->dev = loop->dev;
-  st = cgc__cu_fail(cgc__relaxed_mem_alloc(&s->ptr, kLoopStateWords * sizeof(uint64_t)), func, "cuMemAlloc");
   bool installed = false;
-  if (st == CGC_SUCCESS) {
-    cgc__mutex_lock(&loop_states_lock, CGC__LOCK_LOOP_STATES);
-    if (loop->loop_states != 0) {
-      *out = loop->loop_states; /* another thread's draw got there first */
-    } else {
-      /* Held by the capture first (then its graph frees it after the last replay), so that no
-       * node can point at memory already freed. Then the kernel before the node is told to zero
-       * the states before every run of the node; if that fails the loop would start from stale
-       * states, so the capture is marked broken. */
-      st = cgc__registry_add_new_use(loop->capture_id, &loop_states_use_ops, s, func);
+  cgc_status_t st;
+  CGC_TRY_GOTO(st, cgc__ctx_enter(loop->dev, &scope, func), out);
+  s->dev = loop->dev;
+  CGC_TRY_GOTO(
+      st, cgc__cu_fail(cgc__relaxed_mem_alloc(&s->ptr, kLoopStateWords * sizeof(uint64_t)), func, "cuMemAlloc"), out);
+  /* Installed under the lock (nothing jumps out from under it). */
+  cgc__mutex_lock(&loop_states_lock, CGC__LOCK_LOOP_STATES);
+  if (loop->loop_states != 0) {
+    *out = loop->loop_states; /* another thread's draw got there first */
+  } else {
+    /* Held by the capture first (then its graph frees it after the last replay), so that no
+     * node can point at memory already freed. Then the kernel before the node is told to zero
+     * the states before every run of the node; if that fails the loop would start from stale
+     * states, so the capture is marked broken. */
+    st = cgc__registry_add_new_use(loop->capture_id, &loop_states_use_ops, s, func);
+    if (st == CGC_SUCCESS) {
+      installed = true;
+      set_args_t a = set_args_of(loop, s->ptr, kLoopStateWords);
+      void* args[5];
+      CUDA_KERNEL_NODE_PARAMS p = set_params(loop->set_kernel, &a, args);
+      st = CGC_CU(func, cuGraphKernelNodeSetParams(loop->set_node, &p));
       if (st == CGC_SUCCESS) {
-        installed = true;
-        set_args_t a = set_args_of(loop, s->ptr, kLoopStateWords);
-        void* args[5];
-        CUDA_KERNEL_NODE_PARAMS p = set_params(loop->set_kernel, &a, args);
-        st = CGC_CU(func, cuGraphKernelNodeSetParams(loop->set_node, &p));
-        if (st == CGC_SUCCESS) {
-          loop->loop_states = *out = s->ptr;
-        } else {
-          cgc__registry_mark_broken(loop->capture_id);
-          cgc__append("; the capture can no longer be kept: cgc_capture_end will discard it");
-        }
+        loop->loop_states = *out = s->ptr;
+      } else {
+        cgc__registry_mark_broken(loop->capture_id);
+        cgc__append("; the capture can no longer be kept: cgc_capture_end will discard it");
       }
     }
-    cgc__mutex_unlock(&loop_states_lock, CGC__LOCK_LOOP_STATES);
   }
+  cgc__mutex_unlock(&loop_states_lock, CGC__LOCK_LOOP_STATES);
+out: /* a scope never entered is left alone */
   if (!installed && s->ptr != 0) cgc__relaxed_mem_free(s->ptr);
   cgc__ctx_leave(&scope);
   if (!installed) free(s); /* installed: the capture's use frees it */
@@ -190,8 +189,9 @@ static cgc_status_t check_kind(cgc_conditional_kind_t kind, unsigned flags, size
       break;
     case CGC_CONDITIONAL_SWITCH:
       if (n_bodies < 1 || n_bodies > kMaxBodies)
-        return cgc__fail(CGC_ERROR_INVALID_ARGUMENT, func, "n_bodies is %zu: a SWITCH node has 1 to %d bodies (CGC_CONDITIONAL_MAX_BODIES)",
-                         n_bodies, kMaxBodies);
+        return cgc__fail(CGC_ERROR_INVALID_ARGUMENT, func,
+                         "n_bodies is %zu: a SWITCH node has 1 to %d bodies (CGC_CONDITIONAL_MAX_BODIES)", n_bodies,
+                         kMaxBodies);
       newer = true;
       break;
     default:
@@ -206,8 +206,8 @@ static cgc_status_t check_kind(cgc_conditional_kind_t kind, unsigned flags, size
   if (cgc__drv.cuGraphConditionalHandleCreate == NULL || cgc__drv.cuGraphAddNode == NULL ||
       cgc__drv.cuStreamBeginCaptureToGraph == NULL || cgc__drv.version < 12040)
     return cgc__fail(CGC_ERROR_NOT_SUPPORTED, func,
-                     "conditional nodes need a driver for CUDA 12.4 or newer (this one is %d.%d)", cgc__drv.version / 1000,
-                     (cgc__drv.version % 1000) / 10);
+                     "conditional nodes need a driver for CUDA 12.4 or newer (this one is %d.%d)",
+                     cgc__drv.version / 1000, (cgc__drv.version % 1000) / 10);
   if (newer && cgc__drv.version < 12080)
     return cgc__fail(CGC_ERROR_NOT_SUPPORTED, func, "%s needs a driver for CUDA 12.8 or newer (this one is %d.%d)",
                      kind == CGC_CONDITIONAL_SWITCH ? "a SWITCH node" : "an IF node with an else body",
@@ -245,46 +245,48 @@ static void undo_begin(begin_state_t* s, uint64_t capture) {
 static cgc_status_t begin(cgc_stream_t stream, cgc_conditional_kind_t kind, const uint32_t* condition, unsigned flags,
                           size_t n_bodies, cgc_stream_t* bodies, uint64_t* handle, const char* func) {
   if (handle != NULL) *handle = 0;
-  if (bodies == NULL) return cgc__fail(CGC_ERROR_INVALID_ARGUMENT, func, n_bodies == 1 ? "body is NULL" : "bodies is NULL");
+  if (bodies == NULL)
+    return cgc__fail(CGC_ERROR_INVALID_ARGUMENT, func, n_bodies == 1 ? "body is NULL" : "bodies is NULL");
   for (size_t i = 0; i < n_bodies && i < kMaxBodies; i++) bodies[i] = NULL;
-  cgc_status_t st = cgc__check_handle(stream, CGC_MAGIC_STREAM, func, "stream");
-  if (st == CGC_SUCCESS) st = check_kind(kind, flags, n_bodies, func);
-  if (st != CGC_SUCCESS) return st;
+  CGC_TRY(cgc__check_handle(stream, CGC_MAGIC_STREAM, func, "stream"));
+  CGC_TRY(check_kind(kind, flags, n_bodies, func));
   if (condition == NULL) return cgc__fail(CGC_ERROR_INVALID_ARGUMENT, func, "condition is NULL");
   cgc__stream_ref_t ref;
-  st = stream->kind == CGC__STREAM_LEGACY ? CGC_SUCCESS : cgc__stream_resolve(stream, true, &ref, func);
-  if (st != CGC_SUCCESS) return st;
+  if (stream->kind != CGC__STREAM_LEGACY) CGC_TRY(cgc__stream_resolve(stream, true, &ref, func));
   if (stream->kind == CGC__STREAM_LEGACY || !ref.capturing)
     return cgc__fail(CGC_ERROR_INVALID_STATE, func,
                      "stream %p is not capturing: a conditional node goes into a capture (cgc_capture_begin first)",
                      (void*)stream->cu);
   uint64_t capture = 0, root = 0;
-  st = cgc__enqueue_capture(&ref, "a conditional node", &capture, func);
-  if (st == CGC_SUCCESS) st = cgc__registry_capture_of(&ref, &root, func);
-  if (st != CGC_SUCCESS) return st;
+  CGC_TRY(cgc__enqueue_capture(&ref, "a conditional node", &capture, func));
+  CGC_TRY(cgc__registry_capture_of(&ref, &root, func));
 
+  /* What `fail` undoes: the reservations, the records and lent streams, the body captures begun,
+   * the parent's count, and (once the graph was touched) the capture, marked broken. */
   struct cgc__body* records[kMaxBodies] = {0};
   cgc_stream_t lent[kMaxBodies] = {0};
   begin_state_t undo = {n_bodies, 0, 0, records, lent};
-  /* Reserved first: no end of the capture can start while the node is being added. */
-  for (; undo.reserved < n_bodies && st == CGC_SUCCESS; undo.reserved++) {
-    st = cgc__registry_reserve_body(capture, func);
-    if (st != CGC_SUCCESS) break;
-  }
-  /* What can fail without touching the graph comes first: the kernel, the records, the streams. */
   bool touched = false;
   cgc__ctx_scope_t scope = {false};
+  struct cgc__body* parent = NULL; /* set once it counts these bodies */
+  cgc_status_t st = CGC_SUCCESS;
+  /* Reserved first: no end of the capture can start while the node is being added. */
+  for (; undo.reserved < n_bodies; undo.reserved++) CGC_TRY_GOTO(st, cgc__registry_reserve_body(capture, func), fail);
+  /* What can fail without touching the graph comes first: the kernel, the records, the streams. */
   CUfunction kernel = NULL;
-  if (st == CGC_SUCCESS) st = cgc__ctx_enter(stream->dev, &scope, func);
-  if (st == CGC_SUCCESS) st = condition_kernel(stream->dev, &kernel, func);
+  CGC_TRY_GOTO(st, cgc__ctx_enter(stream->dev, &scope, func), fail);
+  CGC_TRY_GOTO(st, condition_kernel(stream->dev, &kernel, func), fail);
   /* The enclosing body (if `stream` is one) counts these as open from now on, so that it cannot
    * end while the node is being built in it. */
-  struct cgc__body* parent = atomic_load(&stream->body);
+  parent = atomic_load(&stream->body);
   if (parent != NULL) atomic_fetch_add(&parent->open_children, (int)n_bodies);
-  for (size_t i = 0; i < n_bodies && st == CGC_SUCCESS; i++) {
+  for (size_t i = 0; i < n_bodies; i++) {
     records[i] = calloc(1, sizeof *records[i]);
-    if (records[i] == NULL) st = cgc__fail(CGC_ERROR_OUT_OF_MEMORY, func, "out of host memory");
-    if (st == CGC_SUCCESS) st = cgc__stream_create(stream->dev, CGC_STREAM_NON_BLOCKING, 0, &lent[i], func);
+    if (records[i] == NULL) {
+      st = cgc__fail(CGC_ERROR_OUT_OF_MEMORY, func, "out of host memory");
+      goto fail;
+    }
+    CGC_TRY_GOTO(st, cgc__stream_create(stream->dev, CGC_STREAM_NON_BLOCKING, 0, &lent[i], func), fail);
   }
   /* Where the capture stands: its graph and the nodes the next work depends on. */
   CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
@@ -292,63 +294,61 @@ static cgc_status_t begin(cgc_stream_t stream, cgc_conditional_kind_t kind, cons
   CUgraph graph = NULL;
   const CUgraphNode* deps = NULL;
   size_t n_deps = 0;
-  if (st == CGC_SUCCESS) st = CGC_CU(func, cuStreamGetCaptureInfo(ref.cu, &status, &id, &graph, &deps, &n_deps));
-  if (st == CGC_SUCCESS && status != CU_STREAM_CAPTURE_STATUS_ACTIVE)
+  CGC_TRY_GOTO(st, CGC_CU(func, cuStreamGetCaptureInfo(ref.cu, &status, &id, &graph, &deps, &n_deps)), fail);
+  if (status != CU_STREAM_CAPTURE_STATUS_ACTIVE) {
     st = cgc__fail(CGC_ERROR_CAPTURE_INVALIDATED, func,
                    "the capture of stream %p was invalidated by an earlier call: end it (cgc_capture_end says why)",
                    (void*)ref.cu);
-  struct cgc__body shared = {.dev = stream->dev, .kind = kind, .flags = flags, .condition = condition, .capture_id = root,
-                             .outer_key = ref.key, .parent = parent, .set_kernel = kernel};
-  if (st == CGC_SUCCESS) {
-    /* From here the graph changes: a failure leaves a node that must not run, so the capture is
-     * marked broken and its end discards the graph. The handle's default (0, applied at every
-     * launch) keeps a node whose condition kernel never ran from looping. */
-    touched = true;
-    st = CGC_CU(func, cuGraphConditionalHandleCreate(&shared.handle, graph, stream->dev->cu, 0, CU_GRAPH_COND_ASSIGN_DEFAULT));
+    goto fail;
   }
+  struct cgc__body shared = {.dev = stream->dev,
+                             .kind = kind,
+                             .flags = flags,
+                             .condition = condition,
+                             .capture_id = root,
+                             .outer_key = ref.key,
+                             .parent = parent,
+                             .set_kernel = kernel};
+  /* From here the graph changes: a failure leaves a node that must not run, so the capture is
+   * marked broken and its end discards the graph. The handle's default (0, applied at every
+   * launch) keeps a node whose condition kernel never ran from looping. */
+  touched = true;
+  CGC_TRY_GOTO(st,
+               CGC_CU(func, cuGraphConditionalHandleCreate(&shared.handle, graph, stream->dev->cu, 0,
+                                                           CU_GRAPH_COND_ASSIGN_DEFAULT)),
+               fail);
+  set_args_t a = set_args_of(&shared, 0, 0);
+  void* args[5];
+  CUDA_KERNEL_NODE_PARAMS p = set_params(kernel, &a, args);
+  CGC_TRY_GOTO(st, CGC_CU(func, cuGraphAddKernelNode(&shared.set_node, graph, deps, n_deps, &p)), fail);
   CUgraphNode node = NULL;
-  if (st == CGC_SUCCESS) {
-    set_args_t a = set_args_of(&shared, 0, 0);
-    void* args[5];
-    CUDA_KERNEL_NODE_PARAMS p = set_params(kernel, &a, args);
-    st = CGC_CU(func, cuGraphAddKernelNode(&shared.set_node, graph, deps, n_deps, &p));
-  }
+  CUgraphNodeParams params = {0};
+  params.type = CU_GRAPH_NODE_TYPE_CONDITIONAL;
+  params.conditional.handle = shared.handle;
+  params.conditional.type = driver_kind(kind);
+  params.conditional.size = (unsigned)n_bodies;
+  params.conditional.ctx = stream->dev->cu;
+  CGC_TRY_GOTO(st, CGC_CU(func, cuGraphAddNode(&node, graph, &shared.set_node, NULL, 1, &params)), fail);
+  /* phGraph_out: the driver's own array of the `size` body graphs, valid while the node lives. */
   CUgraph body_graphs[kMaxBodies] = {0};
-  if (st == CGC_SUCCESS) {
-    CUgraphNodeParams params = {0};
-    params.type = CU_GRAPH_NODE_TYPE_CONDITIONAL;
-    params.conditional.handle = shared.handle;
-    params.conditional.type = driver_kind(kind);
-    params.conditional.size = (unsigned)n_bodies;
-    params.conditional.ctx = stream->dev->cu;
-    st = CGC_CU(func, cuGraphAddNode(&node, graph, &shared.set_node, NULL, 1, &params));
-    /* phGraph_out: the driver's own array of the `size` body graphs, valid while the node lives. */
-    for (size_t i = 0; st == CGC_SUCCESS && i < n_bodies; i++) body_graphs[i] = params.conditional.phGraph_out[i];
-  }
+  for (size_t i = 0; i < n_bodies; i++) body_graphs[i] = params.conditional.phGraph_out[i];
   /* The capture goes on after the conditional node. */
-  if (st == CGC_SUCCESS)
-    st = CGC_CU(func, cuStreamUpdateCaptureDependencies(ref.cu, &node, 1, CU_STREAM_SET_CAPTURE_DEPENDENCIES));
+  CGC_TRY_GOTO(
+      st, CGC_CU(func, cuStreamUpdateCaptureDependencies(ref.cu, &node, 1, CU_STREAM_SET_CAPTURE_DEPENDENCIES)), fail);
   /* Each body is captured on its lent stream; Relaxed, as a body's capture checks nothing the
    * capture it belongs to would not. */
-  for (size_t i = 0; i < n_bodies && st == CGC_SUCCESS; i++) {
-    st = CGC_CU(func, cuStreamBeginCaptureToGraph(lent[i]->cu, body_graphs[i], NULL, NULL, 0, CU_STREAM_CAPTURE_MODE_RELAXED));
-    if (st != CGC_SUCCESS) break;
+  for (size_t i = 0; i < n_bodies; i++) {
+    CGC_TRY_GOTO(st,
+                 CGC_CU(func, cuStreamBeginCaptureToGraph(lent[i]->cu, body_graphs[i], NULL, NULL, 0,
+                                                          CU_STREAM_CAPTURE_MODE_RELAXED)),
+                 fail);
     undo.begun++;
     cuuint64_t body_id = 0;
-    st = CGC_CU(func, cuStreamGetCaptureInfo(lent[i]->cu, &status, &body_id, NULL, NULL, NULL));
+    CGC_TRY_GOTO(st, CGC_CU(func, cuStreamGetCaptureInfo(lent[i]->cu, &status, &body_id, NULL, NULL, NULL)), fail);
     *records[i] = shared;
     records[i]->body_id = body_id;
   }
   cgc__ctx_leave(&scope);
-  if (st != CGC_SUCCESS) {
-    if (touched) {
-      cgc__registry_mark_broken(capture);
-      cgc__append("; the capture can no longer be kept: cgc_capture_end will discard it");
-    }
-    undo_begin(&undo, capture);
-    if (parent != NULL) atomic_fetch_sub(&parent->open_children, (int)n_bodies);
-    return st;
-  }
   for (size_t i = 0; i < n_bodies; i++) {
     atomic_store(&lent[i]->body, records[i]);
     cgc__registry_open_body(capture, records[i]->body_id, lent[i]);
@@ -356,6 +356,16 @@ static cgc_status_t begin(cgc_stream_t stream, cgc_conditional_kind_t kind, cons
   }
   if (handle != NULL) *handle = (uint64_t)shared.handle;
   return CGC_SUCCESS;
+
+fail:
+  cgc__ctx_leave(&scope);
+  if (touched) {
+    cgc__registry_mark_broken(capture);
+    cgc__append("; the capture can no longer be kept: cgc_capture_end will discard it");
+  }
+  undo_begin(&undo, capture);
+  if (parent != NULL) atomic_fetch_sub(&parent->open_children, (int)n_bodies);
+  return st;
 }
 
 cgc_status_t cgc_capture_conditional_begin(cgc_stream_t stream, cgc_conditional_kind_t kind, const uint32_t* condition,
@@ -405,27 +415,28 @@ cgc_status_t cgc_capture_conditional_end(cgc_stream_t body) {
                      children, (void*)body->cu);
   }
   cgc__ctx_scope_t scope;
-  cgc_status_t st = cgc__ctx_enter(body->dev, &scope, __func__);
   bool invalidated = false;
-  if (st == CGC_SUCCESS) {
-    CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
-    cuuint64_t id = 0;
-    st = CGC_CU(__func__, cuStreamGetCaptureInfo(body->cu, &status, &id, NULL, NULL, NULL));
-    if (st == CGC_SUCCESS && status == CU_STREAM_CAPTURE_STATUS_INVALIDATED) {
-      /* Measured on driver 580 (IF bodies of a kernel or a memset, invalidated by a stream query;
-       * conditional_test, and the same with the driver alone): the capture it belongs to still
-       * ends with a graph, and destroying that graph crashed (SIGSEGV) whether the body's capture
-       * was ended first or left alone, as did destroying the still-capturing body stream. Ending
-       * the body's capture and keeping the graph did not, and left the body's stream usable. So
-       * the body's capture is ended and its stream destroyed as usual, and the capture's end
-       * leaves its discarded graph allocated (graph_unsafe). */
-      invalidated = true;
-      st = cgc__fail(CGC_ERROR_CAPTURE_INVALIDATED, __func__,
-                     "the body's capture was invalidated by an earlier call; the capture it belongs to will be "
-                     "discarded at its end");
-    }
+  cgc_status_t st;
+  CGC_TRY_GOTO(st, cgc__ctx_enter(body->dev, &scope, __func__), out);
+  CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+  cuuint64_t id = 0;
+  CGC_TRY_GOTO(st, CGC_CU(__func__, cuStreamGetCaptureInfo(body->cu, &status, &id, NULL, NULL, NULL)), out);
+  if (status == CU_STREAM_CAPTURE_STATUS_INVALIDATED) {
+    /* Measured on driver 580 (IF bodies of a kernel or a memset, invalidated by a stream query;
+     * conditional_test, and the same with the driver alone): the capture it belongs to still
+     * ends with a graph, and destroying that graph crashed (SIGSEGV) whether the body's capture
+     * was ended first or left alone, as did destroying the still-capturing body stream. Ending
+     * the body's capture and keeping the graph did not, and left the body's stream usable. So
+     * the body's capture is ended and its stream destroyed as usual, and the capture's end
+     * leaves its discarded graph allocated (graph_unsafe). */
+    invalidated = true;
+    st = cgc__fail(CGC_ERROR_CAPTURE_INVALIDATED, __func__,
+                   "the body's capture was invalidated by an earlier call; the capture it belongs to will be "
+                   "discarded at its end");
+    goto out;
   }
-  if (st == CGC_SUCCESS && b->kind == CGC_CONDITIONAL_WHILE) st = end_iteration(b, body, __func__);
+  if (b->kind == CGC_CONDITIONAL_WHILE) st = end_iteration(b, body, __func__);
+out: /* the body ends whatever happened: a failure marks the capture */
   if (invalidated) {
     cgc__registry_mark_body_invalidated(b->body_id);
   } else if (st != CGC_SUCCESS) {

@@ -12,8 +12,7 @@ cgc_status_t cgc_device_count(int* count) {
   CGC_REFUSE_IN_HOST_FUNCTION();
   CGC_CHECK_ARG(count != NULL, "count is NULL");
   *count = 0;
-  cgc_status_t st = cgc__driver_load(__func__);
-  if (st != CGC_SUCCESS) return st;
+  CGC_TRY(cgc__driver_load(__func__));
   return CGC_CU(__func__, cuDeviceGetCount(count));
 }
 
@@ -22,8 +21,7 @@ cgc_status_t cgc_context_create(int device, cgc_context_t* out) {
   CGC_CHECK_ARG(out != NULL, "out is NULL");
   *out = NULL;
   struct cgc__device* dev;
-  cgc_status_t st = cgc__device_get(device, &dev, __func__);
-  if (st != CGC_SUCCESS) return st;
+  CGC_TRY(cgc__device_get(device, &dev, __func__));
   cgc_context_t ctx = calloc(1, sizeof *ctx);
   if (ctx == NULL) return cgc__fail(CGC_ERROR_OUT_OF_MEMORY, __func__, "out of host memory");
   ctx->magic = CGC_MAGIC_CONTEXT;
@@ -49,12 +47,10 @@ cgc_status_t cgc_context_synchronize(cgc_context_t ctx) {
   CGC_CHECK_HANDLE(ctx, CGC_MAGIC_CONTEXT);
   /* cuCtxSynchronize waits for capturing streams too: the driver breaks a capture of this
    * device from any thread, whatever its capture mode. */
-  cgc_status_t st = cgc__capture_guard(ctx->dev, CGC__GUARD_DEVICE, "cuCtxSynchronize", __func__);
-  if (st != CGC_SUCCESS) return st;
+  CGC_TRY(cgc__capture_guard(ctx->dev, CGC__GUARD_DEVICE, "cuCtxSynchronize", __func__));
   cgc__ctx_scope_t scope;
-  st = cgc__ctx_enter(ctx->dev, &scope, __func__);
-  if (st != CGC_SUCCESS) return st;
-  st = CGC_CU(__func__, cuCtxSynchronize());
+  CGC_TRY(cgc__ctx_enter(ctx->dev, &scope, __func__));
+  cgc_status_t st = CGC_CU(__func__, cuCtxSynchronize());
   cgc__ctx_leave(&scope);
   return st;
 }

@@ -61,8 +61,7 @@ static bool pageable(const void* p, size_t bytes) {
 
 static cgc_status_t copy(void* dst, const void* src, size_t bytes, cgc_stream_t stream, copy_direction_t dir,
                          const char* func) {
-  cgc_status_t st = cgc__check_handle(stream, CGC_MAGIC_STREAM, func, "stream");
-  if (st != CGC_SUCCESS) return st;
+  CGC_TRY(cgc__check_handle(stream, CGC_MAGIC_STREAM, func, "stream"));
   if (bytes == 0) return CGC_SUCCESS; /* nothing to copy: not even the pointers are looked at */
   if (dst == NULL) return cgc__fail(CGC_ERROR_INVALID_ARGUMENT, func, "dst is NULL");
   if (src == NULL) return cgc__fail(CGC_ERROR_INVALID_ARGUMENT, func, "src is NULL");
@@ -70,32 +69,34 @@ static cgc_status_t copy(void* dst, const void* src, size_t bytes, cgc_stream_t 
     return cgc__fail(CGC_ERROR_INVALID_ARGUMENT, func, "bytes (%zu) runs past the end of the address space", bytes);
   cgc__stream_ref_t ref;
   cgc__ctx_scope_t scope;
-  st = cgc__enqueue_begin(stream, CGC__ASK_NEVER, &ref, &scope, func);
+  cgc_status_t st;
+  CGC_TRY_GOTO(st, cgc__enqueue_begin(stream, CGC__ASK_NEVER, &ref, &scope, func), out);
   /* While cgc captures, host memory that is not page-locked is looked at closer: the stream is
    * asked whether it captures (then the copy is refused) and otherwise the call may be unsafe
    * for another thread's capture. Page-locked memory (the common case) costs one query. */
   const void* host = dir == HOST_TO_DEVICE ? src : dir == DEVICE_TO_HOST ? dst : NULL;
-  if (st == CGC_SUCCESS && host != NULL && cgc__captures_underway() > 0 && pageable(host, bytes)) {
-    if (stream->kind != CGC__STREAM_LEGACY) st = cgc__stream_resolve(stream, true, &ref, func);
+  if (host != NULL && cgc__captures_underway() > 0 && pageable(host, bytes)) {
+    if (stream->kind != CGC__STREAM_LEGACY) CGC_TRY_GOTO(st, cgc__stream_resolve(stream, true, &ref, func), out);
     const char* name = dir == HOST_TO_DEVICE ? "src" : "dst";
-    if (st == CGC_SUCCESS && ref.capturing)
+    if (ref.capturing) {
       st = cgc__fail(CGC_ERROR_CAPTURE_UNSUPPORTED, func,
                      "%s (%p, %zu bytes) is pageable host memory and stream %p is capturing: a captured copy reads "
                      "or writes its host buffer again at every replay, which the driver can do only with "
                      "page-locked memory; use cgc_host_alloc or cgc_host_register for it",
                      name, host, bytes, (void*)ref.cu);
-    else if (st == CGC_SUCCESS)
-      st = cgc__capture_guard(stream->dev, CGC__GUARD_THIS_THREAD, "a copy with pageable host memory", func);
-  }
-  if (st == CGC_SUCCESS) {
-    CUdeviceptr d = (CUdeviceptr)(uintptr_t)dst, s = (CUdeviceptr)(uintptr_t)src;
-    switch (dir) {
-      case HOST_TO_DEVICE: st = CGC_CU(func, cuMemcpyHtoDAsync(d, src, bytes, ref.cu)); break;
-      case DEVICE_TO_HOST: st = CGC_CU(func, cuMemcpyDtoHAsync(dst, s, bytes, ref.cu)); break;
-      case DEVICE_TO_DEVICE: st = CGC_CU(func, cuMemcpyDtoDAsync(d, s, bytes, ref.cu)); break;
+      goto out;
     }
-    if (st != CGC_SUCCESS) cgc__append(" (dst %p, src %p, %zu bytes)", dst, src, bytes);
+    CGC_TRY_GOTO(st, cgc__capture_guard(stream->dev, CGC__GUARD_THIS_THREAD, "a copy with pageable host memory", func),
+                 out);
   }
+  CUdeviceptr d = (CUdeviceptr)(uintptr_t)dst, s = (CUdeviceptr)(uintptr_t)src;
+  switch (dir) {
+    case HOST_TO_DEVICE: st = CGC_CU(func, cuMemcpyHtoDAsync(d, src, bytes, ref.cu)); break;
+    case DEVICE_TO_HOST: st = CGC_CU(func, cuMemcpyDtoHAsync(dst, s, bytes, ref.cu)); break;
+    case DEVICE_TO_DEVICE: st = CGC_CU(func, cuMemcpyDtoDAsync(d, s, bytes, ref.cu)); break;
+  }
+  if (st != CGC_SUCCESS) cgc__append(" (dst %p, src %p, %zu bytes)", dst, src, bytes);
+out:
   cgc__ctx_leave(&scope);
   return st;
 }
@@ -115,8 +116,7 @@ cgc_status_t cgc_memcpy_dtod_async(void* dst, const void* src, size_t bytes, cgc
 /* The three sets differ in the element size and the driver call only. */
 static cgc_status_t set(void* dst, uint32_t value, size_t count, size_t element, cgc_stream_t stream,
                         const char* func) {
-  cgc_status_t st = cgc__check_handle(stream, CGC_MAGIC_STREAM, func, "stream");
-  if (st != CGC_SUCCESS) return st;
+  CGC_TRY(cgc__check_handle(stream, CGC_MAGIC_STREAM, func, "stream"));
   if (dst == NULL) return cgc__fail(CGC_ERROR_INVALID_ARGUMENT, func, "dst is NULL");
   if ((uintptr_t)dst % element != 0)
     return cgc__fail(CGC_ERROR_INVALID_ARGUMENT, func, "dst (%p) is not aligned to the %zu-byte element", dst, element);
@@ -126,17 +126,18 @@ static cgc_status_t set(void* dst, uint32_t value, size_t count, size_t element,
   if (count == 0) return CGC_SUCCESS;
   cgc__stream_ref_t ref;
   cgc__ctx_scope_t scope;
-  st = cgc__enqueue_begin(stream, CGC__ASK_NEVER, &ref, &scope, func); /* a set is the same captured or not */
-  if (st == CGC_SUCCESS) {
-    CUdeviceptr d = (CUdeviceptr)(uintptr_t)dst;
-    if (element == 1)
-      st = CGC_CU(func, cuMemsetD8Async(d, (unsigned char)value, count, ref.cu));
-    else if (element == 2)
-      st = CGC_CU(func, cuMemsetD16Async(d, (unsigned short)value, count, ref.cu));
-    else
-      st = CGC_CU(func, cuMemsetD32Async(d, value, count, ref.cu));
-    if (st != CGC_SUCCESS) cgc__append(" (dst %p, %zu elements)", dst, count);
-  }
+  cgc_status_t st;
+  /* A set is the same captured or not. */
+  CGC_TRY_GOTO(st, cgc__enqueue_begin(stream, CGC__ASK_NEVER, &ref, &scope, func), out);
+  CUdeviceptr d = (CUdeviceptr)(uintptr_t)dst;
+  if (element == 1)
+    st = CGC_CU(func, cuMemsetD8Async(d, (unsigned char)value, count, ref.cu));
+  else if (element == 2)
+    st = CGC_CU(func, cuMemsetD16Async(d, (unsigned short)value, count, ref.cu));
+  else
+    st = CGC_CU(func, cuMemsetD32Async(d, value, count, ref.cu));
+  if (st != CGC_SUCCESS) cgc__append(" (dst %p, %zu elements)", dst, count);
+out:
   cgc__ctx_leave(&scope);
   return st;
 }
@@ -164,13 +165,11 @@ cgc_status_t cgc_host_alloc(cgc_context_t ctx, size_t bytes, unsigned flags, voi
   CGC_CHECK_ARG((flags & ~CGC_HOST_WRITE_COMBINED) == 0, "unknown flag bits 0x%x", flags & ~CGC_HOST_WRITE_COMBINED);
   if (bytes == 0) return CGC_SUCCESS;
   cgc__ctx_scope_t scope;
-  cgc_status_t st = cgc__ctx_enter(ctx->dev, &scope, __func__);
-  if (st != CGC_SUCCESS) return st;
+  CGC_TRY(cgc__ctx_enter(ctx->dev, &scope, __func__));
   unsigned cu_flags = CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP |
                       ((flags & CGC_HOST_WRITE_COMBINED) ? CU_MEMHOSTALLOC_WRITECOMBINED : 0);
-  CUstreamCaptureMode previous = cgc__relaxed_begin();
-  st = CGC_CU(__func__, cuMemHostAlloc(out, bytes, cu_flags));
-  cgc__relaxed_end(previous);
+  cgc_status_t st;
+  CGC_RELAXED(st = CGC_CU(__func__, cuMemHostAlloc(out, bytes, cu_flags)));
   cgc__ctx_leave(&scope);
   if (st != CGC_SUCCESS) {
     *out = NULL;
@@ -182,8 +181,7 @@ cgc_status_t cgc_host_alloc(cgc_context_t ctx, size_t bytes, unsigned flags, voi
 /* Runs a host-memory release (free or unregister) of `ptr` in the context that page-locked it. */
 static cgc_status_t release_host(void* ptr, bool registered, const char* func) {
   if (cgc__host_function_depth > 0) return cgc__refuse_in_host_function(func);
-  cgc_status_t st = cgc__driver_load(func);
-  if (st != CGC_SUCCESS) return st;
+  CGC_TRY(cgc__driver_load(func));
   CUdeviceptr p = (CUdeviceptr)(uintptr_t)ptr;
   if (memory_type(ptr) != CU_MEMORYTYPE_HOST)
     return cgc__fail(CGC_ERROR_INVALID_ARGUMENT, func, "ptr (%p) is not page-locked host memory of %s", ptr,
@@ -195,8 +193,7 @@ static cgc_status_t release_host(void* ptr, bool registered, const char* func) {
     int ordinal = 0;
     if (CGC_DRV(cuPointerGetAttribute)(&ordinal, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, p) != CUDA_SUCCESS) ordinal = 0;
     struct cgc__device* dev = NULL;
-    st = cgc__device_get(ordinal, &dev, func);
-    if (st != CGC_SUCCESS) return st;
+    CGC_TRY(cgc__device_get(ordinal, &dev, func));
     owner = dev->cu;
   }
   bool pushed = false;
@@ -207,10 +204,8 @@ static cgc_status_t release_host(void* ptr, bool registered, const char* func) {
   }
   /* Before the memory goes: no thread may take its pages for page-locked from now on. */
   atomic_fetch_add_explicit(&host_generation, 1, memory_order_acq_rel);
-  CUstreamCaptureMode previous = cgc__relaxed_begin();
-  st = registered ? CGC_CU(func, cuMemHostUnregister(ptr))
-                  : CGC_CU(func, cuMemFreeHost(ptr));
-  cgc__relaxed_end(previous);
+  cgc_status_t st;
+  CGC_RELAXED(st = registered ? CGC_CU(func, cuMemHostUnregister(ptr)) : CGC_CU(func, cuMemFreeHost(ptr)));
   CUcontext popped;
   if (pushed) CGC_DRV(cuCtxPopCurrent)(&popped);
   if (st != CGC_SUCCESS) cgc__append(" (ptr %p)", ptr);
@@ -229,13 +224,11 @@ cgc_status_t cgc_host_register(cgc_context_t ctx, void* ptr, size_t bytes, unsig
   CGC_CHECK_ARG(bytes <= UINTPTR_MAX - (uintptr_t)ptr, "bytes (%zu) runs past the end of the address space", bytes);
   CGC_CHECK_ARG((flags & ~CGC_HOST_READ_ONLY) == 0, "unknown flag bits 0x%x", flags & ~CGC_HOST_READ_ONLY);
   cgc__ctx_scope_t scope;
-  cgc_status_t st = cgc__ctx_enter(ctx->dev, &scope, __func__);
-  if (st != CGC_SUCCESS) return st;
+  CGC_TRY(cgc__ctx_enter(ctx->dev, &scope, __func__));
   unsigned cu_flags = CU_MEMHOSTREGISTER_PORTABLE | CU_MEMHOSTREGISTER_DEVICEMAP |
                       ((flags & CGC_HOST_READ_ONLY) ? CU_MEMHOSTREGISTER_READ_ONLY : 0);
-  CUstreamCaptureMode previous = cgc__relaxed_begin();
-  st = CGC_CU(__func__, cuMemHostRegister(ptr, bytes, cu_flags));
-  cgc__relaxed_end(previous);
+  cgc_status_t st;
+  CGC_RELAXED(st = CGC_CU(__func__, cuMemHostRegister(ptr, bytes, cu_flags)));
   cgc__ctx_leave(&scope);
   if (st != CGC_SUCCESS) cgc__append(" (ptr %p, %zu bytes)", ptr, bytes);
   return st;

@@ -8,6 +8,12 @@ enum { kMaxDevices = 64 };
 static _Atomic(struct cgc__device*) devices[kMaxDevices];
 static pthread_mutex_t devices_lock = PTHREAD_MUTEX_INITIALIZER;
 
+/* The driver's handles of a new device (nothing to undo here: create_device frees it on failure). */
+static cgc_status_t open_device(struct cgc__device* dev, const char* func) {
+  CGC_TRY(CGC_CU(func, cuDeviceGet(&dev->cu_device, dev->ordinal)));
+  return CGC_CU(func, cuDevicePrimaryCtxRetain(&dev->cu, dev->cu_device));
+}
+
 static cgc_status_t create_device(int ordinal, struct cgc__device** out, const char* func) {
   int count = 0;
   if (CGC_DRV(cuDeviceGetCount)(&count) != CUDA_SUCCESS) count = 0;
@@ -23,9 +29,7 @@ static cgc_status_t create_device(int ordinal, struct cgc__device** out, const c
       st = cgc__fail(CGC_ERROR_OUT_OF_MEMORY, func, "out of host memory");
     } else {
       dev->ordinal = ordinal;
-      st = CGC_CU(func, cuDeviceGet(&dev->cu_device, ordinal));
-      if (st == CGC_SUCCESS)
-        st = CGC_CU(func, cuDevicePrimaryCtxRetain(&dev->cu, dev->cu_device));
+      st = open_device(dev, func);
       if (st == CGC_SUCCESS) {
         atomic_store(&devices[ordinal], dev);
       } else {
@@ -49,8 +53,7 @@ cgc_status_t cgc__device_get(int ordinal, struct cgc__device** out, const char* 
       return CGC_SUCCESS;
     }
   }
-  cgc_status_t st = cgc__driver_load(func);
-  if (st != CGC_SUCCESS) return st;
+  CGC_TRY(cgc__driver_load(func));
   return create_device(ordinal, out, func);
 }
 
@@ -96,13 +99,12 @@ cgc_status_t cgc__device_fence_stream(struct cgc__device* dev, CUstream* out, co
   s = atomic_load_explicit(&dev->fence_stream, memory_order_acquire);
   if (s == NULL) {
     cgc__ctx_scope_t scope;
-    st = cgc__ctx_enter(dev, &scope, func);
-    if (st == CGC_SUCCESS) {
-      st = CGC_CU(func, cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
-      cgc__ctx_leave(&scope);
-    }
+    CGC_TRY_GOTO(st, cgc__ctx_enter(dev, &scope, func), out);
+    st = CGC_CU(func, cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+    cgc__ctx_leave(&scope);
     if (st == CGC_SUCCESS) atomic_store_explicit(&dev->fence_stream, s, memory_order_release);
   }
+out:
   cgc__mutex_unlock(&fence_lock, CGC__LOCK_FENCE_STREAM);
   *out = s;
   return st;

@@ -137,15 +137,13 @@ CUstreamCaptureMode cgc__relaxed_begin(void) {
 void cgc__relaxed_end(CUstreamCaptureMode previous) { CGC_DRV(cuThreadExchangeStreamCaptureMode)(&previous); }
 
 CUresult cgc__relaxed_mem_alloc(CUdeviceptr* p, size_t size) {
-  CUstreamCaptureMode previous = cgc__relaxed_begin();
-  CUresult r = CGC_DRV(cuMemAlloc)(p, size);
-  cgc__relaxed_end(previous);
+  CUresult r;
+  CGC_RELAXED(r = CGC_DRV(cuMemAlloc)(p, size));
   return r;
 }
 
 CUresult cgc__relaxed_mem_free(CUdeviceptr p) {
-  CUstreamCaptureMode previous = cgc__relaxed_begin();
-  CUresult r = CGC_DRV(cuMemFree)(p);
-  cgc__relaxed_end(previous);
+  CUresult r;
+  CGC_RELAXED(r = CGC_DRV(cuMemFree)(p));
   return r;
 }

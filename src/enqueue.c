@@ -14,8 +14,7 @@ cgc_status_t cgc__enqueue_begin(cgc_stream_t s, cgc__ask_t ask, cgc__stream_ref_
   if (asked && s->kind != CGC__STREAM_LEGACY) {
     /* Whether this stream takes part in a capture decides what the call may do (a pageable
      * copy, a host node, which capture holds a kernel's code). */
-    cgc_status_t st = cgc__stream_resolve(s, true, ref, func);
-    if (st != CGC_SUCCESS) return st;
+    CGC_TRY(cgc__stream_resolve(s, true, ref, func));
   } else {
     *ref = (cgc__stream_ref_t){.cu = s->cu, .special = s->special}; /* (cgc__ctx_enter refuses host functions) */
   }

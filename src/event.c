@@ -12,19 +12,20 @@ cgc_status_t cgc_event_create(cgc_context_t ctx, unsigned flags, cgc_event_t* ou
   cgc_event_t ev = calloc(1, sizeof *ev);
   if (ev == NULL) return cgc__fail(CGC_ERROR_OUT_OF_MEMORY, __func__, "out of host memory");
   cgc__ctx_scope_t scope;
-  cgc_status_t st = cgc__ctx_enter(ctx->dev, &scope, __func__);
-  if (st == CGC_SUCCESS) {
-    st = CGC_CU(__func__, cuEventCreate(&ev->cu, (flags & CGC_EVENT_TIMING) ? CU_EVENT_DEFAULT : CU_EVENT_DISABLE_TIMING));
-    cgc__ctx_leave(&scope);
-  }
-  if (st != CGC_SUCCESS) {
-    free(ev);
-    return st;
-  }
+  cgc_status_t st;
+  CGC_TRY_GOTO(st, cgc__ctx_enter(ctx->dev, &scope, __func__), fail);
+  unsigned cu_flags = (flags & CGC_EVENT_TIMING) ? CU_EVENT_DEFAULT : CU_EVENT_DISABLE_TIMING;
+  st = CGC_CU(__func__, cuEventCreate(&ev->cu, cu_flags));
+  cgc__ctx_leave(&scope);
+  if (st != CGC_SUCCESS) goto fail;
   ev->magic = CGC_MAGIC_EVENT;
   ev->dev = ctx->dev;
   *out = ev;
   return CGC_SUCCESS;
+
+fail:
+  free(ev);
+  return st;
 }
 
 cgc_status_t cgc_event_destroy(cgc_event_t event) {
@@ -40,12 +41,10 @@ cgc_status_t cgc_event_record(cgc_event_t event, cgc_stream_t stream) {
   CGC_CHECK_HANDLE(stream, CGC_MAGIC_STREAM);
   if (stream->body != NULL) return cgc__refuse_in_body(stream, "an event record", __func__);
   cgc__stream_ref_t ref;
-  cgc_status_t st = cgc__stream_resolve(stream, cgc__captures_underway() > 0, &ref, __func__);
-  if (st != CGC_SUCCESS) return st;
+  CGC_TRY(cgc__stream_resolve(stream, cgc__captures_underway() > 0, &ref, __func__));
   cgc__ctx_scope_t scope;
-  st = cgc__stream_enter(stream, &scope, __func__);
-  if (st != CGC_SUCCESS) return st;
-  st = cgc__registry_record(event, &ref, __func__);
+  CGC_TRY(cgc__stream_enter(stream, &scope, __func__));
+  cgc_status_t st = cgc__registry_record(event, &ref, __func__);
   cgc__ctx_leave(&scope);
   return st;
 }
@@ -54,8 +53,7 @@ cgc_status_t cgc_event_record(cgc_event_t event, cgc_stream_t stream) {
 cgc_status_t cgc_event_synchronize(cgc_event_t event) {
   CGC_REFUSE_IN_HOST_FUNCTION();
   CGC_CHECK_HANDLE(event, CGC_MAGIC_EVENT);
-  cgc_status_t st = cgc__capture_guard(event->dev, CGC__GUARD_THIS_THREAD, "cuEventSynchronize", __func__);
-  if (st != CGC_SUCCESS) return st;
+  CGC_TRY(cgc__capture_guard(event->dev, CGC__GUARD_THIS_THREAD, "cuEventSynchronize", __func__));
   return CGC_CU(__func__, cuEventSynchronize(event->cu));
 }
 
@@ -64,8 +62,7 @@ cgc_status_t cgc_event_query(cgc_event_t event, int* complete) {
   CGC_CHECK_ARG(complete != NULL, "complete is NULL");
   *complete = 0;
   CGC_CHECK_HANDLE(event, CGC_MAGIC_EVENT);
-  cgc_status_t st = cgc__capture_guard(event->dev, CGC__GUARD_THIS_THREAD, "cuEventQuery", __func__);
-  if (st != CGC_SUCCESS) return st;
+  CGC_TRY(cgc__capture_guard(event->dev, CGC__GUARD_THIS_THREAD, "cuEventQuery", __func__));
   CUresult r = CGC_DRV(cuEventQuery)(event->cu);
   if (r == CUDA_ERROR_NOT_READY) return CGC_SUCCESS;
   if (r == CUDA_SUCCESS) *complete = 1;

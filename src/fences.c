@@ -378,40 +378,38 @@ cgc_status_t cgc__alloc_stream_ending(struct cgc__device* dev, const cgc__stream
     /* One fence on the stream's last work settles every use of it, and its segments go to
      * other streams once that work is done. */
     cgc__ctx_scope_t scope;
-    cgc__fence_t* f = NULL;
-    st = cgc__ctx_enter(dev, &scope, func);
-    if (st == CGC_SUCCESS) {
-      f = cgc__alloc_record_fence(a, ref->cu);
-      cgc__ctx_leave(&scope);
-      if (f == NULL)
-        st = cgc__fail(CGC_ERROR_CUDA, func,
-                       "recording an event on stream %p (for the memory cgc keeps for it) failed: the stream was "
-                       "not destroyed",
-                       (void*)ref->cu);
+    CGC_TRY_GOTO(st, cgc__ctx_enter(dev, &scope, func), out);
+    cgc__fence_t* f = cgc__alloc_record_fence(a, ref->cu);
+    cgc__ctx_leave(&scope);
+    if (f == NULL) {
+      st = cgc__fail(CGC_ERROR_CUDA, func,
+                     "recording an event on stream %p (for the memory cgc keeps for it) failed: the stream was "
+                     "not destroyed",
+                     (void*)ref->cu);
+      goto out;
     }
-    if (f != NULL) {
-      cgc__alloc_lock(a);
-      /* Coalesced here, in the same critical section: free runs are whole before they are
-       * marked, so the last free of a dying segment finds it whole. */
-      cgc__state_coalesce(&a->cache, cgc__alloc_recycle_block, a);
-      visit_owing(a, ref, f);
-      retire_stream_segments(a, ref->key, f);
-      /* Deferred blocks whose last unsettled use was this stream can wait on the pending list. */
-      for (cgc__block_t** p = &a->deferred; *p != NULL;) {
-        cgc__block_t* b = *p;
-        bool settled = true;
-        for (size_t i = 0; i < b->n_uses && settled; i++) settled = b->uses[i].fence != NULL;
-        if (!settled) {
-          p = &b->next_waiting;
-          continue;
-        }
-        *p = b->next_waiting;
-        cgc__alloc_add_pending(a, b);
+    cgc__alloc_lock(a);
+    /* Coalesced here, in the same critical section: free runs are whole before they are
+     * marked, so the last free of a dying segment finds it whole. */
+    cgc__state_coalesce(&a->cache, cgc__alloc_recycle_block, a);
+    visit_owing(a, ref, f);
+    retire_stream_segments(a, ref->key, f);
+    /* Deferred blocks whose last unsettled use was this stream can wait on the pending list. */
+    for (cgc__block_t** p = &a->deferred; *p != NULL;) {
+      cgc__block_t* b = *p;
+      bool settled = true;
+      for (size_t i = 0; i < b->n_uses && settled; i++) settled = b->uses[i].fence != NULL;
+      if (!settled) {
+        p = &b->next_waiting;
+        continue;
       }
-      cgc__fence_put(a, f);
-      cgc__alloc_unlock(a);
+      *p = b->next_waiting;
+      cgc__alloc_add_pending(a, b);
     }
+    cgc__fence_put(a, f);
+    cgc__alloc_unlock(a);
   }
+out: /* the count taken above is given back on every path */
   cgc__alloc_lock(a);
   a->ending_streams--;
   cgc__alloc_unlock(a);

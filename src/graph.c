@@ -29,13 +29,28 @@ static void drop_uses(cgc_graph_t g) {
  * device memory, which would break a Global capture under way on any thread: Relaxed mode. The
  * device's context is current. */
 static CUresult instantiate(CUgraph graph, CUgraphExec* exec) {
-  CUstreamCaptureMode previous = cgc__relaxed_begin();
-  CUresult r = CGC_DRV(cuGraphInstantiateWithFlags)(
-      exec, graph, CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH | CUDA_GRAPH_INSTANTIATE_FLAG_USE_NODE_PRIORITY);
-  if (r == CUDA_ERROR_INVALID_VALUE)
-    r = CGC_DRV(cuGraphInstantiateWithFlags)(exec, graph, CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH);
-  cgc__relaxed_end(previous);
+  CUresult r = CUDA_SUCCESS;
+  CGC_RELAXED({
+    r = CGC_DRV(cuGraphInstantiateWithFlags)(
+        exec, graph, CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH | CUDA_GRAPH_INSTANTIATE_FLAG_USE_NODE_PRIORITY);
+    if (r == CUDA_ERROR_INVALID_VALUE)
+      r = CGC_DRV(cuGraphInstantiateWithFlags)(exec, graph, CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH);
+  });
   return r;
+}
+
+/* What a failed create or update gives back, in this order: the executable it made (destroying
+ * one would break a Global capture under way on another thread: Relaxed mode), the captured
+ * graph, the context, the uses it took. Then `done`: with `done_to_pool` it goes to the pool as a
+ * fence, else it is destroyed (never launched). Last the capture's reference to the pool. */
+static void discard_new_graph(CUgraphExec exec, CUgraph graph, cgc__ctx_scope_t* scope, cgc__graph_uses_t* taken,
+                              CUevent done, bool done_to_pool, cgc_pool_t pool) {
+  if (exec != NULL) CGC_RELAXED(CGC_DRV(cuGraphExecDestroy)(exec));
+  CGC_DRV(cuGraphDestroy)(graph);
+  cgc__ctx_leave(scope);
+  cgc__release_taken(taken->uses, taken->n_uses);
+  if (!done_to_pool && done != NULL) CGC_DRV(cuEventDestroy)(done);
+  cgc__pool_unref(pool, done_to_pool ? done : NULL);
 }
 
 cgc_status_t cgc__graph_create(struct cgc__device* dev, CUgraph graph, CUevent done, size_t node_count, cgc_pool_t pool,
@@ -46,7 +61,7 @@ cgc_status_t cgc__graph_create(struct cgc__device* dev, CUgraph graph, CUevent d
   cgc__ctx_scope_t scope = {false};
   cgc_status_t st = CGC_SUCCESS;
   cgc_graph_t g = calloc(1, sizeof *g);
-  cgc__graph_uses_t taken;
+  cgc__graph_uses_t taken = {NULL, 0, 0, false};
   if (g == NULL || !cgc__take_uses(&taken, uses, n_uses)) {
     free(g);
     g = NULL;
@@ -58,13 +73,10 @@ cgc_status_t cgc__graph_create(struct cgc__device* dev, CUgraph graph, CUevent d
   g->n_uses = taken.n_uses;
   g->n_prologue = taken.n_prologue;
   g->ordered = taken.ordered;
-  st = cgc__ctx_enter(dev, &scope, func);
-  if (st != CGC_SUCCESS) goto fail;
-  st = cgc__cu_fail(instantiate(graph, &exec), func, "cuGraphInstantiateWithFlags");
-  if (st != CGC_SUCCESS) goto fail;
+  CGC_TRY_GOTO(st, cgc__ctx_enter(dev, &scope, func), fail);
+  CGC_TRY_GOTO(st, cgc__cu_fail(instantiate(graph, &exec), func, "cuGraphInstantiateWithFlags"), fail);
   if (flags & CGC_CAPTURE_UPLOAD) {
-    st = CGC_CU(func, cuGraphUpload(exec, upload_stream));
-    if (st != CGC_SUCCESS) goto fail;
+    CGC_TRY_GOTO(st, CGC_CU(func, cuGraphUpload(exec, upload_stream)), fail);
     atomic_store(&g->uploaded, 1);
   }
   cgc__ctx_leave(&scope);
@@ -81,26 +93,17 @@ cgc_status_t cgc__graph_create(struct cgc__device* dev, CUgraph graph, CUevent d
   return CGC_SUCCESS;
 
 fail:
-  if (exec != NULL) {
-    CUstreamCaptureMode mode = cgc__relaxed_begin();
-    CGC_DRV(cuGraphExecDestroy)(exec);
-    cgc__relaxed_end(mode);
-  }
-  CGC_DRV(cuGraphDestroy)(graph);
-  cgc__ctx_leave(&scope);
-  if (g != NULL) drop_uses(g);
-  free(g);
+  free(g); /* its uses are `taken`'s */
   /* An upload may have started a replay's worth of work: the pool waits for `done` anyway. */
-  cgc__pool_unref(pool, done);
+  discard_new_graph(exec, graph, &scope, &taken, done, true, pool);
   return st;
 }
 
 /* Out of line so that the launch path stays small: explains why a launch was refused. */
 static __attribute__((noinline, cold)) cgc_status_t launch_refused(cgc_graph_t graph, cgc_stream_t stream,
                                                                   const char* func) {
-  cgc_status_t st = cgc__check_handle(graph, CGC_MAGIC_GRAPH, func, "graph");
-  if (st == CGC_SUCCESS) st = cgc__check_handle(stream, CGC_MAGIC_STREAM, func, "stream");
-  if (st != CGC_SUCCESS) return st;
+  CGC_TRY(cgc__check_handle(graph, CGC_MAGIC_GRAPH, func, "graph"));
+  CGC_TRY(cgc__check_handle(stream, CGC_MAGIC_STREAM, func, "stream"));
   if (graph->exec == NULL)
     return cgc__fail(CGC_ERROR_INVALID_STATE, func, "graph %p was reset: capture a new graph", (void*)graph);
   return cgc__fail(CGC_ERROR_INVALID_ARGUMENT, func, "stream %p is on device %d, graph %p on device %d",
@@ -119,10 +122,7 @@ static __attribute__((noinline)) cgc_status_t launch_slow(cgc_graph_t graph, cgc
    * begin (whose own launches cgc cannot order). */
   bool capturing_asked =
       (cgc__captures_underway() > 0 && stream->kind != CGC__STREAM_LEGACY) || graph->ordered;
-  if (capturing_asked) {
-    cgc_status_t st = cgc__stream_resolve(stream, true, &ref, func);
-    if (st != CGC_SUCCESS) return st;
-  }
+  if (capturing_asked) CGC_TRY(cgc__stream_resolve(stream, true, &ref, func));
   if (capturing_asked && ref.capturing && cgc__captures_underway() > 0)
     return cgc__fail(CGC_ERROR_CAPTURE_UNSUPPORTED, func,
                      "stream %p is capturing (capture id %llu): a graph launched into a capture would become a "
@@ -130,8 +130,7 @@ static __attribute__((noinline)) cgc_status_t launch_slow(cgc_graph_t graph, cgc
                      "reset frees; launch it after the capture ends, or capture its work again",
                      (void*)stream->cu, (unsigned long long)ref.capture_id, (void*)graph);
   cgc__ctx_scope_t scope;
-  cgc_status_t st = cgc__ctx_enter(graph->dev, &scope, func);
-  if (st != CGC_SUCCESS) return st;
+  CGC_TRY(cgc__ctx_enter(graph->dev, &scope, func));
   uint64_t key = ref.capturing ? 0 : ref.key;
   /* What each use's step took, given back if the launch fails. The prologue's uses are few (a
    * graph's generators and communicators): on the stack unless a graph has many. */
@@ -144,6 +143,7 @@ static __attribute__((noinline)) cgc_status_t launch_slow(cgc_graph_t graph, cgc
   }
   size_t stepped = 0; /* uses whose step ran */
   CUresult r = CUDA_SUCCESS;
+  cgc_status_t st;
   for (; stepped < graph->n_prologue && r == CUDA_SUCCESS; stepped++) {
     const struct cgc__use* u = &graph->uses[stepped];
     if (u->ops->before_launch != NULL) r = u->ops->before_launch(u->object, u->amount, stream->cu, key, &undo[stepped]);
@@ -196,9 +196,8 @@ cgc_status_t cgc_graph_upload(cgc_graph_t graph, cgc_stream_t stream) {
   CGC_CHECK_HANDLE(stream, CGC_MAGIC_STREAM);
   if (graph->exec == NULL || stream->dev != graph->dev) return launch_refused(graph, stream, __func__);
   cgc__ctx_scope_t scope;
-  cgc_status_t st = cgc__stream_enter(stream, &scope, __func__);
-  if (st != CGC_SUCCESS) return st;
-  st = CGC_CU(__func__, cuGraphUpload(graph->exec, stream->cu));
+  CGC_TRY(cgc__stream_enter(stream, &scope, __func__));
+  cgc_status_t st = CGC_CU(__func__, cuGraphUpload(graph->exec, stream->cu));
   cgc__ctx_leave(&scope);
   if (st == CGC_SUCCESS) atomic_store(&graph->uploaded, 1);
   return st;
@@ -232,11 +231,12 @@ static cgc_status_t count_nodes(cgc_graph_t graph, cgc_graph_info_t* info, const
   /* The nodes of the graph the executable was instantiated from: per-node updates must name
    * those (after an update in place the latest graph's nodes are other objects, same topology). */
   CUgraph source = graph->exec_graph != NULL ? graph->exec_graph : graph->graph;
-  cgc_status_t st = CGC_CU(func, cuGraphGetNodes(source, NULL, &n));
-  if (st != CGC_SUCCESS || n == 0) return st;
+  CGC_TRY(CGC_CU(func, cuGraphGetNodes(source, NULL, &n)));
+  if (n == 0) return CGC_SUCCESS;
   CUgraphNode* nodes = malloc(n * sizeof *nodes);
   if (nodes == NULL) return cgc__fail(CGC_ERROR_OUT_OF_MEMORY, func, "out of host memory");
-  st = CGC_CU(func, cuGraphGetNodes(source, nodes, &n));
+  /* From here a failure still clears the kernel nodes: not a chain to cut short. */
+  cgc_status_t st = CGC_CU(func, cuGraphGetNodes(source, nodes, &n));
   free(graph->kernel_nodes);
   graph->kernel_nodes = NULL;
   size_t n_kernels = 0;
@@ -276,10 +276,9 @@ static cgc_status_t count_nodes(cgc_graph_t graph, cgc_graph_info_t* info, const
 static cgc_status_t ensure_counted(cgc_graph_t graph, const char* func) {
   if (graph->counted) return CGC_SUCCESS;
   cgc__ctx_scope_t scope;
-  cgc_status_t st = cgc__ctx_enter(graph->dev, &scope, func);
-  if (st != CGC_SUCCESS) return st;
+  CGC_TRY(cgc__ctx_enter(graph->dev, &scope, func));
   graph->counts = (cgc_graph_info_t){0};
-  st = count_nodes(graph, &graph->counts, func);
+  cgc_status_t st = count_nodes(graph, &graph->counts, func);
   cgc__ctx_leave(&scope);
   graph->counted = st == CGC_SUCCESS;
   return st;
@@ -359,9 +358,8 @@ static cgc_status_t reset_claimed(cgc_graph_t graph, const char* func);
 cgc_status_t cgc_graph_reset(cgc_graph_t graph) {
   CGC_REFUSE_IN_HOST_FUNCTION();
   CGC_CHECK_HANDLE(graph, CGC_MAGIC_GRAPH);
-  cgc_status_t st = claim_for(graph, "resetting", __func__);
-  if (st != CGC_SUCCESS) return st;
-  st = reset_claimed(graph, __func__);
+  CGC_TRY(claim_for(graph, "resetting", __func__));
+  cgc_status_t st = reset_claimed(graph, __func__);
   atomic_store(&graph->updating, false);
   return st;
 }
@@ -371,16 +369,16 @@ static cgc_status_t reset_claimed(cgc_graph_t graph, const char* func) {
   if (graph->exec == NULL && graph->graph == NULL) return CGC_SUCCESS;
   /* All or nothing: without the context nothing is touched, and the graph stays usable. */
   cgc__ctx_scope_t scope;
-  cgc_status_t st = cgc__ctx_enter(graph->dev, &scope, func);
-  if (st != CGC_SUCCESS) return st;
+  CGC_TRY(cgc__ctx_enter(graph->dev, &scope, func));
+  cgc_status_t st = CGC_SUCCESS;
   /* Destroying an executable breaks a Global capture under way on another thread (measured on
    * driver 580): Relaxed mode, as PyTorch's reset() does. An executable still running is freed
    * by the driver when it completes. */
   CUstreamCaptureMode previous = cgc__relaxed_begin();
   cgc__mutex_lock(&graph->inspect_lock, CGC__LOCK_INSPECT); /* no per-node update or inspection meanwhile */
   if (graph->exec != NULL) st = CGC_CU(func, cuGraphExecDestroy(graph->exec));
-  cgc_status_t st2 = graph->graph != NULL ? CGC_CU(func, cuGraphDestroy(graph->graph))
-                                           : CGC_SUCCESS;
+  /* Every step runs; the first failure is the one returned. */
+  cgc_status_t st2 = graph->graph != NULL ? CGC_CU(func, cuGraphDestroy(graph->graph)) : CGC_SUCCESS;
   if (st == CGC_SUCCESS) st = st2;
   if (graph->exec_graph != NULL) CGC_DRV(cuGraphDestroy)(graph->exec_graph);
   graph->exec = NULL;
@@ -395,7 +393,8 @@ static cgc_status_t reset_claimed(cgc_graph_t graph, const char* func) {
    * with no lock held, in Relaxed mode, so nothing else waits and no capture breaks. */
   CUevent fence = graph->done;
   graph->done = NULL;
-  if (fence != NULL && cgc__releases_after_replays(graph->uses, graph->n_uses)) st2 = CGC_CU(func, cuEventSynchronize(fence));
+  if (fence != NULL && cgc__releases_after_replays(graph->uses, graph->n_uses))
+    st2 = CGC_CU(func, cuEventSynchronize(fence));
   if (st == CGC_SUCCESS) st = st2;
   cgc__order_fence_stream_after(graph->dev, fence, graph->uses, graph->n_uses, func);
   if (fence != NULL && CGC_DRV(cuEventQuery)(fence) != CUDA_ERROR_NOT_READY) {
@@ -413,9 +412,8 @@ static cgc_status_t reset_claimed(cgc_graph_t graph, const char* func) {
 cgc_status_t cgc_graph_destroy(cgc_graph_t graph) {
   CGC_REFUSE_IN_HOST_FUNCTION();
   CGC_CHECK_HANDLE(graph, CGC_MAGIC_GRAPH);
-  cgc_status_t st = claim_for(graph, "destroying", __func__);
-  if (st != CGC_SUCCESS) return st;
-  st = reset_claimed(graph, __func__);
+  CGC_TRY(claim_for(graph, "destroying", __func__));
+  cgc_status_t st = reset_claimed(graph, __func__);
   if (st != CGC_SUCCESS && graph->exec != NULL) { /* nothing was released: the handle stays */
     atomic_store(&graph->updating, false);
     return st;
@@ -465,8 +463,7 @@ cgc_status_t cgc__graph_update(cgc_graph_t g, CUgraph graph, CUevent done, size_
     st = cgc__fail(CGC_ERROR_OUT_OF_MEMORY, func, "out of host memory");
     goto fail;
   }
-  st = cgc__ctx_enter(g->dev, &scope, func);
-  if (st != CGC_SUCCESS) goto fail;
+  CGC_TRY_GOTO(st, cgc__ctx_enter(g->dev, &scope, func), fail);
   /* The executable is changed and the parts swapped under inspect_lock: no per-node update or
    * inspection reaches the driver's graph objects meanwhile (the driver allows one thread in a
    * graph). No wait for the GPU happens under it. */
@@ -480,17 +477,15 @@ cgc_status_t cgc__graph_update(cgc_graph_t g, CUgraph graph, CUevent done, size_
   /* The driver updates the executable in place when the new graph has the same topology; launches
    * already enqueued keep the parameters they were launched with. Otherwise a new executable. */
   CUgraphExecUpdateResultInfo result = {CU_GRAPH_EXEC_UPDATE_SUCCESS, NULL, NULL};
-  CUstreamCaptureMode previous = cgc__relaxed_begin();
-  CUresult r = CGC_DRV(cuGraphExecUpdate)(g->exec, graph, &result);
-  cgc__relaxed_end(previous);
+  CUresult r = CUDA_SUCCESS;
+  CGC_RELAXED(r = CGC_DRV(cuGraphExecUpdate)(g->exec, graph, &result));
   cgc_graph_update_t how = CGC_GRAPH_UPDATE_IN_PLACE;
   if (r == CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE) {
     how = CGC_GRAPH_UPDATE_REINSTANTIATED;
-    st = cgc__cu_fail(instantiate(graph, &fresh), func, "cuGraphInstantiateWithFlags");
+    CGC_TRY_GOTO(st, cgc__cu_fail(instantiate(graph, &fresh), func, "cuGraphInstantiateWithFlags"), fail);
   } else {
-    st = cgc__cu_fail(r, func, "cuGraphExecUpdate");
+    CGC_TRY_GOTO(st, cgc__cu_fail(r, func, "cuGraphExecUpdate"), fail);
   }
-  if (st != CGC_SUCCESS) goto fail;
   CUevent old_done = g->done;
   bool wait_for_old = false; /* the new event could not be made to cover the old replays */
   if (how == CGC_GRAPH_UPDATE_IN_PLACE) {
@@ -500,14 +495,13 @@ cgc_status_t cgc__graph_update(cgc_graph_t g, CUgraph graph, CUevent done, size_
     /* In Relaxed mode: an event query from a thread in Global mode is an unsafe call while any
      * thread captures, and on driver 580 it crashed inside the driver while another thread's
      * capture ended (the stress test's illegal mix). */
-    previous = cgc__relaxed_begin();
-    bool pending = old_done != NULL && CGC_DRV(cuEventQuery)(old_done) == CUDA_ERROR_NOT_READY;
-    cgc__relaxed_end(previous);
+    bool pending = false;
+    CGC_RELAXED(pending = old_done != NULL && CGC_DRV(cuEventQuery)(old_done) == CUDA_ERROR_NOT_READY);
     if (pending) {
       CUstream fence = NULL;
       st = cgc__device_fence_stream(g->dev, &fence, func);
-      if (st == CGC_SUCCESS) st = CGC_CU(__func__, cuStreamWaitEvent(fence, old_done, 0));
-      if (st == CGC_SUCCESS) st = CGC_CU(__func__, cuEventRecord(done, fence));
+      if (st == CGC_SUCCESS) st = CGC_CU(func, cuStreamWaitEvent(fence, old_done, 0));
+      if (st == CGC_SUCCESS) st = CGC_CU(func, cuEventRecord(done, fence));
       if (st != CGC_SUCCESS) {
         /* The executable runs the new graph already: keep it consistent by waiting for the old
          * replays instead, below, once inspect_lock is released (the claim keeps any reset out
@@ -574,21 +568,20 @@ cgc_status_t cgc__graph_update(cgc_graph_t g, CUgraph graph, CUevent done, size_
    * beside the old one's last replay on the same pool's memory, and an old host function or
    * module's code must not be released under a running replay: wait for them first. */
   if (old_done != NULL && wait) {
-    previous = cgc__relaxed_begin();
-    CUresult waited = CGC_DRV(cuEventSynchronize)(old_done);
-    cgc__relaxed_end(previous);
+    CUresult waited = CUDA_SUCCESS;
+    CGC_RELAXED(waited = CGC_DRV(cuEventSynchronize)(old_done));
     if (waited != CUDA_SUCCESS)
       cgc__warn(func, "waiting for graph %p's replays before the update failed (CUresult %d): its old parts go now",
                 (void*)g, (int)waited);
   }
   /* Destroying an executable breaks a Global capture under way on another thread: Relaxed. An
    * old event with a record still pending is freed by the driver when it completes. */
-  previous = cgc__relaxed_begin();
-  if (old_exec != NULL) CGC_DRV(cuGraphExecDestroy)(old_exec);
-  if (old_graph != NULL) CGC_DRV(cuGraphDestroy)(old_graph);
-  if (old_exec_graph != NULL) CGC_DRV(cuGraphDestroy)(old_exec_graph);
-  if (old_done != NULL) CGC_DRV(cuEventDestroy)(old_done);
-  cgc__relaxed_end(previous);
+  CGC_RELAXED({
+    if (old_exec != NULL) CGC_DRV(cuGraphExecDestroy)(old_exec);
+    if (old_graph != NULL) CGC_DRV(cuGraphDestroy)(old_graph);
+    if (old_exec_graph != NULL) CGC_DRV(cuGraphDestroy)(old_exec_graph);
+    if (old_done != NULL) CGC_DRV(cuEventDestroy)(old_done);
+  });
   cgc__ctx_leave(&scope);
   cgc__release_taken(old_uses, n_old);
   cgc__pool_unref(pool, NULL); /* the capture's reference: the graph holds its own */
@@ -601,16 +594,7 @@ cgc_status_t cgc__graph_update(cgc_graph_t g, CUgraph graph, CUevent done, size_
 
 fail:
   if (locked) cgc__mutex_unlock(&g->inspect_lock, CGC__LOCK_INSPECT);
-  if (fresh != NULL) {
-    CUstreamCaptureMode mode = cgc__relaxed_begin();
-    CGC_DRV(cuGraphExecDestroy)(fresh);
-    cgc__relaxed_end(mode);
-  }
-  CGC_DRV(cuGraphDestroy)(graph);
-  cgc__ctx_leave(&scope);
-  cgc__release_taken(taken.uses, taken.n_uses);
-  if (done != NULL) CGC_DRV(cuEventDestroy)(done); /* never launched */
-  cgc__pool_unref(pool, NULL);
+  discard_new_graph(fresh, graph, &scope, &taken, done, false, pool); /* `done` was never launched */
   return st;
 }
 
@@ -623,8 +607,7 @@ static cgc_status_t kernel_node(cgc_graph_t graph, size_t kernel_index, CUgraphN
                      (void*)graph);
   if (graph->exec == NULL)
     return cgc__fail(CGC_ERROR_INVALID_STATE, func, "graph %p was reset: nothing to update", (void*)graph);
-  cgc_status_t st = ensure_counted(graph, func);
-  if (st != CGC_SUCCESS) return st;
+  CGC_TRY(ensure_counted(graph, func));
   if (kernel_index >= graph->counts.kernel_nodes)
     return cgc__fail(CGC_ERROR_INVALID_ARGUMENT, func, "kernel_index %zu: graph %p has %zu kernel node%s", kernel_index,
                      (void*)graph, graph->counts.kernel_nodes, graph->counts.kernel_nodes == 1 ? "" : "s");
@@ -636,14 +619,14 @@ cgc_status_t cgc_graph_kernel_node_set_enabled(cgc_graph_t graph, size_t kernel_
   CGC_CHECK_HANDLE(graph, CGC_MAGIC_GRAPH);
   cgc__mutex_lock(&graph->inspect_lock, CGC__LOCK_INSPECT);
   CUgraphNode node = NULL;
-  cgc_status_t st = kernel_node(graph, kernel_index, &node, __func__);
   cgc__ctx_scope_t scope = {false};
-  if (st == CGC_SUCCESS) st = cgc__ctx_enter(graph->dev, &scope, __func__);
-  if (st == CGC_SUCCESS) {
-    st = CGC_CU(__func__, cuGraphNodeSetEnabled(graph->exec, node, enabled != 0));
-    cgc__ctx_leave(&scope);
-    if (st == CGC_SUCCESS && !enabled) graph->any_disabled = true;
-  }
+  cgc_status_t st;
+  CGC_TRY_GOTO(st, kernel_node(graph, kernel_index, &node, __func__), out);
+  CGC_TRY_GOTO(st, cgc__ctx_enter(graph->dev, &scope, __func__), out);
+  st = CGC_CU(__func__, cuGraphNodeSetEnabled(graph->exec, node, enabled != 0));
+  if (st == CGC_SUCCESS && !enabled) graph->any_disabled = true;
+out: /* a scope never entered is left alone */
+  cgc__ctx_leave(&scope);
   cgc__mutex_unlock(&graph->inspect_lock, CGC__LOCK_INSPECT);
   return st;
 }
@@ -653,22 +636,20 @@ cgc_status_t cgc_graph_kernel_node_set_args(cgc_graph_t graph, size_t kernel_ind
   CGC_CHECK_ARG(args != NULL, "args is NULL");
   cgc__mutex_lock(&graph->inspect_lock, CGC__LOCK_INSPECT);
   CUgraphNode node = NULL;
-  cgc_status_t st = kernel_node(graph, kernel_index, &node, __func__);
   cgc__ctx_scope_t scope = {false};
-  if (st == CGC_SUCCESS) st = cgc__ctx_enter(graph->dev, &scope, __func__);
-  if (st == CGC_SUCCESS) {
-    /* The same kernel, grid and block as captured; only the arguments change (the driver copies
-     * their values now). */
-    CUDA_KERNEL_NODE_PARAMS params;
-    memset(&params, 0, sizeof params);
-    st = CGC_CU(__func__, cuGraphKernelNodeGetParams(node, &params));
-    if (st == CGC_SUCCESS) {
-      params.kernelParams = args;
-      params.extra = NULL;
-      st = CGC_CU(__func__, cuGraphExecKernelNodeSetParams(graph->exec, node, &params));
-    }
-    cgc__ctx_leave(&scope);
-  }
+  cgc_status_t st;
+  CGC_TRY_GOTO(st, kernel_node(graph, kernel_index, &node, __func__), out);
+  CGC_TRY_GOTO(st, cgc__ctx_enter(graph->dev, &scope, __func__), out);
+  /* The same kernel, grid and block as captured; only the arguments change (the driver copies
+   * their values now). */
+  CUDA_KERNEL_NODE_PARAMS params;
+  memset(&params, 0, sizeof params);
+  CGC_TRY_GOTO(st, CGC_CU(__func__, cuGraphKernelNodeGetParams(node, &params)), out);
+  params.kernelParams = args;
+  params.extra = NULL;
+  st = CGC_CU(__func__, cuGraphExecKernelNodeSetParams(graph->exec, node, &params));
+out: /* a scope never entered is left alone */
+  cgc__ctx_leave(&scope);
   cgc__mutex_unlock(&graph->inspect_lock, CGC__LOCK_INSPECT);
   return st;
 }

@@ -9,9 +9,9 @@
  * record at every replay, so the record belongs to the capture and then the graph, through the
  * same use table as generators and communicators: the graph releases it at reset, after its
  * last replay is over (release_after_replays), and a failed capture releases it when it ends.
- * Whether the stream captures is always asked (a capture of the driver's alone included). While the caller's function (or an eager release) runs,
- * cgc__host_function_depth makes every cgc call on that thread refuse instead of reaching a
- * driver that forbids it there. */
+ * Whether the stream captures is always asked (a capture of the driver's alone included). While
+ * the caller's function (or an eager release) runs, cgc__host_function_depth makes every cgc call
+ * on that thread refuse instead of reaching a driver that forbids it there. */
 #include <stdlib.h>
 
 #include "src/internal.h"
@@ -82,45 +82,50 @@ static const cgc__use_ops_t host_call_use_ops = {
 };
 
 cgc_status_t cgc_launch_host_func(cgc_stream_t stream, cgc_host_fn fn, void* user, cgc_host_fn release) {
-  cgc_status_t st = cgc__check_handle(stream, CGC_MAGIC_STREAM, __func__, "stream");
-  if (st == CGC_SUCCESS && fn == NULL) st = cgc__fail(CGC_ERROR_INVALID_ARGUMENT, __func__, "fn is NULL");
-  if (st == CGC_SUCCESS && stream->body != NULL) st = cgc__refuse_in_body(stream, "a host function", __func__);
   struct host_call* call = NULL;
-  if (st == CGC_SUCCESS) {
-    call = calloc(1, sizeof *call);
-    if (call == NULL) st = cgc__fail(CGC_ERROR_OUT_OF_MEMORY, __func__, "out of host memory");
+  cgc__ctx_scope_t scope = {false};
+  cgc_status_t st;
+  CGC_TRY_GOTO(st, cgc__check_handle(stream, CGC_MAGIC_STREAM, __func__, "stream"), fail);
+  if (fn == NULL) {
+    st = cgc__fail(CGC_ERROR_INVALID_ARGUMENT, __func__, "fn is NULL");
+    goto fail;
   }
-  if (st != CGC_SUCCESS) {
-    /* The contract: release runs exactly once, also when the call fails (not inside a host
-     * function, where it would be another forbidden call's victim: nothing was queued). */
-    if (release != NULL) release(user);
-    return st;
+  if (stream->body != NULL) {
+    st = cgc__refuse_in_body(stream, "a host function", __func__);
+    goto fail;
+  }
+  call = calloc(1, sizeof *call);
+  if (call == NULL) {
+    st = cgc__fail(CGC_ERROR_OUT_OF_MEMORY, __func__, "out of host memory");
+    goto fail;
   }
   *call = (struct host_call){.fn = fn, .user = user, .release = release};
   atomic_init(&call->calls, 0);
   atomic_store_explicit(&call->refs, 1, memory_order_release); /* publishes the record to the driver thread */
   cgc__stream_ref_t ref;
-  cgc__ctx_scope_t scope;
   uint64_t capture = 0;
-  st = cgc__enqueue_begin(stream, CGC__ASK_ALWAYS, &ref, &scope, __func__);
-  if (st == CGC_SUCCESS) st = cgc__enqueue_capture(&ref, "a host node", &capture, __func__);
-  if (st == CGC_SUCCESS && capture != 0) {
+  CGC_TRY_GOTO(st, cgc__enqueue_begin(stream, CGC__ASK_ALWAYS, &ref, &scope, __func__), fail);
+  CGC_TRY_GOTO(st, cgc__enqueue_capture(&ref, "a host node", &capture, __func__), fail);
+  if (capture != 0) {
     /* The capture holds the record before the node exists; our reference goes at the end. */
-    st = cgc__registry_add_new_use(capture, &host_call_use_ops, call, __func__);
-    if (st == CGC_SUCCESS) {
-      cgc_status_t launched = CGC_CU(__func__, cuLaunchHostFunc(ref.cu, run_node, call));
-      call_drop(call); /* the capture's reference remains: released when it ends or its graph goes */
-      cgc__ctx_leave(&scope);
-      return launched;
-    }
-  } else if (st == CGC_SUCCESS) {
-    st = CGC_CU(__func__, cuStreamAddCallback(ref.cu, run_once, call, 0));
-    if (st == CGC_SUCCESS) {
-      cgc__ctx_leave(&scope);
-      return CGC_SUCCESS; /* run_once frees it */
-    }
+    CGC_TRY_GOTO(st, cgc__registry_add_new_use(capture, &host_call_use_ops, call, __func__), fail);
+    cgc_status_t launched = CGC_CU(__func__, cuLaunchHostFunc(ref.cu, run_node, call));
+    call_drop(call); /* the capture's reference remains: released when it ends or its graph goes */
+    cgc__ctx_leave(&scope);
+    return launched;
   }
+  CGC_TRY_GOTO(st, CGC_CU(__func__, cuStreamAddCallback(ref.cu, run_once, call, 0)), fail);
   cgc__ctx_leave(&scope);
-  call_drop(call);
+  return CGC_SUCCESS; /* run_once frees it */
+
+fail:
+  cgc__ctx_leave(&scope); /* a scope never entered is left alone */
+  /* The contract: release runs exactly once, also when the call fails (not inside a host
+   * function, where it would be another forbidden call's victim: nothing was queued). With the
+   * record made, dropping it releases. */
+  if (call != NULL)
+    call_drop(call);
+  else if (release != NULL)
+    release(user);
   return st;
 }

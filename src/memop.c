@@ -52,8 +52,7 @@ static cgc_status_t device_caps(struct cgc__device* dev, unsigned* caps, const c
   unsigned got = CAPS_KNOWN;
   for (size_t i = 0; i < sizeof kAsked / sizeof kAsked[0]; i++) {
     int value = 0;
-    cgc_status_t st = CGC_CU(func, cuDeviceGetAttribute(&value, kAsked[i].attribute, dev->cu_device));
-    if (st != CGC_SUCCESS) return st;
+    CGC_TRY(CGC_CU(func, cuDeviceGetAttribute(&value, kAsked[i].attribute, dev->cu_device)));
     if (value) got |= kAsked[i].bit;
   }
   atomic_store_explicit(&dev->memop_caps, got, memory_order_relaxed);
@@ -138,8 +137,7 @@ static const char* call_name(cgc_mem_op_kind_t kind) {
 
 /* The single operations and the batch share this path: check, then one driver call. */
 static cgc_status_t mem_ops(cgc_stream_t stream, const cgc_mem_op_t* ops, size_t count, bool batch, const char* func) {
-  cgc_status_t st = cgc__check_handle(stream, CGC_MAGIC_STREAM, func, "stream");
-  if (st != CGC_SUCCESS) return st;
+  CGC_TRY(cgc__check_handle(stream, CGC_MAGIC_STREAM, func, "stream"));
   if (stream->body != NULL) return cgc__refuse_in_body(stream, "a stream memory operation", func);
   if (batch) {
     if (count == 0 || count > kMaxBatch)
@@ -148,15 +146,15 @@ static cgc_status_t mem_ops(cgc_stream_t stream, const cgc_mem_op_t* ops, size_t
   }
   if (cgc__host_function_depth > 0) return cgc__refuse_in_host_function(func);
   unsigned caps = 0;
-  st = device_caps(stream->dev, &caps, func);
-  for (size_t i = 0; i < count && st == CGC_SUCCESS; i++) st = check_op(&ops[i], caps, batch ? (long)i : -1, func);
-  if (st != CGC_SUCCESS) return st;
+  CGC_TRY(device_caps(stream->dev, &caps, func));
+  for (size_t i = 0; i < count; i++) CGC_TRY(check_op(&ops[i], caps, batch ? (long)i : -1, func));
   cgc__stream_ref_t ref;
   cgc__ctx_scope_t scope;
-  st = cgc__enqueue_begin(stream, CGC__ASK_NEVER, &ref, &scope, func);
-  if (st == CGC_SUCCESS && !batch) {
+  cgc_status_t st;
+  CGC_TRY_GOTO(st, cgc__enqueue_begin(stream, CGC__ASK_NEVER, &ref, &scope, func), out);
+  if (!batch) {
     st = cgc__cu_fail(issue_one(&ops[0], ref.cu), func, call_name(ops[0].kind));
-  } else if (st == CGC_SUCCESS) {
+  } else {
     CUstreamBatchMemOpParams params[kMaxBatch];
     for (size_t i = 0; i < count; i++) {
       const cgc_mem_op_t* op = &ops[i];
@@ -181,6 +179,7 @@ static cgc_status_t mem_ops(cgc_stream_t stream, const cgc_mem_op_t* ops, size_t
     }
     st = CGC_CU(func, cuStreamBatchMemOp(ref.cu, (unsigned)count, params, 0));
   }
+out:
   cgc__ctx_leave(&scope);
   return st;
 }

@@ -57,9 +57,8 @@ static void code_release(void* object) {
   if (atomic_fetch_sub_explicit(&code->refs, 1, memory_order_acq_rel) != 1) return;
   cgc__ctx_scope_t scope;
   if (cgc__ctx_enter(code->dev, &scope, "cgc_module_unload") == CGC_SUCCESS) {
-    CUstreamCaptureMode previous = cgc__relaxed_begin();
-    CUresult r = CGC_DRV(cuModuleUnload)(code->cu);
-    cgc__relaxed_end(previous);
+    CUresult r;
+    CGC_RELAXED(r = CGC_DRV(cuModuleUnload)(code->cu));
     cgc__ctx_leave(&scope);
     if (r != CUDA_SUCCESS) cgc__log("cuModuleUnload failed (CUresult %d): the module's code stays loaded", (int)r);
   }
@@ -95,23 +94,19 @@ cgc_status_t cgc_module_load(cgc_context_t ctx, const void* image, cgc_module_t*
     return cgc__fail(CGC_ERROR_OUT_OF_MEMORY, __func__, "out of host memory");
   }
   cgc__ctx_scope_t scope;
-  cgc_status_t st = cgc__ctx_enter(ctx->dev, &scope, __func__);
-  if (st == CGC_SUCCESS) {
-    /* PTX is compiled here: keep the compiler's error log for the message. */
-    char log[2048] = "";
-    CUjit_option options[] = {CU_JIT_ERROR_LOG_BUFFER, CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES};
-    void* values[] = {log, (void*)(uintptr_t)sizeof log};
-    CUstreamCaptureMode previous = cgc__relaxed_begin();
-    CUresult r = CGC_DRV(cuModuleLoadDataEx)(&code->cu, image, 2, options, values);
-    cgc__relaxed_end(previous);
-    cgc__ctx_leave(&scope);
-    st = cgc__cu_fail(r, __func__, "cuModuleLoadDataEx");
-    if (st != CGC_SUCCESS && log[0] != '\0') cgc__append("; the compiler said: %.1500s", log);
-  }
+  cgc_status_t st;
+  CGC_TRY_GOTO(st, cgc__ctx_enter(ctx->dev, &scope, __func__), fail);
+  /* PTX is compiled here: keep the compiler's error log for the message. */
+  char log[2048] = "";
+  CUjit_option options[] = {CU_JIT_ERROR_LOG_BUFFER, CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES};
+  void* values[] = {log, (void*)(uintptr_t)sizeof log};
+  CUresult r;
+  CGC_RELAXED(r = CGC_DRV(cuModuleLoadDataEx)(&code->cu, image, 2, options, values));
+  cgc__ctx_leave(&scope);
+  st = cgc__cu_fail(r, __func__, "cuModuleLoadDataEx");
   if (st != CGC_SUCCESS) {
-    free(m);
-    free(code);
-    return st;
+    if (log[0] != '\0') cgc__append("; the compiler said: %.1500s", log);
+    goto fail;
   }
   code->dev = ctx->dev;
   atomic_init(&code->refs, 1); /* the handle's */
@@ -121,6 +116,11 @@ cgc_status_t cgc_module_load(cgc_context_t ctx, const void* image, cgc_module_t*
   pthread_mutex_init(&m->functions_lock, NULL);
   *out = m;
   return CGC_SUCCESS;
+
+fail:
+  free(m);
+  free(code);
+  return st;
 }
 
 cgc_status_t cgc_module_unload(cgc_module_t module) {
@@ -152,14 +152,13 @@ cgc_status_t cgc_module_get_function(cgc_module_t module, const char* name, cgc_
   struct cgc_function_s* f = module->functions;
   while (f != NULL && strcmp(f->name, name) != 0) f = f->next;
   cgc__ctx_scope_t scope = {false};
-  if (f == NULL) st = cgc__ctx_enter(module->code->dev, &scope, __func__);
-  if (f == NULL && st == CGC_SUCCESS) {
+  if (f == NULL) {
+    CGC_TRY_GOTO(st, cgc__ctx_enter(module->code->dev, &scope, __func__), out);
     CUfunction cu = NULL;
     /* With lazy loading (the driver's default since CUDA 12.2) this loads the kernel, which
      * allocates device memory: Relaxed mode, so that no Global capture on any thread breaks. */
-    CUstreamCaptureMode previous = cgc__relaxed_begin();
-    CUresult r = CGC_DRV(cuModuleGetFunction)(&cu, module->code->cu, name);
-    cgc__relaxed_end(previous);
+    CUresult r;
+    CGC_RELAXED(r = CGC_DRV(cuModuleGetFunction)(&cu, module->code->cu, name));
     if (r == CUDA_ERROR_NOT_FOUND) {
       st = cgc__fail(CGC_ERROR_INVALID_ARGUMENT, __func__,
                      "the module has no kernel named '%s' (C++ kernels need extern \"C\" or their mangled name)", name);
@@ -180,6 +179,7 @@ cgc_status_t cgc_module_get_function(cgc_module_t module, const char* name, cgc_
       }
     }
   }
+out:
   cgc__ctx_leave(&scope);
   cgc__mutex_unlock(&module->functions_lock, CGC__LOCK_FUNCTIONS);
   if (st == CGC_SUCCESS) *out = f;
@@ -193,11 +193,10 @@ cgc_status_t cgc_function_get_attribute(cgc_function_t function, cgc_function_at
   CGC_CHECK_ARG(attribute >= CGC_FUNC_MAX_THREADS_PER_BLOCK && attribute <= CGC_FUNC_PREFERRED_SHARED_MEMORY_CARVEOUT,
                 "attribute %d is not a cgc_function_attribute_t", (int)attribute);
   cgc__ctx_scope_t scope;
-  cgc_status_t st = cgc__ctx_enter(function->code->dev, &scope, __func__);
-  if (st != CGC_SUCCESS) return st;
-  CUstreamCaptureMode previous = cgc__relaxed_begin(); /* may load the kernel, as above */
-  st = CGC_CU(__func__, cuFuncGetAttribute(value, (CUfunction_attribute)attribute, function->cu));
-  cgc__relaxed_end(previous);
+  CGC_TRY(cgc__ctx_enter(function->code->dev, &scope, __func__));
+  cgc_status_t st;
+  /* Relaxed mode: this may load the kernel, as above. */
+  CGC_RELAXED(st = CGC_CU(__func__, cuFuncGetAttribute(value, (CUfunction_attribute)attribute, function->cu)));
   cgc__ctx_leave(&scope);
   return st;
 }
@@ -209,11 +208,10 @@ cgc_status_t cgc_function_set_attribute(cgc_function_t function, cgc_function_at
                 "CGC_FUNC_PREFERRED_SHARED_MEMORY_CARVEOUT can)",
                 (int)attribute);
   cgc__ctx_scope_t scope;
-  cgc_status_t st = cgc__ctx_enter(function->code->dev, &scope, __func__);
-  if (st != CGC_SUCCESS) return st;
-  CUstreamCaptureMode previous = cgc__relaxed_begin(); /* may load the kernel, as above */
-  st = CGC_CU(__func__, cuFuncSetAttribute(function->cu, (CUfunction_attribute)attribute, value));
-  cgc__relaxed_end(previous);
+  CGC_TRY(cgc__ctx_enter(function->code->dev, &scope, __func__));
+  cgc_status_t st;
+  /* Relaxed mode: this may load the kernel, as above. */
+  CGC_RELAXED(st = CGC_CU(__func__, cuFuncSetAttribute(function->cu, (CUfunction_attribute)attribute, value)));
   cgc__ctx_leave(&scope);
   if (st != CGC_SUCCESS) cgc__append(" (value %d)", value);
   return st;
@@ -233,23 +231,23 @@ cgc_status_t cgc_launch_kernel(cgc_function_t function, uint32_t grid_x, uint32_
                      function->code->dev->ordinal, (void*)stream->cu, stream->dev->ordinal);
   cgc__stream_ref_t ref;
   cgc__ctx_scope_t scope;
-  cgc_status_t st = cgc__enqueue_begin(stream, CGC__ASK_WHILE_CAPTURES, &ref, &scope, __func__);
+  cgc_status_t st;
+  CGC_TRY_GOTO(st, cgc__enqueue_begin(stream, CGC__ASK_WHILE_CAPTURES, &ref, &scope, __func__), out);
   /* Captured into a cgc capture: its graph keeps the module's code loaded. (In a capture begun
    * with the driver alone the caller keeps the module loaded as long as that graph lives.) */
   struct module_code* code = function->code;
-  if (st == CGC_SUCCESS && ref.capturing && !ref.invalidated &&
+  if (ref.capturing && !ref.invalidated &&
       atomic_load_explicit(&code->held_by_capture, memory_order_relaxed) != ref.capture_id &&
       cgc__registry_is_cgc_capture(ref.capture_id)) {
-    st = cgc__registry_add_use(ref.capture_id, &code_use_ops, code, __func__);
-    if (st == CGC_SUCCESS) atomic_store_explicit(&code->held_by_capture, ref.capture_id, memory_order_relaxed);
+    CGC_TRY_GOTO(st, cgc__registry_add_use(ref.capture_id, &code_use_ops, code, __func__), out);
+    atomic_store_explicit(&code->held_by_capture, ref.capture_id, memory_order_relaxed);
   }
-  if (st == CGC_SUCCESS) {
-    st = CGC_CU(__func__, cuLaunchKernel(function->cu, grid_x, grid_y, grid_z, block_x, block_y, block_z, shared_bytes, ref.cu,
-                               args, NULL));
-    if (st != CGC_SUCCESS)
-      cgc__append(" (kernel '%s', grid %u x %u x %u, block %u x %u x %u, %u bytes of shared memory)", function->name,
-                  grid_x, grid_y, grid_z, block_x, block_y, block_z, shared_bytes);
-  }
+  st = CGC_CU(__func__, cuLaunchKernel(function->cu, grid_x, grid_y, grid_z, block_x, block_y, block_z, shared_bytes,
+                                       ref.cu, args, NULL));
+  if (st != CGC_SUCCESS)
+    cgc__append(" (kernel '%s', grid %u x %u x %u, block %u x %u x %u, %u bytes of shared memory)", function->name,
+                grid_x, grid_y, grid_z, block_x, block_y, block_z, shared_bytes);
+out:
   cgc__ctx_leave(&scope);
   return st;
 }

@@ -141,27 +141,25 @@ static void note_devices(int ordinal) {
 static cgc_status_t connect_eagerly(cgc_comm_t comm, const char* func) {
   CUstream s = NULL;
   CUresult cr;
-  cgc_status_t st = CGC_CU(func, cuStreamCreateWithPriority(&s, CU_STREAM_NON_BLOCKING, 0));
-  if (st != CGC_SUCCESS) goto done;
-  st = CGC_CU(func, cuMemsetD32Async(comm->scratch, 0x3f800000u /* 1.0f */, 1, s));
-  if (st != CGC_SUCCESS) goto done;
+  cgc_status_t st;
+  CGC_TRY_GOTO(st, CGC_CU(func, cuStreamCreateWithPriority(&s, CU_STREAM_NON_BLOCKING, 0)), out);
+  CGC_TRY_GOTO(st, CGC_CU(func, cuMemsetD32Async(comm->scratch, 0x3f800000u /* 1.0f */, 1, s)), out);
   void* buf = (void*)(uintptr_t)comm->scratch;
   ncclResult_t r = cgc__nccl.ncclAllReduce(buf, buf, 1, 7 /* float32 */, 0 /* sum */, comm->nccl, s);
   if (r != 0) {
     st = cgc__nccl_fail(r, comm->nccl, func, "ncclAllReduce (connection warm-up)");
-    goto done;
+    goto out;
   }
   NCCL_RELAXED(cr, CGC_DRV(cuStreamSynchronize)(s));
   st = cgc__cu_fail(cr, func, "cuStreamSynchronize");
-done: /* success and failure release the same things */
+out: /* success and failure release the same things */
   if (s != NULL) CGC_DRV(cuStreamDestroy)(s);
   return st;
 }
 
 cgc_status_t cgc_comm_create(cgc_context_t ctx, int nranks, const cgc_comm_id_t* id, int rank, cgc_comm_t* out) {
   CGC_REFUSE_IN_HOST_FUNCTION();
-  cgc_status_t st = cgc__nccl_load(__func__);
-  if (st != CGC_SUCCESS) return st;
+  CGC_TRY(cgc__nccl_load(__func__));
   CGC_CHECK_ARG(out != NULL, "out is NULL");
   *out = NULL;
   CGC_CHECK_HANDLE(ctx, CGC_MAGIC_CONTEXT);
@@ -174,9 +172,9 @@ cgc_status_t cgc_comm_create(cgc_context_t ctx, int nranks, const cgc_comm_id_t*
   /* NCCL's setup allocates and synchronises, also on its own threads, for milliseconds: a Global
    * capture begun meanwhile on another thread is refused (the gate). */
   cgc__gate_t gate;
-  st = cgc__capture_gate_close(&gate, ctx->dev, CGC__GUARD_AS_GLOBAL, "ncclCommInitRank (it allocates and synchronises)",
-                               __func__);
-  if (st != CGC_SUCCESS) {
+  cgc_status_t st = cgc__capture_gate_close(&gate, ctx->dev, CGC__GUARD_AS_GLOBAL,
+                                            "ncclCommInitRank (it allocates and synchronises)", __func__);
+  if (st != CGC_SUCCESS) { /* order_lock is not initialised yet: not fail's cleanup */
     free(comm);
     return st;
   }
@@ -184,14 +182,11 @@ cgc_status_t cgc_comm_create(cgc_context_t ctx, int nranks, const cgc_comm_id_t*
   bool initialised = false;
   ncclResult_t r;
   pthread_mutex_init(&comm->order_lock, NULL);
-  st = cgc__ctx_enter(ctx->dev, &scope, __func__); /* NCCL takes the device from the current context */
-  if (st != CGC_SUCCESS) goto fail;
-  if (cgc__nccl_mixing_off()) {
-    st = CGC_CU(__func__, cuEventCreate(&comm->order_event, CU_EVENT_DISABLE_TIMING));
-    if (st != CGC_SUCCESS) goto fail;
-  }
-  st = cgc__cu_fail(cgc__relaxed_mem_alloc(&comm->scratch, 16), __func__, "cuMemAlloc (16 bytes)");
-  if (st != CGC_SUCCESS) goto fail;
+  /* NCCL takes the device from the current context. */
+  CGC_TRY_GOTO(st, cgc__ctx_enter(ctx->dev, &scope, __func__), fail);
+  if (cgc__nccl_mixing_off())
+    CGC_TRY_GOTO(st, CGC_CU(__func__, cuEventCreate(&comm->order_event, CU_EVENT_DISABLE_TIMING)), fail);
+  CGC_TRY_GOTO(st, cgc__cu_fail(cgc__relaxed_mem_alloc(&comm->scratch, 16), __func__, "cuMemAlloc (16 bytes)"), fail);
   ncclUniqueId nid;
   memcpy(nid.internal, id->internal, sizeof nid.internal);
   NCCL_RELAXED(r, cgc__nccl.ncclCommInitRank(&comm->nccl, nranks, nid, rank));
@@ -202,8 +197,7 @@ cgc_status_t cgc_comm_create(cgc_context_t ctx, int nranks, const cgc_comm_id_t*
   initialised = true;
   comm->rank = rank;
   comm->nranks = nranks;
-  st = connect_eagerly(comm, __func__);
-  if (st != CGC_SUCCESS) goto fail;
+  CGC_TRY_GOTO(st, connect_eagerly(comm, __func__), fail);
   cgc__ctx_leave(&scope);
   cgc__capture_gate_open(&gate);
   comm->magic = CGC_MAGIC_COMM;
@@ -222,18 +216,17 @@ fail:
 
 /* NCCL loaded, a live comm that was not aborted. */
 cgc_status_t cgc__comm_check(cgc_comm_t comm, const char* func) {
-  cgc_status_t st = cgc__nccl_load(func);
-  if (st == CGC_SUCCESS) st = cgc__check_handle(comm, CGC_MAGIC_COMM, func, "comm");
-  if (st == CGC_SUCCESS && atomic_load(&comm->aborted))
-    st = cgc__fail(CGC_ERROR_INVALID_STATE, func, "communicator %p was aborted: destroy it and create another",
-                   (void*)comm);
-  return st;
+  CGC_TRY(cgc__nccl_load(func));
+  CGC_TRY(cgc__check_handle(comm, CGC_MAGIC_COMM, func, "comm"));
+  if (atomic_load(&comm->aborted))
+    return cgc__fail(CGC_ERROR_INVALID_STATE, func, "communicator %p was aborted: destroy it and create another",
+                     (void*)comm);
+  return CGC_SUCCESS;
 }
 
 cgc_status_t cgc_comm_destroy(cgc_comm_t comm) {
   CGC_REFUSE_IN_HOST_FUNCTION();
-  cgc_status_t st = cgc__nccl_load(__func__);
-  if (st != CGC_SUCCESS) return st;
+  CGC_TRY(cgc__nccl_load(__func__));
   CGC_CHECK_HANDLE(comm, CGC_MAGIC_COMM);
   int refs = atomic_load(&comm->graph_refs);
   if (refs > 0 && !atomic_load(&comm->aborted))
@@ -243,17 +236,20 @@ cgc_status_t cgc_comm_destroy(cgc_comm_t comm) {
                      refs, (void*)comm);
   if (!atomic_load(&comm->aborted)) {
     cgc__gate_t gate;
-    st = cgc__capture_gate_close(&gate, comm->dev, CGC__GUARD_AS_GLOBAL, "ncclCommDestroy (it frees and synchronises)",
-                                 __func__);
-    if (st != CGC_SUCCESS) return st;
+    CGC_TRY(cgc__capture_gate_close(&gate, comm->dev, CGC__GUARD_AS_GLOBAL,
+                                    "ncclCommDestroy (it frees and synchronises)", __func__));
     cgc__ctx_scope_t scope;
-    st = cgc__ctx_enter(comm->dev, &scope, __func__);
-    if (st == CGC_SUCCESS) {
-      ncclResult_t r;
-      NCCL_RELAXED(r, cgc__nccl.ncclCommDestroy(comm->nccl));
-      if (r != 0) st = cgc__nccl_fail(r, NULL, __func__, "ncclCommDestroy");
-      cgc__ctx_leave(&scope);
+    cgc_status_t st = cgc__ctx_enter(comm->dev, &scope, __func__);
+    if (st != CGC_SUCCESS) { /* nothing was destroyed: the handle stays, and a retry can succeed */
+      cgc__capture_gate_open(&gate);
+      return st;
     }
+    ncclResult_t r;
+    NCCL_RELAXED(r, cgc__nccl.ncclCommDestroy(comm->nccl));
+    /* NCCL frees the communicator's resources also when its destroy reports an error: the handle
+     * goes either way, and the error is returned. */
+    if (r != 0) st = cgc__nccl_fail(r, NULL, __func__, "ncclCommDestroy");
+    cgc__ctx_leave(&scope);
     free_comm_parts(comm);
     cgc__capture_gate_open(&gate);
     cgc__retire(comm);
@@ -275,8 +271,7 @@ static void* abort_in_background(void* nccl_comm) {
 
 cgc_status_t cgc_comm_abort(cgc_comm_t comm) {
   CGC_REFUSE_IN_HOST_FUNCTION();
-  cgc_status_t st = cgc__nccl_load(__func__);
-  if (st != CGC_SUCCESS) return st;
+  CGC_TRY(cgc__nccl_load(__func__));
   CGC_CHECK_HANDLE(comm, CGC_MAGIC_COMM);
   bool expected = false;
   if (!atomic_compare_exchange_strong(&comm->aborted, &expected, true)) return CGC_SUCCESS; /* already */
@@ -321,10 +316,9 @@ static cgc_status_t check_op(cgc_reduce_op_t op, const char* func) {
 /* Shared checks of every collective: NCCL, comm, stream on the comm's device, buffers. */
 static cgc_status_t check_call(cgc_comm_t comm, cgc_stream_t stream, cgc_dtype_t dtype, size_t count, const void* a,
                                const void* b, const char* func) {
-  cgc_status_t st = cgc__comm_check(comm, func);
-  if (st == CGC_SUCCESS) st = cgc__check_handle(stream, CGC_MAGIC_STREAM, func, "stream");
-  if (st == CGC_SUCCESS) st = check_dtype(dtype, func);
-  if (st != CGC_SUCCESS) return st;
+  CGC_TRY(cgc__comm_check(comm, func));
+  CGC_TRY(cgc__check_handle(stream, CGC_MAGIC_STREAM, func, "stream"));
+  CGC_TRY(check_dtype(dtype, func));
   if (stream->dev != comm->dev)
     return cgc__fail(CGC_ERROR_INVALID_ARGUMENT, func, "stream %p is on device %d, the communicator on device %d",
                      (void*)stream->cu, stream->dev->ordinal, comm->dev->ordinal);
@@ -340,17 +334,18 @@ static cgc_status_t order_eager(cgc_comm_t comm, cgc_stream_t stream, uint64_t* 
   *order_key = 0;
   if (comm->order_event == NULL) return CGC_SUCCESS;
   cgc__stream_ref_t ref;
-  cgc_status_t st = cgc__stream_resolve(stream, true, &ref, func);
-  if (st == CGC_SUCCESS && ref.capturing && !ref.invalidated && !cgc__registry_is_cgc_capture(ref.capture_id))
+  CGC_TRY(cgc__stream_resolve(stream, true, &ref, func));
+  if (ref.capturing && !ref.invalidated && !cgc__registry_is_cgc_capture(ref.capture_id))
     cgc__warn(func,
               "stream %p captures under a capture cgc did not begin, and NCCL's graph mixing is off: cgc cannot "
               "order that graph's launches after communicator %p's other work (SEMANTICS 33); launch it on the "
               "stream of that work, or leave mixing on",
               (void*)ref.cu, (void*)comm);
-  if (st != CGC_SUCCESS || ref.capturing) return st; /* captured: its graph's launches are ordered */
-  st = cgc__cu_fail(cgc__comm_order_before(comm, ref.cu, ref.key), func, "cuStreamWaitEvent (after the communicator's last work)");
-  if (st == CGC_SUCCESS) *order_key = ref.key;
-  return st;
+  if (ref.capturing) return CGC_SUCCESS; /* captured: its graph's launches are ordered */
+  CGC_TRY(cgc__cu_fail(cgc__comm_order_before(comm, ref.cu, ref.key), func,
+                       "cuStreamWaitEvent (after the communicator's last work)"));
+  *order_key = ref.key;
+  return CGC_SUCCESS;
 }
 
 /* Collectives inside ncclGroupStart/End are launched at the group's end: with mixing off their
@@ -395,10 +390,9 @@ static void order_enqueued(cgc_comm_t comm, CUstream cu, uint64_t order_key, con
   do {                                                                                                   \
     cgc__ctx_scope_t scope_;                                                                             \
     uint64_t order_key_ = 0;                                                                             \
-    cgc_status_t st_ = note_capture((comm), (stream), __func__);                                         \
-    if (st_ == CGC_SUCCESS) st_ = cgc__ctx_enter((comm)->dev, &scope_, __func__);                        \
-    if (st_ != CGC_SUCCESS) return st_;                                                                  \
-    st_ = order_eager((comm), (stream), &order_key_, __func__);                                          \
+    CGC_TRY(note_capture((comm), (stream), __func__));                                                   \
+    CGC_TRY(cgc__ctx_enter((comm)->dev, &scope_, __func__));                                             \
+    cgc_status_t st_ = order_eager((comm), (stream), &order_key_, __func__);                             \
     ncclResult_t r_ = 0;                                                                                 \
     if (st_ == CGC_SUCCESS) {                                                                            \
       r_ = (expr);                                                                                       \
@@ -411,59 +405,51 @@ static void order_enqueued(cgc_comm_t comm, CUstream cu, uint64_t order_key, con
 
 cgc_status_t cgc_all_reduce(cgc_comm_t comm, const void* send, void* recv, size_t count, cgc_dtype_t dtype,
                             cgc_reduce_op_t op, cgc_stream_t stream) {
-  cgc_status_t st = check_call(comm, stream, dtype, count, send, recv, __func__);
-  if (st == CGC_SUCCESS) st = check_op(op, __func__);
-  if (st != CGC_SUCCESS) return st;
+  CGC_TRY(check_call(comm, stream, dtype, count, send, recv, __func__));
+  CGC_TRY(check_op(op, __func__));
   ENQUEUE(comm, stream, "ncclAllReduce", cgc__nccl.ncclAllReduce(send, recv, count, dtype, op, comm->nccl, stream->cu));
 }
 
 cgc_status_t cgc_all_gather(cgc_comm_t comm, const void* send, void* recv, size_t send_count, cgc_dtype_t dtype,
                             cgc_stream_t stream) {
-  cgc_status_t st = check_call(comm, stream, dtype, send_count, send, recv, __func__);
-  if (st != CGC_SUCCESS) return st;
+  CGC_TRY(check_call(comm, stream, dtype, send_count, send, recv, __func__));
   ENQUEUE(comm, stream, "ncclAllGather", cgc__nccl.ncclAllGather(send, recv, send_count, dtype, comm->nccl, stream->cu));
 }
 
 cgc_status_t cgc_reduce_scatter(cgc_comm_t comm, const void* send, void* recv, size_t recv_count, cgc_dtype_t dtype,
                                 cgc_reduce_op_t op, cgc_stream_t stream) {
-  cgc_status_t st = check_call(comm, stream, dtype, recv_count, send, recv, __func__);
-  if (st == CGC_SUCCESS) st = check_op(op, __func__);
-  if (st != CGC_SUCCESS) return st;
+  CGC_TRY(check_call(comm, stream, dtype, recv_count, send, recv, __func__));
+  CGC_TRY(check_op(op, __func__));
   ENQUEUE(comm, stream, "ncclReduceScatter",
           cgc__nccl.ncclReduceScatter(send, recv, recv_count, dtype, op, comm->nccl, stream->cu));
 }
 
 cgc_status_t cgc_broadcast(cgc_comm_t comm, const void* send, void* recv, size_t count, cgc_dtype_t dtype, int root,
                            cgc_stream_t stream) {
-  cgc_status_t st = cgc__comm_check(comm, __func__);
-  if (st != CGC_SUCCESS) return st;
+  CGC_TRY(cgc__comm_check(comm, __func__));
   CGC_CHECK_ARG(root >= 0 && root < comm->nranks, "root %d is outside [0, %d)", root, comm->nranks);
   /* Only the root reads `send`; other ranks may pass NULL. */
-  st = check_call(comm, stream, dtype, count, comm->rank == root ? send : recv, recv, __func__);
-  if (st != CGC_SUCCESS) return st;
+  CGC_TRY(check_call(comm, stream, dtype, count, comm->rank == root ? send : recv, recv, __func__));
   ENQUEUE(comm, stream, "ncclBroadcast",
           cgc__nccl.ncclBroadcast(send, recv, count, dtype, root, comm->nccl, stream->cu));
 }
 
 cgc_status_t cgc_send(cgc_comm_t comm, const void* buf, size_t count, cgc_dtype_t dtype, int peer,
                       cgc_stream_t stream) {
-  cgc_status_t st = check_call(comm, stream, dtype, count, buf, buf, __func__);
-  if (st != CGC_SUCCESS) return st;
+  CGC_TRY(check_call(comm, stream, dtype, count, buf, buf, __func__));
   CGC_CHECK_ARG(peer >= 0 && peer < comm->nranks, "peer %d is outside [0, %d)", peer, comm->nranks);
   ENQUEUE(comm, stream, "ncclSend", cgc__nccl.ncclSend(buf, count, dtype, peer, comm->nccl, stream->cu));
 }
 
 cgc_status_t cgc_recv(cgc_comm_t comm, void* buf, size_t count, cgc_dtype_t dtype, int peer, cgc_stream_t stream) {
-  cgc_status_t st = check_call(comm, stream, dtype, count, buf, buf, __func__);
-  if (st != CGC_SUCCESS) return st;
+  CGC_TRY(check_call(comm, stream, dtype, count, buf, buf, __func__));
   CGC_CHECK_ARG(peer >= 0 && peer < comm->nranks, "peer %d is outside [0, %d)", peer, comm->nranks);
   ENQUEUE(comm, stream, "ncclRecv", cgc__nccl.ncclRecv(buf, count, dtype, peer, comm->nccl, stream->cu));
 }
 
 cgc_status_t cgc_group_start(void) {
   CGC_REFUSE_IN_HOST_FUNCTION();
-  cgc_status_t st = cgc__nccl_load(__func__);
-  if (st != CGC_SUCCESS) return st;
+  CGC_TRY(cgc__nccl_load(__func__));
   ncclResult_t r = cgc__nccl.ncclGroupStart();
   if (r != 0) return cgc__nccl_fail(r, NULL, __func__, "ncclGroupStart");
   group_depth++;
@@ -472,10 +458,10 @@ cgc_status_t cgc_group_start(void) {
 
 cgc_status_t cgc_group_end(void) {
   CGC_REFUSE_IN_HOST_FUNCTION();
-  cgc_status_t st = cgc__nccl_load(__func__);
-  if (st != CGC_SUCCESS) return st;
+  CGC_TRY(cgc__nccl_load(__func__));
   ncclResult_t r = cgc__nccl.ncclGroupEnd();
   if (group_depth > 0) group_depth--;
+  cgc_status_t st = CGC_SUCCESS;
   if (r != 0) st = cgc__nccl_fail(r, NULL, __func__, "ncclGroupEnd");
   /* The outermost end launched the group's collectives: each marks its communicator's order now
    * (after a failed end nothing was launched, and nothing is marked). */

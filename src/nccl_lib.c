@@ -119,16 +119,14 @@ cgc_status_t cgc__nccl_fail(ncclResult_t r, ncclComm_t comm, const char* func, c
                    last && last[0] ? " (" : "", last && last[0] ? last : "", last && last[0] ? ")" : "");
 }
 cgc_status_t cgc_nccl_version(int* version) {
-  cgc_status_t st = cgc__nccl_load(__func__);
-  if (st != CGC_SUCCESS) return st;
+  CGC_TRY(cgc__nccl_load(__func__));
   CGC_CHECK_ARG(version != NULL, "version is NULL");
   *version = cgc__nccl.version;
   return CGC_SUCCESS;
 }
 
 cgc_status_t cgc_comm_unique_id(cgc_comm_id_t* id) {
-  cgc_status_t st = cgc__nccl_load(__func__);
-  if (st != CGC_SUCCESS) return st;
+  CGC_TRY(cgc__nccl_load(__func__));
   CGC_CHECK_ARG(id != NULL, "id is NULL");
   ncclUniqueId nid;
   ncclResult_t r = cgc__nccl.ncclGetUniqueId(&nid);

@@ -98,28 +98,31 @@ static cgc_status_t agree(cgc_comm_t comm, int mine, int* lowest, int* highest, 
   CUstream s = NULL;
   CUdeviceptr scratch = comm->scratch;
   int32_t values[2] = {mine, -mine};
-  cgc_status_t st = CGC_CU(func, cuStreamCreateWithPriority(&s, CU_STREAM_NON_BLOCKING, 0));
+  cgc_status_t st;
+  CGC_TRY_GOTO(st, CGC_CU(func, cuStreamCreateWithPriority(&s, CU_STREAM_NON_BLOCKING, 0)), out);
   /* With mixing off this collective too waits for the communicator's last work (a graph may
    * still run); its stream's key is one no other stream has. */
   uint64_t key = (uint64_t)(uintptr_t)s | ((uint64_t)1 << 62) | ((uint64_t)1 << 61);
-  if (st == CGC_SUCCESS && comm->order_event != NULL)
-    st = cgc__cu_fail(cgc__comm_order_before(comm, s, key), func, "cuStreamWaitEvent (after the communicator's last work)");
-  if (st == CGC_SUCCESS)
-    st = CGC_CU(func, cuMemcpyHtoDAsync(scratch, values, sizeof values, s));
-  if (st == CGC_SUCCESS) {
-    void* buf = (void*)(uintptr_t)scratch;
-    ncclResult_t r = cgc__nccl.ncclAllReduce(buf, buf, 2, kNcclInt32, kNcclMax, comm->nccl, s);
-    if (r != 0) st = cgc__nccl_fail(r, comm->nccl, func, "ncclAllReduce (the ranks' agreement on the pool)");
+  if (comm->order_event != NULL) {
+    CUresult waited = cgc__comm_order_before(comm, s, key);
+    CGC_TRY_GOTO(st, cgc__cu_fail(waited, func, "cuStreamWaitEvent (after the communicator's last work)"), out);
   }
-  if (st == CGC_SUCCESS && comm->order_event != NULL)
-    st = cgc__cu_fail(cgc__comm_order_after(comm, s, key), func, "cuEventRecord (the communicator's order)");
-  if (st == CGC_SUCCESS)
-    st = CGC_CU(func, cuMemcpyDtoHAsync(values, scratch, sizeof values, s));
-  if (st == CGC_SUCCESS) {
-    CUresult cr;
-    NCCL_RELAXED(cr, CGC_DRV(cuStreamSynchronize)(s));
-    st = cgc__cu_fail(cr, func, "cuStreamSynchronize");
+  CGC_TRY_GOTO(st, CGC_CU(func, cuMemcpyHtoDAsync(scratch, values, sizeof values, s)), out);
+  void* buf = (void*)(uintptr_t)scratch;
+  ncclResult_t r = cgc__nccl.ncclAllReduce(buf, buf, 2, kNcclInt32, kNcclMax, comm->nccl, s);
+  if (r != 0) {
+    st = cgc__nccl_fail(r, comm->nccl, func, "ncclAllReduce (the ranks' agreement on the pool)");
+    goto out;
   }
+  if (comm->order_event != NULL) {
+    CUresult recorded = cgc__comm_order_after(comm, s, key);
+    CGC_TRY_GOTO(st, cgc__cu_fail(recorded, func, "cuEventRecord (the communicator's order)"), out);
+  }
+  CGC_TRY_GOTO(st, CGC_CU(func, cuMemcpyDtoHAsync(values, scratch, sizeof values, s)), out);
+  CUresult cr;
+  NCCL_RELAXED(cr, CGC_DRV(cuStreamSynchronize)(s));
+  st = cgc__cu_fail(cr, func, "cuStreamSynchronize");
+out: /* success and failure release the same things */
   if (s != NULL) CGC_DRV(cuStreamDestroy)(s);
   *highest = values[0];
   *lowest = -values[1];
@@ -134,8 +137,7 @@ static const char* memory_name(int kind) { return kind >= 0 && kind <= 2 ? kMemo
 static cgc_status_t step_together(cgc_comm_t comm, cgc_status_t local, cgc_nccl_memory_t kind, const char* step,
                                   const char* func) {
   int lowest = 0, highest = 0;
-  cgc_status_t st = agree(comm, local == CGC_SUCCESS ? (int)kind : -1, &lowest, &highest, func);
-  if (st != CGC_SUCCESS) return st;
+  CGC_TRY(agree(comm, local == CGC_SUCCESS ? (int)kind : -1, &lowest, &highest, func));
   if (local != CGC_SUCCESS) {
     cgc__append(" (no rank of communicator %p does it)", (void*)comm);
     return local;
@@ -177,8 +179,7 @@ cgc_status_t cgc_nccl_pool_create(cgc_comm_t comm, size_t capacity, cgc_nccl_mem
   CGC_REFUSE_IN_HOST_FUNCTION();
   CGC_CHECK_ARG(out != NULL, "out is NULL");
   *out = NULL;
-  cgc_status_t st = cgc__comm_check(comm, __func__);
-  if (st != CGC_SUCCESS) return st;
+  CGC_TRY(cgc__comm_check(comm, __func__));
   CGC_CHECK_ARG((unsigned)wanted <= CGC_NCCL_MEMORY_SYMMETRIC, "wanted %d is not a cgc_nccl_memory_t", (int)wanted);
   CGC_CHECK_ARG(capacity > 0 && capacity <= ((size_t)1 << 48), "capacity %zu is outside (0, 2^48]", capacity);
   /* Refusals before the ranks' first step: as with any collective call, the other ranks then wait
@@ -190,10 +191,9 @@ cgc_status_t cgc_nccl_pool_create(cgc_comm_t comm, size_t capacity, cgc_nccl_mem
   /* NCCL allocates, maps and synchronises for milliseconds, also on its own threads: a Global
    * capture begun meanwhile on another thread is refused while the gate is closed. */
   cgc__gate_t gate;
-  st = cgc__capture_gate_close(&gate, comm->dev, CGC__GUARD_AS_GLOBAL,
-                               "registering memory with NCCL (it allocates, maps and synchronises)", __func__);
-  if (st != CGC_SUCCESS) return st;
-  st = create_gated(comm, capacity, wanted, out, got);
+  CGC_TRY(cgc__capture_gate_close(&gate, comm->dev, CGC__GUARD_AS_GLOBAL,
+                                  "registering memory with NCCL (it allocates, maps and synchronises)", __func__));
+  cgc_status_t st = create_gated(comm, capacity, wanted, out, got);
   cgc__capture_gate_open(&gate);
   return st;
 }
@@ -203,8 +203,7 @@ static cgc_status_t create_gated(cgc_comm_t comm, size_t capacity, cgc_nccl_memo
                                  cgc_nccl_memory_t* got) {
   static const char* const func = "cgc_nccl_pool_create";
   cgc__ctx_scope_t scope;
-  cgc_status_t st = cgc__ctx_enter(comm->dev, &scope, func);
-  if (st != CGC_SUCCESS) return st;
+  CGC_TRY(cgc__ctx_enter(comm->dev, &scope, func));
 
   /* Every rank steps together from here: a rank that fails alone must not leave the others waiting
    * in the next collective step (the window's registration, the first collective on the pool). */
@@ -223,25 +222,15 @@ static cgc_status_t create_gated(cgc_comm_t comm, size_t capacity, cgc_nccl_memo
     local = allocate_arena(arena, kind, func);
   }
   cgc_pool_t pool = NULL;
-  st = step_together(comm, local, kind, "allocating", func);
-  if (st == CGC_SUCCESS) {
-    local = register_arena(arena, kind, func);
-    /* The pool (host memory only) is made before the last step, so that no rank can fail after it. */
-    if (local == CGC_SUCCESS) {
-      local = cgc__pool_create_arena(comm->dev, &arena->base, &pool, func); /* drops the arena on failure */
-      if (local != CGC_SUCCESS) arena = NULL;
-    }
-    st = step_together(comm, local, kind, "registering", func);
+  cgc_status_t st;
+  CGC_TRY_GOTO(st, step_together(comm, local, kind, "allocating", func), fail);
+  local = register_arena(arena, kind, func);
+  /* The pool (host memory only) is made before the last step, so that no rank can fail after it. */
+  if (local == CGC_SUCCESS) {
+    local = cgc__pool_create_arena(comm->dev, &arena->base, &pool, func); /* drops the arena on failure */
+    if (local != CGC_SUCCESS) arena = NULL;
   }
-  if (st != CGC_SUCCESS) {
-    if (pool != NULL) {
-      cgc__pool_discard_arena(pool); /* nothing was allocated from it */
-    } else if (arena != NULL) {
-      drop_arena(&arena->base, func);
-    }
-    cgc__ctx_leave(&scope);
-    return st;
-  }
+  CGC_TRY_GOTO(st, step_together(comm, local, kind, "registering", func), fail);
   cgc__ctx_leave(&scope);
   *out = pool;
   if (got != NULL) *got = kind;
@@ -250,4 +239,13 @@ static cgc_status_t create_gated(cgc_comm_t comm, size_t capacity, cgc_nccl_memo
               "NCCL %d gives %s memory, not %s (registered needs NCCL >= 2.19, symmetric >= 2.27): pool %p is %s",
               cgc__nccl.version, kMemoryNames[kind], kMemoryNames[wanted], (void*)pool, kMemoryNames[kind]);
   return CGC_SUCCESS;
+
+fail:
+  if (pool != NULL) {
+    cgc__pool_discard_arena(pool); /* nothing was allocated from it */
+  } else if (arena != NULL) {
+    drop_arena(&arena->base, func);
+  }
+  cgc__ctx_leave(&scope);
+  return st;
 }

@@ -149,22 +149,18 @@ static cgc_status_t release_arena_gated(struct cgc__allocator* a, cgc_pool_t poo
  * capture begun meanwhile on the device (any mode), or in Global mode anywhere, is refused meanwhile. */
 static cgc_status_t release_arena(struct cgc__allocator* a, cgc_pool_t pool, const char* func) {
   cgc__gate_t gate;
-  cgc_status_t st = cgc__capture_gate_close(&gate, pool->dev, CGC__GUARD_DEVICE,
-                                            "releasing an NCCL pool (it synchronises the device)", func);
-  if (st != CGC_SUCCESS) return st;
-  st = release_arena_gated(a, pool, func);
+  CGC_TRY(cgc__capture_gate_close(&gate, pool->dev, CGC__GUARD_DEVICE,
+                                  "releasing an NCCL pool (it synchronises the device)", func));
+  cgc_status_t st = release_arena_gated(a, pool, func);
   cgc__capture_gate_open(&gate);
   return st;
 }
 
 static cgc_status_t release_arena_gated(struct cgc__allocator* a, cgc_pool_t pool, const char* func) {
   cgc__ctx_scope_t scope;
-  cgc_status_t st = cgc__ctx_enter(pool->dev, &scope, func);
-  if (st != CGC_SUCCESS) return st;
-  CUstreamCaptureMode previous = cgc__relaxed_begin();
-  cgc_status_t local =
-      CGC_CU(func, cuCtxSynchronize());
-  cgc__relaxed_end(previous);
+  CGC_TRY(cgc__ctx_enter(pool->dev, &scope, func));
+  cgc_status_t local;
+  CGC_RELAXED(local = CGC_CU(func, cuCtxSynchronize()));
   cgc__alloc_settle(a);
   cgc__alloc_lock(a);
   bool claimed = false;
@@ -183,21 +179,21 @@ static cgc_status_t release_arena_gated(struct cgc__allocator* a, cgc_pool_t poo
     claimed = true;
   }
   cgc__alloc_unlock(a);
-  st = pool->arena->agree(pool->arena, local, "releasing", func);
+  cgc_status_t st = pool->arena->agree(pool->arena, local, "releasing", func);
   if (st != CGC_SUCCESS) {
     if (claimed) {
       cgc__alloc_lock(a);
       pool->magic = CGC_MAGIC_POOL; /* still the user's */
       cgc__alloc_unlock(a);
     }
-    cgc__ctx_leave(&scope);
-    return st;
+    goto out;
   }
   size_t n_fences = 0;
   cgc__alloc_lock(a);
   cgc__fence_t** fences = detach_arena(a, pool, &n_fences);
   cgc__alloc_unlock(a);
   st = finish_arena(a, pool, fences, n_fences, func);
+out:
   cgc__ctx_leave(&scope);
   return st;
 }
@@ -239,8 +235,7 @@ cgc_status_t cgc_pool_malloc(cgc_pool_t pool, size_t size, cgc_stream_t stream, 
   if (size == 0) return CGC_SUCCESS;
   bool ask = cgc__captures_underway() > 0 || atomic_load_explicit(&cgc__adopted_captures, memory_order_relaxed) > 0;
   cgc__stream_ref_t ref;
-  cgc_status_t st = cgc__stream_resolve(stream, ask, &ref, __func__);
-  if (st != CGC_SUCCESS) return st;
+  CGC_TRY(cgc__stream_resolve(stream, ask, &ref, __func__));
   if (ref.capturing)
     return cgc__fail(CGC_ERROR_CAPTURE_UNSUPPORTED, __func__,
                      "stream %p is capturing (capture id %llu): cgc_pool_malloc is for eager memory; inside a capture "
@@ -269,8 +264,7 @@ cgc_status_t cgc__pool_begin_capture(struct cgc__device* dev, cgc_pool_t request
   if (a == NULL) return cgc__fail(CGC_ERROR_OUT_OF_MEMORY, func, "out of host memory");
   cgc_pool_t pool = requested;
   if (requested != NULL) {
-    cgc_status_t st = cgc__check_handle(requested, CGC_MAGIC_POOL, func, "options->pool");
-    if (st != CGC_SUCCESS) return st;
+    CGC_TRY(cgc__check_handle(requested, CGC_MAGIC_POOL, func, "options->pool"));
     if (requested->dev != dev)
       return cgc__fail(CGC_ERROR_INVALID_ARGUMENT, func, "options->pool belongs to device %d, the stream to device %d",
                        requested->dev->ordinal, dev->ordinal);
@@ -407,8 +401,7 @@ cgc_status_t cgc_pool_adopt_capture(cgc_pool_t pool, void* native_stream) {
    * one of cgc's (whose pool is routed already), and of the pool's device. */
   CUstream cu = (CUstream)native_stream;
   cgc__stream_ref_t ref;
-  cgc_status_t st = cgc__stream_resolve_native(pool->dev, cu, &ref, __func__);
-  if (st != CGC_SUCCESS) return st;
+  CGC_TRY(cgc__stream_resolve_native(pool->dev, cu, &ref, __func__));
   if (ref.invalidated)
     return cgc__fail(CGC_ERROR_CAPTURE_INVALIDATED, __func__,
                      "native_stream %p is in a capture that an earlier call invalidated", native_stream);
@@ -417,8 +410,7 @@ cgc_status_t cgc_pool_adopt_capture(cgc_pool_t pool, void* native_stream) {
                      native_stream);
   if (cu != NULL && cu != CU_STREAM_LEGACY && cu != CU_STREAM_PER_THREAD) {
     CUcontext owner = NULL;
-    st = CGC_CU(__func__, cuStreamGetCtx(cu, &owner));
-    if (st != CGC_SUCCESS) return st;
+    CGC_TRY(CGC_CU(__func__, cuStreamGetCtx(cu, &owner)));
     if (owner != pool->dev->cu)
       return cgc__fail(CGC_ERROR_INVALID_ARGUMENT, __func__,
                        "native_stream %p is not a stream of device %d's primary context, whose pool %p is",
@@ -430,7 +422,7 @@ cgc_status_t cgc_pool_adopt_capture(cgc_pool_t pool, void* native_stream) {
                      native_stream, (unsigned long long)ref.capture_id);
   struct cgc__allocator* a = pool->state.allocator;
   cgc__alloc_lock(a);
-  st = cgc__check_handle(pool, CGC_MAGIC_POOL, __func__, "pool");
+  cgc_status_t st = cgc__check_handle(pool, CGC_MAGIC_POOL, __func__, "pool");
   cgc_pool_t other = NULL;
   for (cgc_pool_t p = a->recording; st == CGC_SUCCESS && p != NULL; p = p->next_recording)
     /* The same capture, or (id not yet known) a cgc capture being begun on this very stream. */
@@ -475,9 +467,7 @@ cgc_status_t cgc_pool_end_adopted_capture(cgc_pool_t pool) {
 
 /* Blocks until `fence` completes (Relaxed: never breaks a capture) and destroys it. */
 static void wait_fence(CUevent fence) {
-  CUstreamCaptureMode previous = cgc__relaxed_begin();
-  CGC_DRV(cuEventSynchronize)(fence);
-  cgc__relaxed_end(previous);
+  CGC_RELAXED(CGC_DRV(cuEventSynchronize)(fence));
   CGC_DRV(cuEventDestroy)(fence);
 }
 
@@ -509,9 +499,7 @@ static void prune_fences(cgc_pool_t pool) {
     list[n++]->refs++;
   }
   cgc__alloc_unlock(a);
-  CUstreamCaptureMode previous = cgc__relaxed_begin();
-  for (size_t i = 0; i < n; i++) done[i] = CGC_DRV(cuEventQuery)(list[i]->ev) != CUDA_ERROR_NOT_READY;
-  cgc__relaxed_end(previous);
+  CGC_RELAXED(for (size_t i = 0; i < n; i++) done[i] = CGC_DRV(cuEventQuery)(list[i]->ev) != CUDA_ERROR_NOT_READY);
   cgc__alloc_lock(a);
   for (size_t i = 0; i < n; i++) {
     if (done[i]) list[i]->done = true;

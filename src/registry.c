@@ -306,10 +306,10 @@ static void join(struct cgc__capture* c, uint64_t from, uint64_t event_seq) {
  * it. Two threads recording one event at once race in the driver too: whichever bookkeeping comes
  * last wins, as one of the two records does. */
 cgc_status_t cgc__registry_record(cgc_event_t ev, const cgc__stream_ref_t* ref, const char* func) {
-  cgc_status_t st = CGC_CU(func, cuEventRecord(ev->cu, ref->cu));
+  CGC_TRY(CGC_CU(func, cuEventRecord(ev->cu, ref->cu)));
   /* With no capture under way no record can matter to one: the bookkeeping of an older record
    * names a capture id that no capture has any more. */
-  if (st != CGC_SUCCESS || cgc__captures_underway() == 0) return st;
+  if (cgc__captures_underway() == 0) return CGC_SUCCESS;
   cgc__mutex_lock(&registry_lock, CGC__LOCK_REGISTRY);
   struct cgc__capture* c = ref->special && ref->cu == NULL ? NULL : find_by_member(ref->key);
   /* A stream forked in without cgc_stream_wait_event (a raw cuStreamWaitEvent) is still part
@@ -319,7 +319,7 @@ cgc_status_t cgc__registry_record(cgc_event_t ev, const cgc__stream_ref_t* ref, 
   ev->recorded_on = ref->key;
   ev->record_seq = ++bookkeeping_seq;
   cgc__mutex_unlock(&registry_lock, CGC__LOCK_REGISTRY);
-  return st;
+  return CGC_SUCCESS;
 }
 
 /* Why the driver refused a wait on a record of cgc capture `c` (registry_lock held, `c` ACTIVE:

@@ -55,6 +55,16 @@ static pthread_mutex_t loop_lock = PTHREAD_MUTEX_INITIALIZER;
 /* Guards every device's `kernels` (and its count of generators) and the dead slots below. */
 static pthread_mutex_t kernels_lock = PTHREAD_MUTEX_INITIALIZER;
 
+/* Loads cgc's embedded kernels into `k` (context current, Relaxed mode). Nothing to undo here:
+ * device_kernels unloads what was loaded when this fails. */
+static cgc_status_t load_kernels(struct cgc__kernels* k, const char* func) {
+  CGC_TRY(CGC_CU(func, cuModuleLoadData(&k->module, cgc__kernels_fatbin)));
+  CGC_TRY(CGC_CU(func, cuModuleGetFunction(&k->uniform, k->module, "cgc_philox_uniform")));
+  CGC_TRY(CGC_CU(func, cuModuleGetFunction(&k->normal, k->module, "cgc_philox_normal")));
+  CGC_TRY(CGC_CU(func, cuModuleGetFunction(&k->set_state, k->module, "cgc_philox_set_state")));
+  return CGC_CU(func, cuModuleGetFunction(&k->loop_advance, k->module, "cgc_philox_loop_advance"));
+}
+
 /* The device's kernels, loaded on first use (context current), counting one more generator.
  * Loading a module breaks a Global capture under way on another thread (measured on driver
  * 580): it runs in Relaxed mode. */
@@ -66,18 +76,12 @@ static cgc_status_t device_kernels(struct cgc__device* dev, struct cgc__kernels*
     if (k == NULL) {
       st = cgc__fail(CGC_ERROR_OUT_OF_MEMORY, func, "out of host memory");
     } else {
-      CUstreamCaptureMode previous = cgc__relaxed_begin();
-      st = CGC_CU(func, cuModuleLoadData(&k->module, cgc__kernels_fatbin));
-      if (st == CGC_SUCCESS) st = CGC_CU(func, cuModuleGetFunction(&k->uniform, k->module, "cgc_philox_uniform"));
-      if (st == CGC_SUCCESS) st = CGC_CU(func, cuModuleGetFunction(&k->normal, k->module, "cgc_philox_normal"));
-      if (st == CGC_SUCCESS) st = CGC_CU(func, cuModuleGetFunction(&k->set_state, k->module, "cgc_philox_set_state"));
-      if (st == CGC_SUCCESS)
-        st = CGC_CU(func, cuModuleGetFunction(&k->loop_advance, k->module, "cgc_philox_loop_advance"));
-      cgc__relaxed_end(previous);
+      CGC_RELAXED(st = load_kernels(k, func));
       if (st == CGC_SUCCESS) {
         dev->kernels = k;
       } else {
-        if (k->module != NULL) CGC_DRV(cuModuleUnload)(k->module);
+        /* Unloading is unsafe during another thread's Global capture, as loading is. */
+        if (k->module != NULL) CGC_RELAXED(CGC_DRV(cuModuleUnload)(k->module));
         free(k);
         cgc__append(" (loading cgc's embedded kernels: sm_80/sm_90 SASS and compute_90 PTX)");
       }
@@ -114,9 +118,8 @@ static CUdeviceptr take_dead_slots(struct cgc__device* dev) {
     /* cuEventQuery never waits; in Relaxed mode, as a query during another thread's Global
      * capture is an unsafe call. */
     if (d->dev != dev || d->retired == NULL) continue;
-    CUstreamCaptureMode previous = cgc__relaxed_begin();
-    CUresult q = CGC_DRV(cuEventQuery)(d->retired);
-    cgc__relaxed_end(previous);
+    CUresult q;
+    CGC_RELAXED(q = CGC_DRV(cuEventQuery)(d->retired));
     if (q != CUDA_SUCCESS) continue;
     *at = d->next;
     found = d;
@@ -181,17 +184,17 @@ cgc_status_t cgc_rng_create(cgc_context_t ctx, uint64_t seed, cgc_rng_t* out) {
     st = cgc__fail(CGC_ERROR_OUT_OF_MEMORY, __func__, "out of host memory");
     goto fail;
   }
-  st = cgc__ctx_enter(ctx->dev, &scope, __func__);
-  if (st != CGC_SUCCESS) goto fail;
+  CGC_TRY_GOTO(st, cgc__ctx_enter(ctx->dev, &scope, __func__), fail);
   st = device_kernels(ctx->dev, &k, __func__);
   if (st != CGC_SUCCESS) {
     k = NULL;
     goto fail;
   }
   rng->slots = take_dead_slots(ctx->dev);
-  if (rng->slots == 0)
-    st = cgc__cu_fail(cgc__relaxed_mem_alloc(&rng->slots, kSlots * sizeof(uint64_t)), __func__, "cuMemAlloc");
-  if (st != CGC_SUCCESS) goto fail;
+  if (rng->slots == 0) {
+    CUresult r = cgc__relaxed_mem_alloc(&rng->slots, kSlots * sizeof(uint64_t));
+    CGC_TRY_GOTO(st, cgc__cu_fail(r, __func__, "cuMemAlloc"), fail);
+  }
   cgc__ctx_leave(&scope);
   pthread_mutex_init(&rng->lock, NULL);
   rng->magic = CGC_MAGIC_RNG;
@@ -334,8 +337,7 @@ static cgc_status_t enclosing_loops(struct cgc__body* body, struct cgc__body** l
                        "loop reserves %llu iterations of the generator's offsets per replay, and nested "
                        "reservations multiply; draw in the outer loop's body, or before the loops",
                        (unsigned long long)CGC_LOOP_EAGER_ITERATIONS);
-    cgc_status_t st = cgc__body_loop_states(b, &states[*n], func);
-    if (st != CGC_SUCCESS) return st;
+    CGC_TRY(cgc__body_loop_states(b, &states[*n], func));
     loops[(*n)++] = b;
   }
   return CGC_SUCCESS;
@@ -418,9 +420,8 @@ static void undo_draw(cgc_rng_t rng, uint64_t capture_id, unsigned long long off
 /* The common path of uniform and normal: where the draw's numbers come from, then the launch. */
 static cgc_status_t draw(cgc_rng_t rng, float* out, size_t n, bool normal, float mean, float stddev,
                          cgc_stream_t stream, const char* func) {
-  cgc_status_t st = cgc__check_handle(rng, CGC_MAGIC_RNG, func, "rng");
-  if (st == CGC_SUCCESS) st = cgc__check_handle(stream, CGC_MAGIC_STREAM, func, "stream");
-  if (st != CGC_SUCCESS) return st;
+  CGC_TRY(cgc__check_handle(rng, CGC_MAGIC_RNG, func, "rng"));
+  CGC_TRY(cgc__check_handle(stream, CGC_MAGIC_STREAM, func, "stream"));
   if (n == 0) return CGC_SUCCESS;
   CGC_CHECK_ARG(out != NULL, "out is NULL");
   CGC_CHECK_ARG(n <= ((size_t)1 << 62), "n is %zu", n);
@@ -428,19 +429,18 @@ static cgc_status_t draw(cgc_rng_t rng, float* out, size_t n, bool normal, float
     return cgc__fail(CGC_ERROR_INVALID_ARGUMENT, func, "stream %p is on device %d, the generator on device %d",
                      (void*)stream->cu, stream->dev->ordinal, rng->dev->ordinal);
   cgc__stream_ref_t ref;
-  st = cgc__stream_resolve(stream, true, &ref, func);
+  CGC_TRY(cgc__stream_resolve(stream, true, &ref, func));
   uint64_t capture_id = 0;
-  if (st == CGC_SUCCESS) st = cgc__registry_capture_of(&ref, &capture_id, func);
-  if (st != CGC_SUCCESS) return st;
+  CGC_TRY(cgc__registry_capture_of(&ref, &capture_id, func));
   /* In a conditional body: the WHILE loops around it, their state memory made first (it may
    * allocate: never under the generator's lock). */
   struct cgc__body* body = capture_id != 0 ? atomic_load(&stream->body) : NULL;
   struct cgc__body* loops[CGC__LOOP_DEPTH];
   CUdeviceptr states[CGC__LOOP_DEPTH];
   int n_loops = 0;
-  if (body != NULL) st = enclosing_loops(body, loops, states, &n_loops, func);
-  if (st != CGC_SUCCESS) return st;
+  if (body != NULL) CGC_TRY(enclosing_loops(body, loops, states, &n_loops, func));
 
+  cgc_status_t st = CGC_SUCCESS;
   unsigned long long seed = 0, offset = 0;
   CUdeviceptr slots = 0;
   loop_chain_t chain = {{0}};

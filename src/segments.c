@@ -86,8 +86,7 @@ cgc_status_t cgc__alloc_new_segment(struct cgc__allocator* a, cgc_pool_t pool, u
     st = cgc__fail(CGC_ERROR_OUT_OF_MEMORY, func, "out of host memory");
     goto fail;
   }
-  st = cgc__ctx_enter(a->dev, &scope, func);
-  if (st != CGC_SUCCESS) goto fail;
+  CGC_TRY_GOTO(st, cgc__ctx_enter(a->dev, &scope, func), fail);
   CUresult r = cgc__relaxed_mem_alloc(&p, size);
   if (r == CUDA_ERROR_OUT_OF_MEMORY) {
     cgc__alloc_sweep(a, true);

@@ -27,8 +27,7 @@ static cgc_status_t legacy_key(struct cgc__device* dev, uint64_t* key, const cha
   uint64_t id = atomic_load_explicit(&dev->legacy_stream_id, memory_order_relaxed);
   if (id == 0) {
     unsigned long long got = 0;
-    cgc_status_t st = CGC_CU(func, cuStreamGetId(CU_STREAM_LEGACY, &got));
-    if (st != CGC_SUCCESS) return st;
+    CGC_TRY(CGC_CU(func, cuStreamGetId(CU_STREAM_LEGACY, &got)));
     id = got;
     atomic_store_explicit(&dev->legacy_stream_id, id, memory_order_relaxed);
   }
@@ -45,16 +44,14 @@ static cgc_status_t resolve_ordinary(CUstream cu, bool ask_capture, atomic_uint_
   if (ask_capture || key == 0) {
     CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
     cuuint64_t id = 0;
-    CUresult r = CGC_DRV(cuStreamGetCaptureInfo)(cu, &status, &id, NULL, NULL, NULL);
-    if (r != CUDA_SUCCESS) return cgc__cu_fail(r, func, "cuStreamGetCaptureInfo");
+    CGC_TRY(CGC_CU(func, cuStreamGetCaptureInfo(cu, &status, &id, NULL, NULL, NULL)));
     out->capturing = status != CU_STREAM_CAPTURE_STATUS_NONE;
     out->invalidated = status == CU_STREAM_CAPTURE_STATUS_INVALIDATED;
     out->capture_id = out->capturing ? id : 0;
   }
   if (key == 0 && !out->capturing) {
     unsigned long long got = 0;
-    CUresult r = CGC_DRV(cuStreamGetId)(cu, &got);
-    if (r != CUDA_SUCCESS) return cgc__cu_fail(r, func, "cuStreamGetId");
+    CGC_TRY(CGC_CU(func, cuStreamGetId(cu, &got)));
     key = got;
     if (cached != NULL)
       atomic_store_explicit(cached, key, memory_order_relaxed);
@@ -74,8 +71,8 @@ static cgc_status_t resolve(struct cgc__device* dev, CUstream cu, cgc__stream_ki
   /* The legacy and per-thread streams resolve through the current context. */
   out->special = true;
   cgc__ctx_scope_t scope;
-  cgc_status_t st = cgc__ctx_enter(dev, &scope, func);
-  if (st != CGC_SUCCESS) return st;
+  CGC_TRY(cgc__ctx_enter(dev, &scope, func));
+  cgc_status_t st;
   if (kind == CGC__STREAM_LEGACY) {
     out->cu = NULL;
     st = legacy_key(dev, &out->key, func);

@@ -47,9 +47,7 @@ void cgc__order_fence_stream_after(struct cgc__device* dev, CUevent last_replay,
   if (cgc__device_fence_stream(dev, &fence, func) == CGC_SUCCESS &&
       CGC_DRV(cuStreamWaitEvent)(fence, last_replay, 0) == CUDA_SUCCESS)
     return;
-  CUstreamCaptureMode previous = cgc__relaxed_begin();
-  CGC_DRV(cuEventSynchronize)(last_replay);
-  cgc__relaxed_end(previous);
+  CGC_RELAXED(CGC_DRV(cuEventSynchronize)(last_replay));
 }
 
 void cgc__release_taken(struct cgc__use* uses, size_t n_uses) {
