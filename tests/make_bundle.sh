@@ -22,7 +22,7 @@ for f in "${@:1:$#-1}"; do
     *capi/cgc_api.h) cp -L "$f" "$out/data/capi/cgc_api.h" ;;
     *tools/abi.txt) cp -L "$f" "$out/data/abi.txt" ;;
     *run_bundle.sh) cp -L "$f" "$out/run_tests.sh" && chmod +x "$out/run_tests.sh" ;;
-    examples/* | bench/*) cp -L "$f" "$out/tools/" ;;
+    examples/* | bench/* | tests/kernels/*) cp -L "$f" "$out/tools/" ;;
     *) cp -L "$f" "$out/bin/" ;;
   esac
 done

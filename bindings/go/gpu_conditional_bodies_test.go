@@ -9,9 +9,6 @@ package cgc_test
 
 import (
 	"errors"
-	"os"
-	"path/filepath"
-	"strings"
 	"testing"
 
 	cgc "cgc/bindings/go"
@@ -36,31 +33,6 @@ func (c *conditionalSetup) skipWithoutCUDA128() {
 		c.f.t.Skipf("SKIP (IF/ELSE and SWITCH need a driver for CUDA 12.8): %v", refusal)
 	}
 	c.f.ok(refusal)
-}
-
-// loopContinuePTX reads the examples' loop_continue kernel: from the repository when the test
-// runs in bindings/go (go test), else from the GPU bundle's tools/ beside bin/, where
-// tests/make_bundle.sh puts the example files the bundle lists.
-func loopContinuePTX(t *testing.T) []byte {
-	t.Helper()
-	candidates := []string{filepath.Join("..", "..", "examples", "kernels", "loop_continue.ptx")}
-	if exe, err := os.Executable(); err == nil {
-		candidates = append(candidates,
-			filepath.Join(filepath.Dir(exe), "..", "tools", "loop_continue.ptx"),
-			filepath.Join(filepath.Dir(exe), "loop_continue.ptx"))
-	}
-	for _, c := range candidates {
-		ptx, err := os.ReadFile(c)
-		if err == nil {
-			return ptx
-		}
-		if !errors.Is(err, os.ErrNotExist) {
-			t.Fatalf("reading %s: %v", c, err)
-		}
-	}
-	t.Fatalf("cannot find loop_continue.ptx (tried %s): the GPU bundle needs "+
-		"//examples:kernels/loop_continue.ptx in its tools/", strings.Join(candidates, ", "))
-	return nil
 }
 
 // The checks the library makes before it changes the capture: each refusal names the call, runs

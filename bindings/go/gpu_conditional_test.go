@@ -13,71 +13,8 @@ import (
 	cgc "cgc/bindings/go"
 )
 
-// conditionalPTX holds the tests' kernels, PTX that nvcc -ptx -arch=sm_75 made from this CUDA C:
-//
-//	cond_init(unsigned* counter, const unsigned* n, unsigned* more) { *counter = 0; *more = *n != 0; }
-//	cond_step(unsigned* counter, const unsigned* n, unsigned* more) { unsigned c = ++*counter; *more = c < *n; }
-//	cond_count(unsigned* hits) { ++*hits; }
-const conditionalPTX = `
-.version 8.0
-.target sm_75
-.address_size 64
-
-.visible .entry cond_init(.param .u64 cond_init_param_0, .param .u64 cond_init_param_1, .param .u64 cond_init_param_2)
-{
-	.reg .pred %p<2>;
-	.reg .b32 %r<4>;
-	.reg .b64 %rd<7>;
-	ld.param.u64 %rd1, [cond_init_param_0];
-	ld.param.u64 %rd2, [cond_init_param_1];
-	ld.param.u64 %rd3, [cond_init_param_2];
-	cvta.to.global.u64 %rd4, %rd3;
-	cvta.to.global.u64 %rd5, %rd2;
-	cvta.to.global.u64 %rd6, %rd1;
-	mov.u32 %r1, 0;
-	st.global.u32 [%rd6], %r1;
-	ld.global.u32 %r2, [%rd5];
-	setp.ne.s32 %p1, %r2, 0;
-	selp.u32 %r3, 1, 0, %p1;
-	st.global.u32 [%rd4], %r3;
-	ret;
-}
-
-.visible .entry cond_step(.param .u64 cond_step_param_0, .param .u64 cond_step_param_1, .param .u64 cond_step_param_2)
-{
-	.reg .pred %p<2>;
-	.reg .b32 %r<5>;
-	.reg .b64 %rd<7>;
-	ld.param.u64 %rd1, [cond_step_param_0];
-	ld.param.u64 %rd2, [cond_step_param_1];
-	ld.param.u64 %rd3, [cond_step_param_2];
-	cvta.to.global.u64 %rd4, %rd3;
-	cvta.to.global.u64 %rd5, %rd2;
-	cvta.to.global.u64 %rd6, %rd1;
-	ld.global.u32 %r1, [%rd6];
-	add.s32 %r2, %r1, 1;
-	st.global.u32 [%rd6], %r2;
-	ld.global.u32 %r3, [%rd5];
-	setp.lt.u32 %p1, %r2, %r3;
-	selp.u32 %r4, 1, 0, %p1;
-	st.global.u32 [%rd4], %r4;
-	ret;
-}
-
-.visible .entry cond_count(.param .u64 cond_count_param_0)
-{
-	.reg .b32 %r<3>;
-	.reg .b64 %rd<3>;
-	ld.param.u64 %rd1, [cond_count_param_0];
-	cvta.to.global.u64 %rd2, %rd1;
-	ld.global.u32 %r1, [%rd2];
-	add.s32 %r2, %r1, 1;
-	st.global.u32 [%rd2], %r2;
-	ret;
-}
-`
-
-// conditionalSetup is what the conditional tests share: a stream, the kernels, and one word of
+// conditionalSetup is what the conditional tests share: a stream, the kernels (cond_init,
+// cond_step and cond_count of tests/kernels/binding_tests.ptx, bindingTestsPTX), and one word of
 // device memory per role, zeroed.
 type conditionalSetup struct {
 	f                  *fixture
@@ -107,7 +44,7 @@ func newConditionalSetup(t *testing.T) *conditionalSetup {
 		t.Skipf("SKIP (conditional nodes need a driver for CUDA 12.4): %v", err)
 	}
 	wantMessage(t, "a conditional outside a capture", err, cgc.ErrInvalidState, "cgc_capture_conditional_begin")
-	module, err := f.ctx.LoadModule([]byte(conditionalPTX))
+	module, err := f.ctx.LoadModule(bindingTestsPTX(t))
 	f.ok(err)
 	t.Cleanup(func() { _ = module.Close() })
 	for name, fn := range map[string]**cgc.Function{"cond_init": &c.init, "cond_step": &c.step, "cond_count": &c.count} {

@@ -18,59 +18,12 @@ import (
 	cgc "cgc/bindings/go"
 )
 
-// affinePTX is the tests' own kernel, written in PTX so that the test binary carries it (the
-// driver compiles it for whatever GPU runs the tests):
+// The tests' kernel is affine of tests/kernels/binding_tests.ptx (bindingTestsPTX):
 //
 //	out[i] = in[i] * params[0] + params[1] + bias   for i < n
 //
 // Its parameters are three pointers, a float and an unsigned int, so a launch exercises
 // pointer, float32 and uint32 arguments.
-const affinePTX = `
-.version 7.0
-.target sm_75
-.address_size 64
-
-.visible .entry affine(
-	.param .u64 affine_out,
-	.param .u64 affine_in,
-	.param .u64 affine_params,
-	.param .f32 affine_bias,
-	.param .u32 affine_n
-)
-{
-	.reg .pred %p<2>;
-	.reg .f32 %f<7>;
-	.reg .b32 %r<6>;
-	.reg .b64 %rd<10>;
-
-	ld.param.u64 %rd1, [affine_out];
-	ld.param.u64 %rd2, [affine_in];
-	ld.param.u64 %rd3, [affine_params];
-	ld.param.f32 %f1, [affine_bias];
-	ld.param.u32 %r1, [affine_n];
-	mov.u32 %r2, %ctaid.x;
-	mov.u32 %r3, %ntid.x;
-	mov.u32 %r4, %tid.x;
-	mad.lo.s32 %r5, %r2, %r3, %r4;
-	setp.ge.u32 %p1, %r5, %r1;
-	@%p1 bra DONE;
-	cvta.to.global.u64 %rd4, %rd1;
-	cvta.to.global.u64 %rd5, %rd2;
-	cvta.to.global.u64 %rd6, %rd3;
-	mul.wide.u32 %rd7, %r5, 4;
-	add.s64 %rd8, %rd5, %rd7;
-	ld.global.f32 %f2, [%rd8];
-	ld.global.f32 %f3, [%rd6];
-	ld.global.f32 %f4, [%rd6+4];
-	fma.rn.f32 %f5, %f2, %f3, %f4;
-	add.f32 %f6, %f5, %f1;
-	add.s64 %rd9, %rd4, %rd7;
-	st.global.f32 [%rd9], %f6;
-DONE:
-	ret;
-}
-`
-
 const (
 	workCount = 4096 // floats per buffer
 	workBlock = 256  // threads per block of the kernel
@@ -276,7 +229,7 @@ func TestGPUGraphWork(t *testing.T) {
 	origin, side := f.streams[0], f.streams[1]
 	fork, join := f.events[0], f.events[1]
 
-	module, err := f.ctx.LoadModule([]byte(affinePTX))
+	module, err := f.ctx.LoadModule(bindingTestsPTX(t))
 	f.ok(err)
 	defer module.Close()
 	affine, err := module.Function("affine")
@@ -521,7 +474,7 @@ type affineSetup struct {
 func newAffineSetup(t *testing.T) *affineSetup {
 	f := newFixture(t, 1, 0)
 	s := f.streams[0]
-	module, err := f.ctx.LoadModule([]byte(affinePTX))
+	module, err := f.ctx.LoadModule(bindingTestsPTX(t))
 	f.ok(err)
 	t.Cleanup(func() { _ = module.Close() })
 	affine, err := module.Function("affine")

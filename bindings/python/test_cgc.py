@@ -1038,11 +1038,12 @@ class GpuForkJoinTest(unittest.TestCase):
         ctx.close()
 
 
-def example_kernel_path(file_name, variable):
-    """The path of one of the examples' kernels, examples/kernels/<file_name>: $<variable> (Bazel's
-    test sets it), else where the repository or the GPU bundle (its tools/ folder) keeps it."""
+def kernel_path(folder, file_name, variable):
+    """The path of a PTX file that the GPU tests load, <folder>/<file_name> of the repository:
+    $<variable> (Bazel's test sets it), else where the repository or the GPU bundle (its tools/
+    folder, where tests/make_bundle.sh puts it) keeps it."""
     candidates = [os.environ.get(variable),
-                  os.path.join(HERE, "..", "..", "examples", "kernels", file_name),
+                  os.path.join(HERE, "..", "..", folder, file_name),
                   os.path.join(HERE, "..", "tools", file_name),
                   os.path.join(HERE, file_name)]
     for path in candidates:
@@ -1053,7 +1054,26 @@ def example_kernel_path(file_name, variable):
 
 def scale_add_ptx():
     """The examples' kernel scale_add (out = in * params[0] + params[1])."""
-    return example_kernel_path("scale_add.ptx", "CGC_SCALE_ADD_PTX")
+    return kernel_path(os.path.join("examples", "kernels"), "scale_add.ptx", "CGC_SCALE_ADD_PTX")
+
+
+def binding_tests_ptx():
+    """The bindings' shared test kernels, tests/kernels/binding_tests.ptx (the Go and Rust tests
+    load the same file): cond_init, cond_step, cond_count and cond_append for the conditional
+    tests (the file says what each does), and affine."""
+    return kernel_path(os.path.join("tests", "kernels"), "binding_tests.ptx", "CGC_BINDING_TESTS_PTX")
+
+
+class KernelFilesTest(unittest.TestCase):
+    """Without a GPU too: the PTX files that the GPU tests load are where they look."""
+
+    def test_the_shared_kernels_are_found(self):
+        with open(binding_tests_ptx()) as f:
+            ptx = f.read()
+        for name in ("cond_init", "cond_step", "cond_count", "cond_append", "affine"):
+            self.assertIn(".visible .entry %s(" % name, ptx)
+        with open(scale_add_ptx()) as f:
+            self.assertIn(".visible .entry scale_add(", f.read())
 
 
 def float_bits(x):
@@ -1544,70 +1564,6 @@ class GpuUpdateTest(ExpectMixin, unittest.TestCase):
         g.close()
 
 
-# The conditional tests' kernels (PTX that nvcc -ptx -arch=sm_75 made from this CUDA C):
-#   cond_init(unsigned* counter, const unsigned* n, unsigned* more) { *counter = 0; *more = *n != 0; }
-#   cond_step(unsigned* counter, const unsigned* n, unsigned* more) { unsigned c = ++*counter; *more = c < *n; }
-#   cond_count(unsigned* hits) { ++*hits; }
-CONDITIONAL_PTX = """\
-.version 8.0
-.target sm_75
-.address_size 64
-
-.visible .entry cond_init(.param .u64 cond_init_param_0, .param .u64 cond_init_param_1, .param .u64 cond_init_param_2)
-{
-	.reg .pred %p<2>;
-	.reg .b32 %r<4>;
-	.reg .b64 %rd<7>;
-	ld.param.u64 %rd1, [cond_init_param_0];
-	ld.param.u64 %rd2, [cond_init_param_1];
-	ld.param.u64 %rd3, [cond_init_param_2];
-	cvta.to.global.u64 %rd4, %rd3;
-	cvta.to.global.u64 %rd5, %rd2;
-	cvta.to.global.u64 %rd6, %rd1;
-	mov.u32 %r1, 0;
-	st.global.u32 [%rd6], %r1;
-	ld.global.u32 %r2, [%rd5];
-	setp.ne.s32 %p1, %r2, 0;
-	selp.u32 %r3, 1, 0, %p1;
-	st.global.u32 [%rd4], %r3;
-	ret;
-}
-
-.visible .entry cond_step(.param .u64 cond_step_param_0, .param .u64 cond_step_param_1, .param .u64 cond_step_param_2)
-{
-	.reg .pred %p<2>;
-	.reg .b32 %r<5>;
-	.reg .b64 %rd<7>;
-	ld.param.u64 %rd1, [cond_step_param_0];
-	ld.param.u64 %rd2, [cond_step_param_1];
-	ld.param.u64 %rd3, [cond_step_param_2];
-	cvta.to.global.u64 %rd4, %rd3;
-	cvta.to.global.u64 %rd5, %rd2;
-	cvta.to.global.u64 %rd6, %rd1;
-	ld.global.u32 %r1, [%rd6];
-	add.s32 %r2, %r1, 1;
-	st.global.u32 [%rd6], %r2;
-	ld.global.u32 %r3, [%rd5];
-	setp.lt.u32 %p1, %r2, %r3;
-	selp.u32 %r4, 1, 0, %p1;
-	st.global.u32 [%rd4], %r4;
-	ret;
-}
-
-.visible .entry cond_count(.param .u64 cond_count_param_0)
-{
-	.reg .b32 %r<3>;
-	.reg .b64 %rd<3>;
-	ld.param.u64 %rd1, [cond_count_param_0];
-	cvta.to.global.u64 %rd2, %rd1;
-	ld.global.u32 %r1, [%rd2];
-	add.s32 %r2, %r1, 1;
-	st.global.u32 [%rd2], %r2;
-	ret;
-}
-"""
-
-
 class GpuConditionalTest(ExpectMixin, unittest.TestCase):
     """1.2's conditional nodes on a GPU: a WHILE loop that counts on the device to a bound given
     per replay through page-locked memory, an IF that skips its body, and what a body refuses
@@ -1618,7 +1574,7 @@ class GpuConditionalTest(ExpectMixin, unittest.TestCase):
         require_gpu(self)
         self.ctx = cgc.Context(0)
         self.stream = cgc.Stream(self.ctx)
-        self.module = cgc.Module(self.ctx, CONDITIONAL_PTX)
+        self.module = cgc.Module.from_file(self.ctx, binding_tests_ptx())
         self.init, self.step, self.count = (self.module.function(n) for n in ("cond_init", "cond_step", "cond_count"))
         # Words: 0 counter, 1 n, 2 more (the condition), 3 after-node count, 4 body count.
         self.words = cgc.malloc(self.ctx, 64, self.stream)

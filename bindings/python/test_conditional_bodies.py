@@ -3,16 +3,17 @@ WHILE whose body sets its own condition), and the allocations and generator draw
 hold since 1.3. CI tests (no GPU needed) and GPU tests (skipped with the reason without one).
 
 Run from this folder:  CGC_LIBRARY=/path/libcgc.so.1 python3 -m unittest -v test_conditional_bodies
-The GPU tests load examples/kernels/loop_continue.ptx, found from this folder or the GPU bundle's
-tools/, or at $CGC_LOOP_CONTINUE_PTX.
+The GPU tests load the bindings' shared test kernels, tests/kernels/binding_tests.ptx, and
+examples/kernels/loop_continue.ptx, found from this folder or the GPU bundle's tools/, or at
+$CGC_BINDING_TESTS_PTX and $CGC_LOOP_CONTINUE_PTX.
 """
 
 import ctypes
+import os
 import unittest
 
 import cgc
-from test_cgc import (CONDITIONAL_PTX, FOREIGN, ExpectMixin, example_kernel_path, foreign, forget,
-                      require_gpu)
+from test_cgc import FOREIGN, ExpectMixin, binding_tests_ptx, foreign, forget, kernel_path, require_gpu
 
 BEGIN_BODIES = "cgc_capture_conditional_begin_bodies"
 
@@ -145,58 +146,19 @@ class ConditionalBodiesBadCallTest(ExpectMixin, unittest.TestCase):
         forget(parent)
 
 
-# The draw test's kernel (PTX that nvcc -ptx -arch=sm_75 made from this CUDA C, its .version set
-# to 8.0 for drivers from CUDA 12.0 on):
-#   append_row(float* rows, const float* row, const unsigned* counter, unsigned per) {
-#     unsigned i = threadIdx.x; if (i < per) rows[*counter * per + i] = row[i]; }
-APPEND_ROW_PTX = """\
-.version 8.0
-.target sm_75
-.address_size 64
-
-.visible .entry append_row(.param .u64 append_row_param_0, .param .u64 append_row_param_1,
-                           .param .u64 append_row_param_2, .param .u32 append_row_param_3)
-{
-	.reg .pred %p<2>;
-	.reg .f32 %f<2>;
-	.reg .b32 %r<5>;
-	.reg .b64 %rd<11>;
-	ld.param.u64 %rd1, [append_row_param_0];
-	ld.param.u64 %rd2, [append_row_param_1];
-	ld.param.u64 %rd3, [append_row_param_2];
-	ld.param.u32 %r2, [append_row_param_3];
-	mov.u32 %r1, %tid.x;
-	setp.ge.u32 %p1, %r1, %r2;
-	@%p1 bra $L__BB0_2;
-	cvta.to.global.u64 %rd4, %rd2;
-	mul.wide.u32 %rd5, %r1, 4;
-	add.s64 %rd6, %rd4, %rd5;
-	ld.global.f32 %f1, [%rd6];
-	cvta.to.global.u64 %rd7, %rd3;
-	ld.global.u32 %r3, [%rd7];
-	mad.lo.s32 %r4, %r3, %r2, %r1;
-	cvta.to.global.u64 %rd8, %rd1;
-	mul.wide.u32 %rd9, %r4, 4;
-	add.s64 %rd10, %rd8, %rd9;
-	st.global.f32 [%rd10], %f1;
-$L__BB0_2:
-	ret;
-}
-"""
-
-
 def loop_continue_ptx():
     """The examples' loop step that sets its WHILE node's condition itself (loop_continue.cu):
     loop_continue(u64 handle, unsigned* counter, const unsigned* n) counts, then sets the
     condition to counter < *n."""
-    return example_kernel_path("loop_continue.ptx", "CGC_LOOP_CONTINUE_PTX")
+    return kernel_path(os.path.join("examples", "kernels"), "loop_continue.ptx", "CGC_LOOP_CONTINUE_PTX")
 
 
 class GpuConditionalBodiesTest(ExpectMixin, unittest.TestCase):
-    """1.3's conditional nodes on a GPU, with test_cgc's conditional kernels (cond_init,
-    cond_step, cond_count over a counter, a bound n and a condition), replayed with per-replay
-    conditions copied in from page-locked memory. Skipped with a driver older than CUDA 12.4;
-    the IF/ELSE and SWITCH tests with one older than 12.8."""
+    """1.3's conditional nodes on a GPU, with the shared conditional kernels of
+    tests/kernels/binding_tests.ptx (cond_init, cond_step, cond_count over a counter, a bound n
+    and a condition), replayed with per-replay conditions copied in from page-locked memory.
+    Skipped with a driver older than CUDA 12.4; the IF/ELSE and SWITCH tests with one older than
+    12.8."""
 
     def setUp(self):
         require_gpu(self)
@@ -204,7 +166,7 @@ class GpuConditionalBodiesTest(ExpectMixin, unittest.TestCase):
         self.addCleanup(self.ctx.close)
         self.stream = cgc.Stream(self.ctx)
         self.addCleanup(self.stream.close)
-        self.module = cgc.Module(self.ctx, CONDITIONAL_PTX)
+        self.module = cgc.Module.from_file(self.ctx, binding_tests_ptx())
         self.addCleanup(self.module.close)
         self.init, self.step, self.count = (self.module.function(n) for n in ("cond_init", "cond_step", "cond_count"))
         # Words: 0 counter, 1 n, 2 more (the condition), 3 odd (a second one), 4 hits.
@@ -390,9 +352,7 @@ class GpuConditionalBodiesTest(ExpectMixin, unittest.TestCase):
     def test_draws_in_a_while_body_are_the_eager_draws(self):
         s, seed, bounds = self.stream, 42, (5, 3, 0, 7)
         per_iteration = 6  # drawn 4 at a time: an iteration takes 8 of the generator's offsets
-        rows_module = cgc.Module(self.ctx, APPEND_ROW_PTX)
-        self.addCleanup(rows_module.close)
-        append_row = rows_module.function("append_row")
+        append = self.module.function("cond_append")  # launched with per_iteration threads
         rng = cgc.Rng(self.ctx, seed)
         self.addCleanup(rng.close)
         row = cgc.malloc(self.ctx, per_iteration * 4, s)
@@ -406,8 +366,8 @@ class GpuConditionalBodiesTest(ExpectMixin, unittest.TestCase):
             with s.conditional_bodies("while", self.more) as ((body,), _):
                 rng.uniform(row, per_iteration, body)
                 # Row `counter` of `rows` keeps this iteration's numbers; then the count goes on.
-                append_row.launch(1, per_iteration, self.args(rows, row, self.counter) + [ctypes.c_uint32(per_iteration)],
-                                  body)
+                append.launch(1, per_iteration, self.args(rows, row, self.counter) + [ctypes.c_uint32(per_iteration)],
+                              body)
                 self.step.launch(1, 1, loop, body)
 
         def read(address, count):

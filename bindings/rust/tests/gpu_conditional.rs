@@ -15,95 +15,11 @@ use cgc::{
 };
 use common::{assert_error, gpu, read_back, serial};
 
-/// The conditional tests' kernels, PTX that `nvcc -ptx -arch=sm_75` made from this CUDA C:
-///   cond_init(unsigned* counter, const unsigned* n, unsigned* more) { *counter = 0; *more = *n != 0; }
-///   cond_step(unsigned* counter, const unsigned* n, unsigned* more) { unsigned c = ++*counter; *more = c < *n; }
-///   cond_count(unsigned* hits) { ++*hits; }
-///   cond_append(float* out, const float* row, const unsigned* counter, unsigned per) {
-///     out[*counter * per + threadIdx.x] = row[threadIdx.x]; }
-/// (cond_append by nvcc 13 with -arch=compute_75, under the same `.version 8.0` line as the
-/// others, so that drivers older than CUDA 13 load it: ptxas accepts the whole text for sm_75.)
-const CONDITIONAL_PTX: &str = r#".version 8.0
-.target sm_75
-.address_size 64
-
-.visible .entry cond_init(.param .u64 cond_init_param_0, .param .u64 cond_init_param_1, .param .u64 cond_init_param_2)
-{
-	.reg .pred %p<2>;
-	.reg .b32 %r<4>;
-	.reg .b64 %rd<7>;
-	ld.param.u64 %rd1, [cond_init_param_0];
-	ld.param.u64 %rd2, [cond_init_param_1];
-	ld.param.u64 %rd3, [cond_init_param_2];
-	cvta.to.global.u64 %rd4, %rd3;
-	cvta.to.global.u64 %rd5, %rd2;
-	cvta.to.global.u64 %rd6, %rd1;
-	mov.u32 %r1, 0;
-	st.global.u32 [%rd6], %r1;
-	ld.global.u32 %r2, [%rd5];
-	setp.ne.s32 %p1, %r2, 0;
-	selp.u32 %r3, 1, 0, %p1;
-	st.global.u32 [%rd4], %r3;
-	ret;
-}
-
-.visible .entry cond_step(.param .u64 cond_step_param_0, .param .u64 cond_step_param_1, .param .u64 cond_step_param_2)
-{
-	.reg .pred %p<2>;
-	.reg .b32 %r<5>;
-	.reg .b64 %rd<7>;
-	ld.param.u64 %rd1, [cond_step_param_0];
-	ld.param.u64 %rd2, [cond_step_param_1];
-	ld.param.u64 %rd3, [cond_step_param_2];
-	cvta.to.global.u64 %rd4, %rd3;
-	cvta.to.global.u64 %rd5, %rd2;
-	cvta.to.global.u64 %rd6, %rd1;
-	ld.global.u32 %r1, [%rd6];
-	add.s32 %r2, %r1, 1;
-	st.global.u32 [%rd6], %r2;
-	ld.global.u32 %r3, [%rd5];
-	setp.lt.u32 %p1, %r2, %r3;
-	selp.u32 %r4, 1, 0, %p1;
-	st.global.u32 [%rd4], %r4;
-	ret;
-}
-
-.visible .entry cond_count(.param .u64 cond_count_param_0)
-{
-	.reg .b32 %r<3>;
-	.reg .b64 %rd<3>;
-	ld.param.u64 %rd1, [cond_count_param_0];
-	cvta.to.global.u64 %rd2, %rd1;
-	ld.global.u32 %r1, [%rd2];
-	add.s32 %r2, %r1, 1;
-	st.global.u32 [%rd2], %r2;
-	ret;
-}
-
-.visible .entry cond_append(.param .u64 cond_append_param_0, .param .u64 cond_append_param_1, .param .u64 cond_append_param_2, .param .u32 cond_append_param_3)
-{
-	.reg .f32 %f<2>;
-	.reg .b32 %r<5>;
-	.reg .b64 %rd<11>;
-	ld.param.u64 %rd1, [cond_append_param_0];
-	ld.param.u64 %rd2, [cond_append_param_1];
-	ld.param.u64 %rd3, [cond_append_param_2];
-	ld.param.u32 %r1, [cond_append_param_3];
-	cvta.to.global.u64 %rd4, %rd1;
-	cvta.to.global.u64 %rd5, %rd3;
-	cvta.to.global.u64 %rd6, %rd2;
-	mov.u32 %r2, %tid.x;
-	mul.wide.u32 %rd7, %r2, 4;
-	add.s64 %rd8, %rd6, %rd7;
-	ld.global.f32 %f1, [%rd8];
-	ld.global.u32 %r3, [%rd5];
-	mad.lo.s32 %r4, %r3, %r1, %r2;
-	mul.wide.u32 %rd9, %r4, 4;
-	add.s64 %rd10, %rd4, %rd9;
-	st.global.f32 [%rd10], %f1;
-	ret;
-}
-"#;
+/// The bindings' shared test kernels (tests/kernels/binding_tests.ptx, which the Go and Python
+/// tests load too; the file says what each does): the conditional tests use cond_init, cond_step
+/// and cond_count over a counter, a bound and a condition, and cond_append. Built into the test
+/// binary, which the GPU bundle carries without the file.
+const BINDING_TESTS_PTX: &str = include_str!("../../../tests/kernels/binding_tests.ptx");
 
 /// One `u32` of device memory, set to `value`.
 fn word(ctx: &Context, stream: &Stream, value: u32) -> DeviceBuffer {
@@ -148,7 +64,7 @@ fn a_while_loop_counts_on_the_device_to_a_bound_given_per_replay() {
     if !conditionals_supported(TEST, &stream, &more) {
         return;
     }
-    let ptx = CString::new(CONDITIONAL_PTX).unwrap();
+    let ptx = CString::new(BINDING_TESTS_PTX).unwrap();
     let module = Module::from_ptx(&ctx, &ptx).unwrap();
     let (init, step) = (module.function("cond_init").unwrap(), module.function("cond_step").unwrap());
     // Page-locked: the bound, copied in by the graph at every replay.
@@ -199,7 +115,7 @@ fn an_if_skips_its_body_when_the_condition_is_zero() {
     if !conditionals_supported(TEST, &stream, &condition) {
         return;
     }
-    let ptx = CString::new(CONDITIONAL_PTX).unwrap();
+    let ptx = CString::new(BINDING_TESTS_PTX).unwrap();
     let module = Module::from_ptx(&ctx, &ptx).unwrap();
     let count = module.function("cond_count").unwrap();
     let mut run = HostBuffer::new(&ctx, 1, 0u32).unwrap();
@@ -242,7 +158,7 @@ fn a_body_refuses_a_host_function_and_is_ended_when_its_closure_fails() {
     if !conditionals_supported(TEST, &stream, &condition) {
         return;
     }
-    let ptx = CString::new(CONDITIONAL_PTX).unwrap();
+    let ptx = CString::new(BINDING_TESTS_PTX).unwrap();
     let module = Module::from_ptx(&ctx, &ptx).unwrap();
     let count = module.function("cond_count").unwrap();
     stream.synchronize().unwrap();
@@ -489,7 +405,7 @@ fn a_loop_whose_kernel_sets_the_condition_runs_to_its_bound() {
     if !conditionals_supported(TEST, &stream, &more) {
         return;
     }
-    let ptx = CString::new(CONDITIONAL_PTX).unwrap();
+    let ptx = CString::new(BINDING_TESTS_PTX).unwrap();
     let module = Module::from_ptx(&ctx, &ptx).unwrap();
     let init = module.function("cond_init").unwrap();
     // NUL-terminated by CString, as cgc_module_load reads PTX text.
@@ -617,7 +533,7 @@ fn draws_in_a_while_body_are_the_eager_draws_of_each_iteration() {
     if !conditionals_supported(TEST, &stream, &more) {
         return;
     }
-    let ptx = CString::new(CONDITIONAL_PTX).unwrap();
+    let ptx = CString::new(BINDING_TESTS_PTX).unwrap();
     let module = Module::from_ptx(&ctx, &ptx).unwrap();
     let (init, step, append) = (
         module.function("cond_init").unwrap(),
