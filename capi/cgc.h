@@ -28,7 +28,8 @@
  *   driver call that failed (cgc_last_error names it and the driver's error); CGC_ERROR_OUT_OF_MEMORY.
  * - cgc_last_error() is a thread-local message naming the function, the argument or driver call,
  *   and the driver's error name. It describes the most recent call on this thread that failed or
- *   warned (an empty capture warns); a successful call leaves it unchanged.
+ *   warned (an empty capture warns); a successful call leaves it unchanged. cgc_last_status()
+ *   (1.6) is the status that goes with it (CGC_SUCCESS for a warning).
  * - Option structs start with struct_size; a NULL pointer, or a zeroed struct with struct_size
  *   set, means the defaults. Fields are only ever appended.
  * - Threads: every function may be called from any thread; an object must not be destroyed while
@@ -72,8 +73,9 @@ extern "C" {
  * 1.4: captures that others begin (torch.cuda.graph with cgc as PyTorch's allocator) allocating
  * from a cgc pool, record_stream for a native stream;
  * 1.5: pools of memory registered with a communicator (symmetric windows), eager allocation from
- * a pool (docs/CHANGELOG.md) */
-#define CGC_VERSION_MINOR 5
+ * a pool (docs/CHANGELOG.md);
+ * 1.6: the status of the last failed call (cgc_last_status), for entry points that return none */
+#define CGC_VERSION_MINOR 6
 #define CGC_VERSION_PATCH 0
 #define CGC_VERSION ((CGC_VERSION_MAJOR << 16) | (CGC_VERSION_MINOR << 8) | CGC_VERSION_PATCH)
 
@@ -110,6 +112,22 @@ CGC_API const char* cgc_status_string(cgc_status_t status);
 /* This thread's message for the most recent failing (or warning) cgc call; "" when none. Valid
  * until the next cgc call on this thread. */
 CGC_API const char* cgc_last_error(void);
+
+/* Since 1.6. The status that goes with cgc_last_error(), on this thread: the status of the
+ * failure its message describes, or CGC_SUCCESS when the message is a warning or "" (no cgc call
+ * of this thread has failed or warned yet). A failure sets message and status together; a warning
+ * (a call that succeeds with something to say, such as an empty capture) replaces the message and
+ * resets the status to CGC_SUCCESS; detail a failure adds to its own message keeps its status; a
+ * call that succeeds without a warning changes neither. So cgc_last_status() != CGC_SUCCESS
+ * exactly when cgc_last_error() is a failure's message, and right after a call that failed it is
+ * the status that call returned (were undoing a failed call's work to fail too, message and
+ * status would both describe that later failure). It exists for the entry points that cannot
+ * return a status: cgc_torch_malloc returns NULL on failure (and for a size of 0, which is no
+ * failure), and PyTorch's allocator backend raises torch.cuda.OutOfMemoryError only when
+ * cgc_last_status() is then CGC_ERROR_OUT_OF_MEMORY (device or host memory), its plain error for
+ * any other refusal. Returns the status, not a status of its own call: it never fails, reaches no
+ * driver and may be called anywhere, inside host functions and captures too. */
+CGC_API cgc_status_t cgc_last_status(void);
 
 /* ==== 2. Handles ============================================================================= */
 

@@ -156,6 +156,8 @@ extern "C" {
   X(cgc_status_t, cgc_nccl_pool_create,                                                                               \
     (cgc_comm_t comm, size_t capacity, cgc_nccl_memory_t wanted, cgc_pool_t* out, cgc_nccl_memory_t* got))            \
   X(cgc_status_t, cgc_pool_malloc, (cgc_pool_t pool, size_t size, cgc_stream_t stream, void** out))                   \
+  /* since 1.6 */                                                                                                     \
+  X(cgc_status_t, cgc_last_status, (void))                                                                            \
 
 #define CGC_API_FIELD_(ret, name, params) ret(*name) params;
 typedef struct cgc_api {

@@ -261,16 +261,20 @@ static cgc_status_t end_capture(cgc_stream_t stream, bool discard, cgc_graph_t* 
       check_left_capturing(c);
       cgc__ctx_leave(&again);
     }
+    /* Said after the failure's message, not as a warning: a warning would replace the message and
+     * reset cgc_last_status() of a call that fails (both callers fail here). */
     if (graph != NULL && c->graph_unsafe)
-      cgc__warn(func, "the discarded graph of capture %llu is left allocated: a conditional body's capture was "
-                "invalidated, and destroying such a graph crashes driver 580",
-                (unsigned long long)c->id);
+      cgc__append(
+          "; the discarded graph of capture %llu is left allocated: a conditional body's capture was "
+          "invalidated, and destroying such a graph crashes driver 580",
+          (unsigned long long)c->id);
     else if (graph != NULL)
       CGC_DRV(cuGraphDestroy)(graph);
     cgc__release_uses(c->uses, c->n_uses);
     if (c->update != NULL) atomic_store(&c->update->updating, false);
     free_capture(c);
-    return failed ? st : CGC_SUCCESS; /* discarded as asked */
+    /* Discarded as asked is a success; a capture kept but whose node count failed is not. */
+    return (failed || !discard) ? st : CGC_SUCCESS;
   }
   nodes -= 1; /* the completion record is cgc's, not the user's */
   CUevent done = c->done;

@@ -36,12 +36,14 @@
 
 /* ---- status and messages (status.c) ---- */
 
-/* Sets this thread's last error to "func: <formatted>" and returns `status`. */
+/* Sets this thread's last error to "func: <formatted>" and its last status (cgc_last_status) to
+ * `status`, and returns `status`. */
 cgc_status_t cgc__fail(cgc_status_t status, const char* func, const char* fmt, ...)
     __attribute__((format(printf, 3, 4)));
-/* Sets the last error to a warning from a call that succeeds (e.g. an empty capture). */
+/* Sets the last error to a warning from a call that succeeds (e.g. an empty capture), and the last
+ * status to CGC_SUCCESS: never on a path that returns a failure (cgc__append adds to its message). */
 void cgc__warn(const char* func, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
-/* Appends to the current last error (used to add detail after cgc__cu_fail). */
+/* Appends to the current last error (used to add detail after cgc__cu_fail); the status stays. */
 void cgc__append(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
 /* Opt-in debug logging to stderr: CGC_LOG=debug. */
 void cgc__log(const char* fmt, ...) __attribute__((format(printf, 1, 2)));

@@ -8,6 +8,9 @@
 
 enum { kMessageSize = 1024 };
 static _Thread_local char last_error[kMessageSize];
+/* The status that goes with last_error (cgc_last_status, 1.6): set with the message by a failure,
+ * reset by a warning (whose call succeeded), kept by cgc__append (detail of the same message). */
+static _Thread_local cgc_status_t last_status = CGC_SUCCESS;
 
 uint32_t cgc_version(void) { return CGC_VERSION; }
 
@@ -24,6 +27,8 @@ const char* cgc_status_string(cgc_status_t status) {
 
 const char* cgc_last_error(void) { return last_error; }
 
+cgc_status_t cgc_last_status(void) { return last_status; }
+
 static void vset(const char* func, const char* prefix, const char* fmt, va_list ap) {
   int n = snprintf(last_error, kMessageSize, "%s: %s", func, prefix);
   if (n < 0 || n >= kMessageSize) return;
@@ -35,6 +40,7 @@ cgc_status_t cgc__fail(cgc_status_t status, const char* func, const char* fmt, .
   va_start(ap, fmt);
   vset(func, "", fmt, ap);
   va_end(ap);
+  last_status = status;
   cgc__log("%s", last_error);
   return status;
 }
@@ -44,6 +50,7 @@ void cgc__warn(const char* func, const char* fmt, ...) {
   va_start(ap, fmt);
   vset(func, "warning: ", fmt, ap);
   va_end(ap);
+  last_status = CGC_SUCCESS;
   cgc__log("%s", last_error);
 }
 

@@ -78,10 +78,11 @@ class Abi : public ::testing::Test {
 
 TEST(AbiHeader, ListsEveryContractFunctionOnce) {
   std::set<std::string> declared = DeclaredFunctions();
-  // 1.0: 63 functions and cgc_get_api; 1.1 appended 29, 1.2 four, 1.3 one, 1.4 three, 1.5 two.
-  EXPECT_EQ(declared.size(), 64u + 29u + 4u + 1u + 3u + 2u);
+  // 1.0: 63 functions and cgc_get_api; 1.1 appended 29, 1.2 four, 1.3 one, 1.4 three, 1.5 two,
+  // 1.6 one.
+  EXPECT_EQ(declared.size(), 64u + 29u + 4u + 1u + 3u + 2u + 1u);
   EXPECT_TRUE(declared.count("cgc_graph_launch"));
-  EXPECT_EQ(sizeof(cgc_api_t), sizeof(size_t) + (63 + 29 + 4 + 1 + 3 + 2) * sizeof(void (*)()));
+  EXPECT_EQ(sizeof(cgc_api_t), sizeof(size_t) + (63 + 29 + 4 + 1 + 3 + 2 + 1) * sizeof(void (*)()));
   EXPECT_EQ(offsetof(cgc_api_t, cgc_graph_kernel_node_set_enabled), sizeof(size_t) + (63 + 29) * sizeof(void (*)()))
       << "1.2's functions start right after 1.1's";
   EXPECT_EQ(offsetof(cgc_api_t, cgc_capture_conditional_begin_bodies), sizeof(size_t) + (63 + 29 + 4) * sizeof(void (*)()))
@@ -93,7 +94,9 @@ TEST(AbiHeader, ListsEveryContractFunctionOnce) {
   EXPECT_EQ(offsetof(cgc_api_t, cgc_nccl_pool_create), sizeof(size_t) + (63 + 29 + 4 + 1 + 3) * sizeof(void (*)()))
       << "1.5's functions start right after 1.4's";
   EXPECT_EQ(offsetof(cgc_api_t, cgc_pool_malloc), sizeof(size_t) + (63 + 29 + 4 + 1 + 3 + 1) * sizeof(void (*)()))
-      << "1.5's last function ends the table";
+      << "1.5's last function comes before 1.6's";
+  EXPECT_EQ(offsetof(cgc_api_t, cgc_last_status), sizeof(size_t) + (63 + 29 + 4 + 1 + 3 + 2) * sizeof(void (*)()))
+      << "1.6's function ends the table";
   EXPECT_EQ(offsetof(cgc_capture_options_t, flags), 24u) << "1.0's capture options stay where they were";
   EXPECT_EQ(offsetof(cgc_api_t, struct_size), 0u);
   EXPECT_EQ(offsetof(cgc_api_t, cgc_version), sizeof(size_t)) << "docs/CONTRACT.md's order: versions first";

@@ -619,6 +619,10 @@ TEST_F(Conditional, AnInvalidatedBodyEndsWithoutACrash) {
     EXPECT_EQ(g, nullptr);
     std::string msg = cgc_last_error();
     EXPECT_NE(msg.find("conditional"), std::string::npos) << msg;
+    // The note that the discarded graph is left allocated is part of the failure's message, not a
+    // warning that replaced it (a warning resets cgc_last_status() to CGC_SUCCESS).
+    EXPECT_EQ(cgc_last_status(), CGC_ERROR_CAPTURE_INVALIDATED) << msg;
+    EXPECT_EQ(msg.find("warning"), std::string::npos) << msg;
     CGC_ASSERT_OK(cgc_capture_begin(stream, nullptr));  // the stream captures again normally
     CGC_ASSERT_OK(Launch(count, stream, {&hits}));
     CGC_ASSERT_OK(cgc_capture_end(stream, &g));

@@ -19,6 +19,7 @@ class NoDriverEnvironment : public ::testing::Environment {
 
 void ExpectNoDriver(cgc_status_t st, const char* function) {
   EXPECT_EQ(st, CGC_ERROR_NO_DRIVER) << function << ": " << cgc_last_error();
+  EXPECT_EQ(cgc_last_status(), CGC_ERROR_NO_DRIVER) << function;  // 1.6
   std::string msg = cgc_last_error();
   EXPECT_NE(msg.find(function), std::string::npos) << msg;
   EXPECT_NE(msg.find("/nonexistent/libcuda.so.1"), std::string::npos) << msg;
@@ -43,6 +44,17 @@ TEST(NoDriver, TorchAllocatorEntryPointsFailWithoutCrashing) {
   EXPECT_NE(msg.find("cgc_torch_malloc"), std::string::npos) << msg;
   EXPECT_NE(msg.find("CGC_CUDA_DRIVER"), std::string::npos) << msg;
   cgc_torch_free(nullptr, 0, 0, nullptr);
+}
+
+// 1.6: cgc_torch_malloc returns no status; cgc_last_status() tells why it returned NULL (what
+// PyTorch's allocator backend reads to raise OutOfMemoryError for CGC_ERROR_OUT_OF_MEMORY only).
+TEST(NoDriver, TorchMallocsFailureStatusIsTheLastStatus) {
+  EXPECT_EQ(cgc_torch_malloc(-1, 0, nullptr), nullptr);
+  EXPECT_EQ(cgc_last_status(), CGC_ERROR_INVALID_ARGUMENT) << cgc_last_error();
+  EXPECT_EQ(cgc_torch_malloc(1024, 0, nullptr), nullptr);
+  EXPECT_EQ(cgc_last_status(), CGC_ERROR_NO_DRIVER) << cgc_last_error();
+  EXPECT_EQ(cgc_torch_malloc(0, 0, nullptr), nullptr);  // no memory, and no failure
+  EXPECT_EQ(cgc_last_status(), CGC_ERROR_NO_DRIVER) << "a size of 0 changes nothing";
 }
 
 TEST(NoDriver, RepeatedCallsKeepFailingTheSameWay) {

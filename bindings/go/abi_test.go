@@ -164,6 +164,9 @@ var goAPIOfFunction = map[string]any{
 	// 1.5
 	"cgc_nccl_pool_create": (*cgc.Comm).NewPool,
 	"cgc_pool_malloc":      (*cgc.Pool).Malloc,
+
+	// 1.6
+	"cgc_last_status": cgc.LastStatus,
 }
 
 // goTypeOfHandle, goTypeOfStruct and goTypeOfCallback are the Go forms of the header's handle

@@ -6,8 +6,10 @@ package cgc_test
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -93,6 +95,51 @@ func TestNoDriverError(t *testing.T) {
 	if asError(t, err, cgc.ErrNoDriver); called {
 		t.Error("WithCaptureMode ran its function although the mode could not be set")
 	}
+}
+
+// 1.6: LastStatus is the status of the calling OS thread's last failed call, the one its *Error
+// carries, and another thread's failures are not its own. Without a driver that is ErrNoDriver.
+// The goroutines are locked to their OS threads: LastStatus is per thread.
+func TestLastStatusIsTheFailedCallsStatus(t *testing.T) {
+	if !inChild(t, "CGC_CUDA_DRIVER=/nonexistent/libcuda.so.1") {
+		return
+	}
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	wantLast := func(want cgc.Status, after string) {
+		t.Helper()
+		if got, err := cgc.LastStatus(); err != nil || got != want {
+			t.Errorf("LastStatus after %s: %v, %v; want %v", after, got, err, want)
+		}
+	}
+	_, err := cgc.DeviceCount()
+	asError(t, err, cgc.ErrNoDriver)
+	wantLast(cgc.ErrNoDriver, "DeviceCount without a driver")
+	if _, err := cgc.StatusString(cgc.ErrNoDriver); err != nil { // a call that succeeds leaves it
+		t.Fatal(err)
+	}
+	wantLast(cgc.ErrNoDriver, "a call that succeeded")
+
+	other := make(chan string)
+	go func() {
+		runtime.LockOSThread() // another OS thread than the test's, which is locked to it
+		defer runtime.UnlockOSThread()
+		err := (*cgc.Stream)(nil).Synchronize()
+		var e *cgc.Error
+		if !errors.As(err, &e) || e.Status != cgc.ErrInvalidArgument {
+			other <- fmt.Sprintf("Synchronize on a nil stream: %v", err)
+			return
+		}
+		if got, err := cgc.LastStatus(); err != nil || got != e.Status {
+			other <- fmt.Sprintf("LastStatus on the other thread: %v, %v; want %v", got, err, e.Status)
+			return
+		}
+		other <- ""
+	}()
+	if m := <-other; m != "" {
+		t.Error(m)
+	}
+	wantLast(cgc.ErrNoDriver, "another thread's failure")
 }
 
 // The message is thread-local in C; goroutines hop between OS threads. Failing calls with

@@ -34,7 +34,9 @@
 // Failing calls return an *Error holding the library's Status and the message of
 // cgc_last_error(). That message is thread-local in C and a goroutine may change OS threads
 // between two cgo calls, so the binding copies it inside the same C call that failed. Status
-// values are themselves errors, so errors.Is(err, cgc.ErrNoDriver) works.
+// values are themselves errors, so errors.Is(err, cgc.ErrNoDriver) works. LastStatus (1.6) is
+// cgc_last_status(), the status that goes with the calling OS thread's message: for a goroutine
+// locked to its thread, about calls made outside this package.
 //
 // # Lifetimes
 //

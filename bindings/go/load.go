@@ -75,6 +75,20 @@ func StatusString(s Status) (string, error) {
 	return C.GoString(C.cgcgo_status_string(C.int(s))), nil
 }
 
+// LastStatus (1.6) is cgc_last_status(): the status that goes with the library's last message
+// on the calling OS thread, that of the failure the message describes, or Success when it is a
+// warning or there is none. A failed call of this package already returns its status in its
+// *Error (copied on the thread that failed); LastStatus is for a goroutine locked to its OS
+// thread (runtime.LockOSThread) asking about a call made on that thread outside this package (C
+// code of its own calling libcgc, such as cgc_torch_malloc, which returns no status). Unlocked,
+// a goroutine may move to another OS thread between two calls and see that thread's status.
+func LastStatus() (Status, error) {
+	if err := Load(); err != nil {
+		return Success, err
+	}
+	return Status(C.cgcgo_last_status()), nil
+}
+
 // takeMessage converts and frees a message malloc'd by a shim.
 func takeMessage(msg *C.char) string {
 	if msg == nil {

@@ -495,3 +495,7 @@ cgc_status_t cgcgo_pool_malloc(cgc_pool_t pool, size_t size, cgc_stream_t stream
   *out = (uintptr_t)p;
   return st;
 }
+
+/* ---- 1.6 ---- */
+
+cgc_status_t cgcgo_last_status(void) { return api->cgc_last_status(); }

@@ -195,4 +195,8 @@ cgc_status_t cgcgo_nccl_pool_create(cgc_comm_t comm, size_t capacity, int wanted
                                     char** msg);
 cgc_status_t cgcgo_pool_malloc(cgc_pool_t pool, size_t size, cgc_stream_t stream, uintptr_t* out, char** msg);
 
+/* ---- 1.6: the status that goes with cgc_last_error(), of the calling OS thread ---- */
+
+cgc_status_t cgcgo_last_status(void);
+
 #endif /* CGCGO_SHIM_H_ */

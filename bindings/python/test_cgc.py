@@ -192,8 +192,8 @@ class LoadingTest(unittest.TestCase):
         # The table this module calls through is complete and is the library's own functions.
         lib = cgc.api()
         self.assertGreaterEqual(lib.table.contents.struct_size, ctypes.sizeof(cgc.api_t))
-        # 1.0's, then 1.1's, 1.2's, 1.3's, 1.4's and 1.5's
-        self.assertEqual(len(cgc._PROTOTYPES), 63 + 29 + 4 + 1 + 3 + 2)
+        # 1.0's, then 1.1's, 1.2's, 1.3's, 1.4's, 1.5's and 1.6's
+        self.assertEqual(len(cgc._PROTOTYPES), 63 + 29 + 4 + 1 + 3 + 2 + 1)
         for name, _, _ in cgc._PROTOTYPES:
             via_table = ctypes.cast(getattr(lib, name), ctypes.c_void_p).value
             via_dlsym = ctypes.cast(getattr(lib.dll, name), ctypes.c_void_p).value
@@ -263,6 +263,67 @@ class StatusTest(unittest.TestCase):
         self.assertEqual(err.status, 99)
         self.assertIn("99", str(err))
         self.assertIn("UNKNOWN", cgc.status_string(99))
+
+
+class LastStatusTest(unittest.TestCase):
+    """1.6: cgc.last_status() is the status that goes with this thread's last message: after a
+    failed call, the status it returned (on each thread apart); a success leaves it."""
+
+    def test_the_table_ends_with_the_1_6_function(self):
+        self.assertEqual([p[0] for p in cgc._PROTOTYPES[63 + 29 + 4 + 1 + 3 + 2:]], ["cgc_last_status"])
+        self.assertEqual((cgc.VERSION_MAJOR, cgc.VERSION_MINOR), (1, 6))
+        self.assertIn("last_status", cgc.__all__)
+
+    def test_the_failed_calls_status_on_each_thread(self):
+        lib, seen = cgc.api(), {}
+
+        def first():
+            seen["fresh"] = cgc.last_status()  # nothing failed on this thread yet
+            seen["returned"] = lib.cgc_stream_destroy(None)
+            seen["after"] = cgc.last_status()
+            cgc.free(None)  # succeeds: leaves it
+            seen["after success"] = cgc.last_status()
+            try:
+                cgc.free(0xDEAD00)
+            except cgc.Error as e:
+                seen["raised"], seen["after raise"] = e.status, cgc.last_status()
+
+        def second():
+            seen["other fresh"] = cgc.last_status()  # the first thread's failures are not this one's
+            seen["other returned"] = lib.cgc_capture_begin(FOREIGN, None)
+            seen["other after"] = cgc.last_status()
+
+        for body in (first, second):
+            t = threading.Thread(target=body)
+            t.start()
+            t.join()
+        self.assertIs(seen["fresh"], cgc.Status.SUCCESS)
+        self.assertEqual(seen["returned"], cgc.Status.INVALID_ARGUMENT)
+        self.assertIs(seen["after"], cgc.Status.INVALID_ARGUMENT)
+        self.assertIs(seen["after success"], cgc.Status.INVALID_ARGUMENT)
+        self.assertIs(seen["raised"], cgc.Status.INVALID_ARGUMENT)
+        self.assertIs(seen["after raise"], seen["raised"])
+        self.assertIs(seen["other fresh"], cgc.Status.SUCCESS)
+        self.assertEqual(seen["other returned"], cgc.Status.INVALID_HANDLE)
+        self.assertIs(seen["other after"], cgc.Status.INVALID_HANDLE)
+
+    def test_without_a_driver(self):
+        # cgc_torch_malloc returns no status: NULL, and last_status() says why.
+        out = run_child(
+            "import cgc, json\n"
+            "lib, out = cgc.api(), {}\n"
+            "try:\n"
+            "    cgc.device_count()\n"
+            "except cgc.NoDriverError:\n"
+            "    out['device_count'] = int(cgc.last_status())\n"
+            "out['null'] = lib.cgc_torch_malloc(1024, 0, None) is None\n"
+            "out['torch_malloc'] = int(cgc.last_status())\n"
+            "lib.cgc_torch_malloc(-1, 0, None)\n"
+            "out['negative'] = int(cgc.last_status())\n"
+            "print(json.dumps(out))\n",
+            CGC_CUDA_DRIVER="/nonexistent/libcuda.so.1")
+        self.assertEqual(out, {"device_count": cgc.Status.NO_DRIVER, "null": True,
+                               "torch_malloc": cgc.Status.NO_DRIVER, "negative": cgc.Status.INVALID_ARGUMENT})
 
 
 class BadCallTest(unittest.TestCase):
@@ -710,10 +771,9 @@ class NcclPoolBadCallTest(ExpectMixin, unittest.TestCase):
     """1.5 without a GPU: cgc_nccl_pool_create and cgc_pool_malloc refuse NULL and foreign
     arguments by name, and Pool.nccl / Pool.malloc refuse what ctypes would cut or cannot name."""
 
-    def test_the_table_ends_with_the_1_5_functions(self):
-        self.assertEqual([p[0] for p in cgc._PROTOTYPES[63 + 29 + 4 + 1 + 3:]],
+    def test_the_1_5_functions_follow_1_4s(self):
+        self.assertEqual([p[0] for p in cgc._PROTOTYPES[63 + 29 + 4 + 1 + 3:63 + 29 + 4 + 1 + 3 + 2]],
                          ["cgc_nccl_pool_create", "cgc_pool_malloc"])
-        self.assertEqual((cgc.VERSION_MAJOR, cgc.VERSION_MINOR), (1, 5))
         self.assertEqual([(m.name, int(m)) for m in cgc.NcclMemory],
                          [("PLAIN", 0), ("REGISTERED", 1), ("SYMMETRIC", 2)])
 

@@ -53,6 +53,9 @@
 //! [`NcclMemory::Registered`] or [`NcclMemory::Symmetric`] where NCCL has them), which captures
 //! allocate from as from any pool, and [`Pool::alloc`] allocates from a pool outside captures.
 //!
+//! Since 1.6 [`last_status`] is the status that goes with the library's last message on this
+//! thread, for calls of the raw table that return no status (`cgc_torch_malloc`).
+//!
 //! Objects own their handle and destroy it on `Drop` (errors there are ignored); each also has
 //! a `destroy(self)` (or `free`, `release`) that reports the library's status. Objects made from
 //! a [`Context`] keep the device state alive on their own, so they borrow nothing from it.
@@ -139,6 +142,18 @@ pub fn version() -> Result<Version> {
         minor: (v >> 8) & 0xff,
         patch: v & 0xff,
     })
+}
+
+/// 1.6: the status that goes with this thread's `cgc_last_error()` (`cgc_last_status`): the
+/// status of the failure that message describes, [`Status::Success`] when it is a warning or
+/// there is none. A failed call's [`Error`] already carries its status; this is for what returns
+/// none through the raw table (`cgc_torch_malloc` returns NULL: [`Status::OutOfMemory`] here then
+/// tells out of memory from other refusals). A call that succeeds without a warning changes it
+/// not, the next failure (on this thread) sets it.
+pub fn last_status() -> Result<Status> {
+    let api = api()?;
+    // SAFETY: no arguments; reads a thread-local value, always safe to call.
+    Ok(Status::from_raw(unsafe { (api.cgc_last_status)() }))
 }
 
 /// Number of CUDA devices. Errors: [`Status::NoDriver`] without the CUDA driver,

@@ -654,9 +654,9 @@ fn the_1_3_constants_are_the_headers() {
 }
 
 #[test]
-fn the_crate_is_written_against_1_5() {
-    assert_eq!((sys::CGC_VERSION_MINOR, sys::CGC_VERSION), (5, 0x1_05_00));
-    assert_eq!(env!("CARGO_PKG_VERSION"), "1.5.0", "the crate's version is the ABI version it wraps");
+fn the_crate_is_written_against_1_6() {
+    assert_eq!((sys::CGC_VERSION_MINOR, sys::CGC_VERSION), (6, 0x1_06_00));
+    assert_eq!(env!("CARGO_PKG_VERSION"), "1.6.0", "the crate's version is the ABI version it wraps");
 }
 
 fn null_pool() -> Pool {

@@ -19,7 +19,7 @@ use std::sync::{Mutex, MutexGuard, Once};
 /// Major version of the header this crate was written against (also the soname: libcgc.so.1).
 pub const CGC_VERSION_MAJOR: u32 = 1;
 /// Minor version of the header this crate was written against.
-pub const CGC_VERSION_MINOR: u32 = 5;
+pub const CGC_VERSION_MINOR: u32 = 6;
 /// Patch version of the header this crate was written against.
 pub const CGC_VERSION_PATCH: u32 = 0;
 /// `(major << 16) | (minor << 8) | patch`, as `CGC_VERSION` in C.
@@ -523,6 +523,8 @@ api_table! {
     fn cgc_nccl_pool_create(comm: cgc_comm_t, capacity: usize, wanted: cgc_nccl_memory_t, out: *mut cgc_pool_t,
                             got: *mut cgc_nccl_memory_t) -> cgc_status_t;
     fn cgc_pool_malloc(pool: cgc_pool_t, size: usize, stream: cgc_stream_t, out: *mut *mut c_void) -> cgc_status_t;
+    // 1.6: the status that goes with cgc_last_error() (CGC_SUCCESS for a warning or none)
+    fn cgc_last_status() -> cgc_status_t;
 }
 
 /// `cgc_get_api`, the one symbol resolved with `dlsym`.
@@ -670,7 +672,7 @@ fn load() -> Result<&'static cgc_api_t, String> {
     // SAFETY: the library filled `table` with a pointer to its static table.
     let api: &'static cgc_api_t = unsafe { &*table };
     // An older minor version would have a shorter table (cgc_get_api already refuses one for
-    // CGC_VERSION); this crate calls every field of the 1.5 table, so all of them must be there.
+    // CGC_VERSION); this crate calls every field of the 1.6 table, so all of them must be there.
     if api.struct_size < std::mem::size_of::<cgc_api_t>() {
         return Err(format!(
             "cgc: '{}' has a function table of {} bytes, shorter than the {} this crate needs; {}",

@@ -26,6 +26,12 @@ fn no_driver_error_in_child() {
     if child_role().as_deref() == Some("no_driver") {
         let e = cgc::device_count().expect_err("device_count must fail without the driver");
         assert_eq!(e.status(), Some(Status::NoDriver), "{}", e);
+        // 1.6: the status goes with the message, also for a call that returns none.
+        assert_eq!(cgc::last_status().unwrap(), Status::NoDriver);
+        let api = cgc::api().unwrap();
+        // SAFETY: cgc_torch_malloc takes any size, device and stream; it fails here (NULL).
+        assert!(unsafe { (api.cgc_torch_malloc)(1024, 0, ptr::null_mut()) }.is_null());
+        assert_eq!(cgc::last_status().unwrap(), Status::NoDriver);
         assert!(
             e.message().contains("cgc_device_count"),
             "message: {}",
@@ -189,6 +195,37 @@ fn bad_calls_give_the_right_status() {
         "{}",
         e
     );
+}
+
+/// 1.6: after a failed call `last_status()` is the status it returned, on each thread apart; a
+/// call that succeeds leaves it, and a fresh thread has none.
+#[test]
+fn last_status_is_the_failed_calls_status_on_each_thread() {
+    let api = cgc::api().unwrap();
+    let first = std::thread::spawn(move || {
+        assert_eq!(cgc::last_status().unwrap(), Status::Success, "a fresh thread");
+        // SAFETY: NULL is a documented input (refused with INVALID_ARGUMENT).
+        let st = unsafe { (api.cgc_stream_destroy)(ptr::null_mut()) };
+        assert_eq!(Status::from_raw(st), Status::InvalidArgument);
+        assert_eq!(cgc::last_status().unwrap(), Status::InvalidArgument);
+        // SAFETY: freeing NULL succeeds and does nothing.
+        assert_eq!(unsafe { (api.cgc_free)(ptr::null_mut()) }, sys::CGC_SUCCESS);
+        assert_eq!(cgc::last_status().unwrap(), Status::InvalidArgument, "a success leaves it");
+        // The safe layer's errors carry the same status.
+        let e = cgc::exchange_capture_mode(7).expect_err("mode 7");
+        assert_eq!(e.status(), Some(cgc::last_status().unwrap()));
+    });
+    first.join().unwrap();
+    let second = std::thread::spawn(move || {
+        assert_eq!(cgc::last_status().unwrap(), Status::Success, "the other thread's failure is not this one's");
+        let mut not_an_object = [0x5a5a_5a5a_5a5a_5a5a_u64; 32];
+        let foreign = not_an_object.as_mut_ptr() as sys::cgc_stream_t;
+        // SAFETY: a pointer that is no cgc stream is refused by a check that only reads it.
+        let st = unsafe { (api.cgc_capture_begin)(foreign, ptr::null()) };
+        assert_eq!(Status::from_raw(st), Status::InvalidHandle);
+        assert_eq!(cgc::last_status().unwrap(), Status::InvalidHandle);
+    });
+    second.join().unwrap();
 }
 
 /// The status of a call just made and this thread's message, which must name `function`.
@@ -384,7 +421,7 @@ fn the_1_2_functions_refuse_null_and_foreign_graphs_by_name() {
         assert_named_refusal(api, st, Status::InvalidHandle, "cgc_capture_begin");
     }
     // The table's 1.2 functions come right after 1.1's last one, 1.3's after them, 1.4's after
-    // 1.3's and 1.5's last.
+    // 1.3's, then 1.5's and 1.6's last.
     let names = sys::FUNCTION_NAMES;
     let at = names.iter().position(|n| *n == "cgc_launch_kernel").unwrap();
     assert_eq!(
@@ -399,11 +436,12 @@ fn the_1_2_functions_refuse_null_and_foreign_graphs_by_name() {
             "cgc_pool_end_adopted_capture",
             "cgc_record_stream_native",
             "cgc_nccl_pool_create",
-            "cgc_pool_malloc"
+            "cgc_pool_malloc",
+            "cgc_last_status"
         ]
     );
-    // 1.0's 63 functions, 1.1's 29, 1.2's 4, 1.3's 1, 1.4's 3 and 1.5's 2.
-    assert_eq!(names.len(), 63 + 29 + 4 + 1 + 3 + 2);
+    // 1.0's 63 functions, 1.1's 29, 1.2's 4, 1.3's 1, 1.4's 3, 1.5's 2 and 1.6's 1.
+    assert_eq!(names.len(), 63 + 29 + 4 + 1 + 3 + 2 + 1);
 }
 
 /// 1.2's conditional nodes refuse a NULL stream (INVALID_ARGUMENT) and a pointer that is no cgc
