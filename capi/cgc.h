@@ -451,6 +451,46 @@ typedef struct cgc_memory_stats {
   uint64_t num_driver_frees;
 } cgc_memory_stats_t;
 
+/* Since 1.6. One segment (a driver allocation) of cgc_memory_snapshot: its blocks are
+ * blocks[first_block] to blocks[first_block + n_blocks - 1], in address order. */
+typedef struct cgc_segment_info {
+  void* address;
+  size_t size;
+  size_t allocated_bytes; /* its blocks handed out and not yet freed */
+  cgc_pool_t pool;        /* the private pool it belongs to; NULL: the device's cache */
+  uint64_t stream_id;     /* the stream its free blocks are kept for (cgc_stream_id); 0: any stream */
+  int small;              /* 1: a segment of small requests (2 MiB, for requests up to 1 MiB) */
+  size_t first_block;
+  size_t n_blocks;
+} cgc_segment_info_t;
+
+/* Since 1.6. A block's state in cgc_memory_snapshot. */
+typedef enum cgc_block_state {
+  CGC_BLOCK_STATE_FREE = 0,      /* cached: reusable */
+  CGC_BLOCK_STATE_ALLOCATED = 1, /* handed out and not yet freed */
+  CGC_BLOCK_STATE_WAITING = 2,   /* freed, not yet reusable: work recorded on it may still run */
+} cgc_block_state_t;
+
+/* Since 1.6. One block of a segment in cgc_memory_snapshot. */
+typedef struct cgc_block_info {
+  void* address;
+  size_t size;      /* what the block spans (512-byte multiple) */
+  size_t requested; /* what was asked for, for an allocated block; 0 otherwise */
+  cgc_block_state_t state;
+} cgc_block_info_t;
+
+/* Since 1.6. The device's memory as cgc holds it: every segment (the device cache's and every
+ * pool's) with its blocks, sorted by address, like PyTorch's memory snapshot. *n_segments and
+ * *n_blocks get the totals. When they fit in max_segments and max_blocks, `segments` and `blocks`
+ * are filled; otherwise nothing is written but the totals: call again with arrays that large
+ * (pass 0 and NULL to ask for the totals; they may grow in between). A diagnostic: it walks every
+ * block with the device allocator's lock held, which allocations on other threads wait for (no
+ * driver call is made). A segment that a free on another thread is handing back to the driver at
+ * that moment is not listed. */
+CGC_API cgc_status_t cgc_memory_snapshot(cgc_context_t ctx, cgc_segment_info_t* segments, size_t max_segments,
+                                         cgc_block_info_t* blocks, size_t max_blocks, size_t* n_segments,
+                                         size_t* n_blocks);
+
 /* Allocates `size` bytes into *out, ordered on `stream` (512-byte aligned). During a capture on
  * `stream` the block comes from the capture's pool. size 0 gives NULL and success.
  * CGC_ERROR_OUT_OF_MEMORY after giving cached memory back and retrying, with the sizes in the

@@ -158,6 +158,9 @@ extern "C" {
   X(cgc_status_t, cgc_pool_malloc, (cgc_pool_t pool, size_t size, cgc_stream_t stream, void** out))                   \
   /* since 1.6 */                                                                                                     \
   X(cgc_status_t, cgc_last_status, (void))                                                                            \
+  X(cgc_status_t, cgc_memory_snapshot,                                                                                \
+    (cgc_context_t ctx, cgc_segment_info_t* segments, size_t max_segments, cgc_block_info_t* blocks,                  \
+     size_t max_blocks, size_t* n_segments, size_t* n_blocks))                                                        \
 
 #define CGC_API_FIELD_(ret, name, params) ret(*name) params;
 typedef struct cgc_api {
@@ -243,13 +246,29 @@ CGC_API cgc_status_t cgc_get_api(uint32_t version, const cgc_api_t** out);
   X(unsigned, flags, )                                                                                                \
   X(void*, address, )                                                                                                 \
   X(uint64_t, value, )
+#define CGC_SEGMENT_INFO_FIELDS(X)                                                                                    \
+  X(void*, address, )                                                                                                 \
+  X(size_t, size, )                                                                                                   \
+  X(size_t, allocated_bytes, )                                                                                        \
+  X(cgc_pool_t, pool, )                                                                                               \
+  X(uint64_t, stream_id, )                                                                                            \
+  X(int, small, )                                                                                                     \
+  X(size_t, first_block, )                                                                                            \
+  X(size_t, n_blocks, )
+#define CGC_BLOCK_INFO_FIELDS(X)                                                                                      \
+  X(void*, address, )                                                                                                 \
+  X(size_t, size, )                                                                                                   \
+  X(size_t, requested, )                                                                                              \
+  X(cgc_block_state_t, state, )
 #define CGC_STRUCTS(X)                                                                                                \
   X(cgc_capture_options_t, CGC_CAPTURE_OPTIONS_FIELDS)                                                                \
   X(cgc_graph_info_t, CGC_GRAPH_INFO_FIELDS)                                                                          \
   X(cgc_memory_stats_t, CGC_MEMORY_STATS_FIELDS)                                                                      \
   X(cgc_comm_id_t, CGC_COMM_ID_FIELDS)                                                                                \
   X(cgc_access_policy_t, CGC_ACCESS_POLICY_FIELDS)                                                                    \
-  X(cgc_mem_op_t, CGC_MEM_OP_FIELDS)
+  X(cgc_mem_op_t, CGC_MEM_OP_FIELDS)                                                                                  \
+  X(cgc_segment_info_t, CGC_SEGMENT_INFO_FIELDS)                                                                      \
+  X(cgc_block_info_t, CGC_BLOCK_INFO_FIELDS)
 
 #ifdef __cplusplus
 } /* extern "C" */

@@ -79,10 +79,10 @@ class Abi : public ::testing::Test {
 TEST(AbiHeader, ListsEveryContractFunctionOnce) {
   std::set<std::string> declared = DeclaredFunctions();
   // 1.0: 63 functions and cgc_get_api; 1.1 appended 29, 1.2 four, 1.3 one, 1.4 three, 1.5 two,
-  // 1.6 one.
-  EXPECT_EQ(declared.size(), 64u + 29u + 4u + 1u + 3u + 2u + 1u);
+  // 1.6 two.
+  EXPECT_EQ(declared.size(), 64u + 29u + 4u + 1u + 3u + 2u + 2u);
   EXPECT_TRUE(declared.count("cgc_graph_launch"));
-  EXPECT_EQ(sizeof(cgc_api_t), sizeof(size_t) + (63 + 29 + 4 + 1 + 3 + 2 + 1) * sizeof(void (*)()));
+  EXPECT_EQ(sizeof(cgc_api_t), sizeof(size_t) + (63 + 29 + 4 + 1 + 3 + 2 + 2) * sizeof(void (*)()));
   EXPECT_EQ(offsetof(cgc_api_t, cgc_graph_kernel_node_set_enabled), sizeof(size_t) + (63 + 29) * sizeof(void (*)()))
       << "1.2's functions start right after 1.1's";
   EXPECT_EQ(offsetof(cgc_api_t, cgc_capture_conditional_begin_bodies), sizeof(size_t) + (63 + 29 + 4) * sizeof(void (*)()))
@@ -96,7 +96,9 @@ TEST(AbiHeader, ListsEveryContractFunctionOnce) {
   EXPECT_EQ(offsetof(cgc_api_t, cgc_pool_malloc), sizeof(size_t) + (63 + 29 + 4 + 1 + 3 + 1) * sizeof(void (*)()))
       << "1.5's last function comes before 1.6's";
   EXPECT_EQ(offsetof(cgc_api_t, cgc_last_status), sizeof(size_t) + (63 + 29 + 4 + 1 + 3 + 2) * sizeof(void (*)()))
-      << "1.6's function ends the table";
+      << "1.6's functions start right after 1.5's";
+  EXPECT_EQ(offsetof(cgc_api_t, cgc_memory_snapshot), sizeof(size_t) + (63 + 29 + 4 + 1 + 3 + 2 + 1) * sizeof(void (*)()))
+      << "1.6's last function ends the table";
   EXPECT_EQ(offsetof(cgc_capture_options_t, flags), 24u) << "1.0's capture options stay where they were";
   EXPECT_EQ(offsetof(cgc_api_t, struct_size), 0u);
   EXPECT_EQ(offsetof(cgc_api_t, cgc_version), sizeof(size_t)) << "docs/CONTRACT.md's order: versions first";
@@ -106,6 +108,14 @@ TEST(AbiHeader, ListsEveryContractFunctionOnce) {
       << "1.1's functions start right after 1.0's";
   EXPECT_EQ(offsetof(cgc_graph_info_t, pool_bytes_reserved), 32u) << "1.0's graph info fields stay where they were";
   EXPECT_EQ(offsetof(cgc_graph_info_t, kernel_nodes), 40u);
+  // 1.6's snapshot structs: pointers and sizes first, their layout the same on every LP64 target.
+  EXPECT_EQ(sizeof(cgc_segment_info_t), 8u * 8u);
+  EXPECT_EQ(offsetof(cgc_segment_info_t, pool), 24u);
+  EXPECT_EQ(offsetof(cgc_segment_info_t, small), 40u);
+  EXPECT_EQ(offsetof(cgc_segment_info_t, first_block), 48u);
+  EXPECT_EQ(sizeof(cgc_block_info_t), 32u);
+  EXPECT_EQ(offsetof(cgc_block_info_t, state), 24u);
+  EXPECT_EQ(sizeof(cgc_block_state_t), sizeof(int));
 }
 
 TEST_F(Abi, SonameIsLibcgcSo1) { EXPECT_EQ(elf_.soname, "libcgc.so.1"); }

@@ -81,6 +81,7 @@ TEST(Args, NullHandlesAreInvalidArguments) {
       {"cgc_record_stream", [] { return cgc_record_stream(nullptr, nullptr); }, A},
       {"cgc_empty_cache", [] { return cgc_empty_cache(nullptr); }, A},
       {"cgc_memory_stats", [&] { cgc_memory_stats_t ms = {sizeof ms, 0, 0, 0, 0, 0, 0}; return cgc_memory_stats(nullptr, nullptr, &ms); }, A},
+      {"cgc_memory_snapshot", [] { size_t ns, nb; return cgc_memory_snapshot(nullptr, nullptr, 0, nullptr, 0, &ns, &nb); }, A},
       {"cgc_rng_create", [] { cgc_rng_t r; return cgc_rng_create(nullptr, 1, &r); }, A},
       {"cgc_rng_destroy", [] { return cgc_rng_destroy(nullptr); }, A},
       {"cgc_rng_uniform", [&] { float x; return cgc_rng_uniform(nullptr, &x, 1, nullptr); }, A},
@@ -114,6 +115,8 @@ TEST(Args, NullOutputsAreInvalidArgumentsAndOutputsAreCleared) {
       {"cgc_pool_create", [] { return cgc_pool_create(nullptr, nullptr); }, A},
       {"cgc_malloc", [] { return cgc_malloc(nullptr, 16, nullptr, nullptr); }, A},
       {"cgc_memory_stats", [] { return cgc_memory_stats(nullptr, nullptr, nullptr); }, A},
+      {"cgc_memory_snapshot", [] { size_t nb; return cgc_memory_snapshot(nullptr, nullptr, 0, nullptr, 0, nullptr, &nb); }, A},
+      {"cgc_memory_snapshot", [] { size_t ns; return cgc_memory_snapshot(nullptr, nullptr, 0, nullptr, 0, &ns, nullptr); }, A},
   });
   cgc_context_t c = Fake<cgc_context_t>();
   EXPECT_EQ(cgc_stream_create(nullptr, 0, 0, reinterpret_cast<cgc_stream_t*>(&c)), A);
@@ -163,6 +166,7 @@ TEST(Args, ForeignPointersAreInvalidHandles) {
       {"cgc_record_stream", [] { return cgc_record_stream(not_an_object, Fake<cgc_stream_t>()); }, H},
       {"cgc_empty_cache", [] { return cgc_empty_cache(Fake<cgc_context_t>()); }, H},
       {"cgc_memory_stats", [] { cgc_memory_stats_t ms = {sizeof ms, 0, 0, 0, 0, 0, 0}; return cgc_memory_stats(Fake<cgc_context_t>(), nullptr, &ms); }, H},
+      {"cgc_memory_snapshot", [] { size_t ns, nb; return cgc_memory_snapshot(Fake<cgc_context_t>(), nullptr, 0, nullptr, 0, &ns, &nb); }, H},
       {"cgc_rng_create", [] { cgc_rng_t r; return cgc_rng_create(Fake<cgc_context_t>(), 1, &r); }, H},
       {"cgc_rng_destroy", [] { return cgc_rng_destroy(Fake<cgc_rng_t>()); }, H},
       {"cgc_rng_uniform", [] { float x; return cgc_rng_uniform(Fake<cgc_rng_t>(), &x, 1, Fake<cgc_stream_t>()); }, H},

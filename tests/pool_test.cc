@@ -462,4 +462,92 @@ TEST_F(Pool, GraphsCapturedLargestFirstIntoOnePoolReserveAboutTheLargestAlone) {
   CGC_ASSERT_OK(cgc_pool_release(pool));
 }
 
+// cgc_memory_snapshot lists every segment with its blocks: the device cache's and a pool's, in
+// address order, their sizes adding up to the reserved bytes, each allocation an allocated block
+// of the size asked (rounded) and a freed one free; arrays too small get the totals alone.
+TEST_F(Pool, SnapshotListsEverySegmentAndBlock) {
+  void* small_a = Malloc(1000, stream);
+  void* small_b = Malloc(4096, stream);
+  void* large = Malloc(3 << 20, stream);
+  CGC_ASSERT_OK(cgc_free(small_b));
+  CGC_ASSERT_OK(cgc_stream_synchronize(stream));
+  cgc_capture_options_t opts = Opts(nullptr);
+  CGC_ASSERT_OK(cgc_capture_begin(stream, &opts));
+  void* graph_block = Malloc(8192, stream);
+  cgc_graph_t g = nullptr;
+  CGC_ASSERT_OK(cgc_capture_end(stream, &g));
+  cgc_pool_t pool = PoolOf(g);
+
+  size_t n_segments = 0, n_blocks = 0;
+  CGC_ASSERT_OK(cgc_memory_snapshot(ctx, nullptr, 0, nullptr, 0, &n_segments, &n_blocks));
+  ASSERT_GE(n_segments, 3u);  // a small and a large segment of the cache, the pool's
+  ASSERT_GE(n_blocks, n_segments);
+  std::vector<cgc_segment_info_t> segments(n_segments + 8);
+  std::vector<cgc_block_info_t> blocks(n_blocks + 32);
+  // Too small for the blocks: nothing written but the totals.
+  segments[0].size = 12345;
+  size_t ns = 0, nb = 0;
+  CGC_ASSERT_OK(cgc_memory_snapshot(ctx, segments.data(), segments.size(), blocks.data(), 1, &ns, &nb));
+  EXPECT_EQ(segments[0].size, 12345u);
+  EXPECT_GE(nb, n_blocks);
+  CGC_ASSERT_OK(cgc_memory_snapshot(ctx, segments.data(), segments.size(), blocks.data(), blocks.size(), &ns, &nb));
+  ASSERT_LE(ns, segments.size());
+  size_t reserved = 0;
+  auto find_block = [&](void* p) -> const cgc_block_info_t* {
+    for (size_t i = 0; i < nb; i++) {
+      if (blocks[i].address == p) return &blocks[i];
+    }
+    return nullptr;
+  };
+  auto segment_of = [&](void* p) -> const cgc_segment_info_t* {
+    for (size_t i = 0; i < ns; i++) {
+      for (size_t j = segments[i].first_block; j < segments[i].first_block + segments[i].n_blocks; j++) {
+        if (blocks[j].address == p) return &segments[i];
+      }
+    }
+    return nullptr;
+  };
+  for (size_t i = 0; i < ns; i++) {
+    const cgc_segment_info_t& s = segments[i];
+    if (i > 0) {
+      EXPECT_LT(segments[i - 1].address, s.address) << "sorted by address";
+    }
+    EXPECT_EQ(blocks[s.first_block].address, s.address) << "a segment starts with its first block";
+    size_t spanned = 0, allocated = 0;
+    for (size_t j = s.first_block; j < s.first_block + s.n_blocks; j++) {
+      spanned += blocks[j].size;
+      if (blocks[j].state == CGC_BLOCK_STATE_ALLOCATED) allocated += blocks[j].size;
+    }
+    EXPECT_EQ(spanned, s.size);
+    EXPECT_EQ(allocated, s.allocated_bytes);
+    reserved += s.size;
+  }
+  EXPECT_EQ(reserved, Stats().bytes_reserved) << "every segment of the device is listed";
+  const cgc_block_info_t* a = find_block(small_a);
+  ASSERT_NE(a, nullptr);
+  EXPECT_EQ(a->state, CGC_BLOCK_STATE_ALLOCATED);
+  EXPECT_EQ(a->size, 1024u);
+  EXPECT_EQ(a->requested, 1000u);
+  EXPECT_EQ(segment_of(small_a)->small, 1);
+  EXPECT_EQ(segment_of(small_a)->pool, nullptr);
+  EXPECT_EQ(segment_of(small_a)->size, size_t(2) << 20);
+  const cgc_block_info_t* b = find_block(small_b);
+  ASSERT_NE(b, nullptr);
+  EXPECT_EQ(b->state, CGC_BLOCK_STATE_FREE);
+  EXPECT_EQ(b->requested, 0u);
+  EXPECT_EQ(segment_of(large)->small, 0);
+  EXPECT_EQ(segment_of(large)->size, size_t(20) << 20) << "PyTorch's large segment for a request below 10 MiB";
+  const cgc_segment_info_t* in_pool = segment_of(graph_block);
+  ASSERT_NE(in_pool, nullptr);
+  EXPECT_EQ(in_pool->pool, pool);
+  EXPECT_EQ(find_block(graph_block)->state, CGC_BLOCK_STATE_ALLOCATED);
+
+  EXPECT_EQ(cgc_memory_snapshot(ctx, nullptr, 1, nullptr, 0, &ns, &nb), CGC_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(cgc_memory_snapshot(ctx, nullptr, 0, nullptr, 0, nullptr, &nb), CGC_ERROR_INVALID_ARGUMENT);
+  CGC_ASSERT_OK(cgc_free(small_a));
+  CGC_ASSERT_OK(cgc_free(large));
+  CGC_ASSERT_OK(cgc_free(graph_block));
+  CGC_ASSERT_OK(cgc_graph_destroy(g));
+}
+
 }  // namespace

@@ -55,6 +55,10 @@ static const struct {
     {"cgc_mem_op_t", "struct:cgc_mem_op_t"},
     /* 1.5 */
     {"cgc_nccl_memory_t", "i32"},
+    /* 1.6 */
+    {"cgc_block_state_t", "i32"},
+    {"cgc_segment_info_t", "struct:cgc_segment_info_t"},
+    {"cgc_block_info_t", "struct:cgc_block_info_t"},
 };
 
 static int failed;

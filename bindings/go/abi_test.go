@@ -166,7 +166,8 @@ var goAPIOfFunction = map[string]any{
 	"cgc_pool_malloc":      (*cgc.Pool).Malloc,
 
 	// 1.6
-	"cgc_last_status": cgc.LastStatus,
+	"cgc_last_status":     cgc.LastStatus,
+	"cgc_memory_snapshot": (*cgc.Context).MemorySnapshot,
 }
 
 // goTypeOfHandle, goTypeOfStruct and goTypeOfCallback are the Go forms of the header's handle
@@ -190,6 +191,8 @@ var (
 		"cgc_comm_id_t":         reflect.TypeOf((*cgc.CommID)(nil)).Elem(),
 		"cgc_access_policy_t":   reflect.TypeOf((*cgc.AccessPolicy)(nil)).Elem(),
 		"cgc_mem_op_t":          reflect.TypeOf((*cgc.MemOp)(nil)).Elem(),
+		"cgc_segment_info_t":    reflect.TypeOf((*cgc.Segment)(nil)).Elem(),
+		"cgc_block_info_t":      reflect.TypeOf((*cgc.Block)(nil)).Elem(),
 	}
 	goTypeOfCallback = map[string]reflect.Type{
 		"cgc_capture_fn": reflect.TypeOf(func(*cgc.Stream) error { return nil }), // Stream.Capture's body
@@ -314,6 +317,11 @@ func TestArrayAndOutParametersMatchTheHeader(t *testing.T) {
 		// class would still compile.
 		"cgc_nccl_pool_create": "i32 comm:handle:cgc_comm_t capacity:usize wanted:i32 out:ptr(handle:cgc_pool_t) got:ptr(i32)",
 		"cgc_pool_malloc":      "i32 pool:handle:cgc_pool_t size:usize stream:handle:cgc_stream_t out:ptr(ptr(void))",
+		// Context.MemorySnapshot (1.6): the shim sizes its own arrays of the header's structs and
+		// copies them field by field into arrays of its own types, which the Go side sizes.
+		"cgc_memory_snapshot": "i32 ctx:handle:cgc_context_t segments:ptr(struct:cgc_segment_info_t) " +
+			"max_segments:usize blocks:ptr(struct:cgc_block_info_t) max_blocks:usize n_segments:ptr(usize) " +
+			"n_blocks:ptr(usize)",
 	}
 	found := 0
 	for _, f := range abiDescription(t) {
@@ -349,8 +357,11 @@ func goFieldName(c string) string {
 func TestStructsMatchTheHeader(t *testing.T) {
 	// Fields whose Go form is not a field of the same name, and why.
 	special := map[string]string{
-		"cgc_capture_options_t.flags": "Upload", // CGC_CAPTURE_UPLOAD is the only flag to set (AutoFreeOnLaunch is always on)
-		"cgc_comm_id_t.internal":      "",       // CommID is the 128 bytes themselves
+		"cgc_capture_options_t.flags":    "Upload", // CGC_CAPTURE_UPLOAD is the only flag to set (AutoFreeOnLaunch is always on)
+		"cgc_comm_id_t.internal":         "",       // CommID is the 128 bytes themselves
+		"cgc_segment_info_t.stream_id":   "StreamID",
+		"cgc_segment_info_t.first_block": "Blocks", // the segment's blocks themselves
+		"cgc_segment_info_t.n_blocks":    "Blocks",
 	}
 	sizes := map[string]uintptr{}
 	structs := 0

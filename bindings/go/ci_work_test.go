@@ -368,6 +368,31 @@ func TestNCCLPoolsAndPoolMallocRefuseNilHandles(t *testing.T) {
 	}
 }
 
+// 1.6 without a GPU: the snapshot of a nil context is refused by the library, naming the call
+// (a closed one never reaches C: internal_test.go); the block states are the header's.
+func TestMemorySnapshotRefusesANilContext(t *testing.T) {
+	if err := cgc.Load(); err != nil {
+		t.Fatal(err)
+	}
+	segments, err := (*cgc.Context)(nil).MemorySnapshot()
+	if e := asError(t, err, cgc.ErrInvalidArgument); segments != nil || !strings.Contains(e.Message, "cgc_memory_snapshot") ||
+		!strings.Contains(e.Message, "ctx") {
+		t.Errorf("MemorySnapshot of a nil context: %v %q, want cgc_memory_snapshot refusing ctx", segments, e.Message)
+	}
+	states := []cgc.BlockState{cgc.BlockFree, cgc.BlockAllocated, cgc.BlockWaiting}
+	for i, s := range states {
+		if int(s) != i {
+			t.Errorf("%v is %d, want %d", s, int(s), i)
+		}
+	}
+	if fmt.Sprint(states) != "[Free Allocated Waiting]" || cgc.BlockState(7).String() != "BlockState(7)" {
+		t.Errorf("names: %v %v", states, cgc.BlockState(7))
+	}
+	if (*cgc.Pool)(nil).ID() != 0 {
+		t.Error("a nil pool has an ID")
+	}
+}
+
 func TestNCCLMemoryKindsAreTheHeaders(t *testing.T) {
 	kinds := []cgc.NCCLMemory{cgc.NCCLMemoryPlain, cgc.NCCLMemoryRegistered, cgc.NCCLMemorySymmetric}
 	for i, k := range kinds {

@@ -7,7 +7,8 @@
 // conditional nodes, since 1.3 conditional nodes with several bodies, since 1.4 captures that
 // another framework began with the driver allocating from a cgc pool (Pool.AdoptCapture), and
 // since 1.5 pools of memory registered with an NCCL communicator (Comm.NewPool) and eager
-// allocation from a pool (Pool.Malloc).
+// allocation from a pool (Pool.Malloc), and since 1.6 the device's memory snapshot, its segments
+// and blocks (Context.MemorySnapshot).
 //
 // # Importing
 //

@@ -29,6 +29,7 @@ func TestClosedObjectsAreRefused(t *testing.T) {
 	_, calls["Context.NewStream"] = ctx.NewStream(0, 0)
 	_, calls["Graph.Info"] = g.Info()
 	_, calls["Context.MemoryStats"] = (&Context{}).MemoryStats(p)
+	_, calls["Context.MemorySnapshot"] = ctx.MemorySnapshot()
 	for name, err := range calls {
 		var ce *Error
 		if !errors.As(err, &ce) || ce.Status != ErrInvalidHandle || !strings.Contains(ce.Message, "closed") {
@@ -41,7 +42,7 @@ func TestClosedObjectsAreRefused(t *testing.T) {
 			t.Errorf("%T.Close again: %v", c, err)
 		}
 	}
-	if g.Native() != 0 || s.Native() != 0 || p.Equal(p) {
+	if g.Native() != 0 || s.Native() != 0 || p.Equal(p) || p.ID() != 0 {
 		t.Error("a closed object still exposes its handle")
 	}
 }

@@ -499,3 +499,35 @@ cgc_status_t cgcgo_pool_malloc(cgc_pool_t pool, size_t size, cgc_stream_t stream
 /* ---- 1.6 ---- */
 
 cgc_status_t cgcgo_last_status(void) { return api->cgc_last_status(); }
+cgc_status_t cgcgo_memory_snapshot(cgc_context_t ctx, cgcgo_segment_t* segments, size_t max_segments,
+                                   cgcgo_block_t* blocks, size_t max_blocks, size_t* n_segments, size_t* n_blocks,
+                                   char** msg) {
+  if (max_segments == 0 && max_blocks == 0) {
+    CALL(api->cgc_memory_snapshot(ctx, NULL, 0, NULL, 0, n_segments, n_blocks));
+  }
+  cgc_segment_info_t* s = calloc(max_segments ? max_segments : 1, sizeof *s);
+  cgc_block_info_t* b = calloc(max_blocks ? max_blocks : 1, sizeof *b);
+  if (s == NULL || b == NULL) {
+    free(s);
+    free(b);
+    *msg = format("cgc_memory_snapshot (Go binding): out of host memory for %zu segments and %zu blocks",
+                  max_segments, max_blocks);
+    return CGC_ERROR_OUT_OF_MEMORY;
+  }
+  cgc_status_t st = api->cgc_memory_snapshot(ctx, s, max_segments, b, max_blocks, n_segments, n_blocks);
+  if (st != CGC_SUCCESS) {
+    take_error(msg);
+  } else if (*n_segments <= max_segments && *n_blocks <= max_blocks) {
+    for (size_t i = 0; i < *n_segments; i++) {
+      segments[i] = (cgcgo_segment_t){(uintptr_t)s[i].address, s[i].size,     s[i].allocated_bytes,
+                                      (uintptr_t)s[i].pool,    s[i].stream_id, s[i].small,
+                                      s[i].first_block,        s[i].n_blocks};
+    }
+    for (size_t i = 0; i < *n_blocks; i++) {
+      blocks[i] = (cgcgo_block_t){(uintptr_t)b[i].address, b[i].size, b[i].requested, (int)b[i].state};
+    }
+  }
+  free(s);
+  free(b);
+  return st;
+}

@@ -195,8 +195,33 @@ cgc_status_t cgcgo_nccl_pool_create(cgc_comm_t comm, size_t capacity, int wanted
                                     char** msg);
 cgc_status_t cgcgo_pool_malloc(cgc_pool_t pool, size_t size, cgc_stream_t stream, uintptr_t* out, char** msg);
 
-/* ---- 1.6: the status that goes with cgc_last_error(), of the calling OS thread ---- */
+/* ---- 1.6: the status that goes with cgc_last_error(), of the calling OS thread; the device's
+ * segments and blocks ---- */
 
 cgc_status_t cgcgo_last_status(void);
+/* cgc_segment_info_t and cgc_block_info_t with their addresses and pool handles as numbers, so
+ * that the Go side can pass arrays of its own memory (no pointer-typed fields for Go's garbage
+ * collector to see). cgcgo_memory_snapshot asks for the totals when both capacities are 0;
+ * otherwise it calls cgc_memory_snapshot with arrays of its own of those capacities and, when the
+ * totals fit, copies them into `segments` and `blocks`. */
+typedef struct cgcgo_segment {
+  uintptr_t address;
+  size_t size;
+  size_t allocated_bytes;
+  uintptr_t pool;
+  uint64_t stream_id;
+  int small;
+  size_t first_block;
+  size_t n_blocks;
+} cgcgo_segment_t;
+typedef struct cgcgo_block {
+  uintptr_t address;
+  size_t size;
+  size_t requested;
+  int state;
+} cgcgo_block_t;
+cgc_status_t cgcgo_memory_snapshot(cgc_context_t ctx, cgcgo_segment_t* segments, size_t max_segments,
+                                   cgcgo_block_t* blocks, size_t max_blocks, size_t* n_segments, size_t* n_blocks,
+                                   char** msg);
 
 #endif /* CGCGO_SHIM_H_ */

@@ -78,7 +78,8 @@ def compatible(binding, header):
 
 STRUCT_NAMES = {cgc.capture_options_t: "cgc_capture_options_t", cgc.graph_info_t: "cgc_graph_info_t",
                 cgc.memory_stats_t: "cgc_memory_stats_t", cgc.comm_id_t: "cgc_comm_id_t",
-                cgc.access_policy_t: "cgc_access_policy_t", cgc.mem_op_t: "cgc_mem_op_t"}
+                cgc.access_policy_t: "cgc_access_policy_t", cgc.mem_op_t: "cgc_mem_op_t",
+                cgc.segment_info_t: "cgc_segment_info_t", cgc.block_info_t: "cgc_block_info_t"}
 # The callback types (ctypes caches CFUNCTYPE classes by signature: two callbacks of one signature
 # would be one class, and this table would then need another key).
 CALLBACK_NAMES = {cgc.capture_fn: "cgc_capture_fn", cgc.host_fn: "cgc_host_fn"}
@@ -193,7 +194,7 @@ class LoadingTest(unittest.TestCase):
         lib = cgc.api()
         self.assertGreaterEqual(lib.table.contents.struct_size, ctypes.sizeof(cgc.api_t))
         # 1.0's, then 1.1's, 1.2's, 1.3's, 1.4's, 1.5's and 1.6's
-        self.assertEqual(len(cgc._PROTOTYPES), 63 + 29 + 4 + 1 + 3 + 2 + 1)
+        self.assertEqual(len(cgc._PROTOTYPES), 63 + 29 + 4 + 1 + 3 + 2 + 2)
         for name, _, _ in cgc._PROTOTYPES:
             via_table = ctypes.cast(getattr(lib, name), ctypes.c_void_p).value
             via_dlsym = ctypes.cast(getattr(lib.dll, name), ctypes.c_void_p).value
@@ -269,8 +270,9 @@ class LastStatusTest(unittest.TestCase):
     """1.6: cgc.last_status() is the status that goes with this thread's last message: after a
     failed call, the status it returned (on each thread apart); a success leaves it."""
 
-    def test_the_table_ends_with_the_1_6_function(self):
-        self.assertEqual([p[0] for p in cgc._PROTOTYPES[63 + 29 + 4 + 1 + 3 + 2:]], ["cgc_last_status"])
+    def test_the_table_ends_with_the_1_6_functions(self):
+        self.assertEqual([p[0] for p in cgc._PROTOTYPES[63 + 29 + 4 + 1 + 3 + 2:]],
+                         ["cgc_last_status", "cgc_memory_snapshot"])
         self.assertEqual((cgc.VERSION_MAJOR, cgc.VERSION_MINOR), (1, 6))
         self.assertIn("last_status", cgc.__all__)
 
@@ -833,6 +835,42 @@ class NcclPoolBadCallTest(ExpectMixin, unittest.TestCase):
         self.assertIsNone(closed.comm)
         with self.assertRaises(cgc.InvalidHandleError):  # a closed communicator never reaches C
             cgc.Pool.nccl(cgc.Comm.__new__(cgc.Comm), 1 << 20)
+
+
+class MemorySnapshotBadCallTest(ExpectMixin, unittest.TestCase):
+    """1.6 without a GPU: cgc_memory_snapshot refuses a NULL or foreign context and NULL totals by
+    name, and Context.memory_snapshot a closed or foreign context."""
+
+    def test_the_names_and_states(self):
+        for name in ("memory_snapshot", "Segment", "Block", "BlockState"):
+            self.assertIn(name, cgc.__all__)
+        self.assertEqual([(m.name, int(m)) for m in cgc.BlockState], [("FREE", 0), ("ALLOCATED", 1), ("WAITING", 2)])
+        self.assertEqual(cgc.Segment._fields, ("address", "size", "allocated_bytes", "pool", "stream_id", "small",
+                                               "blocks"))
+        self.assertEqual(cgc.Block._fields, ("address", "size", "requested", "state"))
+
+    def test_null_and_foreign_arguments_are_refused_by_name(self):
+        lib = cgc.api()
+        n_segments, n_blocks = ctypes.c_size_t(7), ctypes.c_size_t(7)
+        totals = (ctypes.byref(n_segments), ctypes.byref(n_blocks))
+        A, H = cgc.Status.INVALID_ARGUMENT, cgc.Status.INVALID_HANDLE
+        self.expect(A, "cgc_memory_snapshot", lambda: lib.cgc_memory_snapshot(None, None, 0, None, 0, *totals), "ctx")
+        self.expect(H, "cgc_memory_snapshot", lambda: lib.cgc_memory_snapshot(FOREIGN, None, 0, None, 0, *totals))
+        self.expect(A, "cgc_memory_snapshot",
+                    lambda: lib.cgc_memory_snapshot(FOREIGN, None, 0, None, 0, None, totals[1]), "n_segments")
+        self.expect(A, "cgc_memory_snapshot",
+                    lambda: lib.cgc_memory_snapshot(FOREIGN, None, 0, None, 0, totals[0], None), "n_blocks")
+        self.assertEqual((n_segments.value, n_blocks.value), (7, 7), "a refused call writes no totals")
+
+    def test_the_binding_refuses_a_closed_or_foreign_context(self):
+        ctx = foreign(cgc.Context)
+        try:
+            self.expect_raise(cgc.InvalidHandleError, "cgc_memory_snapshot", ctx.memory_snapshot)
+            self.expect_raise(cgc.InvalidHandleError, "cgc_memory_snapshot", lambda: cgc.memory_snapshot(ctx))
+        finally:
+            forget(ctx)
+        with self.assertRaises(cgc.InvalidHandleError):  # a closed context never reaches C
+            cgc.Context.__new__(cgc.Context).memory_snapshot()
 
 
 class ConditionalBadCallTest(ExpectMixin, unittest.TestCase):
@@ -1898,6 +1936,54 @@ class GpuPoolMallocTest(unittest.TestCase):
         pool.close()
         s.close()
         ctx.close()
+
+
+class GpuMemorySnapshotTest(unittest.TestCase):
+    def setUp(self):
+        require_gpu(self)
+
+    def test_an_allocated_and_a_freed_block(self):
+        # 1.6: two blocks allocated, one freed: the snapshot lists the first ALLOCATED with its
+        # rounded size and the size asked, the second's memory FREE (merged with free neighbours,
+        # perhaps), a pool's block in a segment of that pool, and the segments add up to the
+        # device's reserved bytes.
+        ctx = cgc.Context(0)
+        s = cgc.Stream(ctx)
+        kept = cgc.malloc(ctx, 1000, s)
+        freed = cgc.malloc(ctx, 4096, s)
+        cgc.free(freed)
+        pool = cgc.Pool(ctx)
+        pooled = pool.malloc(8192, s)
+        s.synchronize()
+        snapshot = ctx.memory_snapshot()
+        reserved = ctx.memory_stats().bytes_reserved
+        try:
+            self.assertEqual(sum(seg.size for seg in snapshot), reserved)
+            self.assertEqual([seg.address for seg in snapshot], sorted(seg.address for seg in snapshot))
+            for seg in snapshot:
+                self.assertEqual(sum(b.size for b in seg.blocks), seg.size)
+                self.assertEqual(sum(b.size for b in seg.blocks if b.state == cgc.BlockState.ALLOCATED),
+                                 seg.allocated_bytes)
+                self.assertEqual(seg.blocks[0].address, seg.address)
+            blocks = [(seg, b) for seg in snapshot for b in seg.blocks]
+            seg, block = next((seg, b) for seg, b in blocks if b.address == kept)
+            self.assertEqual((block.size, block.requested), (1024, 1000))
+            self.assertIs(block.state, cgc.BlockState.ALLOCATED)
+            self.assertTrue(seg.small)
+            self.assertIsNone(seg.pool, "the device cache's segment")
+            holding = [b for _, b in blocks if b.address <= freed < b.address + b.size]
+            self.assertEqual(len(holding), 1)
+            self.assertIs(holding[0].state, cgc.BlockState.FREE)
+            self.assertEqual(holding[0].requested, 0)
+            seg, block = next((seg, b) for seg, b in blocks if b.address == pooled)
+            self.assertIs(block.state, cgc.BlockState.ALLOCATED)
+            self.assertEqual(seg.pool, pool.handle)
+        finally:
+            cgc.free(pooled)
+            cgc.free(kept)
+            pool.close()
+            s.close()
+            ctx.close()
 
 
 if __name__ == "__main__":

@@ -1,4 +1,5 @@
-//! [`Context`]: one device (its primary context), and [`MemoryStats`].
+//! [`Context`]: one device (its primary context), [`MemoryStats`] and (1.6) the memory
+//! snapshot's [`Segment`]s and [`Block`]s.
 
 use super::*;
 
@@ -65,6 +66,88 @@ impl Context {
         })
     }
 
+    /// 1.6: the device's memory as cgc holds it (`cgc_memory_snapshot`), like PyTorch's
+    /// `torch.cuda.memory_snapshot()`: every segment (a driver allocation of the device cache or
+    /// of a pool), sorted by address, each with its blocks in address order. The segments' sizes
+    /// add up to [`MemoryStats::bytes_reserved`] of the device. A diagnostic: the library walks
+    /// every block with the device allocator's lock held (allocations on other threads wait
+    /// meanwhile). Segments may come and go between the call that asks for the totals and the
+    /// one that fills the arrays: the arrays get some slack and the call is repeated until they
+    /// fit. Errors: [`Status::OutOfMemory`] when the library runs out of host memory.
+    pub fn memory_snapshot(&self) -> Result<Vec<Segment>> {
+        let (mut n_segments, mut n_blocks) = (0usize, 0usize);
+        // SAFETY: live handle; NULL arrays with 0 capacities ask for the totals alone.
+        check(self.api, unsafe {
+            (self.api.cgc_memory_snapshot)(
+                self.raw,
+                ptr::null_mut(),
+                0,
+                ptr::null_mut(),
+                0,
+                &mut n_segments,
+                &mut n_blocks,
+            )
+        })?;
+        let empty_segment = sys::cgc_segment_info_t {
+            address: ptr::null_mut(),
+            size: 0,
+            allocated_bytes: 0,
+            pool: ptr::null_mut(),
+            stream_id: 0,
+            small: 0,
+            first_block: 0,
+            n_blocks: 0,
+        };
+        let empty_block = sys::cgc_block_info_t {
+            address: ptr::null_mut(),
+            size: 0,
+            requested: 0,
+            state: sys::CGC_BLOCK_STATE_FREE,
+        };
+        while n_segments > 0 || n_blocks > 0 {
+            let max_segments = n_segments + n_segments / 4 + 4;
+            let max_blocks = n_blocks + n_blocks / 4 + 16;
+            let mut segments = vec![empty_segment; max_segments];
+            let mut blocks = vec![empty_block; max_blocks];
+            // SAFETY: live handle; each array holds as many elements as its capacity says.
+            check(self.api, unsafe {
+                (self.api.cgc_memory_snapshot)(
+                    self.raw,
+                    segments.as_mut_ptr(),
+                    max_segments,
+                    blocks.as_mut_ptr(),
+                    max_blocks,
+                    &mut n_segments,
+                    &mut n_blocks,
+                )
+            })?;
+            if n_segments > max_segments || n_blocks > max_blocks {
+                continue; // grew in between: nothing was written but the totals
+            }
+            return Ok(segments[..n_segments]
+                .iter()
+                .map(|s| Segment {
+                    address: s.address as u64,
+                    size: s.size,
+                    allocated_bytes: s.allocated_bytes,
+                    pool: PoolId::from_raw(s.pool),
+                    stream_id: s.stream_id,
+                    small: s.small != 0,
+                    blocks: blocks[s.first_block..s.first_block + s.n_blocks]
+                        .iter()
+                        .map(|b| Block {
+                            address: b.address as u64,
+                            size: b.size,
+                            requested: b.requested,
+                            state: BlockState::from_raw(b.state),
+                        })
+                        .collect(),
+                })
+                .collect());
+        }
+        Ok(Vec::new())
+    }
+
     /// Gives the device cache's unused segments back to the driver (pools still referenced keep
     /// theirs). [`Status::InvalidState`] while a capture is under way.
     pub fn empty_cache(&self) -> Result<()> {
@@ -113,4 +196,101 @@ pub struct MemoryStats {
     pub num_driver_allocs: u64,
     /// cuMemFree calls so far.
     pub num_driver_frees: u64,
+}
+
+/// 1.6: one segment of [`Context::memory_snapshot`]: a driver allocation of the device cache or
+/// of a private pool, with its blocks.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Segment {
+    /// Its device address.
+    pub address: u64,
+    /// Its size in bytes (its blocks' sizes add up to it).
+    pub size: usize,
+    /// Its blocks handed out and not yet freed.
+    pub allocated_bytes: usize,
+    /// The private pool it belongs to ([`PoolId::of`] a [`Pool`] to compare), `None` for the
+    /// device's cache.
+    pub pool: Option<PoolId>,
+    /// The stream its free blocks are kept for ([`Stream::id`]), 0 for any stream.
+    pub stream_id: u64,
+    /// A segment of small requests (2 MiB, for requests up to 1 MiB).
+    pub small: bool,
+    /// Its blocks, in address order.
+    pub blocks: Vec<Block>,
+}
+
+/// 1.6: one block of a [`Segment`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Block {
+    /// Its device address.
+    pub address: u64,
+    /// What it spans, in bytes (a 512-byte multiple).
+    pub size: usize,
+    /// What was asked for, for an allocated block; 0 otherwise.
+    pub requested: usize,
+    /// Its state.
+    pub state: BlockState,
+}
+
+/// 1.6: a block's state in a memory snapshot (`cgc_block_state_t`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum BlockState {
+    /// Cached: reusable.
+    Free,
+    /// Handed out and not yet freed.
+    Allocated,
+    /// Freed, not yet reusable: work recorded on it may still run.
+    Waiting,
+    /// A value this version of the crate does not know (a newer library), kept as is.
+    Unknown(i32),
+}
+
+impl BlockState {
+    /// The state for a raw `cgc_block_state_t`.
+    pub fn from_raw(raw: sys::cgc_block_state_t) -> BlockState {
+        match raw {
+            sys::CGC_BLOCK_STATE_FREE => BlockState::Free,
+            sys::CGC_BLOCK_STATE_ALLOCATED => BlockState::Allocated,
+            sys::CGC_BLOCK_STATE_WAITING => BlockState::Waiting,
+            other => BlockState::Unknown(other),
+        }
+    }
+
+    /// The raw `cgc_block_state_t`.
+    pub fn to_raw(self) -> sys::cgc_block_state_t {
+        match self {
+            BlockState::Free => sys::CGC_BLOCK_STATE_FREE,
+            BlockState::Allocated => sys::CGC_BLOCK_STATE_ALLOCATED,
+            BlockState::Waiting => sys::CGC_BLOCK_STATE_WAITING,
+            BlockState::Unknown(raw) => raw,
+        }
+    }
+}
+
+/// 1.6: which pool a [`Segment`] belongs to: the pool's handle as an identity, holding no
+/// reference (the pool may be gone by the time it is read, so it is never used as a handle
+/// here). Equal to [`PoolId::of`] a [`Pool`] on the same pool.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct PoolId(usize);
+
+impl PoolId {
+    /// The identity of `pool`.
+    pub fn of(pool: &Pool) -> PoolId {
+        PoolId(pool.raw as usize)
+    }
+
+    /// The identity of a raw handle, `None` for NULL.
+    pub fn from_raw(raw: sys::cgc_pool_t) -> Option<PoolId> {
+        if raw.is_null() {
+            None
+        } else {
+            Some(PoolId(raw as usize))
+        }
+    }
+
+    /// The raw handle it was made from: a live handle only while the caller holds a reference
+    /// on that pool.
+    pub fn as_raw(self) -> sys::cgc_pool_t {
+        self.0 as sys::cgc_pool_t
+    }
 }

@@ -54,7 +54,10 @@
 //! allocate from as from any pool, and [`Pool::alloc`] allocates from a pool outside captures.
 //!
 //! Since 1.6 [`last_status`] is the status that goes with the library's last message on this
-//! thread, for calls of the raw table that return no status (`cgc_torch_malloc`).
+//! thread, for calls of the raw table that return no status (`cgc_torch_malloc`), and
+//! [`Context::memory_snapshot`] lists the device's memory as cgc holds it, like PyTorch's
+//! `torch.cuda.memory_snapshot()`: every [`Segment`] (a driver allocation of the device cache or
+//! of a pool) with its [`Block`]s.
 //!
 //! Objects own their handle and destroy it on `Drop` (errors there are ignored); each also has
 //! a `destroy(self)` (or `free`, `release`) that reports the library's status. Objects made from

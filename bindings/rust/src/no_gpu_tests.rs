@@ -1,4 +1,4 @@
-//! The safe layer of 1.1 to 1.5 without a GPU: what the binding checks itself (sizes, names, overflow),
+//! The safe layer of 1.1 to 1.6 without a GPU: what the binding checks itself (sizes, names, overflow),
 //! and what the library refuses on a NULL handle, through the same methods a program calls.
 //!
 //! These live in the crate, not in tests/, because they need objects holding a NULL handle
@@ -15,10 +15,10 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::conditional::run_bodies;
 use crate::{
-    api, sys, AccessPolicy, AccessProperty, BarrierScope, CaptureMode,
+    api, sys, AccessPolicy, AccessProperty, BarrierScope, BlockState, CaptureMode,
     CaptureOptions, Comm, ConditionalBodies, ConditionalKind, Context, DeviceBuffer, Error, Function, FunctionAttribute, Graph, GraphInfo,
-    GraphUpdate, HostBuffer, HostRegistration, KernelArg, LaunchConfig, MemOp, Module, NcclMemory, Pool, Result,
-    Status, Stream, WaitCondition, WAIT_FLUSH,
+    GraphUpdate, HostBuffer, HostRegistration, KernelArg, LaunchConfig, MemOp, Module, NcclMemory, Pool, PoolId,
+    Result, Status, Stream, WaitCondition, WAIT_FLUSH,
 };
 
 fn loaded_api() -> &'static sys::cgc_api_t {
@@ -693,6 +693,28 @@ fn adopted_captures_refuse_a_null_pool_and_a_foreign_block_by_name() {
     // SAFETY: refused on the NULL pointer before the stream is looked at.
     assert_refused(unsafe { zero.record_stream_native(ptr::null_mut()) }, Status::InvalidArgument,
                    "cgc_record_stream_native");
+}
+
+/// 1.6: the memory snapshot of a NULL context is refused by the library, naming the call; the
+/// block states are the header's, and an unknown one is kept.
+#[test]
+fn memory_snapshot_of_a_null_context_is_refused_by_name() {
+    assert_refused(null_context().memory_snapshot(), Status::InvalidArgument, "cgc_memory_snapshot");
+    for (state, raw) in [
+        (BlockState::Free, sys::CGC_BLOCK_STATE_FREE),
+        (BlockState::Allocated, sys::CGC_BLOCK_STATE_ALLOCATED),
+        (BlockState::Waiting, sys::CGC_BLOCK_STATE_WAITING),
+        (BlockState::Unknown(9), 9),
+    ] {
+        assert_eq!(BlockState::from_raw(raw), state);
+        assert_eq!(state.to_raw(), raw);
+    }
+    assert_eq!((sys::CGC_BLOCK_STATE_FREE, sys::CGC_BLOCK_STATE_ALLOCATED, sys::CGC_BLOCK_STATE_WAITING), (0, 1, 2));
+    assert_eq!(PoolId::from_raw(ptr::null_mut()), None);
+    let pool = null_pool();
+    let fake = 0x40 as sys::cgc_pool_t;
+    assert_eq!(PoolId::from_raw(fake).map(PoolId::as_raw), Some(fake));
+    assert_ne!(PoolId::from_raw(fake), Some(PoolId::of(&pool)));
 }
 
 #[test]

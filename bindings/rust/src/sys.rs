@@ -209,6 +209,47 @@ pub struct cgc_memory_stats_t {
     pub num_driver_frees: u64,
 }
 
+/// `cgc_segment_info_t` (1.6): one segment (a driver allocation) of `cgc_memory_snapshot`; its
+/// blocks are `blocks[first_block..first_block + n_blocks]`, in address order. A fixed layout
+/// (arrays of it are passed), so no `struct_size`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct cgc_segment_info_t {
+    pub address: *mut c_void,
+    pub size: usize,
+    /// Its blocks handed out and not yet freed.
+    pub allocated_bytes: usize,
+    /// The private pool it belongs to; NULL: the device's cache.
+    pub pool: cgc_pool_t,
+    /// The stream its free blocks are kept for (`cgc_stream_id`); 0: any stream.
+    pub stream_id: u64,
+    /// 1: a segment of small requests (2 MiB, for requests up to 1 MiB).
+    pub small: c_int,
+    pub first_block: usize,
+    pub n_blocks: usize,
+}
+
+/// `cgc_block_state_t` (1.6): a block's state in `cgc_memory_snapshot`.
+pub type cgc_block_state_t = c_int;
+/// Cached: reusable.
+pub const CGC_BLOCK_STATE_FREE: cgc_block_state_t = 0;
+/// Handed out and not yet freed.
+pub const CGC_BLOCK_STATE_ALLOCATED: cgc_block_state_t = 1;
+/// Freed, not yet reusable: work recorded on it may still run.
+pub const CGC_BLOCK_STATE_WAITING: cgc_block_state_t = 2;
+
+/// `cgc_block_info_t` (1.6): one block of a segment in `cgc_memory_snapshot`. A fixed layout.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct cgc_block_info_t {
+    pub address: *mut c_void,
+    /// What the block spans (a 512-byte multiple).
+    pub size: usize,
+    /// What was asked for, for an allocated block; 0 otherwise.
+    pub requested: usize,
+    pub state: cgc_block_state_t,
+}
+
 // ---- NCCL --------------------------------------------------------------------------------------
 
 /// `cgc_comm_id_t`: an ncclUniqueId.
@@ -523,8 +564,12 @@ api_table! {
     fn cgc_nccl_pool_create(comm: cgc_comm_t, capacity: usize, wanted: cgc_nccl_memory_t, out: *mut cgc_pool_t,
                             got: *mut cgc_nccl_memory_t) -> cgc_status_t;
     fn cgc_pool_malloc(pool: cgc_pool_t, size: usize, stream: cgc_stream_t, out: *mut *mut c_void) -> cgc_status_t;
-    // 1.6: the status that goes with cgc_last_error() (CGC_SUCCESS for a warning or none)
+    // 1.6: the status that goes with cgc_last_error() (CGC_SUCCESS for a warning or none); the
+    // device's segments and blocks (the arrays are filled only when both fit, the totals always)
     fn cgc_last_status() -> cgc_status_t;
+    fn cgc_memory_snapshot(ctx: cgc_context_t, segments: *mut cgc_segment_info_t, max_segments: usize,
+                           blocks: *mut cgc_block_info_t, max_blocks: usize, n_segments: *mut usize,
+                           n_blocks: *mut usize) -> cgc_status_t;
 }
 
 /// `cgc_get_api`, the one symbol resolved with `dlsym`.

@@ -239,6 +239,31 @@ fn assert_named_refusal(api: &sys::cgc_api_t, status: sys::cgc_status_t, want: S
     assert!(message.contains(function), "the message does not name {}: {}", function, message);
 }
 
+/// 1.6: cgc_memory_snapshot refuses NULL totals, a NULL context (INVALID_ARGUMENT) and a pointer
+/// that is no cgc context (INVALID_HANDLE) by name, before it needs the driver, and writes no
+/// totals then.
+#[test]
+fn memory_snapshot_refuses_null_and_foreign_arguments_by_name() {
+    let api = cgc::api().unwrap();
+    let (mut n_segments, mut n_blocks) = (7usize, 7usize);
+    let mut not_an_object = [0x5a5a_5a5a_5a5a_5a5a_u64; 32];
+    let foreign = not_an_object.as_mut_ptr() as sys::cgc_context_t;
+    let null = ptr::null_mut();
+    // SAFETY: NULL and foreign contexts are refused by checks that only read the handle; the
+    // arrays are NULL with capacity 0, the totals valid or NULL (refused first).
+    unsafe {
+        let st = (api.cgc_memory_snapshot)(null, null as _, 0, null as _, 0, &mut n_segments, &mut n_blocks);
+        assert_named_refusal(api, st, Status::InvalidArgument, "cgc_memory_snapshot");
+        let st = (api.cgc_memory_snapshot)(foreign, null as _, 0, null as _, 0, &mut n_segments, &mut n_blocks);
+        assert_named_refusal(api, st, Status::InvalidHandle, "cgc_memory_snapshot");
+        let st = (api.cgc_memory_snapshot)(foreign, null as _, 0, null as _, 0, null as _, &mut n_blocks);
+        assert_named_refusal(api, st, Status::InvalidArgument, "n_segments");
+        let st = (api.cgc_memory_snapshot)(foreign, null as _, 0, null as _, 0, &mut n_segments, null as _);
+        assert_named_refusal(api, st, Status::InvalidArgument, "n_blocks");
+    }
+    assert_eq!((n_segments, n_blocks), (7, 7), "a refused call writes no totals");
+}
+
 // What the callbacks of the refused host function saw, for the test below (this binary's only
 // user of them). They only record: a panic must not unwind into C.
 static HOST_FUNCTION_RUNS: AtomicUsize = AtomicUsize::new(0);
@@ -437,11 +462,12 @@ fn the_1_2_functions_refuse_null_and_foreign_graphs_by_name() {
             "cgc_record_stream_native",
             "cgc_nccl_pool_create",
             "cgc_pool_malloc",
-            "cgc_last_status"
+            "cgc_last_status",
+            "cgc_memory_snapshot"
         ]
     );
-    // 1.0's 63 functions, 1.1's 29, 1.2's 4, 1.3's 1, 1.4's 3, 1.5's 2 and 1.6's 1.
-    assert_eq!(names.len(), 63 + 29 + 4 + 1 + 3 + 2 + 1);
+    // 1.0's 63 functions, 1.1's 29, 1.2's 4, 1.3's 1, 1.4's 3, 1.5's 2 and 1.6's 2.
+    assert_eq!(names.len(), 63 + 29 + 4 + 1 + 3 + 2 + 2);
 }
 
 /// 1.2's conditional nodes refuse a NULL stream (INVALID_ARGUMENT) and a pointer that is no cgc
@@ -674,7 +700,7 @@ fn class_of_rust_type(ty: &str) -> String {
         "c_int" | "cgc_status_t" | "cgc_capture_mode_t" | "cgc_capture_status_t"
         | "cgc_dtype_t" | "cgc_reduce_op_t" | "cgc_access_property_t" | "cgc_mem_op_kind_t"
         | "cgc_function_attribute_t" | "cgc_graph_update_t" | "cgc_conditional_kind_t"
-        | "cgc_nccl_memory_t" => "i32".into(),
+        | "cgc_nccl_memory_t" | "cgc_block_state_t" => "i32".into(),
         "c_uint" => "u32".into(),
         "u8" | "u16" | "u32" | "u64" | "usize" | "isize" | "f32" => ty.clone(),
         "cgc_context_t" | "cgc_stream_t" | "cgc_event_t" | "cgc_graph_t" | "cgc_pool_t"
@@ -683,7 +709,9 @@ fn class_of_rust_type(ty: &str) -> String {
         }
         "cgc_capture_fn" | "cgc_host_fn" => format!("fnptr:{}", ty),
         "cgc_capture_options_t" | "cgc_graph_info_t" | "cgc_memory_stats_t" | "cgc_comm_id_t"
-        | "cgc_access_policy_t" | "cgc_mem_op_t" => format!("struct:{}", ty),
+        | "cgc_access_policy_t" | "cgc_mem_op_t" | "cgc_segment_info_t" | "cgc_block_info_t" => {
+            format!("struct:{}", ty)
+        }
         other => panic!("sys.rs uses a type this test cannot classify: {}", other),
     }
 }
@@ -841,6 +869,9 @@ fn struct_layouts_match_the_header() {
         layout!(cgc_access_policy_t { struct_size, base, bytes, hit_ratio, hit_property,
                                       miss_property }),
         layout!(cgc_mem_op_t { kind, flags, address, value }),
+        layout!(cgc_segment_info_t { address, size, allocated_bytes, pool, stream_id, small,
+                                     first_block, n_blocks }),
+        layout!(cgc_block_info_t { address, size, requested, state }),
     ];
     let c_structs: Vec<&Vec<String>> = lines.iter().filter(|l| l[0] == "struct").collect();
     assert_eq!(c_structs.len(), rust.len(), "number of structs");

@@ -13,9 +13,9 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use cgc::{
-    AccessPolicy, AccessProperty, BarrierScope, CaptureMode, CaptureOptions, CaptureStatus, Comm, CommId,
+    AccessPolicy, AccessProperty, BarrierScope, BlockState, CaptureMode, CaptureOptions, CaptureStatus, Comm, CommId,
     Context, DType, DeviceBuffer, Error, Event, Function, FunctionAttribute, GraphUpdate, HostBuffer,
-    HostRegistration, LaunchConfig, MemOp, Module, NcclMemory, Pool, ReduceOp, Rng, Status, Stream, WaitCondition,
+    HostRegistration, LaunchConfig, MemOp, Module, NcclMemory, Pool, PoolId, ReduceOp, Rng, Status, Stream, WaitCondition,
     HOST_WRITE_COMBINED, STREAM_NON_BLOCKING,
 };
 use common::{assert_error, gpu, read_back, serial, Cuda};
@@ -1376,6 +1376,65 @@ fn eager_blocks_of_an_ordinary_pool() {
         })
         .unwrap();
     graph.destroy().unwrap();
+    pool.release().unwrap();
+    stream.destroy().unwrap();
+    ctx.destroy().unwrap();
+}
+
+/// 1.6: two blocks allocated, one freed: the snapshot lists the first allocated with its
+/// rounded size and the size asked, the second's memory free (merged with free neighbours,
+/// perhaps), a pool's block in a segment of that pool, and the segments add up to the device's
+/// reserved bytes.
+#[test]
+fn memory_snapshot_lists_allocated_and_freed_blocks() {
+    const TEST: &str = "memory_snapshot_lists_allocated_and_freed_blocks";
+    let _serial = serial();
+    let ctx = match gpu(TEST) {
+        Some(c) => c,
+        None => return,
+    };
+    let stream = Stream::new(&ctx).unwrap();
+    let kept = DeviceBuffer::alloc(&ctx, 1000, &stream).unwrap();
+    let freed = DeviceBuffer::alloc(&ctx, 4096, &stream).unwrap();
+    let freed_at = freed.device_ptr();
+    freed.free().unwrap();
+    let pool = Pool::new(&ctx).unwrap();
+    let pooled = pool.alloc(8192, &stream).expect("cgc_pool_malloc");
+    stream.synchronize().unwrap();
+    let snapshot = ctx.memory_snapshot().expect("cgc_memory_snapshot");
+    let reserved = ctx.memory_stats(None).unwrap().bytes_reserved;
+
+    assert_eq!(snapshot.iter().map(|s| s.size).sum::<usize>(), reserved, "every segment is listed");
+    for pair in snapshot.windows(2) {
+        assert!(pair[0].address < pair[1].address, "sorted by address");
+    }
+    for segment in &snapshot {
+        assert_eq!(segment.blocks.iter().map(|b| b.size).sum::<usize>(), segment.size);
+        let allocated: usize =
+            segment.blocks.iter().filter(|b| b.state == BlockState::Allocated).map(|b| b.size).sum();
+        assert_eq!(allocated, segment.allocated_bytes);
+        assert_eq!(segment.blocks[0].address, segment.address, "a segment starts with its first block");
+    }
+    let find = |address: u64| {
+        snapshot
+            .iter()
+            .flat_map(|s| s.blocks.iter().map(move |b| (s, b)))
+            .find(|(_, b)| b.address <= address && address < b.address + b.size as u64)
+            .unwrap_or_else(|| panic!("no block holds {:#x}", address))
+    };
+    let (segment, block) = find(kept.device_ptr());
+    assert_eq!(block.address, kept.device_ptr());
+    assert_eq!((block.size, block.requested, block.state), (1024, 1000, BlockState::Allocated));
+    assert!(segment.small);
+    assert_eq!(segment.pool, None, "the device cache's segment");
+    let (_, block) = find(freed_at);
+    assert_eq!((block.state, block.requested), (BlockState::Free, 0));
+    let (segment, block) = find(pooled.device_ptr());
+    assert_eq!((block.address, block.state), (pooled.device_ptr(), BlockState::Allocated));
+    assert_eq!(segment.pool, Some(PoolId::of(&pool)));
+
+    pooled.free().unwrap();
+    kept.free().unwrap();
     pool.release().unwrap();
     stream.destroy().unwrap();
     ctx.destroy().unwrap();
