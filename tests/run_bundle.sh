@@ -157,6 +157,12 @@ else
     run_one "$module.py" unittest env PYTHONPATH="$here/python" \
       python3 -m unittest -v "$module"
   done
+  # torch's captures through PyTorch's pluggable allocator too: the path where cgc's complete
+  # allocator cannot be built (no C++ compiler or PyTorch headers).
+  if [ -e "$here/python/test_torch_graphs.py" ]; then
+    run_one "test_torch_graphs_pluggable.py" unittest env PYTHONPATH="$here/python" CGC_TORCH_BACKEND=pluggable \
+      python3 -m unittest -v test_torch_graphs
+  fi
 fi
 printf 'TOTAL: %d passed, %d skipped, %d failed, %d crashed or timed out (logs: %s)\n' \
   "$total_pass" "$total_skip" "$total_fail" "$broken" "$logs"

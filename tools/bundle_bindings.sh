@@ -40,5 +40,10 @@ else
 fi
 
 cp "$ws"/bindings/python/*.py "$out/python/"
+# cgc's PyTorch allocator is built on the GPU machine from its sources, in the layout cgc.py
+# looks for beside itself (python/torch_backend/).
+mkdir -p "$out/python/torch_backend/bindings/torch_bridge" "$out/python/torch_backend/capi"
+cp "$ws"/bindings/torch_bridge/{backend.cc,routes.cc,routes.h} "$out/python/torch_backend/bindings/torch_bridge/"
+cp "$ws"/capi/{cgc.h,cgc_api.h} "$out/python/torch_backend/capi/"
 cp "$ws"/examples/python/*.py "$out/tools/"
 echo "bindings bundled: $(ls "$out/bin" | grep -cE '^(rust|go)_') Rust/Go test binaries, $(ls "$out/python" | wc -l) Python files"

@@ -44,9 +44,15 @@ communicator (a fixed arena, NcclMemory.REGISTERED or SYMMETRIC where NCCL has t
 got is ``pool.nccl_memory``), which captures allocate from through ``pool=`` and eager code
 through ``pool.malloc(size, stream)``, eager allocation from any pool.
 
+Since 1.6 ``ctx.memory_snapshot()`` lists the device's memory as cgc holds it, as
+torch.cuda.memory_snapshot() does: every segment (Segment: a driver allocation of the device cache
+or of a pool) with its blocks (Block, in a BlockState: FREE, ALLOCATED or WAITING).
+
 Errors are ``cgc.Error`` (``.status`` is a ``cgc.Status`` or, for a code this module does not
 know, the raw int; ``.message`` is cgc_last_error() copied right after the failing call, on the
-same thread). Each status has its subclass, e.g. ``cgc.CaptureUnjoinedError``. Arguments this
+same thread). Each status has its subclass, e.g. ``cgc.CaptureUnjoinedError``. Since 1.6
+``cgc.last_status()`` is the status that goes with this thread's last message, for calls that
+return no status (cgc_torch_malloc's NULL: OUT_OF_MEMORY or another refusal). Arguments this
 module checks itself (values ctypes would silently cut to their low bits, host buffers too small
 for a copy) raise InvalidArgumentError worded like the library's, naming the C function.
 """
@@ -82,11 +88,13 @@ __all__ = [
     "torch_graph_pools", "torch_pool", "torch_pool_ids", "record_stream_native",
     # 1.5: pools of memory registered with a communicator, eager allocation from a pool
     "NcclMemory",
+    # 1.6: the status that goes with the last message; the device's segments and blocks
+    "last_status", "memory_snapshot", "Segment", "Block", "BlockState",
 ]
 
 # The header's CGC_VERSION that this module was written against: cgc_get_api hands an older
 # minor version's table to a newer library, and struct_size says how much of it there is.
-VERSION_MAJOR, VERSION_MINOR, VERSION_PATCH = 1, 5, 0
+VERSION_MAJOR, VERSION_MINOR, VERSION_PATCH = 1, 6, 0
 _HEADER_VERSION = (VERSION_MAJOR << 16) | (VERSION_MINOR << 8) | VERSION_PATCH
 
 STREAM_NON_BLOCKING = 0x1
@@ -281,6 +289,12 @@ class GraphUpdate(enum.IntEnum):  # cgc_graph_update_t: how the last update capt
     REINSTANTIATED = 2  # the driver refused it (GraphInfo.last_update_result says why): a new executable
 
 
+class BlockState(enum.IntEnum):  # cgc_block_state_t (1.6): a block's state in a memory snapshot
+    FREE = 0  # cached: reusable
+    ALLOCATED = 1  # handed out and not yet freed
+    WAITING = 2  # freed, not yet reusable: work recorded on it may still run
+
+
 # ---- C structs -----------------------------------------------------------------------------
 
 
@@ -336,6 +350,21 @@ class mem_op_t(ctypes.Structure):
                 ("value", ctypes.c_uint64)]
 
 
+class segment_info_t(ctypes.Structure):
+    """cgc_segment_info_t (1.6): a fixed layout (arrays of it are passed), so no struct_size."""
+
+    _fields_ = [("address", ctypes.c_void_p), ("size", ctypes.c_size_t), ("allocated_bytes", ctypes.c_size_t),
+                ("pool", ctypes.c_void_p), ("stream_id", ctypes.c_uint64), ("small", ctypes.c_int),
+                ("first_block", ctypes.c_size_t), ("n_blocks", ctypes.c_size_t)]
+
+
+class block_info_t(ctypes.Structure):
+    """cgc_block_info_t (1.6): a fixed layout (arrays of it are passed), so no struct_size."""
+
+    _fields_ = [("address", ctypes.c_void_p), ("size", ctypes.c_size_t), ("requested", ctypes.c_size_t),
+                ("state", ctypes.c_int)]
+
+
 # node_count counts every captured node; the kinds split it (other_nodes: kinds the header does
 # not list). cgc's own completion record is in none of them. update_count counts the captures
 # that updated the graph (update=True), last_update (a GraphUpdate) says how the last one did,
@@ -345,6 +374,15 @@ GraphInfo = namedtuple("GraphInfo", ("node_count", "replay_count", "uploaded", "
                        + GRAPH_NODE_KINDS + ("other_nodes", "update_count", "last_update", "last_update_result"))
 MemoryStats = namedtuple("MemoryStats", "bytes_reserved bytes_allocated peak_bytes_allocated "
                          "peak_bytes_reserved num_driver_allocs num_driver_frees")
+# 1.6: memory_snapshot's segments (driver allocations) and their blocks, by address. A Segment's
+# pool is the raw cgc_pool_t handle (an int: compare it with Pool.handle) of the private pool it
+# belongs to, None for the device's cache; no reference is taken (the pool may be gone by the
+# time it is read). stream_id is the cgc_stream_id its free blocks are kept for (0: any stream);
+# small is True for a 2 MiB segment of requests up to 1 MiB. A Block's size is what it spans (a
+# 512-byte multiple), requested what was asked for when ALLOCATED (0 otherwise), state a BlockState
+# (or the plain int for a state a newer library added).
+Segment = namedtuple("Segment", "address size allocated_bytes pool stream_id small blocks")
+Block = namedtuple("Block", "address size requested state")
 # 1.3: what `with stream.conditional_bodies(...)` yields: the lent body Streams (a tuple, body i
 # first: IF/ELSE's else body is bodies[1]) and the node's conditional handle, an int to pass to
 # the caller's kernels as ctypes.c_uint64 (a cudaGraphConditionalHandle).
@@ -484,6 +522,11 @@ _PROTOTYPES = [
     # one of them); eager allocation from a pool
     ("cgc_nccl_pool_create", _st, (_h, _sz, ctypes.c_int, _hp, _ip)),
     ("cgc_pool_malloc", _st, (_h, _sz, _h, _hp)),
+    # 1.6: the status that goes with cgc_last_error() (CGC_SUCCESS for a warning or none); the
+    # device's segments and blocks (the arrays are filled only when both fit; the totals always)
+    ("cgc_last_status", _st, ()),
+    ("cgc_memory_snapshot", _st, (_h, ctypes.POINTER(segment_info_t), _sz, ctypes.POINTER(block_info_t), _sz,
+                                  ctypes.POINTER(_sz), ctypes.POINTER(_sz))),
 ]
 
 
@@ -710,6 +753,17 @@ def status_string(status):
     return api().cgc_status_string(int(status)).decode("utf-8", "replace")
 
 
+def last_status():
+    """1.6: cgc_last_status(), the status that goes with this thread's last message of the
+    library: that of the failure the message describes, Status.SUCCESS when it is a warning or
+    there is none. A failed call of this module raises an Error carrying its status already; this
+    is for calls that return none (cgc_torch_malloc returns NULL: OUT_OF_MEMORY tells out of
+    memory from other refusals). A call that succeeds without a warning leaves it; the next
+    failure on this thread sets it. A Status, or the plain int for a code this module does not
+    know."""
+    return Status.of(api().cgc_last_status())
+
+
 def device_count():
     n = ctypes.c_int(0)
     _check(api().cgc_device_count(ctypes.byref(n)))
@@ -746,6 +800,32 @@ def memory_stats(ctx, pool=None):
     _check(api().cgc_memory_stats(ctx.handle, None if pool is None else pool.handle, ctypes.byref(s)))
     return MemoryStats(s.bytes_reserved, s.bytes_allocated, s.peak_bytes_allocated,
                        s.peak_bytes_reserved, s.num_driver_allocs, s.num_driver_frees)
+
+
+def memory_snapshot(ctx):
+    """1.6: the device's memory as cgc holds it (cgc_memory_snapshot), like
+    torch.cuda.memory_snapshot(): a list of Segment, one per driver allocation (the device cache's
+    and every pool's), sorted by address, each with its Blocks in address order; their sizes add
+    up to memory_stats().bytes_reserved. A diagnostic: the library walks every block with the
+    device allocator's lock held (allocations on other threads wait meanwhile). Segments may come
+    and go between asking for the totals and the call that fills the arrays: the arrays get some
+    slack and the call is repeated until they fit."""
+    handle = ctx.handle
+    lib = api()
+    n_segments, n_blocks = ctypes.c_size_t(0), ctypes.c_size_t(0)
+    _check(lib.cgc_memory_snapshot(handle, None, 0, None, 0, ctypes.byref(n_segments), ctypes.byref(n_blocks)))
+    while n_segments.value or n_blocks.value:
+        max_segments = n_segments.value + n_segments.value // 4 + 4
+        max_blocks = n_blocks.value + n_blocks.value // 4 + 16
+        segments, blocks = (segment_info_t * max_segments)(), (block_info_t * max_blocks)()
+        _check(lib.cgc_memory_snapshot(handle, segments, max_segments, blocks, max_blocks,
+                                       ctypes.byref(n_segments), ctypes.byref(n_blocks)))
+        if n_segments.value <= max_segments and n_blocks.value <= max_blocks:
+            return [Segment(s.address or 0, s.size, s.allocated_bytes, s.pool or None, s.stream_id, bool(s.small),
+                            [Block(b.address or 0, b.size, b.requested, _member_or_int(BlockState, b.state))
+                             for b in blocks[s.first_block:s.first_block + s.n_blocks]])
+                    for s in segments[:n_segments.value]]
+    return []
 
 
 def empty_cache(ctx):
@@ -846,6 +926,10 @@ class Context(_Handle):
 
     def memory_stats(self, pool=None):
         return memory_stats(self, pool)
+
+    def memory_snapshot(self):
+        """1.6: this device's segments and blocks, a list of Segment (cgc.memory_snapshot)."""
+        return memory_snapshot(self)
 
     def empty_cache(self):
         empty_cache(self)
@@ -2296,15 +2380,7 @@ def _load_bridge(lib):
         dll.cgc_torch_bridge_load.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_size_t]
         dll.cgc_torch_bridge_attach.restype = ctypes.c_int
         dll.cgc_torch_bridge_attach.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
-        dll.cgc_torch_bridge_pool.restype = ctypes.c_void_p
-        dll.cgc_torch_bridge_pool.argtypes = [ctypes.c_int, ctypes.c_ulonglong, ctypes.c_ulonglong, ctypes.c_int,
-                                              ctypes.c_char_p, ctypes.c_size_t]
-        dll.cgc_torch_bridge_pool_release.restype = None
-        dll.cgc_torch_bridge_pool_release.argtypes = [ctypes.c_int, ctypes.c_ulonglong, ctypes.c_ulonglong]
-        dll.cgc_torch_bridge_pool_ids.restype = ctypes.c_size_t
-        dll.cgc_torch_bridge_pool_ids.argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_ulonglong), ctypes.c_size_t]
-        dll.cgc_torch_bridge_open_routes.restype = ctypes.c_int
-        dll.cgc_torch_bridge_open_routes.argtypes = []
+        _set_pool_call_types(dll)
         error = ctypes.create_string_buffer(512)
         if dll.cgc_torch_bridge_load(os.fsencode(lib.path), error, len(error)) != 0:
             return None, error.value.decode("utf-8", "replace")
@@ -2312,26 +2388,148 @@ def _load_bridge(lib):
     return None, "libcgc_torch.so.1 was not found (%s); set CGC_TORCH_BRIDGE to its path" % "; ".join(errors)
 
 
-def use_as_torch_allocator():
-    """Makes cgc PyTorch's CUDA allocator (a CUDAPluggableAllocator), so that torch tensors made
-    during a cgc capture come from the capture's pool, and (through libcgc_torch.so.1, the C++
-    bridge that receives PyTorch's graph hooks) so that the captures torch begins itself
-    (torch.cuda.graph, CUDAGraph.capture_begin, make_graphed_callables) allocate from cgc's
-    private pools: one per torch pool id, shared as torch shares it, released when torch releases
-    it. torch.cuda.empty_cache() and Tensor.record_stream reach cgc too. Must run before PyTorch
-    initialises CUDA (its first CUDA tensor, stream or device query); raises InvalidStateError
-    otherwise. Without the bridge (not found, or a PyTorch older than 2.3) cgc is still torch's
-    allocator, with a warning: torch's own captures are then refused an allocation. Calling it
-    again is a no-op. Returns the torch allocator."""
+def _set_pool_call_types(dll):
+    """The pool calls the bridge and the backend both export, typed for ctypes."""
+    dll.cgc_torch_bridge_pool.restype = ctypes.c_void_p
+    dll.cgc_torch_bridge_pool.argtypes = [ctypes.c_int, ctypes.c_ulonglong, ctypes.c_ulonglong, ctypes.c_int,
+                                          ctypes.c_char_p, ctypes.c_size_t]
+    dll.cgc_torch_bridge_pool_release.restype = None
+    dll.cgc_torch_bridge_pool_release.argtypes = [ctypes.c_int, ctypes.c_ulonglong, ctypes.c_ulonglong]
+    dll.cgc_torch_bridge_pool_ids.restype = ctypes.c_size_t
+    dll.cgc_torch_bridge_pool_ids.argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_ulonglong), ctypes.c_size_t]
+    dll.cgc_torch_bridge_open_routes.restype = ctypes.c_int
+    dll.cgc_torch_bridge_open_routes.argtypes = []
+
+
+def _torch_backend_sources():
+    """The folder holding the backend's sources (bindings/torch_bridge/backend.cc, routes.cc,
+    routes.h and capi/cgc.h, cgc_api.h beneath it), or None: $CGC_TORCH_BACKEND_SOURCES, the
+    checkout this cgc.py is in, or torch_backend/ beside it (the GPU bundle)."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    candidates = [os.environ.get("CGC_TORCH_BACKEND_SOURCES"), os.path.join(here, "..", ".."),
+                  os.path.join(here, "torch_backend")]
+    for root in candidates:
+        if root and os.path.isfile(os.path.join(root, "bindings", "torch_bridge", "backend.cc")) and \
+                os.path.isfile(os.path.join(root, "capi", "cgc.h")):
+            return os.path.abspath(root)
+    return None
+
+
+def _build_torch_backend(torch):
+    """(path of the built backend library, None), or (None, why it could not be built). Built by
+    torch.utils.cpp_extension against the running PyTorch's own headers, as PyTorch extensions
+    are, and cached by it ($TORCH_EXTENSIONS_DIR): a later process loads the built library."""
+    root = _torch_backend_sources()
+    if root is None:
+        return None, ("the backend's sources were not found (bindings/torch_bridge/backend.cc beside capi/cgc.h); "
+                      "set CGC_TORCH_BACKEND_SOURCES to the folder holding them")
+    try:
+        from torch.utils import cpp_extension
+    except ImportError as e:
+        return None, "torch.utils.cpp_extension cannot be imported (%s)" % e
+    sources = [os.path.join(root, "bindings", "torch_bridge", n) for n in ("backend.cc", "routes.cc")]
+    headers = [os.path.join(root, "bindings", "torch_bridge", "routes.h"), os.path.join(root, "capi", "cgc.h"),
+               os.path.join(root, "capi", "cgc_api.h")]
+    # The extension's name carries a digest of its sources, so that a changed source is built
+    # anew instead of loading a stale library from PyTorch's cache.
+    import hashlib
+    digest = hashlib.sha256()
+    for path in sources + headers:
+        with open(path, "rb") as f:
+            digest.update(f.read())
+    # The compiler: $CGC_TORCH_CXX, else the system's (/usr/bin/c++), else PyTorch's choice ($CXX).
+    # It must link the C++ runtime dynamically, sharing PyTorch's: a compiler that links its own
+    # copy in statically (one was found as $CXX on the project's GPU machines) makes the library
+    # crash in the first message it formats with a number.
+    cxx = os.environ.get("CGC_TORCH_CXX") or ("/usr/bin/c++" if os.access("/usr/bin/c++", os.X_OK) else None)
+    digest.update((cxx or os.environ.get("CXX", "")).encode())
+    name = "cgc_torch_backend_" + digest.hexdigest()[:12]
+    saved_cxx = os.environ.get("CXX")
+    try:
+        if cxx:
+            os.environ["CXX"] = cxx
+        path = cpp_extension.load(name=name, sources=sources, extra_include_paths=[root],
+                                  extra_cflags=["-O2", "-std=c++17", "-fvisibility=hidden"],
+                                  with_cuda=True, is_python_module=False, verbose=False)
+    except Exception as e:  # no compiler, no headers, a compile error: said, then the fallback
+        return None, "building it with torch.utils.cpp_extension failed: %s" % (str(e).strip().splitlines() or [e])[-1]
+    finally:
+        if saved_cxx is None:
+            os.environ.pop("CXX", None)
+        else:
+            os.environ["CXX"] = saved_cxx
+    if not isinstance(path, str):  # older PyTorch: loaded, path not returned
+        path = os.path.join(cpp_extension._get_build_directory(name, False), name + ".so")
+    with open(path, "rb") as f:
+        if b"libstdc++.so" not in f.read():
+            return None, ("the compiler %s linked the C++ runtime into it statically, beside PyTorch's; set "
+                          "CGC_TORCH_CXX to a C++ compiler that links libstdc++.so" % (cxx or os.environ.get("CXX", "c++")))
+    return path, None
+
+
+def _install_torch_backend(torch, lib):
+    """(the backend as a ctypes.CDLL, installed as PyTorch's allocator), or (None, why)."""
+    path, why = _build_torch_backend(torch)
+    if path is None:
+        return None, why
+    try:
+        dll = ctypes.CDLL(path)
+    except OSError as e:
+        return None, "the built backend cannot be loaded (%s)" % e
+    dll.cgc_torch_backend_install.restype = ctypes.c_int
+    dll.cgc_torch_backend_install.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_size_t]
+    _set_pool_call_types(dll)
+    error = ctypes.create_string_buffer(1024)
+    if dll.cgc_torch_backend_install(os.fsencode(lib.path), error, len(error)) != 0:
+        return None, error.value.decode("utf-8", "replace")
+    return dll, None
+
+
+def use_as_torch_allocator(backend=None):
+    """Makes cgc PyTorch's CUDA allocator, so that torch tensors come from cgc: those of a cgc
+    capture from the capture's pool, those of the captures torch begins itself (torch.cuda.graph,
+    CUDAGraph.capture_begin, make_graphed_callables, torch.compile's CUDA graphs) from cgc's
+    private pools, one per torch pool id, shared as torch shares it and released when torch
+    releases it; torch.cuda.MemPool scopes (use_mem_pool) allocate from a cgc pool too.
+    torch.cuda.empty_cache(), Tensor.record_stream and torch.cuda.memory_stats reach cgc.
+
+    `backend` (default: $CGC_TORCH_BACKEND, else "auto"):
+    - "native": cgc's complete PyTorch allocator (bindings/torch_bridge/backend.cc), built against
+      the running PyTorch's headers with torch.utils.cpp_extension on first use (a C++ compiler
+      and PyTorch's headers must be there) and cached; a failure raises LibraryError saying why;
+    - "pluggable": PyTorch's CUDAPluggableAllocator over libcgc_torch.so.1, which has no memory
+      statistics, snapshots, checkpoints or MemPool scopes (docs/TORCH.md);
+    - "auto": "native", else "pluggable" with a warning saying why.
+    Must run before PyTorch initialises CUDA (its first CUDA tensor, stream or device query);
+    raises InvalidStateError otherwise. Calling it again is a no-op. Returns the backend's kind,
+    "native" or "pluggable"."""
     global _torch_allocator, _torch_bridge
     if _torch_allocator is not None:
         return _torch_allocator
     import torch  # the caller asked for torch; this is the one place cgc imports it
     lib = api()  # a clear LibraryError before torch tries the path itself
+    mode = backend or os.environ.get("CGC_TORCH_BACKEND") or "auto"
+    if mode not in ("auto", "native", "pluggable"):
+        raise InvalidArgumentError(Status.INVALID_ARGUMENT, "cgc.use_as_torch_allocator: backend %r is not one of "
+                                   "'auto', 'native', 'pluggable'" % (mode,))
     if torch.cuda.is_initialized():
         raise InvalidStateError(Status.INVALID_STATE, "cgc.use_as_torch_allocator: PyTorch has already "
                                 "initialised CUDA with its own allocator, which cannot be swapped now; "
                                 "call it at program start, before any torch CUDA work")
+    import warnings
+    if mode != "pluggable":
+        native, why = _install_torch_backend(torch, lib)
+        if native is not None:
+            _torch_bridge = native
+            _torch_allocator = "native"
+            return _torch_allocator
+        if mode == "native":
+            raise LibraryError(None, "cgc.use_as_torch_allocator: cgc's PyTorch allocator could "
+                               "not be made: %s" % why)
+        warnings.warn("cgc's complete PyTorch allocator could not be made (%s): cgc serves PyTorch through its "
+                      "CUDAPluggableAllocator instead, without memory statistics, snapshots, allocator "
+                      "checkpoints (torch.compile's CUDA graphs) or MemPool scopes" % why, RuntimeWarning,
+                      stacklevel=2)
     bridge, where = _load_bridge(lib)
     if bridge is not None:
         allocator = torch.cuda.memory.CUDAPluggableAllocator(where, "cgc_torch_bridge_malloc", "cgc_torch_bridge_free")
@@ -2342,7 +2540,7 @@ def use_as_torch_allocator():
     except RuntimeError as e:
         raise InvalidStateError(Status.INVALID_STATE, "cgc.use_as_torch_allocator: PyTorch refused the "
                                 "allocator swap (%s); call it before any torch CUDA work" % e) from e
-    _torch_allocator = allocator
+    _torch_allocator = "pluggable"
     why = where
     if bridge is not None:
         error = ctypes.create_string_buffer(512)
@@ -2351,10 +2549,9 @@ def use_as_torch_allocator():
         else:
             why = error.value.decode("utf-8", "replace")
     if _torch_bridge is None:
-        import warnings
         warnings.warn("cgc is PyTorch's allocator, but torch's own captures (torch.cuda.graph) cannot allocate "
                       "from cgc's pools: %s" % why, RuntimeWarning, stacklevel=2)
-    return allocator
+    return _torch_allocator
 
 
 def torch_graph_pools():

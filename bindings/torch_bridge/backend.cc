@@ -1,0 +1,731 @@
+// cgc as PyTorch's CUDA allocator: a complete c10::cuda::CUDACachingAllocator::CUDAAllocator,
+// built against the installed PyTorch's own headers (torch.utils.cpp_extension, by
+// cgc.use_as_torch_allocator on first use, cached by PyTorch's extension cache) and installed as
+// PyTorch's current allocator before its first CUDA allocation, as torch.cuda.memory's
+// change_current_allocator installs a pluggable one.
+//
+// Why not the pluggable allocator: CUDAPluggableAllocator forwards only allocation and a few hooks
+// and refuses statistics, snapshots and checkpoints, so torch.cuda.memory_stats, the graph tests
+// that read them and torch.compile's CUDA-graph trees fail on it; and the hooks can only be
+// reached through hand-written declarations of PyTorch's classes (torch_abi.h), which break when
+// PyTorch changes them. Here the compiler checks every signature against the headers of the
+// PyTorch that loads this library.
+//
+// What is cgc's and what is this file's:
+// - memory, pools, captures: cgc (libcgc.so.1 through its function table; this library links
+//   nothing of cgc), with the routes of routes.cc for PyTorch's pool ids;
+// - PyTorch's statistics of allocations (allocation, active, allocated/active/requested bytes,
+//   small and large pool as PyTorch splits them at 1 MiB) and the live blocks of each torch pool:
+//   counted here, at each allocation and free, under `blocks_lock`;
+// - reserved bytes, segments and device allocations: cgc's counters (cgc_memory_stats).
+// docs/TORCH.md lists what still differs from PyTorch's own allocator.
+//
+// Locks: `blocks_lock` guards the live-block table and the statistics; it is never held across a
+// cgc or CUDA call. The routes' lock is routes.cc's.
+#include <c10/core/Allocator.h>
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAFunctions.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#include <c10/util/Exception.h>
+#include <cuda_runtime_api.h>
+#include <torch/csrc/cuda/CUDAPluggableAllocator.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdarg>
+#include <cstdio>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "bindings/torch_bridge/routes.h"
+#include "capi/cgc.h"
+
+#define BACKEND_API extern "C" __attribute__((visibility("default")))
+
+namespace {
+
+namespace cca = c10::cuda::CUDACachingAllocator;
+using c10::CachingAllocator::Stat;
+using c10::CachingAllocator::StatType;
+
+constexpr int kMaxDevices = 64;
+constexpr size_t kSmallSize = 1 << 20;  // PyTorch's small pool: requests of at most 1 MiB
+constexpr size_t kAlignment = 512;      // cgc rounds every block to 512 bytes
+
+void add(Stat& stat, int64_t amount) {
+  stat.current += amount;
+  stat.peak = std::max(stat.peak, stat.current);
+  stat.allocated += amount;
+}
+
+void sub(Stat& stat, int64_t amount) {
+  stat.current -= amount;
+  stat.freed += amount;
+}
+
+struct LiveBlock {
+  size_t size = 0;       // what cgc handed out (512-byte rounded)
+  size_t requested = 0;  // what PyTorch asked for
+  int device = 0;
+  cgc_torch::Routed pool;  // the torch pool id it came from ({0, 0}: the device's own memory)
+};
+
+// Reserved memory as PyTorch reports it, from cgc's counters, with peaks that can be reset:
+// cgc's own peak only grows, so a reset keeps cgc's peak at that moment and the reserved bytes
+// then; later peaks are cgc's once it passes the kept one (a peak after the reset that stays
+// below it shows as the larger of the reserved bytes at the reset and now).
+struct ReservedPeak {
+  size_t cgc_peak_at_reset = 0;
+  size_t reserved_at_reset = 0;
+  bool reset = false;
+};
+
+void put_error(char* error, size_t size, const char* fmt, ...) __attribute__((format(printf, 3, 4)));
+void put_error(char* error, size_t size, const char* fmt, ...) {
+  if (error == nullptr || size == 0) return;
+  va_list args;
+  va_start(args, fmt);
+  vsnprintf(error, size, fmt, args);
+  va_end(args);
+}
+
+void delete_block(void* ptr);
+
+// A pool's live blocks at a checkpoint, sorted by address.
+struct PoolCheckpoint final : cca::AllocatorState {
+  c10::DeviceIndex device = 0;
+  c10::MempoolId_t id{0, 0};
+  std::vector<std::pair<void*, size_t>> blocks;
+};
+
+class CgcAllocator final : public cca::CUDAAllocator {
+ public:
+  // ---- allocation ----
+
+  c10::DataPtr allocate(size_t nbytes) override {
+    c10::DeviceIndex device = c10::cuda::current_device();
+    cudaStream_t stream = c10::cuda::getCurrentCUDAStream(device).stream();
+    void* p = nbytes == 0 ? nullptr : allocate_block(nbytes, device, stream);
+    return {p, p, &delete_block, c10::Device(c10::DeviceType::CUDA, device)};
+  }
+
+  c10::DeleterFnPtr raw_deleter() const override { return &delete_block; }
+
+  void copy_data(void* dest, const void* src, std::size_t count) const override {
+    C10_CUDA_CHECK(cudaMemcpy(dest, src, count, cudaMemcpyDeviceToDevice));
+  }
+
+  void* raw_alloc(size_t nbytes) override {
+    if (nbytes == 0) return nullptr;
+    c10::DeviceIndex device = c10::cuda::current_device();
+    return allocate_block(nbytes, device, c10::cuda::getCurrentCUDAStream(device).stream());
+  }
+
+  void* raw_alloc_with_stream(size_t nbytes, cudaStream_t stream) override {
+    if (nbytes == 0) return nullptr;
+    return allocate_block(nbytes, c10::cuda::current_device(), stream);
+  }
+
+  void raw_delete(void* ptr) override { free_block(ptr); }
+
+  // The allocation of `nbytes` on `stream`: routed to a capture's or MemPool scope's pool where
+  // PyTorch opened one; c10::OutOfMemoryError (torch.cuda.OutOfMemoryError) when cgc is out of
+  // memory after giving its cache back, any other refusal as PyTorch's allocator raises errors.
+  void* allocate_block(size_t nbytes, c10::DeviceIndex device, cudaStream_t stream) {
+    check_fraction(device, nbytes);
+    cgc_torch::Routed routed;
+    void* p = cgc_torch::malloc_routed(static_cast<ssize_t>(nbytes), device, stream, true, &routed);
+    if (p == nullptr) {
+      bool oom = out_of_memory();
+      std::string message = cgc_torch::api()->cgc_last_error();
+      if (oom) p = malloc_from_oom_pools(device, nbytes, stream, &routed);
+      if (p == nullptr) raise_allocation_failure(device, nbytes, oom, message);
+    }
+    if (routed.id0 == 0 && routed.id1 == 0 && claimed_captures_open()) attribute_to_capture(device, stream, &routed);
+    LiveBlock block{round_up(nbytes), nbytes, device, routed};
+    {
+      std::lock_guard<std::mutex> hold(blocks_lock_);
+      blocks_.emplace(p, block);
+      count(block, +1);
+    }
+    return p;
+  }
+
+  void free_block(void* ptr) {
+    if (ptr == nullptr) return;
+    {
+      std::lock_guard<std::mutex> hold(blocks_lock_);
+      auto it = blocks_.find(ptr);
+      if (it != blocks_.end()) {
+        count(it->second, -1);
+        blocks_.erase(it);
+      }
+    }
+    cgc_torch::api()->cgc_torch_free(ptr, 0, 0, nullptr);
+  }
+
+  // ---- set-up and configuration ----
+
+  void init(int device_count) override {
+    device_count_ = std::min(device_count, kMaxDevices);
+    initialized_.store(true, std::memory_order_release);
+  }
+  bool initialized() override { return initialized_.load(std::memory_order_acquire); }
+
+  double getMemoryFraction(c10::DeviceIndex device) override {
+    check_device(device);
+    return fraction_[device].load(std::memory_order_relaxed);
+  }
+
+  // Limits what cgc hands PyTorch on the device (its allocated bytes, with the new block) to
+  // `fraction` of the device's total; an allocation beyond raises out of memory. (PyTorch's own
+  // allocator limits its reserved bytes; cgc's cache is shared with cgc's other users.)
+  void setMemoryFraction(double fraction, c10::DeviceIndex device) override {
+    check_device(device);
+    TORCH_CHECK(fraction >= 0 && fraction <= 1, "cgc: invalid fraction ", fraction, ", it must be in [0, 1]");
+    fraction_[device].store(fraction, std::memory_order_relaxed);
+  }
+
+  // cgc's segments are plain device allocations: none is expandable.
+  std::vector<cca::StreamSegmentSize> getExpandableSegmentSizes(c10::DeviceIndex) override { return {}; }
+
+  void enable(bool value) override { enabled_.store(value, std::memory_order_relaxed); }
+  bool isEnabled() const override { return enabled_.load(std::memory_order_relaxed); }
+
+  // cuDNN and others ask for the largest block they could get without a new device allocation:
+  // cgc does not say which free block is largest, so this is the device's free memory, which an
+  // allocation of that size can get after cgc gives its cache back.
+  void cacheInfo(c10::DeviceIndex device, size_t* largestBlock) override {
+    size_t free_bytes = 0, total = 0;
+    c10::cuda::CUDAGuard guard(device);
+    C10_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total));
+    *largestBlock = free_bytes;
+  }
+
+  void* getBaseAllocation(void* ptr, size_t* size) override {
+    std::lock_guard<std::mutex> hold(blocks_lock_);
+    auto it = blocks_.find(ptr);
+    TORCH_CHECK(it != blocks_.end(), "cgc: getBaseAllocation: ", ptr, " is not a block cgc handed to PyTorch");
+    *size = it->second.size;
+    return ptr;  // each block is its own base: cgc shares no segment through IPC
+  }
+
+  void recordStream(const c10::DataPtr& ptr, c10::cuda::CUDAStream stream) override {
+    cgc_torch::record_stream(ptr.get(), stream.stream());
+  }
+
+  void emptyCache(c10::MempoolId_t mempool_id) override {
+    // A pool's memory goes back to the driver when its last user is gone (cgc_empty_cache gives
+    // back every unreferenced pool's): one pool alone cannot be emptied earlier. PyTorch calls
+    // this from MemPool's destructor too, where an exception would end the process: said instead.
+    (void)mempool_id;
+    try {
+      cgc_torch::empty_cache();
+    } catch (const std::exception& e) {
+      TORCH_WARN("cgc: empty_cache: ", e.what());
+    }
+  }
+
+  // ---- statistics ----
+
+  c10::CachingDeviceAllocator::DeviceStats getDeviceStats(c10::DeviceIndex device) override {
+    check_device(device);
+    c10::CachingDeviceAllocator::DeviceStats stats;
+    {
+      std::lock_guard<std::mutex> hold(blocks_lock_);
+      stats = stats_[device];
+    }
+    cgc_memory_stats_t cgc_stats = memory_stats(device);
+    Stat& reserved = stats.reserved_bytes[static_cast<size_t>(StatType::AGGREGATE)];
+    reserved.current = static_cast<int64_t>(cgc_stats.bytes_reserved);
+    reserved.peak = static_cast<int64_t>(reserved_peak(device, cgc_stats));
+    Stat& segments = stats.segment[static_cast<size_t>(StatType::AGGREGATE)];
+    segments.allocated = static_cast<int64_t>(cgc_stats.num_driver_allocs);
+    segments.freed = static_cast<int64_t>(cgc_stats.num_driver_frees);
+    segments.current = segments.allocated - segments.freed;
+    segments.peak = std::max(segments.peak, segments.current);
+    stats.num_device_alloc = static_cast<int64_t>(cgc_stats.num_driver_allocs);
+    stats.num_device_free = static_cast<int64_t>(cgc_stats.num_driver_frees);
+    add_segment_stats(device, &stats);
+    return stats;
+  }
+
+  // The small and large pools' reserved bytes and segments, and the free blocks of split segments
+  // (PyTorch's "inactive split"), from cgc's segments. Their peaks are the largest values seen by
+  // these calls (cgc counts no peak per kind); their allocated/freed totals are not kept.
+  void add_segment_stats(c10::DeviceIndex device, c10::CachingDeviceAllocator::DeviceStats* stats) {
+    if (!has_snapshot_) return;
+    CgcSnapshot snap = take_snapshot(device);
+    const size_t all = static_cast<size_t>(StatType::AGGREGATE);
+    for (const cgc_segment_info_t& seg : snap.segments) {
+      size_t kind = static_cast<size_t>(seg.small ? StatType::SMALL_POOL : StatType::LARGE_POOL);
+      stats->reserved_bytes[kind].current += static_cast<int64_t>(seg.size);
+      stats->segment[kind].current += 1;
+      if (seg.n_blocks < 2) continue;
+      for (size_t i = seg.first_block; i < seg.first_block + seg.n_blocks; i++) {
+        if (snap.blocks[i].state != CGC_BLOCK_STATE_FREE) continue;
+        for (size_t k : {all, kind}) {
+          stats->inactive_split[k].current += 1;
+          stats->inactive_split_bytes[k].current += static_cast<int64_t>(snap.blocks[i].size);
+        }
+      }
+    }
+    std::lock_guard<std::mutex> hold(blocks_lock_);
+    auto& seen = seen_peaks_[device];
+    for (auto* array : {&stats->reserved_bytes, &stats->segment, &stats->inactive_split, &stats->inactive_split_bytes}) {
+      for (size_t k = 0; k < array->size(); k++) {
+        if (array == &stats->reserved_bytes && k == all) continue;  // cgc's own peak
+        Stat& stat = (*array)[k];
+        int64_t& peak = seen[array_index(stats, array)][k];
+        peak = std::max(peak, stat.current);
+        stat.peak = peak;
+      }
+    }
+  }
+
+  static size_t array_index(const c10::CachingDeviceAllocator::DeviceStats* stats,
+                            const c10::CachingAllocator::StatArray* array) {
+    if (array == &stats->reserved_bytes) return 0;
+    if (array == &stats->segment) return 1;
+    if (array == &stats->inactive_split) return 2;
+    return 3;
+  }
+
+  void resetAccumulatedStats(c10::DeviceIndex device) override {
+    check_device(device);
+    std::lock_guard<std::mutex> hold(blocks_lock_);
+    auto& s = stats_[device];
+    for (auto* array : {&s.allocation, &s.segment, &s.active, &s.inactive_split, &s.allocated_bytes,
+                        &s.reserved_bytes, &s.active_bytes, &s.inactive_split_bytes, &s.requested_bytes})
+      for (Stat& stat : *array) stat.allocated = stat.freed = 0;
+    s.num_alloc_retries = s.num_ooms = s.num_sync_all_streams = 0;
+  }
+
+  void resetPeakStats(c10::DeviceIndex device) override {
+    check_device(device);
+    cgc_memory_stats_t cgc_stats = memory_stats(device);
+    std::lock_guard<std::mutex> hold(blocks_lock_);
+    auto& s = stats_[device];
+    for (auto* array : {&s.allocation, &s.segment, &s.active, &s.inactive_split, &s.allocated_bytes,
+                        &s.reserved_bytes, &s.active_bytes, &s.inactive_split_bytes, &s.requested_bytes})
+      for (Stat& stat : *array) stat.peak = stat.current;
+    peaks_[device] = ReservedPeak{cgc_stats.peak_bytes_reserved, cgc_stats.bytes_reserved, true};
+    for (auto& kinds : seen_peaks_[device])
+      for (int64_t& peak : kinds) peak = 0;  // the next stats call sets them to the current values
+  }
+
+  // torch.cuda.memory_snapshot: cgc's segments and blocks (cgc_memory_snapshot), each segment
+  // with the torch pool id of its pool; with `mempool_id`, that pool's alone. cgc keeps no trace
+  // of past allocations: the traces are empty.
+  cca::SnapshotInfo snapshot(c10::MempoolId_t mempool_id, bool include_traces) override {
+    (void)include_traces;
+    cca::SnapshotInfo info;
+    bool one_pool = mempool_id.first != 0 || mempool_id.second != 0;
+    for (int device = 0; device < device_count_; device++) {
+      if (!cgc_torch::device_used(device)) continue;  // cgc never allocated there for PyTorch
+      CgcSnapshot snap = take_snapshot(static_cast<c10::DeviceIndex>(device));
+      for (const cgc_segment_info_t& seg : snap.segments) {
+        c10::MempoolId_t owner{0, 0};
+        if (seg.pool != nullptr) cgc_torch::torch_pool_id_of(device, seg.pool, &owner.first, &owner.second);
+        if (one_pool && owner != mempool_id) continue;
+        c10::CachingDeviceAllocator::SegmentInfo out;
+        out.device = static_cast<c10::DeviceIndex>(device);
+        out.address = reinterpret_cast<size_t>(seg.address);
+        out.total_size = seg.size;
+        out.allocated_size = seg.allocated_bytes;
+        out.stream = reinterpret_cast<void*>(seg.stream_id);  // the driver's stream id: which stream, not a handle
+        out.is_large = seg.small == 0;
+        out.is_expandable = false;
+        out.owner_private_pool_id = owner;
+        for (size_t i = seg.first_block; i < seg.first_block + seg.n_blocks; i++) {
+          const cgc_block_info_t& b = snap.blocks[i];
+          c10::CachingDeviceAllocator::BlockInfo block;
+          block.size = b.size;
+          block.requested_size = b.requested;
+          block.allocated = b.state == CGC_BLOCK_STATE_ALLOCATED;
+          block.active = b.state != CGC_BLOCK_STATE_FREE;
+          out.requested_size += b.requested;
+          if (block.active) out.active_size += b.size;
+          out.blocks.push_back(std::move(block));
+        }
+        info.segments.push_back(std::move(out));
+      }
+    }
+    info.device_traces.resize(static_cast<size_t>(std::max(device_count_, 0)));
+    return info;
+  }
+
+  // ---- pools: captures and MemPool ----
+
+  void beginAllocateToPool(c10::DeviceIndex device, c10::MempoolId_t id,
+                           std::function<bool(cudaStream_t)> filter) override {
+    cgc_torch::begin_allocate_to_pool(device, id.first, id.second, std::move(filter));
+  }
+  void endAllocateToPool(c10::DeviceIndex device, c10::MempoolId_t id) override {
+    cgc_torch::end_allocate_to_pool(device, id.first, id.second);
+  }
+  void releasePool(c10::DeviceIndex device, c10::MempoolId_t id) override {
+    cgc_torch::release_pool(device, id.first, id.second);
+  }
+  int getPoolUseCount(c10::DeviceIndex device, c10::MempoolId_t id) override {
+    return cgc_torch::pool_use_count(device, id.first, id.second);
+  }
+  void createOrIncrefPool(c10::DeviceIndex device, c10::MempoolId_t id,
+                          std::shared_ptr<cca::CUDAAllocator> allocator) override {
+    TORCH_CHECK(allocator == nullptr || allocator.get() == this,
+                "cgc: a torch.cuda.MemPool with an allocator of its own cannot be served by cgc's pools");
+    cgc_torch::create_or_incref_pool(device, id.first, id.second);
+  }
+
+  // A MemPool(use_on_oom=True): an allocation that finds the device out of memory is served from
+  // this pool's cached memory, if it has enough, before out of memory is raised.
+  void setUseOnOOM(c10::DeviceIndex device, c10::MempoolId_t id, bool use_on_oom) override {
+    check_device(device);
+    std::lock_guard<std::mutex> hold(blocks_lock_);
+    auto& pools = use_on_oom_[device];
+    auto it = std::find(pools.begin(), pools.end(), id);
+    if (use_on_oom && it == pools.end()) pools.push_back(id);
+    if (!use_on_oom && it != pools.end()) pools.erase(it);
+  }
+
+  void setNoSplit(c10::DeviceIndex, c10::MempoolId_t) override {
+    TORCH_CHECK(false, "cgc: torch.cuda.MemPool(no_split=True) is not supported: cgc's pools split their segments "
+                       "like its other memory");
+  }
+
+  // True when the live blocks of torch pool `id` are exactly `expected` (the CUDA-graph trees'
+  // check that no tensor of a graph's pool is alive that they do not know of).
+  bool checkPoolLiveAllocations(c10::DeviceIndex device, c10::MempoolId_t id,
+                                const std::unordered_set<void*>& expected) override {
+    std::lock_guard<std::mutex> hold(blocks_lock_);
+    size_t live = 0;
+    for (const auto& [ptr, block] : blocks_) {
+      if (block.device != device || block.pool.id0 != id.first || block.pool.id1 != id.second) continue;
+      if (expected.count(ptr) == 0) return false;
+      live++;
+    }
+    return live == expected.size();
+  }
+
+  // ---- what cgc does not offer ----
+
+  cca::ShareableHandle shareIpcHandle(void*) override {
+    TORCH_CHECK(false, "cgc: CUDA IPC of cgc's blocks is not supported (share tensors of another allocator)");
+  }
+  std::shared_ptr<void> getIpcDevPtr(std::string) override {
+    TORCH_CHECK(false, "cgc: CUDA IPC of cgc's blocks is not supported (share tensors of another allocator)");
+  }
+  bool isHistoryEnabled() override { return false; }
+  void recordHistory(bool enabled, cca::CreateContextFn, size_t, cca::RecordContext, bool,
+                     const std::vector<std::string>&) override {
+    TORCH_CHECK(!enabled, "cgc: torch.cuda.memory._record_memory_history is not supported by cgc's allocator");
+  }
+  void attachOutOfMemoryObserver(cca::OutOfMemoryObserver observer) override {
+    std::lock_guard<std::mutex> hold(blocks_lock_);
+    oom_observers_.push_back(std::move(observer));
+  }
+  // cgc records no trace of its allocations: a tracker is kept and never called.
+  void attachAllocatorTraceTracker(cca::AllocatorTraceTracker tracker) override {
+    std::lock_guard<std::mutex> hold(blocks_lock_);
+    trace_trackers_.push_back(std::move(tracker));
+  }
+  void enablePeerAccess(c10::DeviceIndex dev, c10::DeviceIndex dev_to_access) override {
+    c10::cuda::CUDAGuard guard(dev);
+    cudaError_t err = cudaDeviceEnablePeerAccess(dev_to_access, 0);
+    if (err == cudaErrorPeerAccessAlreadyEnabled) {
+      (void)cudaGetLastError();  // clear the error
+      return;
+    }
+    C10_CUDA_CHECK(err);
+  }
+  cudaError_t memcpyAsync(void* dst, int dstDevice, const void* src, int srcDevice, size_t count,
+                          cudaStream_t stream, bool p2p_enabled) override {
+    // cgc's blocks come from cuMemAlloc: a plain copy works between devices when peer access is
+    // on, the peer copy otherwise.
+    if (p2p_enabled || dstDevice == srcDevice)
+      return cudaMemcpyAsync(dst, src, count, cudaMemcpyDeviceToDevice, stream);
+    return cudaMemcpyPeerAsync(dst, dstDevice, src, srcDevice, count, stream);
+  }
+  // A pool's checkpoint (the CUDA-graph trees take one after recording each graph): its live
+  // blocks, address and size.
+  std::shared_ptr<cca::AllocatorState> getCheckpointState(c10::DeviceIndex device, c10::MempoolId_t id) override {
+    TORCH_CHECK(cgc_torch::pool_use_count(device, id.first, id.second) > 0, "cgc: getCheckpointState: pool (",
+                id.first, ", ", id.second, ") of device ", static_cast<int>(device), " is not in use");
+    auto state = std::make_shared<PoolCheckpoint>();
+    state->device = device;
+    state->id = id;
+    std::lock_guard<std::mutex> hold(blocks_lock_);
+    for (const auto& [ptr, block] : blocks_)
+      if (block.device == device && block.pool.id0 == id.first && block.pool.id1 == id.second)
+        state->blocks.emplace_back(ptr, block.size);
+    std::sort(state->blocks.begin(), state->blocks.end());
+    return state;
+  }
+
+  // Puts a pool back to a checkpoint (the CUDA-graph trees, when execution leaves the recorded
+  // path). PyTorch's allocator frees the pool's blocks and makes the checkpoint's again at their
+  // addresses. cgc cannot yet allocate at a given address, so it restores only a pool whose live
+  // blocks are the checkpoint's: the delta then hands the same blocks to new owners, as PyTorch's
+  // does; any other state is refused, saying what differs.
+  cca::CheckpointDelta setCheckpointPoolState(c10::DeviceIndex device,
+                                              std::shared_ptr<cca::AllocatorState> pps) override {
+    auto* checkpoint = dynamic_cast<PoolCheckpoint*>(pps.get());
+    TORCH_CHECK(checkpoint != nullptr && checkpoint->device == device,
+                "cgc: setCheckpointPoolState: not a checkpoint cgc took of device ", static_cast<int>(device));
+    std::vector<std::pair<void*, size_t>> now;
+    {
+      std::lock_guard<std::mutex> hold(blocks_lock_);
+      for (const auto& [ptr, block] : blocks_)
+        if (block.device == device && block.pool.id0 == checkpoint->id.first &&
+            block.pool.id1 == checkpoint->id.second)
+          now.emplace_back(ptr, block.size);
+    }
+    std::sort(now.begin(), now.end());
+    if (now != checkpoint->blocks) {
+      size_t gone = 0, added = 0;
+      for (const auto& b : checkpoint->blocks) gone += !std::binary_search(now.begin(), now.end(), b);
+      for (const auto& b : now) added += !std::binary_search(checkpoint->blocks.begin(), checkpoint->blocks.end(), b);
+      TORCH_CHECK(false, "cgc: setCheckpointPoolState: pool (", checkpoint->id.first, ", ", checkpoint->id.second,
+                  ") has ", gone, " block(s) of the checkpoint freed and ", added,
+                  " allocated since; restoring it needs allocation at the checkpoint's addresses, which this "
+                  "version of cgc does not offer (torch.compile's CUDA-graph trees reach this when execution "
+                  "leaves a recorded path)");
+    }
+    cca::CheckpointDelta delta;
+    for (const auto& [ptr, size] : now) {
+      delta.ptrs_freed.push_back(ptr);
+      delta.dataptrs_allocd.emplace_back(ptr, ptr, &delete_block, c10::Device(c10::DeviceType::CUDA, device));
+    }
+    return delta;
+  }
+
+  std::string name() override { return "cgc"; }
+
+ private:
+  static size_t round_up(size_t n) { return (n + kAlignment - 1) / kAlignment * kAlignment; }
+
+  void check_device(c10::DeviceIndex device) const {
+    TORCH_CHECK(device >= 0 && device < kMaxDevices, "cgc: device ", static_cast<int>(device), " is out of range");
+  }
+
+  // (blocks_lock_ held) PyTorch's allocation statistics for one block coming (+1) or going (-1).
+  void count(const LiveBlock& block, int sign) {
+    auto& s = stats_[block.device];
+    const size_t kinds[2] = {static_cast<size_t>(StatType::AGGREGATE),
+                             static_cast<size_t>(block.requested <= kSmallSize ? StatType::SMALL_POOL
+                                                                                : StatType::LARGE_POOL)};
+    for (size_t kind : kinds) {
+      auto apply = [sign](Stat& stat, int64_t amount) { sign > 0 ? add(stat, amount) : sub(stat, amount); };
+      apply(s.allocation[kind], 1);
+      apply(s.active[kind], 1);
+      apply(s.allocated_bytes[kind], static_cast<int64_t>(block.size));
+      apply(s.active_bytes[kind], static_cast<int64_t>(block.size));
+      apply(s.requested_bytes[kind], static_cast<int64_t>(block.requested));
+    }
+  }
+
+  struct CgcSnapshot {
+    std::vector<cgc_segment_info_t> segments;
+    std::vector<cgc_block_info_t> blocks;
+  };
+
+  // cgc's segments and blocks of `device` (empty where the loaded cgc is older than 1.6).
+  CgcSnapshot take_snapshot(c10::DeviceIndex device) {
+    CgcSnapshot snap;
+    if (!has_snapshot_) return snap;
+    const cgc_api_t* a = cgc_torch::api();
+    cgc_context_t ctx = context(device);
+    size_t n_segments = 0, n_blocks = 0;
+    for (int attempt = 0; attempt < 8; attempt++) {  // the totals may grow between two calls
+      cgc_status_t st = a->cgc_memory_snapshot(ctx, snap.segments.data(), snap.segments.size(), snap.blocks.data(),
+                                               snap.blocks.size(), &n_segments, &n_blocks);
+      TORCH_CHECK(st == CGC_SUCCESS, "cgc: ", a->cgc_last_error());
+      if (n_segments <= snap.segments.size() && n_blocks <= snap.blocks.size()) {
+        snap.segments.resize(n_segments);
+        snap.blocks.resize(n_blocks);
+        return snap;
+      }
+      snap.segments.resize(n_segments + n_segments / 4 + 8);
+      snap.blocks.resize(n_blocks + n_blocks / 4 + 32);
+    }
+    TORCH_CHECK(false, "cgc: the device's segments changed faster than they could be listed");
+  }
+
+  cgc_memory_stats_t memory_stats(c10::DeviceIndex device) {
+    cgc_memory_stats_t stats{};
+    stats.struct_size = sizeof stats;
+    cgc_context_t ctx = context(device);
+    if (ctx != nullptr) cgc_torch::api()->cgc_memory_stats(ctx, nullptr, &stats);
+    return stats;
+  }
+
+  // The device's cgc context, made on first need and kept for the process.
+  cgc_context_t context(c10::DeviceIndex device) {
+    check_device(device);
+    cgc_context_t ctx = contexts_[device].load(std::memory_order_acquire);
+    if (ctx != nullptr) return ctx;
+    cgc_context_t made = nullptr;
+    if (cgc_torch::api()->cgc_context_create(device, &made) != CGC_SUCCESS)
+      TORCH_CHECK(false, "cgc: ", cgc_torch::api()->cgc_last_error());
+    cgc_context_t expected = nullptr;
+    if (!contexts_[device].compare_exchange_strong(expected, made)) {
+      cgc_torch::api()->cgc_context_destroy(made);
+      return expected;
+    }
+    return made;
+  }
+
+  size_t reserved_peak(c10::DeviceIndex device, const cgc_memory_stats_t& now) {
+    std::lock_guard<std::mutex> hold(blocks_lock_);
+    const ReservedPeak& kept = peaks_[device];
+    if (!kept.reset || now.peak_bytes_reserved > kept.cgc_peak_at_reset) return now.peak_bytes_reserved;
+    return std::max(kept.reserved_at_reset, now.bytes_reserved);
+  }
+
+  void check_fraction(c10::DeviceIndex device, size_t nbytes) {
+    double fraction = fraction_[device].load(std::memory_order_relaxed);
+    if (fraction >= 1.0) return;
+    size_t free_bytes = 0, total = 0;
+    C10_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total));
+    size_t allowed = static_cast<size_t>(fraction * static_cast<double>(total));
+    cgc_memory_stats_t stats = memory_stats(device);
+    size_t in_use = stats.bytes_allocated + round_up(nbytes);
+    if (in_use <= allowed) return;
+    raise_out_of_memory(device, nbytes, "the memory fraction set for this device (" + std::to_string(fraction) +
+                                            " of " + std::to_string(total) + " bytes) would be exceeded");
+  }
+
+  bool out_of_memory() const {
+    return has_last_status_ && cgc_torch::api()->cgc_last_status() == CGC_ERROR_OUT_OF_MEMORY;
+  }
+
+  // The last resort of an allocation that found the device out of memory: the MemPools that
+  // allowed it (setUseOnOOM), oldest first.
+  void* malloc_from_oom_pools(c10::DeviceIndex device, size_t nbytes, cudaStream_t stream,
+                              cgc_torch::Routed* routed) {
+    std::vector<c10::MempoolId_t> pools;
+    {
+      std::lock_guard<std::mutex> hold(blocks_lock_);
+      pools = use_on_oom_[device];
+    }
+    for (const auto& id : pools) {
+      void* p = cgc_torch::malloc_from_pool(device, id.first, id.second, nbytes, stream);
+      if (p != nullptr) {
+        *routed = cgc_torch::Routed{id.first, id.second};
+        return p;
+      }
+    }
+    return nullptr;
+  }
+
+  [[noreturn]] void raise_allocation_failure(c10::DeviceIndex device, size_t nbytes, bool oom,
+                                             const std::string& message) {
+    if (oom) raise_out_of_memory(device, nbytes, message);
+    TORCH_CHECK(false, "cgc: ", message);
+  }
+
+  [[noreturn]] void raise_out_of_memory(c10::DeviceIndex device, size_t nbytes, const std::string& why) {
+    size_t free_bytes = 0, total = 0;
+    if (cudaMemGetInfo(&free_bytes, &total) != cudaSuccess) (void)cudaGetLastError();
+    std::vector<cca::OutOfMemoryObserver> observers;
+    int64_t allocated = 0;
+    {
+      std::lock_guard<std::mutex> hold(blocks_lock_);
+      stats_[device].num_ooms++;
+      allocated = stats_[device].allocated_bytes[static_cast<size_t>(StatType::AGGREGATE)].current;
+      observers = oom_observers_;
+    }
+    for (auto& observer : observers) observer(device, static_cast<size_t>(allocated), total, free_bytes);
+    TORCH_CHECK_WITH(OutOfMemoryError, false, "CUDA out of memory (cgc). Tried to allocate ", nbytes,
+                     " bytes on device ", static_cast<int>(device), ": ", why);
+  }
+
+  bool claimed_captures_open() const { return cgc_torch::any_route_open(); }
+
+  // The torch pool of the capture `stream` takes part in, for the live-block table (asked only
+  // while PyTorch's routes are open: its captures, whose allocating thread owns the stream).
+  void attribute_to_capture(c10::DeviceIndex device, cudaStream_t stream, cgc_torch::Routed* routed) {
+    cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+    unsigned long long id = 0;
+    if (cudaStreamGetCaptureInfo(stream, &status, &id) != cudaSuccess) {
+      (void)cudaGetLastError();
+      return;
+    }
+    if (status == cudaStreamCaptureStatusActive) cgc_torch::routed_capture(device, id, routed);
+  }
+
+ public:
+  bool has_last_status_ = false;  // the loaded libcgc.so.1 has cgc_last_status (1.6)
+  bool has_snapshot_ = false;     // and cgc_memory_snapshot (1.6)
+
+ private:
+  std::atomic<bool> initialized_{false};
+  std::atomic<bool> enabled_{true};
+  int device_count_ = 0;
+  std::atomic<double> fraction_[kMaxDevices] = {};
+  std::atomic<cgc_context_t> contexts_[kMaxDevices] = {};
+  std::mutex blocks_lock_;  // guards everything below
+  std::unordered_map<void*, LiveBlock> blocks_;
+  c10::CachingDeviceAllocator::DeviceStats stats_[kMaxDevices];
+  ReservedPeak peaks_[kMaxDevices];
+  // The peaks add_segment_stats has seen: reserved bytes, segments, inactive split blocks and bytes.
+  int64_t seen_peaks_[kMaxDevices][4][static_cast<size_t>(StatType::NUM_TYPES)] = {};
+  std::vector<cca::OutOfMemoryObserver> oom_observers_;
+  std::vector<cca::AllocatorTraceTracker> trace_trackers_;
+  std::vector<c10::MempoolId_t> use_on_oom_[kMaxDevices];  // MemPools an out-of-memory allocation may use
+};
+
+
+// Made once, never freed: PyTorch frees tensors during interpreter shutdown, after static
+// destructors could have run.
+CgcAllocator* the_allocator = nullptr;
+std::shared_ptr<CgcAllocator> the_allocator_owner;
+
+void delete_block(void* ptr) { the_allocator->free_block(ptr); }
+
+}  // namespace
+
+// Installs cgc as PyTorch's current CUDA allocator: cgc's function table from the libcgc.so.1 at
+// `libcgc_path` (the copy the Python binding loaded), then the allocator, which PyTorch accepts
+// only before its first CUDA allocation. Returns 0, or -1 with the reason in `error` (nothing
+// was installed then). A second call is a no-op.
+BACKEND_API int cgc_torch_backend_install(const char* libcgc_path, char* error, size_t error_size) {
+  static std::mutex install_lock;
+  std::lock_guard<std::mutex> hold(install_lock);
+  if (the_allocator != nullptr) return 0;
+  if (cgc_torch::load_api(libcgc_path, error, error_size) != 0) return -1;
+  const cgc_api_t* a = cgc_torch::api();
+  try {
+    auto allocator = std::make_shared<CgcAllocator>();
+    allocator->has_last_status_ = a->struct_size >= offsetof(cgc_api_t, cgc_last_status) + sizeof(void*);
+    allocator->has_snapshot_ = a->struct_size >= offsetof(cgc_api_t, cgc_memory_snapshot) + sizeof(void*);
+    allocator->init(c10::cuda::device_count());
+    for (int i = 0; i < kMaxDevices; i++) allocator->setMemoryFraction(1.0, static_cast<c10::DeviceIndex>(i));
+    torch::cuda::CUDAPluggableAllocator::changeCurrentAllocator(allocator);
+    the_allocator_owner = allocator;
+    the_allocator = allocator.get();
+  } catch (const std::exception& e) {
+    put_error(error, error_size, "cgc_torch_backend_install: %s", e.what());
+    return -1;
+  }
+  return 0;
+}
+
+// The same pool calls as libcgc_torch.so.1's, for the Python binding (cgc.torch_pool,
+// cgc.graph(pool=torch pool id)).
+BACKEND_API cgc_pool_t cgc_torch_bridge_pool(int device, unsigned long long id0, unsigned long long id1, int create,
+                                            char* error, size_t error_size) {
+  return cgc_torch::pool_for(device, id0, id1, create != 0, error, error_size);
+}
+BACKEND_API void cgc_torch_bridge_pool_release(int device, unsigned long long id0, unsigned long long id1) {
+  cgc_torch::release_pool(device, id0, id1);
+}
+BACKEND_API size_t cgc_torch_bridge_pool_ids(int device, unsigned long long* ids, size_t max) {
+  return cgc_torch::pool_ids(device, ids, max);
+}
+BACKEND_API int cgc_torch_bridge_open_routes(void) { return cgc_torch::open_routes(); }
