@@ -289,7 +289,8 @@ def measure(args, result):
     cgc = ctx = None
     if variant in ("B", "C"):
         cgc = import_cgc()
-        cgc.use_as_torch_allocator()  # before any torch CUDA work in this process
+        # Before any torch CUDA work in this process; "native" or "pluggable" (docs/TORCH.md).
+        result["torch_allocator"] = cgc.use_as_torch_allocator()
         result["cgc_version"] = ".".join(map(str, cgc.version()))
         result["cgc_library"] = cgc.library_path()
         if hasattr(cgc, "torch_graph_pools"):  # torch's captures allocate from cgc's pools
