@@ -2504,14 +2504,14 @@ def use_as_torch_allocator(backend=None):
     raises InvalidStateError otherwise. Calling it again is a no-op. Returns the backend's kind,
     "native" or "pluggable"."""
     global _torch_allocator, _torch_bridge
-    if _torch_allocator is not None:
-        return _torch_allocator
-    import torch  # the caller asked for torch; this is the one place cgc imports it
-    lib = api()  # a clear LibraryError before torch tries the path itself
     mode = backend or os.environ.get("CGC_TORCH_BACKEND") or "auto"
     if mode not in ("auto", "native", "pluggable"):
         raise InvalidArgumentError(Status.INVALID_ARGUMENT, "cgc.use_as_torch_allocator: backend %r is not one of "
                                    "'auto', 'native', 'pluggable'" % (mode,))
+    if _torch_allocator is not None:
+        return _torch_allocator
+    import torch  # the caller asked for torch; this is the one place cgc imports it
+    lib = api()  # a clear LibraryError before torch tries the path itself
     if torch.cuda.is_initialized():
         raise InvalidStateError(Status.INVALID_STATE, "cgc.use_as_torch_allocator: PyTorch has already "
                                 "initialised CUDA with its own allocator, which cannot be swapped now; "

@@ -742,6 +742,17 @@ class AdoptedCaptureBadCallTest(ExpectMixin, unittest.TestCase):
         self.assertEqual([p[0] for p in cgc._PROTOTYPES[63 + 29 + 4 + 1:63 + 29 + 4 + 1 + 3]],
                          ["cgc_pool_adopt_capture", "cgc_pool_end_adopted_capture", "cgc_record_stream_native"])
 
+    def test_torch_allocator_choice_is_checked_and_its_sources_are_found(self):
+        with self.assertRaises(cgc.InvalidArgumentError) as raised:  # before torch is imported
+            cgc.use_as_torch_allocator(backend="cuda-malloc-async")
+        self.assertIn("'auto', 'native', 'pluggable'", str(raised.exception))
+        import os
+        root = cgc._torch_backend_sources()  # the checkout, or the bundle's torch_backend/
+        self.assertIsNotNone(root)
+        for part in (("bindings", "torch_bridge", "backend.cc"), ("bindings", "torch_bridge", "routes.cc"),
+                     ("bindings", "torch_bridge", "routes.h"), ("capi", "cgc.h"), ("capi", "cgc_api.h")):
+            self.assertTrue(os.path.isfile(os.path.join(root, *part)), part)
+
     def test_torch_pool_ids_need_cgc_as_torchs_allocator(self):
         self.assertFalse(cgc.torch_graph_pools())
         with self.assertRaises(cgc.InvalidStateError) as raised:
