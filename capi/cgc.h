@@ -458,7 +458,8 @@ typedef struct cgc_segment_info {
   size_t size;
   size_t allocated_bytes; /* its blocks handed out and not yet freed */
   cgc_pool_t pool;        /* the private pool it belongs to; NULL: the device's cache */
-  uint64_t stream_id;     /* the stream its free blocks are kept for (cgc_stream_id); 0: any stream */
+  uint64_t stream_id;     /* the stream its first block is kept for (cgc_stream_id); 0: any stream, or none
+                           * that has an id (a capture's blocks, a destroyed stream's) */
   int small;              /* 1: a segment of small requests (2 MiB, for requests up to 1 MiB) */
   size_t first_block;
   size_t n_blocks;
@@ -485,8 +486,9 @@ typedef struct cgc_block_info {
  * are filled; otherwise nothing is written but the totals: call again with arrays that large
  * (pass 0 and NULL to ask for the totals; they may grow in between). A diagnostic: it walks every
  * block with the device allocator's lock held, which allocations on other threads wait for (no
- * driver call is made). A segment that a free on another thread is handing back to the driver at
- * that moment is not listed. */
+ * driver call is made). A segment whose blocks another thread holds at that moment with the lock
+ * dropped (handing the segment back to the driver, recording the fences of freed blocks) is not
+ * listed; the segments' sizes then add up to less than bytes_reserved. */
 CGC_API cgc_status_t cgc_memory_snapshot(cgc_context_t ctx, cgc_segment_info_t* segments, size_t max_segments,
                                          cgc_block_info_t* blocks, size_t max_blocks, size_t* n_segments,
                                          size_t* n_blocks);

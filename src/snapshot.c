@@ -5,45 +5,46 @@
  * Every block of a segment is linked to its neighbours (prev/next), so one block of each segment
  * leads to all of them. Each segment has at least one block in a place the allocator lists: a free
  * set of the device cache or of a pool, the map of allocated blocks, or a list of blocks waiting
- * (pending fences, deferred fences, a pool's deferred frees, drains). The walk collects the
- * segments' first blocks from all of them, sorts and deduplicates them, then reads each segment.
- * Blocks a thread holds alone with the lock dropped (a segment being handed back to the driver, a
- * block whose fence is being recorded) are in no list then and are missed: said in cgc.h.
+ * (pending fences, deferred fences, a pool's deferred frees, drains). The walk collects every
+ * listed block, sorts them by address once, and walks each segment from its first block once:
+ * a listed block inside the segment walked last is skipped, so the cost is the sort plus one step
+ * per block. Blocks a thread holds alone with the lock dropped (a segment being handed back to the
+ * driver, blocks whose fences are being recorded) are in no list then: a segment whose blocks are
+ * all such is missed (said in cgc.h).
  *
  * Locks: the allocator's lock is held for the whole walk (one consistent picture); host memory
- * is allocated under it (the list of heads), no driver call is made. */
+ * is allocated under it (the list of blocks), no driver call is made. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "src/allocator.h"
 
-typedef struct heads {
+typedef struct listed {
   cgc__block_t** items;
   size_t n, cap;
   bool out_of_memory;
-} heads_t;
+} listed_t;
 
-static void add_head(heads_t* h, cgc__block_t* b) {
-  while (b->prev != NULL) b = b->prev;
-  if (h->n == h->cap) {
-    size_t cap = h->cap ? 2 * h->cap : 256;
-    cgc__block_t** grown = realloc(h->items, cap * sizeof *grown);
+static void add_block(listed_t* l, cgc__block_t* b) {
+  if (l->n == l->cap) {
+    size_t cap = l->cap ? 2 * l->cap : 256;
+    cgc__block_t** grown = realloc(l->items, cap * sizeof *grown);
     if (grown == NULL) {
-      h->out_of_memory = true;
+      l->out_of_memory = true;
       return;
     }
-    h->items = grown;
-    h->cap = cap;
+    l->items = grown;
+    l->cap = cap;
   }
-  h->items[h->n++] = b;
+  l->items[l->n++] = b;
 }
 
-static void add_set(heads_t* h, const cgc__block_set_t* set) {
-  for (size_t i = 0; i < set->n; i++) add_head(h, set->items[i]);
+static void add_set(listed_t* l, const cgc__block_set_t* set) {
+  for (size_t i = 0; i < set->n; i++) add_block(l, set->items[i]);
 }
 
-static void add_list(heads_t* h, cgc__block_t* list) {
-  for (cgc__block_t* b = list; b != NULL; b = b->next_waiting) add_head(h, b);
+static void add_list(listed_t* l, cgc__block_t* list) {
+  for (cgc__block_t* b = list; b != NULL; b = b->next_waiting) add_block(l, b);
 }
 
 static int by_address(const void* x, const void* y) {
@@ -51,26 +52,37 @@ static int by_address(const void* x, const void* y) {
   return a < b ? -1 : a > b;
 }
 
-/* (lock held) The first block of every segment of the device, sorted, each once. */
-static void collect_heads(struct cgc__allocator* a, heads_t* h) {
-  add_set(h, &a->cache.small);
-  add_set(h, &a->cache.large);
+/* (lock held) The first block of every segment of the device, in address order, each once: the
+ * listed blocks sorted, each segment found from its lowest listed block and walked once. */
+static void collect_heads(struct cgc__allocator* a, listed_t* heads) {
+  listed_t l = {NULL, 0, 0, false};
+  add_set(&l, &a->cache.small);
+  add_set(&l, &a->cache.large);
   for (cgc_pool_t p = a->pools; p != NULL; p = p->next_pool) {
-    add_set(h, &p->state.small);
-    add_set(h, &p->state.large);
-    add_list(h, p->deferred);
+    add_set(&l, &p->state.small);
+    add_set(&l, &p->state.large);
+    add_list(&l, p->deferred);
   }
   for (size_t i = 0; i < a->live.cap; i++)
-    if (a->live.slots[i] != NULL) add_head(h, a->live.slots[i]);
-  add_list(h, a->pending);
-  add_list(h, a->deferred);
-  for (cgc__drain_t* d = a->drains; d != NULL; d = d->next) add_list(h, d->segments);
-  if (h->n == 0) return;
-  qsort(h->items, h->n, sizeof *h->items, by_address);
-  size_t kept = 1;
-  for (size_t i = 1; i < h->n; i++)
-    if (h->items[i] != h->items[kept - 1]) h->items[kept++] = h->items[i];
-  h->n = kept;
+    if (a->live.slots[i] != NULL) add_block(&l, a->live.slots[i]);
+  add_list(&l, a->pending);
+  add_list(&l, a->deferred);
+  for (cgc__drain_t* d = a->drains; d != NULL; d = d->next) add_list(&l, d->segments);
+  if (l.out_of_memory) {
+    heads->out_of_memory = true;
+    free(l.items);
+    return;
+  }
+  if (l.n > 0) qsort(l.items, l.n, sizeof *l.items, by_address);
+  uint64_t walked_end = 0; /* the end of the segment walked last: segments never overlap */
+  for (size_t i = 0; i < l.n && !heads->out_of_memory; i++) {
+    cgc__block_t* b = l.items[i];
+    if (b->ptr < walked_end) continue;
+    while (b->prev != NULL) b = b->prev; /* the lowest listed block: only its segment's lower part */
+    add_block(heads, b);
+    for (const cgc__block_t* x = b; x != NULL; x = x->next) walked_end = x->ptr + x->size;
+  }
+  free(l.items);
 }
 
 /* The driver's stream id a key names (a pool's eager blocks keep theirs under a marked key);
@@ -96,10 +108,12 @@ cgc_status_t cgc_memory_snapshot(cgc_context_t ctx, cgc_segment_info_t* segments
   CGC_CHECK_HANDLE(ctx, CGC_MAGIC_CONTEXT);
   CGC_CHECK_ARG(segments != NULL || max_segments == 0, "segments is NULL with max_segments %zu", max_segments);
   CGC_CHECK_ARG(blocks != NULL || max_blocks == 0, "blocks is NULL with max_blocks %zu", max_blocks);
-  *n_segments = *n_blocks = 0;
   struct cgc__allocator* a = atomic_load_explicit(&ctx->dev->alloc, memory_order_acquire);
-  if (a == NULL) return CGC_SUCCESS; /* nothing allocated on the device yet */
-  heads_t h = {NULL, 0, 0, false};
+  if (a == NULL) { /* nothing allocated on the device yet */
+    *n_segments = *n_blocks = 0;
+    return CGC_SUCCESS;
+  }
+  listed_t h = {NULL, 0, 0, false};
   size_t total_blocks = 0;
   cgc__alloc_lock(a);
   collect_heads(a, &h);

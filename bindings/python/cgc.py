@@ -2444,20 +2444,28 @@ def _build_torch_backend(torch):
     cxx = os.environ.get("CGC_TORCH_CXX") or ("/usr/bin/c++" if os.access("/usr/bin/c++", os.X_OK) else None)
     digest.update((cxx or os.environ.get("CXX", "")).encode())
     name = "cgc_torch_backend_" + digest.hexdigest()[:12]
-    saved_cxx = os.environ.get("CXX")
+    # With no TORCH_CUDA_ARCH_LIST, cpp_extension asks the GPUs for theirs, which initialises
+    # PyTorch's CUDA and its own allocator, after which PyTorch refuses the swap. The sources hold
+    # no CUDA code, so any list will do.
+    env = {"CXX": cxx} if cxx else {}
+    if not os.environ.get("TORCH_CUDA_ARCH_LIST"):
+        env["TORCH_CUDA_ARCH_LIST"] = "9.0"
+    saved = {k: os.environ.get(k) for k in env}
     try:
-        if cxx:
-            os.environ["CXX"] = cxx
+        os.environ.update(env)
         path = cpp_extension.load(name=name, sources=sources, extra_include_paths=[root],
                                   extra_cflags=["-O2", "-std=c++17", "-fvisibility=hidden"],
                                   with_cuda=True, is_python_module=False, verbose=False)
     except Exception as e:  # no compiler, no headers, a compile error: said, then the fallback
-        return None, "building it with torch.utils.cpp_extension failed: %s" % (str(e).strip().splitlines() or [e])[-1]
+        lines = [line for line in str(e).strip().splitlines() if line.strip()]
+        errors = [line for line in lines if "error" in line.lower()]
+        return None, "building it with torch.utils.cpp_extension failed: %s" % " | ".join((errors or lines or [repr(e)])[:3])
     finally:
-        if saved_cxx is None:
-            os.environ.pop("CXX", None)
-        else:
-            os.environ["CXX"] = saved_cxx
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
     if not isinstance(path, str):  # older PyTorch: loaded, path not returned
         path = os.path.join(cpp_extension._get_build_directory(name, False), name + ".so")
     with open(path, "rb") as f:

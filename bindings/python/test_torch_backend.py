@@ -161,6 +161,33 @@ class BackendTest(unittest.TestCase):
         self.assertEqual(int(inside.sum().item()), 4 * MIB)
         del inside, outside
 
+    def test_a_mem_pool_scope_outlives_a_capture_begun_inside_it(self):
+        pool = torch.cuda.MemPool()
+        side = torch.cuda.Stream()
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.use_mem_pool(pool):
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):
+                x = torch.zeros(1 << 16, device="cuda")
+                with torch.cuda.graph(g, stream=side):
+                    y = x + 1  # the graph's own pool: a scope never claims a capture
+            torch.cuda.current_stream().wait_stream(side)
+            after = torch.empty(4 * MIB, dtype=torch.uint8, device="cuda")  # still the scope's
+        g.replay()
+        torch.cuda.synchronize()
+        self.assertTrue(torch.equal(y, x + 1))
+
+        def pool_of(t):
+            for s in torch.cuda.memory_snapshot():
+                if s["address"] <= t.data_ptr() < s["address"] + s["total_size"]:
+                    return tuple(s["segment_pool_id"])
+            return None
+
+        self.assertEqual(pool_of(x), tuple(pool.id))
+        self.assertEqual(pool_of(after), tuple(pool.id))
+        self.assertEqual(pool_of(y), tuple(g.pool()))
+        del x, y, after, g
+
     def test_out_of_memory_allocations_use_a_use_on_oom_pool(self):
         pool = torch.cuda.MemPool(use_on_oom=True)
         with torch.cuda.use_mem_pool(pool):

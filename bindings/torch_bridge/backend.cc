@@ -69,7 +69,7 @@ void sub(Stat& stat, int64_t amount) {
 }
 
 struct LiveBlock {
-  size_t size = 0;       // what cgc handed out (512-byte rounded)
+  size_t size = 0;       // the request rounded to 512 bytes (cgc may hand out a larger block: docs/TORCH.md)
   size_t requested = 0;  // what PyTorch asked for
   int device = 0;
   cgc_torch::Routed pool;  // the torch pool id it came from ({0, 0}: the device's own memory)
@@ -240,6 +240,9 @@ class CgcAllocator final : public cca::CUDAAllocator {
       std::lock_guard<std::mutex> hold(blocks_lock_);
       stats = stats_[device];
     }
+    // A device cgc never allocated on for PyTorch holds nothing: asking cgc would make a context
+    // there (hundreds of MiB), which PyTorch's own allocator does not.
+    if (!cgc_torch::device_used(device)) return stats;
     cgc_memory_stats_t cgc_stats = memory_stats(device);
     Stat& reserved = stats.reserved_bytes[static_cast<size_t>(StatType::AGGREGATE)];
     reserved.current = static_cast<int64_t>(cgc_stats.bytes_reserved);
@@ -259,7 +262,6 @@ class CgcAllocator final : public cca::CUDAAllocator {
   // (PyTorch's "inactive split"), from cgc's segments. Their peaks are the largest values seen by
   // these calls (cgc counts no peak per kind); their allocated/freed totals are not kept.
   void add_segment_stats(c10::DeviceIndex device, c10::CachingDeviceAllocator::DeviceStats* stats) {
-    if (!has_snapshot_) return;
     CgcSnapshot snap = take_snapshot(device);
     const size_t all = static_cast<size_t>(StatType::AGGREGATE);
     for (const cgc_segment_info_t& seg : snap.segments) {
@@ -308,7 +310,8 @@ class CgcAllocator final : public cca::CUDAAllocator {
 
   void resetPeakStats(c10::DeviceIndex device) override {
     check_device(device);
-    cgc_memory_stats_t cgc_stats = memory_stats(device);
+    cgc_memory_stats_t cgc_stats{};
+    if (cgc_torch::device_used(device)) cgc_stats = memory_stats(device);
     std::lock_guard<std::mutex> hold(blocks_lock_);
     auto& s = stats_[device];
     for (auto* array : {&s.allocation, &s.segment, &s.active, &s.inactive_split, &s.allocated_bytes,
@@ -429,7 +432,7 @@ class CgcAllocator final : public cca::CUDAAllocator {
     std::lock_guard<std::mutex> hold(blocks_lock_);
     oom_observers_.push_back(std::move(observer));
   }
-  // cgc records no trace of its allocations: a tracker is kept and never called.
+  // cgc records no trace of its allocations: a tracker is kept and never called (docs/TORCH.md).
   void attachAllocatorTraceTracker(cca::AllocatorTraceTracker tracker) override {
     std::lock_guard<std::mutex> hold(blocks_lock_);
     trace_trackers_.push_back(std::move(tracker));
@@ -534,18 +537,26 @@ class CgcAllocator final : public cca::CUDAAllocator {
     std::vector<cgc_block_info_t> blocks;
   };
 
-  // cgc's segments and blocks of `device` (empty where the loaded cgc is older than 1.6).
+  // cgc's segments and blocks of `device`.
   CgcSnapshot take_snapshot(c10::DeviceIndex device) {
     CgcSnapshot snap;
-    if (!has_snapshot_) return snap;
     const cgc_api_t* a = cgc_torch::api();
     cgc_context_t ctx = context(device);
     size_t n_segments = 0, n_blocks = 0;
+    // Sized from the last snapshot, so that one call usually suffices (the walk holds cgc's lock).
+    size_t last_segments = snapshot_sizes_[device][0].load(std::memory_order_relaxed);
+    size_t last_blocks = snapshot_sizes_[device][1].load(std::memory_order_relaxed);
+    if (last_segments > 0) {
+      snap.segments.resize(last_segments + last_segments / 4 + 8);
+      snap.blocks.resize(last_blocks + last_blocks / 4 + 32);
+    }
     for (int attempt = 0; attempt < 8; attempt++) {  // the totals may grow between two calls
       cgc_status_t st = a->cgc_memory_snapshot(ctx, snap.segments.data(), snap.segments.size(), snap.blocks.data(),
                                                snap.blocks.size(), &n_segments, &n_blocks);
       TORCH_CHECK(st == CGC_SUCCESS, "cgc: ", a->cgc_last_error());
       if (n_segments <= snap.segments.size() && n_blocks <= snap.blocks.size()) {
+        snapshot_sizes_[device][0].store(n_segments, std::memory_order_relaxed);
+        snapshot_sizes_[device][1].store(n_blocks, std::memory_order_relaxed);
         snap.segments.resize(n_segments);
         snap.blocks.resize(n_blocks);
         return snap;
@@ -554,6 +565,17 @@ class CgcAllocator final : public cca::CUDAAllocator {
       snap.blocks.resize(n_blocks + n_blocks / 4 + 32);
     }
     TORCH_CHECK(false, "cgc: the device's segments changed faster than they could be listed");
+  }
+
+  // The device's total memory, asked once (it never changes).
+  size_t total_memory(c10::DeviceIndex device) {
+    size_t total = total_memory_[device].load(std::memory_order_relaxed);
+    if (total != 0) return total;
+    size_t free_bytes = 0;
+    c10::cuda::CUDAGuard guard(device);
+    C10_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total));
+    total_memory_[device].store(total, std::memory_order_relaxed);
+    return total;
   }
 
   cgc_memory_stats_t memory_stats(c10::DeviceIndex device) {
@@ -587,22 +609,24 @@ class CgcAllocator final : public cca::CUDAAllocator {
     return std::max(kept.reserved_at_reset, now.bytes_reserved);
   }
 
+  // The fraction's limit: the bytes this backend has handed PyTorch on the device (its own
+  // count), with the new block, at most `fraction` of the device's total memory.
   void check_fraction(c10::DeviceIndex device, size_t nbytes) {
     double fraction = fraction_[device].load(std::memory_order_relaxed);
     if (fraction >= 1.0) return;
-    size_t free_bytes = 0, total = 0;
-    C10_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total));
+    size_t total = total_memory(device);
     size_t allowed = static_cast<size_t>(fraction * static_cast<double>(total));
-    cgc_memory_stats_t stats = memory_stats(device);
-    size_t in_use = stats.bytes_allocated + round_up(nbytes);
-    if (in_use <= allowed) return;
+    int64_t handed_out = 0;
+    {
+      std::lock_guard<std::mutex> hold(blocks_lock_);
+      handed_out = stats_[device].allocated_bytes[static_cast<size_t>(StatType::AGGREGATE)].current;
+    }
+    if (static_cast<size_t>(handed_out) + round_up(nbytes) <= allowed) return;
     raise_out_of_memory(device, nbytes, "the memory fraction set for this device (" + std::to_string(fraction) +
                                             " of " + std::to_string(total) + " bytes) would be exceeded");
   }
 
-  bool out_of_memory() const {
-    return has_last_status_ && cgc_torch::api()->cgc_last_status() == CGC_ERROR_OUT_OF_MEMORY;
-  }
+  bool out_of_memory() const { return cgc_torch::api()->cgc_last_status() == CGC_ERROR_OUT_OF_MEMORY; }
 
   // The last resort of an allocation that found the device out of memory: the MemPools that
   // allowed it (setUseOnOOM), oldest first.
@@ -659,16 +683,13 @@ class CgcAllocator final : public cca::CUDAAllocator {
     if (status == cudaStreamCaptureStatusActive) cgc_torch::routed_capture(device, id, routed);
   }
 
- public:
-  bool has_last_status_ = false;  // the loaded libcgc.so.1 has cgc_last_status (1.6)
-  bool has_snapshot_ = false;     // and cgc_memory_snapshot (1.6)
-
- private:
   std::atomic<bool> initialized_{false};
   std::atomic<bool> enabled_{true};
   int device_count_ = 0;
   std::atomic<double> fraction_[kMaxDevices] = {};
   std::atomic<cgc_context_t> contexts_[kMaxDevices] = {};
+  std::atomic<size_t> total_memory_[kMaxDevices] = {};
+  std::atomic<size_t> snapshot_sizes_[kMaxDevices][2] = {};  // the last snapshot's totals: its arrays' first size
   std::mutex blocks_lock_;  // guards everything below
   std::unordered_map<void*, LiveBlock> blocks_;
   c10::CachingDeviceAllocator::DeviceStats stats_[kMaxDevices];
@@ -682,9 +703,9 @@ class CgcAllocator final : public cca::CUDAAllocator {
 
 
 // Made once, never freed: PyTorch frees tensors during interpreter shutdown, after static
-// destructors could have run.
+// destructors could have run (PyTorch's own reference to it is such a static), so one reference
+// is kept in memory nothing ever frees.
 CgcAllocator* the_allocator = nullptr;
-std::shared_ptr<CgcAllocator> the_allocator_owner;
 
 void delete_block(void* ptr) { the_allocator->free_block(ptr); }
 
@@ -699,15 +720,12 @@ BACKEND_API int cgc_torch_backend_install(const char* libcgc_path, char* error, 
   std::lock_guard<std::mutex> hold(install_lock);
   if (the_allocator != nullptr) return 0;
   if (cgc_torch::load_api(libcgc_path, error, error_size) != 0) return -1;
-  const cgc_api_t* a = cgc_torch::api();
   try {
     auto allocator = std::make_shared<CgcAllocator>();
-    allocator->has_last_status_ = a->struct_size >= offsetof(cgc_api_t, cgc_last_status) + sizeof(void*);
-    allocator->has_snapshot_ = a->struct_size >= offsetof(cgc_api_t, cgc_memory_snapshot) + sizeof(void*);
     allocator->init(c10::cuda::device_count());
     for (int i = 0; i < kMaxDevices; i++) allocator->setMemoryFraction(1.0, static_cast<c10::DeviceIndex>(i));
     torch::cuda::CUDAPluggableAllocator::changeCurrentAllocator(allocator);
-    the_allocator_owner = allocator;
+    new std::shared_ptr<CgcAllocator>(allocator);  // never released: see the_allocator
     the_allocator = allocator.get();
   } catch (const std::exception& e) {
     put_error(error, error_size, "cgc_torch_backend_install: %s", e.what());

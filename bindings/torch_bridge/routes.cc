@@ -54,9 +54,10 @@ struct Route {
   bool claimed;            // its pool adopted the capture the filter accepted
   void* stream = nullptr;  // the stream it was claimed through
   unsigned long long capture_id = 0;  // the driver's id of the capture it claimed (0: unknown)
-  // Known to be a scope, not a capture: its filter accepted a stream that does not capture (a
-  // torch.cuda.MemPool's use_mem_pool, the CUDA-graph trees' warm-up). A scope is never ended as
-  // a failed capture's: it stays open across its thread's captures until PyTorch ends it.
+  // A scope, not a capture: its filter accepted, on the thread that began it, a stream no capture
+  // runs on (torch.cuda.MemPool's use_mem_pool, the CUDA-graph trees' warm-up), or later
+  // routed an eager allocation. A scope is never ended as a failed capture's, never claims a
+  // capture, and stays open across its thread's captures until PyTorch ends it.
   bool scope = false;
 };
 
@@ -151,13 +152,25 @@ void end_failed_routes(State& s, bool unclaimed) {
   }
 }
 
+// cudaStreamPerThread: a stream that no capture has begun on when a route begins. A capture's
+// filter ("the stream takes part in my capture") refuses it, since PyTorch begins a route before
+// its capture; a scope's ("the allocating thread is mine") accepts it on the thread that begins.
+constexpr uintptr_t kPerThreadStream = 0x2;
+
 void begin_route(int device, unsigned long long id0, unsigned long long id1, StreamFilter filter) {
   State& s = state();
   PoolKey key{device, id0, id1};
+  bool scope = false;
+  try {
+    scope = filter(reinterpret_cast<CUstream_st*>(kPerThreadStream));
+  } catch (...) {  // PyTorch's filters ask the runtime; a failure there means "not a scope"
+    scope = false;
+  }
   std::lock_guard<std::mutex> hold(s.lock);
   // Capture routes this thread left open belong to captures that failed, unless a claimed one's
   // capture still runs (on another stream: PyTorch allows captures into different pools at once).
-  end_failed_routes(s, true);
+  // A scope begun inside a capture ends none: that capture is under way.
+  if (!scope) end_failed_routes(s, true);
   if (find_route(s, key) != s.routes.end())
     throw std::runtime_error("cgc torch: beginAllocateToPool: pool (" + std::to_string(id0) + ", " +
                              std::to_string(id1) +
@@ -171,6 +184,7 @@ void begin_route(int device, unsigned long long id0, unsigned long long id1, Str
   }
   entry.users++;
   Route route{key, std::move(filter), entry.pool, std::this_thread::get_id(), false};
+  route.scope = scope;
   s.routes.push_back(std::move(route));
   s.open_routes.fetch_add(1, std::memory_order_release);
   s.live_routes.fetch_add(1, std::memory_order_release);
@@ -327,8 +341,10 @@ int load_api(const char* libcgc_path, char* error, size_t error_size) {
   using GetApi = cgc_status_t (*)(uint32_t, const cgc_api_t**);
   auto get_api = reinterpret_cast<GetApi>(dlsym(lib, "cgc_get_api"));
   const cgc_api_t* table = nullptr;
+  // The version this file was built with (1.6: cgc_last_status, cgc_memory_snapshot): an older
+  // library refuses it, and every entry of the table is there.
   if (get_api == nullptr || get_api(CGC_VERSION, &table) != CGC_SUCCESS ||
-      table->struct_size < offsetof(cgc_api_t, cgc_record_stream_native) + sizeof(void*)) {
+      table->struct_size < offsetof(cgc_api_t, cgc_memory_snapshot) + sizeof(void*)) {
     put_error(error, error_size,
               "cgc torch: %s is not libcgc.so.1 of version %d.%d or newer (its table lacks what PyTorch's allocator "
               "calls)",
