@@ -33,7 +33,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <cstdarg>
 #include <cstdio>
 #include <memory>
 #include <mutex>
@@ -85,14 +84,7 @@ struct ReservedPeak {
   bool reset = false;
 };
 
-void put_error(char* error, size_t size, const char* fmt, ...) __attribute__((format(printf, 3, 4)));
-void put_error(char* error, size_t size, const char* fmt, ...) {
-  if (error == nullptr || size == 0) return;
-  va_list args;
-  va_start(args, fmt);
-  vsnprintf(error, size, fmt, args);
-  va_end(args);
-}
+using cgc_torch::put_error;
 
 void delete_block(void* ptr);
 
@@ -734,16 +726,4 @@ BACKEND_API int cgc_torch_backend_install(const char* libcgc_path, char* error, 
   return 0;
 }
 
-// The same pool calls as libcgc_torch.so.1's, for the Python binding (cgc.torch_pool,
-// cgc.graph(pool=torch pool id)).
-BACKEND_API cgc_pool_t cgc_torch_bridge_pool(int device, unsigned long long id0, unsigned long long id1, int create,
-                                            char* error, size_t error_size) {
-  return cgc_torch::pool_for(device, id0, id1, create != 0, error, error_size);
-}
-BACKEND_API void cgc_torch_bridge_pool_release(int device, unsigned long long id0, unsigned long long id1) {
-  cgc_torch::release_pool(device, id0, id1);
-}
-BACKEND_API size_t cgc_torch_bridge_pool_ids(int device, unsigned long long* ids, size_t max) {
-  return cgc_torch::pool_ids(device, ids, max);
-}
-BACKEND_API int cgc_torch_bridge_open_routes(void) { return cgc_torch::open_routes(); }
+// The pool calls the Python binding makes (cgc_torch_bridge_pool and the rest) are routes.cc's.

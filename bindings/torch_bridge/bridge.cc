@@ -15,7 +15,6 @@
 #include <link.h>
 #include <sys/types.h>
 
-#include <cstdarg>
 #include <cstddef>
 #include <cstdio>
 #include <cstring>
@@ -42,14 +41,7 @@ using torch::cuda::CUDAPluggableAllocator::StreamFilter;
 std::mutex attach_lock;
 bool attached = false;  // guarded by attach_lock
 
-void put_error(char* error, size_t size, const char* fmt, ...) __attribute__((format(printf, 3, 4)));
-void put_error(char* error, size_t size, const char* fmt, ...) {
-  if (error == nullptr || size == 0) return;
-  va_list args;
-  va_start(args, fmt);
-  vsnprintf(error, size, fmt, args);
-  va_end(args);
-}
+using cgc_torch::put_error;
 
 void begin_allocate_to_pool(int device, c10::cuda::MempoolId_t id, StreamFilter filter) {
   cgc_torch::begin_allocate_to_pool(device, id.first, id.second, std::move(filter));
@@ -168,30 +160,4 @@ BRIDGE_API void cgc_torch_bridge_free(void* ptr, ssize_t size, int device, void*
   cgc_torch::api()->cgc_torch_free(ptr, size, device, stream);
 }
 
-// The cgc pool behind torch pool id (id0, id1) of `device`, or NULL when there is none. Without
-// `create`: a reference of the caller's (cgc_pool_release it), taken under the routes' lock so
-// that a release of the torch pool on another thread cannot come between. With `create`: made if
-// needed, one user more (cgc.graph's captures into a torch pool id count as users, released with
-// cgc_torch_bridge_pool_release as PyTorch's graphs release theirs), and lent, not retained.
-BRIDGE_API cgc_pool_t cgc_torch_bridge_pool(int device, unsigned long long id0, unsigned long long id1, int create,
-                                            char* error, size_t error_size) {
-  if (cgc_torch::api() == nullptr) {
-    put_error(error, error_size, "cgc_torch_bridge_pool: call cgc_torch_bridge_load first");
-    return nullptr;
-  }
-  return cgc_torch::pool_for(device, id0, id1, create != 0, error, error_size);
-}
-
-// One user of torch pool id (id0, id1) fewer (see cgc_torch_bridge_pool).
-BRIDGE_API void cgc_torch_bridge_pool_release(int device, unsigned long long id0, unsigned long long id1) {
-  cgc_torch::release_pool(device, id0, id1);
-}
-
-// The torch pool ids of `device` that have a cgc pool, written to ids (pairs) up to `max`;
-// returns how many there are.
-BRIDGE_API size_t cgc_torch_bridge_pool_ids(int device, unsigned long long* ids, size_t max) {
-  return cgc_torch::pool_ids(device, ids, max);
-}
-
-// Routes begun and not ended (a capture under way, or one that failed before its end).
-BRIDGE_API int cgc_torch_bridge_open_routes(void) { return cgc_torch::open_routes(); }
+// The pool calls (cgc_torch_bridge_pool, _pool_release, _pool_ids, _open_routes) are routes.cc's.

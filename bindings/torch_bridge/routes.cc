@@ -81,14 +81,6 @@ State& state() {
 }
 
 
-void put_error(char* error, size_t size, const char* fmt, ...) __attribute__((format(printf, 3, 4)));
-void put_error(char* error, size_t size, const char* fmt, ...) {
-  if (error == nullptr || size == 0) return;
-  va_list args;
-  va_start(args, fmt);
-  vsnprintf(error, size, fmt, args);
-  va_end(args);
-}
 
 std::string cgc_message(const char* what) { return std::string(what) + ": " + api()->cgc_last_error(); }
 
@@ -101,6 +93,19 @@ cgc_context_t context_for(State& s, int device) {
 }
 
 void drop_user(State& s, const PoolKey& key);
+
+// (lock held) The entry of `key`, its cgc pool made if it has none, with one user more. Throws
+// std::runtime_error (nothing changed) when the context or the pool cannot be made.
+PoolEntry& use_pool(State& s, const PoolKey& key) {
+  cgc_context_t ctx = context_for(s, std::get<0>(key));
+  PoolEntry& entry = s.pools[key];
+  if (entry.pool == nullptr && api()->cgc_pool_create(ctx, &entry.pool) != CGC_SUCCESS) {
+    s.pools.erase(key);
+    throw std::runtime_error(cgc_message("cgc torch: cgc_pool_create"));
+  }
+  entry.users++;
+  return entry;
+}
 
 // Why a route ends: PyTorch's endAllocateToPool (or its pool's release), or the bridge's finding
 // that the capture it claimed failed: PyTorch then calls neither endAllocateToPool nor
@@ -176,13 +181,7 @@ void begin_route(int device, unsigned long long id0, unsigned long long id1, Str
                              std::to_string(id1) +
                              ") is being recorded into by another thread's capture (PyTorch's own allocator refuses "
                              "this too: one capture per pool at a time)");
-  cgc_context_t ctx = context_for(s, device);  // may throw: before anything changes
-  PoolEntry& entry = s.pools[key];
-  if (entry.pool == nullptr && api()->cgc_pool_create(ctx, &entry.pool) != CGC_SUCCESS) {
-    s.pools.erase(key);
-    throw std::runtime_error(cgc_message("cgc torch: cgc_pool_create"));
-  }
-  entry.users++;
+  PoolEntry& entry = use_pool(s, key);  // may throw: before anything changes
   Route route{key, std::move(filter), entry.pool, std::this_thread::get_id(), false};
   route.scope = scope;
   s.routes.push_back(std::move(route));
@@ -330,6 +329,14 @@ void mark_scope(const PoolKey& key) {
 
 const cgc_api_t* api() { return state().api.load(std::memory_order_acquire); }
 
+void put_error(char* error, size_t size, const char* fmt, ...) {
+  if (error == nullptr || size == 0) return;
+  va_list args;
+  va_start(args, fmt);
+  vsnprintf(error, size, fmt, args);
+  va_end(args);
+}
+
 int load_api(const char* libcgc_path, char* error, size_t error_size) {
   State& s = state();
   if (s.api.load() != nullptr) return 0;
@@ -375,14 +382,7 @@ void release_pool(int device, unsigned long long id0, unsigned long long id1) {
 void create_or_incref_pool(int device, unsigned long long id0, unsigned long long id1) {
   State& s = state();
   std::lock_guard<std::mutex> hold(s.lock);
-  PoolKey key{device, id0, id1};
-  cgc_context_t ctx = context_for(s, device);  // may throw: before anything changes
-  PoolEntry& entry = s.pools[key];
-  if (entry.pool == nullptr && api()->cgc_pool_create(ctx, &entry.pool) != CGC_SUCCESS) {
-    s.pools.erase(key);
-    throw std::runtime_error(cgc_message("cgc torch: cgc_pool_create"));
-  }
-  entry.users++;
+  use_pool(s, PoolKey{device, id0, id1});  // may throw: before anything changes
 }
 
 int pool_use_count(int device, unsigned long long id0, unsigned long long id1) {
@@ -495,15 +495,7 @@ cgc_pool_t pool_for(int device, unsigned long long id0, unsigned long long id1, 
     return it->second.pool;
   }
   try {
-    cgc_context_t ctx = context_for(s, device);
-    PoolEntry& entry = s.pools[key];
-    if (entry.pool == nullptr && api()->cgc_pool_create(ctx, &entry.pool) != CGC_SUCCESS) {
-      s.pools.erase(key);
-      put_error(error, error_size, "%s", cgc_message("cgc_torch_bridge_pool: cgc_pool_create").c_str());
-      return nullptr;
-    }
-    entry.users++;
-    return entry.pool;
+    return use_pool(s, key).pool;
   } catch (const std::exception& e) {
     put_error(error, error_size, "%s", e.what());
     return nullptr;
@@ -552,3 +544,32 @@ int open_routes() {
 }
 
 }  // namespace cgc_torch
+
+// ---- what the Python binding calls (ctypes), exported by both libraries that hold the routes ----
+
+#define CGC_TORCH_EXPORT extern "C" __attribute__((visibility("default")))
+
+// The cgc pool behind torch pool id (id0, id1) of `device`, or NULL when there is none (see
+// pool_for): a reference of the caller's without `create`, one user more and lent with it.
+CGC_TORCH_EXPORT cgc_pool_t cgc_torch_bridge_pool(int device, unsigned long long id0, unsigned long long id1,
+                                                  int create, char* error, size_t error_size) {
+  if (cgc_torch::api() == nullptr) {
+    cgc_torch::put_error(error, error_size, "cgc_torch_bridge_pool: cgc's function table is not loaded yet");
+    return nullptr;
+  }
+  return cgc_torch::pool_for(device, id0, id1, create != 0, error, error_size);
+}
+
+// One user of torch pool id (id0, id1) fewer (see cgc_torch_bridge_pool).
+CGC_TORCH_EXPORT void cgc_torch_bridge_pool_release(int device, unsigned long long id0, unsigned long long id1) {
+  cgc_torch::release_pool(device, id0, id1);
+}
+
+// The torch pool ids of `device` that have a cgc pool, written to ids (pairs) up to `max`;
+// returns how many there are.
+CGC_TORCH_EXPORT size_t cgc_torch_bridge_pool_ids(int device, unsigned long long* ids, size_t max) {
+  return cgc_torch::pool_ids(device, ids, max);
+}
+
+// Routes begun and not ended (a capture under way, or one that failed before its end).
+CGC_TORCH_EXPORT int cgc_torch_bridge_open_routes(void) { return cgc_torch::open_routes(); }

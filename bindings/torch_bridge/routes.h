@@ -34,6 +34,9 @@ using StreamFilter = std::function<bool(CUstream_st*)>;
 int load_api(const char* libcgc_path, char* error, size_t error_size);
 const cgc_api_t* api();  // nullptr until load_api succeeded
 
+// Writes a message into a caller's buffer (nothing when it is NULL or empty).
+void put_error(char* error, size_t size, const char* fmt, ...) __attribute__((format(printf, 3, 4)));
+
 // PyTorch's pool calls. begin throws std::runtime_error (before anything changed) for a pool id
 // another thread's capture records into, or when cgc cannot make the pool.
 void begin_allocate_to_pool(int device, unsigned long long id0, unsigned long long id1, StreamFilter filter);
@@ -69,7 +72,8 @@ void* malloc_from_pool(int device, unsigned long long id0, unsigned long long id
 // The torch pool id (of `device`) whose cgc pool is `pool`; false when none is.
 bool torch_pool_id_of(int device, cgc_pool_t pool, unsigned long long* id0, unsigned long long* id1);
 
-// For the Python binding: the cgc pool behind a torch pool id (see cgc_torch_bridge_pool).
+// For the Python binding: the cgc pool behind a torch pool id (routes.cc also exports these as
+// cgc_torch_bridge_pool, _pool_release, _pool_ids and _open_routes, from either library).
 cgc_pool_t pool_for(int device, unsigned long long id0, unsigned long long id1, bool create, char* error,
                     size_t error_size);
 size_t pool_ids(int device, unsigned long long* ids, size_t max);
