@@ -7,6 +7,7 @@
  *   segments.c    driver memory: new segments, whole free segments given back
  *   cache.c       allocations: cached blocks by stream key, else a new segment; frees
  *   pool.c, alloc.c   the public entry points (private pools and captures; malloc, free, ...)
+ *   snapshot.c        cgc_memory_snapshot: every segment and block, walked under the lock
  *
  * One allocator per device, with its own lock: devices never wait for each other. cgc_free
  * gets only a pointer, so it asks each device's pointer map in turn (the calling thread's last

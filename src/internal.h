@@ -12,7 +12,7 @@
  *   enqueue.c                         what every call that enqueues work on a stream does first
  *   blocks.c, allocator.c, reclaim.c, fences.c, segments.c, cache.c
  *                                     the caching allocator's layers (allocator.h)
- *   alloc.c, pool.c                   its entry points: allocations, private pools
+ *   alloc.c, pool.c, snapshot.c       its entry points: allocations, private pools, the snapshot
  *   graph.c, rng.c, nccl.c, module.c, hostfn.c   graphs and the objects graphs hold
  *   capture.c, stream.c, event.c, context.c, copy.c, memop.c, conditional.c, api.c
  *                                     the public entry points that drive the rest
