@@ -92,7 +92,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import traceback
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SCRIPT = os.path.abspath(__file__)
@@ -162,26 +161,8 @@ def sha256_of(torch, t):
 
 
 def child_main(args):
-    """Measures one variant of one model; prints one JSON line (with "error" on failure)."""
-    result = {"variant": args.child, "model": args.model}
-    try:
-        measure(args, result)
-        status = 0
-    except Exception as e:  # reported to the parent, which prints it in the table
-        text = str(e).strip()
-        result["error"] = "%s: %s" % (type(e).__name__, text.splitlines()[0] if text else "")
-        result["traceback"] = traceback.format_exc()[-4000:]
-        cgc = sys.modules.get("cgc")
-        if cgc is not None:  # what cgc said last on this thread (e.g. why a torch malloc got NULL)
-            try:
-                last = (cgc.api().cgc_last_error() or b"").decode("utf-8", "replace")
-                if last:
-                    result["cgc_last_error"] = last
-            except Exception:
-                pass
-        status = 2
-    print(json.dumps(result), flush=True)
-    return status
+    """Measures one variant of one model; prints one JSON line (torch_models.py's runner)."""
+    return tm.child_main(args, measure)
 
 
 def measure(args, result):

@@ -259,11 +259,12 @@ def checksum(torch, t):
     return "%d:%d" % (bits.sum().item(), (bits * weights).sum().item())
 
 
-def child_main(args):
-    """Measures one variant of one model; prints one JSON line (with "error" on failure)."""
+def child_main(args, measure_variant=None):
+    """Measures one variant of one model with `measure_variant` (this script's measure by default;
+    torch_compile.py passes its own); prints one JSON line (with "error" on failure)."""
     result = {"variant": args.child, "model": args.model}
     try:
-        measure(args, result)
+        (measure_variant or measure)(args, result)
         status = 0
     except Exception as e:  # reported to the parent, which prints it in the table
         text = str(e).strip()
