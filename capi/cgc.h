@@ -544,6 +544,16 @@ CGC_API cgc_status_t cgc_pool_release(cgc_pool_t pool);
  * capturing stream or a conditional body's stream. */
 CGC_API cgc_status_t cgc_pool_malloc(cgc_pool_t pool, size_t size, cgc_stream_t stream, void** out);
 
+/* Since 1.6. Allocates exactly [ptr, ptr + size rounded up to 512 bytes) from `pool`'s free memory,
+ * as a block that cgc_free frees: a range the pool holds and no block of it uses, after its free
+ * neighbours are merged (CGC_ERROR_INVALID_STATE otherwise, saying what holds the range;
+ * CGC_ERROR_INVALID_ARGUMENT for a NULL or unaligned ptr or a zero size). The block keeps the
+ * stream key of the free memory it is cut from, so it is reused as that memory would have been.
+ * Not for an NCCL pool (CGC_ERROR_NOT_SUPPORTED). Used to put a pool back to a state it had (its
+ * live blocks at their addresses: PyTorch's setCheckpointPoolState, which torch.compile's
+ * CUDA-graph trees call when execution leaves a recorded path); SEMANTICS 36. */
+CGC_API cgc_status_t cgc_pool_claim(cgc_pool_t pool, void* ptr, size_t size);
+
 /* ==== 8. Work in graphs: copies, host functions, memory operations, kernels (since 1.1) =======
  *
  * Everything here is usable eagerly and inside a capture, where it becomes a graph node that runs
@@ -944,7 +954,12 @@ CGC_API void cgc_torch_free(void* ptr, ssize_t size, int device, void* stream);
  * device (cgc does not know the adopted capture's mode). cgc does not see the replays of graphs it
  * did not instantiate, so a pool that adopted a capture never hands its memory to other streams
  * once it is released: the memory returns to the driver at cgc_empty_cache (PyTorch's own
- * allocator treats a released graph pool the same way). */
+ * allocator treats a released graph pool the same way). Since 1.6, the calling thread is the
+ * adopter: its frees and allocations in the capture read the capture graph's joins, so that a
+ * block used on side streams is reused after they joined (SEMANTICS 12); call it on the thread
+ * that will end the capture, or make sure the adopter makes no cgc call while another thread
+ * ends it (the driver cannot be asked about a capture being ended). Other threads' frees wait
+ * for the capture's end. */
 CGC_API cgc_status_t cgc_pool_adopt_capture(cgc_pool_t pool, void* native_stream);
 
 /* Since 1.4. Ends the adoption begun by cgc_pool_adopt_capture (call it after the capture ended,

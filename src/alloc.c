@@ -63,11 +63,29 @@ static cgc_status_t free_used(struct cgc__allocator* a, void* ptr, const char* f
   a->blocks_with_uses--;
   cgc__pool_note_free(b);
   cgc_pool_t pool = b->owner->pool;
-  if (pool != NULL && pool->recording && b->capture_id != 0 && b->capture_id == pool->capture_id) {
+  bool in_its_capture = pool != NULL && pool->recording && b->capture_id != 0 && b->capture_id == pool->capture_id;
+  if (in_its_capture && cgc__joins_mark_here(pool) && a->ending_streams == 0) {
+    /* An adopted capture's joins are seen in its graph only: the use streams' last nodes are
+     * asked with the lock dropped, the free counted in `fencing` (the use streams live: a stream
+     * handle going away waits for it, and none is going away now, else the block keeps no
+     * markers), the block ours alone meanwhile. The capture may have ended since: then it is
+     * parked below. */
+    b->state = CGC_BLOCK_WAITING;
+    uint64_t capture = pool->capture_id;
+    a->fencing++;
+    cgc__alloc_unlock(a);
+    cgc__joins_mark(b, capture);
+    cgc__alloc_lock(a);
+    a->fencing--;
+    in_its_capture = pool->recording && pool->capture_id == capture;
+    if (!in_its_capture && b->has_markers) cgc__block_drop_markers(b);
+  }
+  if (in_its_capture) {
     /* Freed during its pool's capture, which allocated it, after use on other streams: reusable
-     * in this capture once they have joined (pool.c), or when the capture ends. A block of the
-     * pool from before (an earlier graph's output, cgc_pool_malloc's) is parked with fences as
-     * any other: the capture's end says nothing about uses that began outside it. */
+     * in this capture once they have joined (pool.c; joins.c for an adopted capture), or when
+     * the capture ends. A block of the pool from before (an earlier graph's output,
+     * cgc_pool_malloc's) is parked with fences as any other: the capture's end says nothing
+     * about uses that began outside it. */
     b->state = CGC_BLOCK_WAITING;
     b->free_seq = cgc__registry_seq();
     b->next_waiting = pool->deferred;

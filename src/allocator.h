@@ -3,6 +3,7 @@
  *   allocator.c   the state: each device's allocator, block structs, accounting, events, fences,
  *                 drains, the list of pools
  *   reclaim.c     where freed memory goes: owners' free sets, dissolved pools, dying segments
+ *   joins.c       reuse after the join in adopted captures: free markers, the graph walked back
  *   fences.c      uses and fences: deferred blocks, sweeps, a stream handle going away
  *   segments.c    driver memory: new segments, whole free segments given back
  *   cache.c       allocations: cached blocks by stream key, else a new segment; frees
@@ -102,6 +103,13 @@ struct cgc_pool_s {
    * cgc_empty_cache only, never to other streams (reclaim.c's dissolve). */
   bool adopting;
   bool adopted;
+  /* While adopting: the thread that adopted the capture (joins.c's cgc__adopter_token()), the
+   * only one that asks the driver about the capture's streams and graph for reuse after joins
+   * (it is the thread that ends the capture, so no other thread is ending it meanwhile), and
+   * that thread's walks of the capture graph, one per stream, kept between its allocations (a
+   * walk is out of the list while it runs with the lock dropped). */
+  const void* adopter;
+  struct cgc__join_walk* join_walk;
   /* 1.5: its fixed memory (an NCCL pool), or NULL: a pool that grows by segments from the driver.
    * Set at creation, never changed. */
   cgc__arena_t* arena;
@@ -194,6 +202,24 @@ void cgc__pool_note_free(cgc__block_t* b);
 /* Blocks of `pool` freed during its capture with uses on side streams become reusable once
  * every such stream has joined the origin after the free (SEMANTICS 12). */
 void cgc__pool_reclaim_joined(cgc_pool_t pool);
+
+/* ---- joins.c: reuse after the join in captures a pool adopted ---- */
+
+/* This thread's token (an address no other thread has). */
+const void* cgc__adopter_token(void);
+/* (lock held) Whether a free of a block of `pool` during its adopted capture should record free
+ * markers: the pool adopts a capture on this thread and the driver can report graph edges. */
+bool cgc__joins_mark_here(cgc_pool_t pool);
+/* (lock not held; `b` is the caller's alone) Records on `b` the nodes its use streams ended at in
+ * capture `capture`; leaves it without markers when one of them is not in that capture. */
+void cgc__joins_mark(cgc__block_t* b, uint64_t capture);
+/* (lock held on entry and return, dropped meanwhile; the caller holds `pool`, or dissolves it
+ * if unused after) Before an allocation of `ref`'s stream in `pool`'s adopted capture: its
+ * blocks freed on that stream whose markers are all ancestors of the stream's next work go back
+ * to the pool. True when one did. */
+bool cgc__joins_reclaim(struct cgc__allocator* a, cgc_pool_t pool, const cgc__stream_ref_t* ref);
+/* (lock held) The adoption ended: its walk is dropped. */
+void cgc__joins_forget(cgc_pool_t pool);
 
 /* ---- fences.c ---- */
 

@@ -123,6 +123,9 @@ void cgc__block_init(cgc__block_t* b, uint64_t ptr, size_t size, uint64_t stream
   b->capture_id = 0;
   b->free_seq = 0;
   b->next_waiting = NULL;
+  b->markers = NULL; /* a recycled struct's were freed when it left its waiting list */
+  b->n_markers = 0;
+  b->has_markers = false;
 }
 
 bool cgc__block_split(cgc__block_t* b, size_t rounded, cgc__block_t* spare) {

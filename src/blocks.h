@@ -14,6 +14,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -55,8 +56,22 @@ typedef struct cgc__block {
   size_t n_uses, cap_uses;
   uint64_t capture_id;             /* a pool block: the capture that allocated it (0: unknown) */
   uint64_t free_seq;               /* freed during its pool's capture: the bookkeeping sequence then */
+  /* Freed during an adopted capture after use on other streams of it (joins.c): the capture
+   * graph's nodes those streams ended at then (CUgraphNode), all of which must be ancestors of
+   * its stream's next work before it is reused there. `has_markers` false: reused at the end. */
+  void** markers;
+  size_t n_markers;
+  bool has_markers;
   struct cgc__block* next_waiting; /* link in a waiting list */
 } cgc__block_t;
+
+/* Frees the block's free markers (joins.c). */
+static inline void cgc__block_drop_markers(cgc__block_t* b) {
+  free(b->markers);
+  b->markers = NULL;
+  b->n_markers = 0;
+  b->has_markers = false;
+}
 
 /* A sorted set of free blocks. */
 typedef struct cgc__block_set {

@@ -153,10 +153,16 @@ static cgc__block_t* take_dead_stream_segment(struct cgc__allocator* a, cgc_pool
 
 /* The rest of an allocation once its owner is known (lock held on entry, released on return):
  * a cached block, else (without the lock) finished memory settled, else a new segment. `eager`:
- * a block cgc_pool_malloc hands out from `pool` outside its captures. */
-static cgc_status_t take_or_grow(struct cgc__allocator* a, cgc_pool_t pool, uint64_t key, size_t size, bool eager,
-                                 void** out, const char* func) {
+ * a block cgc_pool_malloc hands out from `pool` outside its captures; `ref`: the allocating
+ * stream (NULL for those). */
+static cgc_status_t take_or_grow(struct cgc__allocator* a, cgc_pool_t pool, const cgc__stream_ref_t* ref, uint64_t key,
+                                 size_t size, bool eager, void** out, const char* func) {
   size_t rounded = cgc__round_size(size);
+  /* In an adopted capture, first the blocks of this stream whose side streams have joined since
+   * their free (joins.c; the graph walked with the lock dropped, the pool held meanwhile): as
+   * with PyTorch, the freed block is reused before a fresh piece of a segment is cut. Only while
+   * such blocks wait: otherwise one pointer test. */
+  if (ref != NULL && pool != NULL && pool->adopting && pool->deferred != NULL) cgc__joins_reclaim(a, pool, ref);
   cgc__block_t* b = take_cached(a, pool, key, rounded);
   cgc_status_t st = CGC_SUCCESS;
   if (b == NULL) {
@@ -209,7 +215,7 @@ cgc_status_t cgc__malloc(struct cgc__device* dev, size_t size, const cgc__stream
       return refuse_foreign_capture(ref, func);
     }
   }
-  return take_or_grow(a, pool, ref->key, size, false, out, func);
+  return take_or_grow(a, pool, ref, ref->key, size, false, out, func);
 }
 
 cgc_status_t cgc__pool_malloc(cgc_pool_t pool, size_t size, const cgc__stream_ref_t* ref, void** out,
@@ -226,7 +232,96 @@ cgc_status_t cgc__pool_malloc(cgc_pool_t pool, size_t size, const cgc__stream_re
     cgc__alloc_unlock(a);
     return st;
   }
-  return take_or_grow(a, pool, CGC__KEY_POOL_EAGER(ref->key), size, true, out, func);
+  return take_or_grow(a, pool, NULL, CGC__KEY_POOL_EAGER(ref->key), size, true, out, func);
+}
+
+/* ---- claim: a block at a given address ---- */
+
+/* The free block of `owner` that holds [ptr, ptr + rounded), or NULL (lock held, free neighbours
+ * merged). */
+static cgc__block_t* free_block_holding(cgc__pool_state_t* owner, uint64_t ptr, size_t rounded) {
+  cgc__block_set_t* sets[2] = {&owner->small, &owner->large};
+  for (int s = 0; s < 2; s++)
+    for (size_t i = 0; i < sets[s]->n; i++) {
+      cgc__block_t* b = sets[s]->items[i];
+      if (b->ptr <= ptr && ptr + rounded <= b->ptr + b->size) return b;
+    }
+  return NULL;
+}
+
+/* Why [ptr, ptr + rounded) cannot be claimed from `pool` (lock held): the block of the pool that
+ * overlaps it and is not free, or that no segment of the pool holds it. */
+static cgc_status_t refuse_claim(struct cgc__allocator* a, cgc_pool_t pool, uint64_t ptr, size_t rounded,
+                                 const char* func) {
+  for (size_t i = 0; i < a->live.cap; i++) {
+    cgc__block_t* b = a->live.slots[i];
+    if (b == NULL || b->owner != &pool->state) continue;
+    if (b->ptr < ptr + rounded && ptr < b->ptr + b->size)
+      return cgc__fail(CGC_ERROR_INVALID_STATE, func,
+                       "[%#llx, +%zu) of pool %p overlaps its allocated block %#llx (%zu bytes): free it first",
+                       (unsigned long long)ptr, rounded, (void*)pool, (unsigned long long)b->ptr, b->size);
+  }
+  return cgc__fail(CGC_ERROR_INVALID_STATE, func,
+                   "[%#llx, +%zu) is not free memory of pool %p: no segment of it holds the whole range free (a block "
+                   "of it may still wait for work recorded on it, or the memory went back to the driver)",
+                   (unsigned long long)ptr, rounded, (void*)pool);
+}
+
+cgc_status_t cgc__pool_claim(cgc_pool_t pool, uint64_t ptr, size_t size, const char* func) {
+  struct cgc__allocator* a = pool->state.allocator;
+  size_t rounded = cgc__round_size(size);
+  cgc_status_t st = CGC_SUCCESS;
+  cgc__alloc_lock(a);
+  /* Checked again under the lock: another thread may have released the last reference. */
+  CGC_TRY_GOTO(st, cgc__check_handle(pool, CGC_MAGIC_POOL, func, "pool"), out);
+  if (pool->deferred != NULL) cgc__pool_reclaim_joined(pool);
+  cgc__state_coalesce(&pool->state, cgc__alloc_recycle_block, a);
+  cgc__block_t* b = free_block_holding(&pool->state, ptr, rounded);
+  if (b == NULL) {
+    st = refuse_claim(a, pool, ptr, rounded, func);
+    goto out;
+  }
+  if (cgc__is_dying(b->stream)) { /* its destroyed stream's last work may still use it */
+    st = cgc__fail(CGC_ERROR_INVALID_STATE, func,
+                   "[%#llx, +%zu) of pool %p waits for the last work of a destroyed stream: claim it once that is done",
+                   (unsigned long long)ptr, rounded, (void*)pool);
+    goto out;
+  }
+  cgc__block_t* head = b->ptr < ptr ? cgc__alloc_new_block_struct(a) : NULL;
+  cgc__block_t* tail = cgc__alloc_new_block_struct(a);
+  if ((b->ptr < ptr && head == NULL) || tail == NULL) {
+    if (head != NULL) cgc__alloc_recycle_block(head, a);
+    if (tail != NULL) cgc__alloc_recycle_block(tail, a);
+    st = cgc__fail(CGC_ERROR_OUT_OF_MEMORY, func, "out of host memory");
+    goto out;
+  }
+  cgc__block_set_t* set = cgc__state_set(&pool->state, b->small);
+  cgc__set_erase(set, b);
+  if (b->ptr < ptr) {
+    /* b keeps the memory before ptr (back in its set, free); the rest, from ptr, is cut next. */
+    cgc__block_t* rest = head;
+    if (!cgc__block_split(b, ptr - b->ptr, rest) || !cgc__set_insert(set, b)) {
+      cgc__log("out of host memory: a free block is lost");
+      st = cgc__fail(CGC_ERROR_OUT_OF_MEMORY, func, "out of host memory");
+      cgc__alloc_recycle_block(tail, a);
+      goto out;
+    }
+    cgc__set_erase(set, rest);
+    b = rest;
+  }
+  if (b->size > rounded) {
+    if (!cgc__block_split(b, rounded, tail)) cgc__alloc_recycle_block(tail, a); /* handed out whole */
+  } else {
+    cgc__alloc_recycle_block(tail, a);
+  }
+  if (!hand_out(a, b, size)) {
+    st = cgc__fail(CGC_ERROR_OUT_OF_MEMORY, func, "out of host memory");
+    goto out;
+  }
+  b->capture_id = 0; /* no capture's: an eager claim, even while the pool records one */
+out: /* lock held */
+  cgc__alloc_unlock(a);
+  return st;
 }
 
 /* The allocator whose map holds `ptr`, with its lock held, and the block; NULL when none. */

@@ -117,7 +117,9 @@ extern "C" {
   /* conditional nodes (conditional.c): CUDA 12.3 and newer */                               \
   OPT(cuGraphConditionalHandleCreate, PFN_cuGraphConditionalHandleCreate_v12030, 12030)      \
   OPT(cuGraphAddNode, PFN_cuGraphAddNode_v12030, 12030)                                      \
-  OPT(cuStreamBeginCaptureToGraph, PFN_cuStreamBeginCaptureToGraph_v12030, 12030)
+  OPT(cuStreamBeginCaptureToGraph, PFN_cuStreamBeginCaptureToGraph_v12030, 12030)          \
+  /* reuse after the join in adopted captures (joins.c): the capture graph's edges, 12.3+ */  \
+  OPT(cuGraphNodeGetDependencies, PFN_cuGraphNodeGetDependencies_v12030, 12030)
 
 /* The driver calls that never wait for the GPU: measured by bench/driver_waits on driver 580
  * (each stayed under 100 us while another thread's cuMemFree waited 380 ms for a kernel; every

@@ -540,6 +540,8 @@ cgc_status_t cgc__malloc(struct cgc__device* dev, size_t size, const cgc__stream
  * pool-eager key (CGC__KEY_POOL_EAGER). */
 cgc_status_t cgc__pool_malloc(cgc_pool_t pool, size_t size, const cgc__stream_ref_t* ref, void** out,
                               const char* func);
+/* cgc_pool_claim: [ptr, ptr + size rounded) of `pool`'s free memory as an allocated block. */
+cgc_status_t cgc__pool_claim(cgc_pool_t pool, uint64_t ptr, size_t size, const char* func);
 
 /* 1.5: fixed memory a pool is made of (an NCCL pool's registered arena, made by nccl.c): the
  * pool's one segment, never grown and never given to the device cache. The pool is made with

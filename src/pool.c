@@ -220,6 +220,19 @@ cgc_status_t cgc_pool_release(cgc_pool_t pool) {
   return st;
 }
 
+cgc_status_t cgc_pool_claim(cgc_pool_t pool, void* ptr, size_t size) {
+  CGC_CHECK_HANDLE(pool, CGC_MAGIC_POOL);
+  CGC_CHECK_ARG(ptr != NULL, "ptr is NULL");
+  CGC_CHECK_ARG(size > 0, "size is 0");
+  if ((uintptr_t)ptr % CGC_BLOCK_ALIGN != 0)
+    return cgc__fail(CGC_ERROR_INVALID_ARGUMENT, __func__, "ptr %p is not a multiple of %d bytes, as every block is",
+                     ptr, CGC_BLOCK_ALIGN);
+  if (pool->arena != NULL)
+    return cgc__fail(CGC_ERROR_NOT_SUPPORTED, __func__, "pool %p is an NCCL pool: its blocks are not claimed by address",
+                     (void*)pool);
+  return cgc__pool_claim(pool, (uint64_t)(uintptr_t)ptr, size, __func__);
+}
+
 cgc_status_t cgc_pool_malloc(cgc_pool_t pool, size_t size, cgc_stream_t stream, void** out) {
   CGC_CHECK_ARG(out != NULL, "out is NULL");
   *out = NULL;
@@ -327,6 +340,7 @@ void cgc__pool_end_capture(cgc_pool_t pool, bool graph_keeps_ref, const uint64_t
   while (deferred != NULL) {
     cgc__block_t* b = deferred;
     deferred = b->next_waiting;
+    if (b->has_markers) cgc__block_drop_markers(b); /* the capture's graph is done with */
     size_t kept = 0;
     for (size_t i = 0; i < b->n_uses; i++) {
       if (is_member(b->uses[i].key, members, n_members)) {
@@ -365,6 +379,8 @@ void cgc__pool_end_capture(cgc_pool_t pool, bool graph_keeps_ref, const uint64_t
 static bool claim_adoption(cgc_pool_t pool) {
   if (!(pool->recording && pool->adopting)) return false;
   pool->adopting = false;
+  pool->adopter = NULL;
+  cgc__joins_forget(pool);
   ((struct cgc__allocator*)pool->state.allocator)->adopting_pools--;
   return true;
 }
@@ -439,6 +455,7 @@ cgc_status_t cgc_pool_adopt_capture(cgc_pool_t pool, void* native_stream) {
   if (st == CGC_SUCCESS) {
     start_recording(a, pool, ref.capture_id, ref.cu, ref.key);
     pool->adopted = pool->adopting = true;
+    pool->adopter = cgc__adopter_token();
     a->adopting_pools++;
     atomic_fetch_add_explicit(&pool->dev->adopted_captures, 1, memory_order_release);
     atomic_fetch_add_explicit(&cgc__adopted_captures, 1, memory_order_release);

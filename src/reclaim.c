@@ -50,11 +50,12 @@ void cgc__alloc_mark_dying(cgc__block_t* head, cgc__fence_t* f) {
   f->refs++;
 }
 
-/* Drops the block's uses and their fences. */
+/* Drops the block's uses, their fences and its free markers. */
 static void drop_uses(struct cgc__allocator* a, cgc__block_t* b) {
   for (size_t i = 0; i < b->n_uses; i++)
     if (b->uses[i].fence != NULL) cgc__fence_put(a, b->uses[i].fence);
   b->n_uses = 0;
+  if (b->has_markers) cgc__block_drop_markers(b);
 }
 
 void cgc__alloc_release_block(struct cgc__allocator* a, cgc__block_t* b) {

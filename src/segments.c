@@ -7,29 +7,61 @@
 
 /* ---- segments ---- */
 
-/* Gives every whole free segment of the device cache back to the driver; cuMemFree runs
- * without the lock and in Relaxed mode. Returns the bytes given back. */
-size_t cgc__alloc_release_cached_segments(struct cgc__allocator* a) {
-  cgc__block_t* taken = NULL;
-  cgc__alloc_lock(a);
-  cgc__state_coalesce(&a->cache, cgc__alloc_recycle_block, a);
-  cgc__block_set_t* sets[2] = {&a->cache.small, &a->cache.large};
+/* Moves the whole free segments of `owner` to `taken` (lock held); a dying one waits for its
+ * fence. */
+static void take_whole_free_segments(struct cgc__allocator* a, cgc__pool_state_t* owner, cgc__block_t** taken) {
+  cgc__state_coalesce(owner, cgc__alloc_recycle_block, a);
+  cgc__block_set_t* sets[2] = {&owner->small, &owner->large};
   for (int s = 0; s < 2; s++) {
     cgc__block_set_t* set = sets[s];
     for (size_t i = 0; i < set->n;) {
       cgc__block_t* b = set->items[i];
-      if (!cgc__block_is_segment(b) || cgc__is_dying(b->stream)) { /* a dying one waits for its fence */
+      if (!cgc__block_is_segment(b) || cgc__is_dying(b->stream)) {
         i++;
         continue;
       }
       cgc__set_erase(set, b);
       b->state = CGC_BLOCK_WAITING; /* ours alone until given back */
-      b->next_waiting = taken;
-      taken = b;
+      b->next_waiting = *taken;
+      *taken = b;
+    }
+  }
+}
+
+/* Whether `pool` is orphaned: no user, graph or capture holds it, only blocks still allocated
+ * from it (a destroyed graph's outputs). No capture can use its free memory any more, so
+ * cgc_empty_cache gives that back too, as PyTorch's empty_cache does for a released graph pool.
+ * An arena's memory is fixed: never. */
+static bool orphaned(cgc_pool_t pool) {
+  return pool->user_refs + pool->internal_refs == 0 && !pool->recording && pool->arena == NULL;
+}
+
+/* Gives every whole free segment of the device cache and of orphaned pools back to the driver;
+ * cuMemFree runs without the lock and in Relaxed mode (it waits for the device, so a destroyed
+ * graph's replay still running is not a concern). Returns the bytes given back. */
+size_t cgc__alloc_release_cached_segments(struct cgc__allocator* a) {
+  cgc__block_t* taken = NULL;
+  cgc_pool_t* held = NULL; /* orphaned pools given back from: held while the lock is dropped */
+  size_t n_held = 0;
+  cgc__alloc_lock(a);
+  take_whole_free_segments(a, &a->cache, &taken);
+  size_t n_pools = 0;
+  for (cgc_pool_t p = a->pools; p != NULL; p = p->next_pool) n_pools += orphaned(p);
+  if (n_pools > 0 && (held = calloc(n_pools, sizeof *held)) != NULL) {
+    for (cgc_pool_t p = a->pools; p != NULL; p = p->next_pool) {
+      cgc__block_t* before = taken;
+      if (!orphaned(p)) continue;
+      take_whole_free_segments(a, &p->state, &taken);
+      if (taken == before) continue;
+      p->internal_refs++; /* its state outlives the cuMemFree calls below */
+      held[n_held++] = p;
     }
   }
   cgc__alloc_unlock(a);
-  if (taken == NULL) return 0;
+  if (taken == NULL) {
+    free(held);
+    return 0;
+  }
 
   cgc__block_t *freed = NULL, *failed = NULL;
   cgc__ctx_scope_t scope;
@@ -54,9 +86,9 @@ size_t cgc__alloc_release_cached_segments(struct cgc__allocator* a) {
     cgc__block_t* b = freed;
     freed = b->next_waiting;
     released += b->size;
-    cgc__stats_add_reserved(&a->cache.stats, -(long long)b->size);
+    cgc__stats_add_reserved(&b->owner->stats, -(long long)b->size);
     cgc__stats_add_reserved(&a->total, -(long long)b->size);
-    a->cache.stats.driver_frees++;
+    b->owner->stats.driver_frees++;
     a->total.driver_frees++;
     cgc__alloc_recycle_block(b, a);
   }
@@ -64,9 +96,15 @@ size_t cgc__alloc_release_cached_segments(struct cgc__allocator* a) {
     cgc__block_t* b = failed;
     failed = b->next_waiting;
     b->state = CGC_BLOCK_FREE;
-    if (!cgc__set_insert(cgc__state_set(&a->cache, b->small), b)) cgc__log("out of host memory: a segment is lost");
+    if (!cgc__set_insert(cgc__state_set(b->owner, b->small), b)) cgc__log("out of host memory: a segment is lost");
+  }
+  /* The orphaned pools held above: one whose last block was freed meanwhile dissolves now. */
+  for (size_t i = 0; i < n_held; i++) {
+    held[i]->internal_refs--;
+    cgc__pool_dissolve_if_unused(held[i]);
   }
   cgc__alloc_unlock(a);
+  free(held);
   return released;
 }
 

@@ -3,6 +3,7 @@
 // capture; what adoption refuses; a released adopted pool's memory never serving other streams;
 // and record_stream for a native stream.
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "tests/gpu_test_util.h"
@@ -233,6 +234,111 @@ TEST_F(Adopt, AnAdoptionLastsUntilItsAdopterEndsIt) {
   raw = nullptr;
   CU_ASSERT_OK(cuStreamEndCapture(cs_, &raw));
   if (raw) cgc__drv.cuGraphDestroy(raw);
+}
+
+// A block read on side streams and freed in the capture is reused on its stream once every side
+// stream has joined it, as seen in the capture graph's edges (the joins are the driver's events,
+// which cgc never sees), and not before: PyTorch's graph_capture_record_stream_reuse.
+TEST_F(Adopt, ABlockUsedOnSideStreamsIsReusedOnlyAfterEverySideStreamJoined) {
+  if (cgc__drv.cuGraphNodeGetDependencies == nullptr) GTEST_SKIP() << "the driver predates CUDA 12.3's graph edges";
+  constexpr unsigned n = 1 << 12;
+  constexpr size_t bytes = n * sizeof(float);
+  CUdeviceptr in = Alloc(bytes);
+  std::vector<float> x = RandomFloats(n, 43);
+  Upload(in, x);
+  cgc_stream_t side[2] = {nullptr, nullptr};
+  CUstream ss[2] = {nullptr, nullptr};
+  CUevent fork = nullptr, join[2] = {nullptr, nullptr};
+  CU_ASSERT_OK(cuEventCreate(&fork, CU_EVENT_DISABLE_TIMING));
+  for (int i = 0; i < 2; i++) {
+    CGC_ASSERT_OK(cgc_stream_create(ctx, CGC_STREAM_NON_BLOCKING, 0, &side[i]));
+    ss[i] = static_cast<CUstream>(cgc_stream_native(side[i]));
+    CU_ASSERT_OK(cuEventCreate(&join[i], CU_EVENT_DISABLE_TIMING));
+  }
+
+  CU_ASSERT_OK(cuStreamBeginCapture(cs_, CU_STREAM_CAPTURE_MODE_GLOBAL));
+  CGC_ASSERT_OK(cgc_pool_adopt_capture(pool_, cs_));
+  void* sink = TorchMalloc(bytes, cs_);
+  void* data = TorchMalloc(bytes, cs_);
+  Add(stream, Dev(data), in, 1.0f, n);  // data = x + 1
+  CU_ASSERT_OK(cuEventRecord(fork, cs_));
+  void* out[2] = {nullptr, nullptr};
+  for (int i = 0; i < 2; i++) {
+    CU_ASSERT_OK(cuStreamWaitEvent(ss[i], fork, 0));
+    out[i] = TorchMalloc(bytes, ss[i]);
+    Add(side[i], Dev(out[i]), Dev(data), 2.0f + i, n);  // out[i] = x + 3 + i
+    CGC_ASSERT_OK(cgc_record_stream_native(data, ss[i]));
+  }
+  CGC_ASSERT_OK(cgc_free(data));
+  void* before = TorchMalloc(bytes, cs_);
+  EXPECT_NE(before, data) << "reused while both side streams may still read it";
+  // The first side stream joins: the other may still read it.
+  CU_ASSERT_OK(cuEventRecord(join[0], ss[0]));
+  CU_ASSERT_OK(cuStreamWaitEvent(cs_, join[0], 0));
+  Add(stream, Dev(sink), Dev(out[0]), 0.0f, n);
+  void* half = TorchMalloc(bytes, cs_);
+  EXPECT_NE(half, data) << "reused before the second side stream joined";
+  CU_ASSERT_OK(cuEventRecord(join[1], ss[1]));
+  CU_ASSERT_OK(cuStreamWaitEvent(cs_, join[1], 0));
+  Add(stream, Dev(sink), Dev(out[1]), 0.0f, n);  // sink = x + 4
+  void* after = TorchMalloc(bytes, cs_);
+  EXPECT_EQ(after, data) << "not reused after every side stream joined";
+  Add(stream, Dev(after), Dev(sink), 10.0f, n);  // after = x + 14, over what the sides read
+  CUgraphExec exec = EndAndInstantiate();
+  ASSERT_NE(exec, nullptr);
+  CGC_ASSERT_OK(cgc_pool_end_adopted_capture(pool_));
+
+  CU_ASSERT_OK(cuGraphLaunch(exec, cs_));
+  std::vector<float> y0 = Download(Dev(out[0]), n), y1 = Download(Dev(out[1]), n), z = Download(Dev(after), n);
+  for (unsigned i = 0; i < n; i += 61) {
+    ASSERT_FLOAT_EQ(y0[i], x[i] + 3.0f) << i;
+    ASSERT_FLOAT_EQ(y1[i], x[i] + 4.0f) << i;
+    ASSERT_FLOAT_EQ(z[i], x[i] + 14.0f) << i;
+  }
+  CU_ASSERT_OK(cuStreamSynchronize(cs_));
+  CU_ASSERT_OK(cuGraphExecDestroy(exec));
+  for (void* p : {sink, before, half, after, out[0], out[1]}) CGC_ASSERT_OK(cgc_free(p));
+  cgc__drv.cuEventDestroy(fork);
+  for (int i = 0; i < 2; i++) {
+    cgc__drv.cuEventDestroy(join[i]);
+    CGC_ASSERT_OK(cgc_stream_destroy(side[i]));
+  }
+}
+
+// Another thread's free in the capture is not asked about (the adopter's thread alone queries the
+// capture, which only it ends): its block is reused after the capture's end, as before.
+TEST_F(Adopt, AFreeOnAnotherThreadWaitsForTheCapturesEnd) {
+  constexpr size_t bytes = 1 << 16;
+  cgc_stream_t side = nullptr;
+  CGC_ASSERT_OK(cgc_stream_create(ctx, CGC_STREAM_NON_BLOCKING, 0, &side));
+  CUstream ss = static_cast<CUstream>(cgc_stream_native(side));
+  CUevent fork = nullptr, join = nullptr;
+  CU_ASSERT_OK(cuEventCreate(&fork, CU_EVENT_DISABLE_TIMING));
+  CU_ASSERT_OK(cuEventCreate(&join, CU_EVENT_DISABLE_TIMING));
+  CU_ASSERT_OK(cuStreamBeginCapture(cs_, CU_STREAM_CAPTURE_MODE_GLOBAL));
+  CGC_ASSERT_OK(cgc_pool_adopt_capture(pool_, cs_));
+  void* data = TorchMalloc(bytes, cs_);
+  CU_ASSERT_OK(cuEventRecord(fork, cs_));
+  CU_ASSERT_OK(cuStreamWaitEvent(ss, fork, 0));
+  void* out = TorchMalloc(bytes, ss);
+  CGC_ASSERT_OK(cgc_record_stream_native(data, ss));
+  cgc_status_t freed = CGC_ERROR_INVALID_STATE;
+  std::thread other([&] { freed = cgc_free(data); });
+  other.join();
+  CGC_ASSERT_OK(freed);
+  CU_ASSERT_OK(cuEventRecord(join, ss));
+  CU_ASSERT_OK(cuStreamWaitEvent(cs_, join, 0));
+  void* after = TorchMalloc(bytes, cs_);
+  EXPECT_NE(after, data) << "reused on the strength of a query another thread made";
+  CUgraphExec exec = EndAndInstantiate();
+  ASSERT_NE(exec, nullptr);
+  CGC_ASSERT_OK(cgc_pool_end_adopted_capture(pool_));
+  CU_ASSERT_OK(cuGraphExecDestroy(exec));
+  CGC_ASSERT_OK(cgc_free(after));
+  CGC_ASSERT_OK(cgc_free(out));
+  cgc__drv.cuEventDestroy(fork);
+  cgc__drv.cuEventDestroy(join);
+  CGC_ASSERT_OK(cgc_stream_destroy(side));
 }
 
 TEST_F(Adopt, RecordStreamNativeKeepsABlockFromReuseWhileTheOtherStreamRuns) {

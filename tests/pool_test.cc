@@ -231,6 +231,81 @@ TEST_F(Pool, OutputsStayReadableAfterTheGraphIsDestroyedAndMemoryReturnsToBaseli
   }
 }
 
+// A pool that nothing holds but a destroyed graph's output: cgc_empty_cache gives its wholly free
+// segments back to the driver, and keeps the one the output lives in (PyTorch's empty_cache does
+// the same for a released graph pool; before, the pool kept them until the output was freed).
+TEST_F(Pool, EmptyCacheGivesBackAnOrphanedPoolsFreeSegmentsWhileItsOutputLives) {
+  constexpr size_t mib = 1 << 20;  // small requests: two to a 2 MiB segment
+  CGC_ASSERT_OK(cgc_capture_begin(stream, nullptr));
+  void* x = Malloc(mib, stream);
+  void* y = Malloc(mib, stream);
+  void* z = Malloc(mib, stream);  // a second segment
+  Fill(stream, Dev(x), 1.0f, unsigned(mib / 4));
+  Fill(stream, Dev(y), 2.0f, unsigned(mib / 4));
+  Add(stream, Dev(z), Dev(x), 0.0f, unsigned(mib / 4));
+  Add(stream, Dev(z), Dev(y), 0.0f, unsigned(mib / 4));  // z = y = 2
+  CGC_ASSERT_OK(cgc_free(x));
+  CGC_ASSERT_OK(cgc_free(y));  // the first segment is wholly free again
+  cgc_graph_t g = nullptr;
+  CGC_ASSERT_OK(cgc_capture_end(stream, &g));
+  cgc_pool_t pool = PoolOf(g);
+  EXPECT_EQ(Stats(pool).bytes_reserved, 2 * 2 * mib);
+  CGC_ASSERT_OK(cgc_graph_launch(g, stream));
+  CGC_ASSERT_OK(cgc_empty_cache(ctx));
+  EXPECT_EQ(Stats(pool).bytes_reserved, 2 * 2 * mib) << "a pool a graph holds keeps its memory for replays";
+  CGC_ASSERT_OK(cgc_graph_destroy(g));  // the pool is orphaned: only z holds it
+  CGC_ASSERT_OK(cgc_empty_cache(ctx));
+  EXPECT_EQ(Stats().bytes_reserved, baseline_.bytes_reserved + 2 * mib) << "only the output's segment is held";
+  std::vector<float> out = Download(Dev(z), mib / 4);
+  EXPECT_EQ(out[0], 2.0f);
+  EXPECT_EQ(out[mib / 4 - 1], 2.0f);
+  CGC_ASSERT_OK(cgc_free(z));
+  CGC_ASSERT_OK(cgc_empty_cache(ctx));
+  EXPECT_EQ(Stats().bytes_reserved, baseline_.bytes_reserved);
+  EXPECT_EQ(Stats().bytes_allocated, baseline_.bytes_allocated);
+}
+
+// cgc_pool_claim (1.6): a block at a given address of a pool's free memory, as PyTorch's
+// setCheckpointPoolState needs to put a pool back to a checkpoint; the range must be wholly free.
+TEST_F(Pool, ClaimAllocatesAtTheAddressAskedOnlyFromFreeMemoryOfThePool) {
+  constexpr size_t kib = 1 << 10;
+  cgc_pool_t pool = nullptr;
+  CGC_ASSERT_OK(cgc_pool_create(ctx, &pool));
+  void* a = nullptr;
+  void* b = nullptr;
+  CGC_ASSERT_OK(cgc_pool_malloc(pool, 64 * kib, stream, &a));
+  CGC_ASSERT_OK(cgc_pool_malloc(pool, 64 * kib, stream, &b));
+  CGC_ASSERT_OK(cgc_free(a));
+  EXPECT_EQ(Stats(pool).bytes_allocated, 64 * kib);
+  CGC_ASSERT_OK(cgc_pool_claim(pool, a, 64 * kib));
+  EXPECT_EQ(Stats(pool).bytes_allocated, 128 * kib);
+  Fill(stream, Dev(a), 5.0f, unsigned(64 * kib / 4));  // usable memory
+  EXPECT_EQ(Download(Dev(a), 16 * kib)[16 * kib - 1], 5.0f);
+  EXPECT_EQ(cgc_pool_claim(pool, a, 512), CGC_ERROR_INVALID_STATE);
+  EXPECT_NE(std::string(cgc_last_error()).find("overlaps its allocated block"), std::string::npos) << cgc_last_error();
+  // A range inside free memory: the block is cut out of it, the rest stays free around it.
+  CGC_ASSERT_OK(cgc_free(a));
+  char* inside = static_cast<char*>(a) + 8 * kib;
+  CGC_ASSERT_OK(cgc_pool_claim(pool, inside, 1000));  // rounded to 1024
+  EXPECT_EQ(Stats(pool).bytes_allocated, 64 * kib + kib);
+  CGC_ASSERT_OK(cgc_pool_claim(pool, a, 8 * kib));  // the free piece in front of it
+  EXPECT_EQ(cgc_pool_claim(pool, inside + 512, 512), CGC_ERROR_INVALID_STATE);
+  // Refusals: memory the pool does not hold, bad arguments.
+  void* eager = Malloc(64 * kib, stream);
+  EXPECT_EQ(cgc_pool_claim(pool, static_cast<char*>(eager) + 4 * kib, 512), CGC_ERROR_INVALID_STATE);
+  EXPECT_NE(std::string(cgc_last_error()).find("is not free memory of pool"), std::string::npos) << cgc_last_error();
+  EXPECT_EQ(cgc_pool_claim(pool, nullptr, 512), CGC_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(cgc_pool_claim(pool, inside + 100, 512), CGC_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(cgc_pool_claim(pool, inside, 0), CGC_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(cgc_pool_claim(nullptr, inside, 512), CGC_ERROR_INVALID_ARGUMENT);
+  CGC_ASSERT_OK(cgc_free(eager));
+  CGC_ASSERT_OK(cgc_free(inside));
+  CGC_ASSERT_OK(cgc_free(a));
+  CGC_ASSERT_OK(cgc_free(b));
+  EXPECT_EQ(Stats(pool).bytes_allocated, 0u);
+  CGC_ASSERT_OK(cgc_pool_release(pool));
+}
+
 // Issue 11, item 1: a pool whose last graph is destroyed while a replay still runs must not hand
 // its memory to eager work before that replay is done.
 TEST_F(Pool, ALastGraphDestroyedWhileReplayingKeepsItsMemoryFromEagerWork) {

@@ -168,6 +168,7 @@ var goAPIOfFunction = map[string]any{
 	// 1.6
 	"cgc_last_status":     cgc.LastStatus,
 	"cgc_memory_snapshot": (*cgc.Context).MemorySnapshot,
+	"cgc_pool_claim":      (*cgc.Pool).Claim,
 }
 
 // goTypeOfHandle, goTypeOfStruct and goTypeOfCallback are the Go forms of the header's handle
@@ -322,6 +323,9 @@ func TestArrayAndOutParametersMatchTheHeader(t *testing.T) {
 		"cgc_memory_snapshot": "i32 ctx:handle:cgc_context_t segments:ptr(struct:cgc_segment_info_t) " +
 			"max_segments:usize blocks:ptr(struct:cgc_block_info_t) max_blocks:usize n_segments:ptr(usize) " +
 			"n_blocks:ptr(usize)",
+		// Pool.Claim (1.6): the address crosses as a uintptr_t and reaches C as void*, as
+		// RecordStreamNative's does.
+		"cgc_pool_claim": "i32 pool:handle:cgc_pool_t ptr:ptr(void) size:usize",
 	}
 	found := 0
 	for _, f := range abiDescription(t) {

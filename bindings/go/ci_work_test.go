@@ -368,6 +368,32 @@ func TestNCCLPoolsAndPoolMallocRefuseNilHandles(t *testing.T) {
 	}
 }
 
+// 1.6 without a GPU: a claim from a nil pool is refused by the library, naming the call and the
+// pool, before it looks at the range (so whatever the address and size: 0, unaligned); a
+// negative size is the binding's refusal and never reaches C.
+func TestPoolClaimRefusesANilPool(t *testing.T) {
+	if err := cgc.Load(); err != nil {
+		t.Fatal(err)
+	}
+	var p *cgc.Pool
+	for _, c := range []struct {
+		ptr  cgc.DevicePtr
+		size int
+	}{{0x10000, 512}, {0x10000, 0}, {0x10001, 512}, {0, 512}} {
+		m, err := p.Claim(c.ptr, c.size)
+		e := asError(t, err, cgc.ErrInvalidArgument)
+		if m != nil || !strings.Contains(e.Message, "cgc_pool_claim") || !strings.Contains(e.Message, "pool is NULL") {
+			t.Errorf("Claim(%#x, %d) from a nil pool: %v %q, want cgc_pool_claim refusing the NULL pool", c.ptr, c.size,
+				m, e.Message)
+		}
+	}
+	m, err := p.Claim(0x10000, -1)
+	if e := asError(t, err, cgc.ErrInvalidArgument); m != nil || !strings.Contains(e.Message, "Go binding") ||
+		!strings.Contains(e.Message, "Pool.Claim") {
+		t.Errorf("Claim(-1): %q, want the binding's refusal", e.Message)
+	}
+}
+
 // 1.6 without a GPU: the snapshot of a nil context is refused by the library, naming the call
 // (a closed one never reaches C: internal_test.go); the block states are the header's.
 func TestMemorySnapshotRefusesANilContext(t *testing.T) {

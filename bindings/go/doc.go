@@ -8,7 +8,8 @@
 // another framework began with the driver allocating from a cgc pool (Pool.AdoptCapture), and
 // since 1.5 pools of memory registered with an NCCL communicator (Comm.NewPool) and eager
 // allocation from a pool (Pool.Malloc), and since 1.6 the device's memory snapshot, its segments
-// and blocks (Context.MemorySnapshot).
+// and blocks (Context.MemorySnapshot), and a pool's free memory claimed at a given address
+// (Pool.Claim).
 //
 // # Importing
 //

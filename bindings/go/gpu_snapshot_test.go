@@ -1,8 +1,11 @@
 package cgc_test
 
-// GPU test of 1.6: the memory snapshot lists what was allocated and freed.
+// GPU tests of 1.6: the memory snapshot lists what was allocated and freed; Pool.Claim gives a
+// pool's free memory back at its address.
 
 import (
+	"errors"
+	"strings"
 	"testing"
 
 	cgc "cgc/bindings/go"
@@ -80,6 +83,82 @@ func TestGPUMemorySnapshotListsAllocatedAndFreedBlocks(t *testing.T) {
 
 	f.ok(pooled.Free())
 	f.ok(kept.Free())
+	f.ok(pool.Close())
+	f.closeAll(true)
+}
+
+// Pool.Claim gives a freed block of a pool back at its address; the same range again is refused
+// (ErrInvalidState: the pool's block holds it), as are address 0 or an unaligned one, size 0 and
+// memory of the device cache; a 512-byte aligned range inside a freed block is cut out of it at
+// its address; claimed blocks are freed like Pool.Malloc's.
+func TestGPUPoolClaimGivesFreeMemoryBackAtItsAddress(t *testing.T) {
+	f := newFixture(t, 1, 0)
+	s := f.streams[0]
+	pool, err := f.ctx.NewPool()
+	f.ok(err)
+	allocated := func(want uint64, what string) {
+		t.Helper()
+		stats, err := f.ctx.MemoryStats(pool)
+		f.ok(err)
+		if stats.BytesAllocated != want {
+			t.Errorf("%s: the pool has %d bytes allocated, want %d", what, stats.BytesAllocated, want)
+		}
+	}
+	refused := func(what string, ptr cgc.DevicePtr, size int, want cgc.Status) {
+		t.Helper()
+		m, err := pool.Claim(ptr, size)
+		if m != nil {
+			t.Errorf("Claim of %s (%#x, %d bytes) gave %#x", what, ptr, size, m.Ptr())
+			f.ok(m.Free())
+			return
+		}
+		var e *cgc.Error
+		if !errors.As(err, &e) || e.Status != want || !strings.Contains(e.Message, "cgc_pool_claim") {
+			t.Errorf("Claim of %s (%#x, %d bytes): %v, want %v naming cgc_pool_claim", what, ptr, size, err, want)
+		}
+	}
+	first, err := pool.Malloc(4096, s)
+	f.ok(err)
+	second, err := pool.Malloc(8192, s)
+	f.ok(err)
+	firstAt, secondAt := first.Ptr(), second.Ptr()
+	f.ok(first.Free())
+	claimed, err := pool.Claim(firstAt, 4096)
+	f.ok(err)
+	if claimed.Ptr() != firstAt || claimed.Size() != 4096 {
+		t.Errorf("claimed %d bytes at %#x, want 4096 at %#x", claimed.Size(), claimed.Ptr(), firstAt)
+	}
+	allocated(4096+8192, "after the claim")
+	refused("the same range again", firstAt, 4096, cgc.ErrInvalidState)
+	refused("a range inside the claimed block", firstAt, 512, cgc.ErrInvalidState)
+	refused("0 bytes", firstAt, 0, cgc.ErrInvalidArgument)
+	refused("an unaligned address", firstAt+256, 512, cgc.ErrInvalidArgument)
+	refused("address 0", 0, 512, cgc.ErrInvalidArgument)
+	cached, err := f.ctx.Malloc(4096, s)
+	f.ok(err)
+	cachedAt := cached.Ptr()
+	f.ok(cached.Free())
+	refused("memory of the device cache", cachedAt, 512, cgc.ErrInvalidState)
+
+	// A sub-range of a freed block, at its address.
+	f.ok(second.Free())
+	sub, err := pool.Claim(secondAt+1024, 1000)
+	f.ok(err)
+	if sub.Ptr() != secondAt+1024 {
+		t.Errorf("the sub-range was claimed at %#x, want %#x", sub.Ptr(), secondAt+1024)
+	}
+	allocated(4096+1024, "after the sub-range's claim (rounded up to 512)")
+	refused("a range overlapping the claimed sub-range", secondAt, 2048, cgc.ErrInvalidState)
+	before, err := pool.Claim(secondAt, 1024)
+	f.ok(err)
+	if before.Ptr() != secondAt {
+		t.Errorf("the memory before the sub-range was claimed at %#x, want %#x", before.Ptr(), secondAt)
+	}
+
+	f.ok(before.Free())
+	f.ok(sub.Free())
+	f.ok(claimed.Free())
+	allocated(0, "after the frees")
 	f.ok(pool.Close())
 	f.closeAll(true)
 }

@@ -112,7 +112,7 @@ func TestAdoptedCapturesForeignPoolsAndBlocks(t *testing.T) {
 
 // 1.5: a closed pool or communicator never reaches C; a pointer that is no cgc pool is refused by
 // the library (INVALID_HANDLE, naming the call) whatever the stream, and so is one that is no cgc
-// communicator (or NCCL is absent).
+// communicator (or NCCL is absent). 1.6's Pool.Claim the same way.
 func TestNCCLPoolsAndPoolMallocForeignAndClosedHandles(t *testing.T) {
 	if err := Load(); err != nil {
 		t.Fatal(err)
@@ -142,6 +142,18 @@ func TestNCCLPoolsAndPoolMallocForeignAndClosedHandles(t *testing.T) {
 		m, err := foreignPool.Malloc(512, s)
 		if m != nil || !errors.As(err, &ce) || ce.Status != ErrInvalidHandle || !strings.Contains(ce.Message, "cgc_pool_malloc") {
 			t.Errorf("Malloc from a foreign pool: %v, want ErrInvalidHandle naming cgc_pool_malloc", err)
+		}
+	}
+	// 1.6: Claim likewise, whatever the range.
+	m, err = closedPool.Claim(0x10000, 512)
+	if m != nil || !errors.As(err, &ce) || ce.Status != ErrInvalidHandle || !strings.Contains(ce.Message, "closed") ||
+		!strings.Contains(ce.Message, "Pool.Claim") {
+		t.Errorf("Claim from a closed pool: %v, want ErrInvalidHandle naming the closed pool", err)
+	}
+	for _, size := range []int{0, 512} {
+		m, err := foreignPool.Claim(0x10000, size)
+		if m != nil || !errors.As(err, &ce) || ce.Status != ErrInvalidHandle || !strings.Contains(ce.Message, "cgc_pool_claim") {
+			t.Errorf("Claim(%d) from a foreign pool: %v, want ErrInvalidHandle naming cgc_pool_claim", size, err)
 		}
 	}
 	p, got, err := foreignComm.NewPool(1<<20, NCCLMemorySymmetric)

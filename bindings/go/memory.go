@@ -147,6 +147,31 @@ func (p *Pool) Malloc(size int, s *Stream) (*DeviceMemory, error) {
 	return &DeviceMemory{ptr: DevicePtr(out), size: size}, nil
 }
 
+// Claim (1.6) allocates exactly [ptr, ptr + size rounded up to 512) from the pool's free memory
+// (cgc_pool_claim), as a block at ptr freed like Malloc's (DeviceMemory.Free): a range the pool
+// holds and no block of it uses, after its free neighbours are merged. The block keeps the stream
+// of the free memory it is cut from, so it is reused as that memory would have been. It puts a
+// pool back to a state it had (its live blocks at their addresses, like PyTorch's
+// setCheckpointPoolState). ErrInvalidState when the range is not wholly free memory of the pool
+// (the message says what holds it); ErrInvalidArgument for a 0 or unaligned ptr or size 0;
+// ErrNotSupported for an NCCL pool (Comm.NewPool).
+func (p *Pool) Claim(ptr DevicePtr, size int) (*DeviceMemory, error) {
+	if size < 0 {
+		return nil, sizeError("Pool.Claim", size)
+	}
+	ph, err := p.handle("Pool.Claim")
+	if err != nil {
+		return nil, err
+	}
+	var msg *C.char
+	err = check(C.cgcgo_pool_claim(ph, C.uintptr_t(ptr), C.size_t(size), &msg), msg)
+	runtime.KeepAlive(p)
+	if err != nil {
+		return nil, err
+	}
+	return &DeviceMemory{ptr: ptr, size: size}, nil
+}
+
 // DevicePtr is a device address (a CUdeviceptr), kept as a number because it is not host
 // memory.
 type DevicePtr uintptr

@@ -46,7 +46,9 @@ through ``pool.malloc(size, stream)``, eager allocation from any pool.
 
 Since 1.6 ``ctx.memory_snapshot()`` lists the device's memory as cgc holds it, as
 torch.cuda.memory_snapshot() does: every segment (Segment: a driver allocation of the device cache
-or of a pool) with its blocks (Block, in a BlockState: FREE, ALLOCATED or WAITING).
+or of a pool) with its blocks (Block, in a BlockState: FREE, ALLOCATED or WAITING), and
+``pool.claim(ptr, size)`` allocates a given range of a pool's free memory at its address (to put a
+pool back to a state it had).
 
 Errors are ``cgc.Error`` (``.status`` is a ``cgc.Status`` or, for a code this module does not
 know, the raw int; ``.message`` is cgc_last_error() copied right after the failing call, on the
@@ -523,10 +525,12 @@ _PROTOTYPES = [
     ("cgc_nccl_pool_create", _st, (_h, _sz, ctypes.c_int, _hp, _ip)),
     ("cgc_pool_malloc", _st, (_h, _sz, _h, _hp)),
     # 1.6: the status that goes with cgc_last_error() (CGC_SUCCESS for a warning or none); the
-    # device's segments and blocks (the arrays are filled only when both fit; the totals always)
+    # device's segments and blocks (the arrays are filled only when both fit; the totals always);
+    # [ptr, ptr + size rounded up to 512) of a pool's free memory as a block (cgc_free frees it)
     ("cgc_last_status", _st, ()),
     ("cgc_memory_snapshot", _st, (_h, ctypes.POINTER(segment_info_t), _sz, ctypes.POINTER(block_info_t), _sz,
                                   ctypes.POINTER(_sz), ctypes.POINTER(_sz))),
+    ("cgc_pool_claim", _st, (_h, _h, _sz)),
 ]
 
 
@@ -1430,6 +1434,24 @@ class Pool(_Handle):
         _check(api().cgc_pool_malloc(handle, n, stream.handle, ctypes.byref(out)))
         return out.value or 0
 
+    def claim(self, ptr, size):
+        """1.6: allocates exactly [ptr, ptr + size rounded up to 512) from this pool's free memory
+        (cgc_pool_claim): a range the pool holds and no block of it uses, after its free
+        neighbours are merged. Returns the int address `ptr` of the block, freed with cgc.free like
+        malloc()'s. The block keeps the stream of the free memory it is cut from, so it is reused
+        as that memory would have been. It puts a pool back to a state it had (its live blocks at
+        their addresses, like PyTorch's setCheckpointPoolState).
+
+        Raises InvalidStateError when the range is not wholly free memory of the pool (the
+        message says what holds it), InvalidArgumentError for a 0 or unaligned `ptr` or size 0,
+        NotSupportedError for an NCCL pool (Pool.nccl)."""
+        func = "cgc_pool_claim"
+        handle = self.handle
+        n = _unsigned(size, 64, func, "size")
+        address = _ptr(ptr)
+        _check(api().cgc_pool_claim(handle, address, n))
+        return address
+
     @classmethod
     def _retained(cls, handle, ctx):
         _check(api().cgc_pool_retain(handle))
@@ -1501,6 +1523,8 @@ class Graph(_Handle):
         self._torch_pool = None  # (device, torch pool id) whose use the graph holds until reset
         self._launch = self._raw_stream = self._device = None  # replay()'s, set by _set_captured
         self._owned = []  # Stream wrappers made for it, closed with it
+        self._rng = None  # _TorchRng: PyTorch's generators its capture drew from (cgc.graph)
+        self._generators = []  # torch.Generators registered for its captures (register_generator_state)
 
     @property
     def handle(self):
@@ -1540,6 +1564,11 @@ class Graph(_Handle):
         """Ends the capture and instantiates the graph; on error no stream is left capturing and
         the graph stays empty. An update (update=True) leaves this Graph holding the same handle,
         updated (info().last_update says how); if it fails, the Graph keeps its old graph."""
+        self._end_capture(None)
+
+    def _end_capture(self, rng):
+        """capture_end, the graph then replaying with `rng` (a _TorchRng whose window has ended,
+        or None): it replaces the generators' enrolment of the graph held before (an update)."""
         stream, self._capturing, self._updating = self._capturing, None, False
         if stream is None:
             raise InvalidStateError(Status.INVALID_STATE, "Graph.capture_end without capture_begin")
@@ -1548,6 +1577,32 @@ class Graph(_Handle):
         # An update hands back the handle this object holds (the library promises it), so
         # nothing else owns it: the same assignment serves both kinds of capture.
         self._set_captured(out.value, stream, self._from_torch)
+        self._set_rng(rng)
+
+    def _set_rng(self, rng):
+        """The graph's draws from PyTorch's generators are now `rng`'s (None: it draws none); the
+        enrolment of the graph it held before is released."""
+        if rng is not None and not rng.increment:
+            rng.release()  # it drew nothing: its replays need no prologue
+            rng = None
+        old, self._rng = self._rng, rng
+        if old is not None:
+            old.release()
+
+    def register_generator_state(self, generator):
+        """Like torch.cuda.CUDAGraph.register_generator_state: `generator` (a CUDA torch.Generator
+        of this graph's device, or one of its graphsafe_get_state() states) takes part in this
+        Graph's captures by cgc.graph, as the device's default generator always does: random ops
+        that draw from it in the body give fresh numbers at every replay, and each replay advances
+        its offset. Needs cgc as PyTorch's allocator with the native backend."""
+        torch = _torch()
+        if torch is None or not isinstance(generator, torch.Generator) or generator.device.type != "cuda":
+            raise InvalidArgumentError(Status.INVALID_ARGUMENT, "Graph.register_generator_state: pass a CUDA "
+                                       "torch.Generator, not %r" % (generator,))
+        if self._is_closed:
+            raise _closed("Graph")
+        if not any(g is generator for g in self._generators):
+            self._generators.append(generator)
 
     def _abort_capture(self):
         """Ends a capture whose body failed: the driver capture ends, the graph is discarded. An
@@ -1561,6 +1616,7 @@ class Graph(_Handle):
         if api().cgc_capture_end(stream.handle, ctypes.byref(out)) == 0 and out.value:
             if updating and out.value == self._h:
                 self._h = None
+                self._set_rng(None)  # the graph it served is gone
             api().cgc_graph_destroy(out.value)
 
     def _hold_torch_pool(self, key):
@@ -1599,7 +1655,10 @@ class Graph(_Handle):
 
     def launch(self, stream):
         """Replays the graph on `stream` (any stream of its device). Does not synchronise."""
-        _check(api().cgc_graph_launch(self.handle, stream.handle))
+        h = self.handle
+        if self._rng is not None:
+            self._rng.replay(stream.native)
+        _check(api().cgc_graph_launch(h, stream.handle))
 
     def replay(self):
         """Replays on the capture stream (or, for a graph captured on a torch stream, on torch's
@@ -1614,6 +1673,9 @@ class Graph(_Handle):
             s = self._replay_streams.get(raw) or self._torch_stream(raw)
         else:
             s = self._default_stream()
+        rng = self._rng
+        if rng is not None:  # the graph draws PyTorch's random numbers: their seed and offset first
+            rng.replay(raw if self._from_torch else s.native)
         st = (self._launch or api().cgc_graph_launch)(h, s._h)
         if st != 0:
             _raise(st)
@@ -1681,6 +1743,7 @@ class Graph(_Handle):
             if st != 0:
                 self._h = h
                 _raise(st)
+        self._set_rng(None)
         if self._torch_pool is not None:
             key, self._torch_pool = self._torch_pool, None
             _torch_bridge_pool_release(*key)
@@ -1692,6 +1755,7 @@ class Graph(_Handle):
             self.reset()
         finally:
             self._is_closed = True
+            self._generators = []
             for s in list(self._replay_streams.values()) + self._owned:
                 s.close()
             self._replay_streams, self._owned = {}, []
@@ -2126,10 +2190,111 @@ def _torch():
 
 _default_capture_streams = {}  # device -> the torch.cuda.Stream cgc.graph captures on by default
 
-# What PyTorch says when a random-number op runs in a capture that torch did not begin: its
-# generators take part only in captures of torch.cuda.CUDAGraph (PyTorch 2.11 has no public way
-# to enrol them in another one).
+# What PyTorch says when a random-number op draws, in a capture, from a generator that the
+# capture did not enrol: PyTorch enrols its generators only in captures of torch.cuda.CUDAGraph,
+# and has no public way to enrol them in another one. cgc's native backend enrols them in
+# cgc.graph's captures (_TorchRng); without it, or for a generator not registered, PyTorch says:
 _TORCH_RNG_REFUSAL = "CUDA generator not in capture mode"
+
+_torch_rng_support = None  # (flags, why): what the native backend's cgc_torch_rng_supported said
+
+
+def _torch_rng_supported():
+    """(enrols the default generators, takes registered ones, why not) for this process: cgc is
+    PyTorch's allocator with the native backend, built with PyTorch's generator headers."""
+    global _torch_rng_support
+    if _torch_allocator != "native" or _torch_bridge is None:
+        why = ("cgc is not PyTorch's allocator" if _torch_allocator is None else
+               "cgc serves PyTorch through the pluggable allocator, not its native backend")
+        return False, False, why
+    if _torch_rng_support is None:
+        dll = _torch_bridge
+        if not hasattr(dll, "cgc_torch_rng_supported"):
+            _torch_rng_support = (0, "the loaded backend has no generator enrolment")
+        else:
+            error = ctypes.create_string_buffer(512)
+            flags = dll.cgc_torch_rng_supported(error, len(error))
+            _torch_rng_support = (flags, error.value.decode("utf-8", "replace"))
+    flags, why = _torch_rng_support
+    return bool(flags & 1), bool(flags & 2), why
+
+
+class _TorchRng(object):
+    """PyTorch's CUDA generators enrolled in one cgc.graph capture by the native backend
+    (backend.cc): begun before cgc's capture begins, ended after the body; then, if the graph
+    drew from them (increment > 0), held by the Graph, whose every launch runs replay() first
+    on the launch stream, as CUDAGraph.replay() runs its generators' replay prologue."""
+
+    __slots__ = ("_token", "_dll", "_lock", "_error", "increment")
+
+    def __init__(self, dll, token):
+        self._dll, self._token = dll, token
+        self._lock = threading.Lock()  # a release waits for a replay under way on another thread
+        self._error = ctypes.create_string_buffer(512)
+        self.increment = None  # set by end(): the largest whole-graph increment
+
+    def _raise(self, status, what):
+        message = self._error.value.decode("utf-8", "replace")
+        raise Error(Status.of(status), "%s: PyTorch's random numbers: %s" % (what, message))
+
+    def end(self):
+        """Ends the capture window: the generators leave capture mode. Raises if the window
+        cannot serve the graph (it is ended all the same)."""
+        increment = ctypes.c_ulonglong(0)
+        st = self._dll.cgc_torch_rng_capture_end(self._token, ctypes.byref(increment), self._error,
+                                                 len(self._error))
+        self.increment = increment.value
+        if st != 0:
+            self._raise(st, "cgc.graph")
+
+    def replay(self, raw_stream):
+        """Before a launch on torch's raw stream `raw_stream`: the capture's seed and offset
+        tensors filled there, each generator's offset advanced by the graph's increment."""
+        with self._lock:
+            if self._token is None:
+                raise InvalidStateError(Status.INVALID_STATE, "the Graph's generator enrolment was released")
+            st = self._dll.cgc_torch_rng_replay_prologue(self._token, raw_stream, self._error, len(self._error))
+            if st != 0:
+                self._raise(st, "Graph.replay")
+
+    def release(self):
+        with self._lock:
+            token, self._token = self._token, None
+        if token is not None:
+            self._dll.cgc_torch_rng_release(token)
+
+    def __del__(self):
+        if self._token is not None and not sys.is_finalizing():
+            self.release()
+
+
+def _torch_rng_unenrolled_why():
+    enrols, _, why = _torch_rng_supported()
+    return "the capture is not on a torch stream" if enrols else why
+
+
+def _torch_rng_begin(device, raw_stream, generators):
+    """The enrolment of the device's default CUDA generator and of `generators` (registered with
+    Graph.register_generator_state) in the capture about to begin on torch's raw stream
+    `raw_stream`, or None where cgc cannot enrol them (not the native backend): the body's draws
+    are then refused as before, and registered generators raise here."""
+    enrols, takes_registered, why = _torch_rng_supported()
+    if not enrols or (generators and not takes_registered):
+        if generators:
+            raise CaptureUnsupportedError(Status.CAPTURE_UNSUPPORTED, "cgc.graph: registered generators "
+                                          "(Graph.register_generator_state) cannot take part in the capture: %s"
+                                          % why)
+        return None
+    dll = _torch_bridge
+    objects = (ctypes.c_void_p * max(len(generators), 1))(*[id(g) for g in generators])
+    token = ctypes.c_void_p()
+    error = ctypes.create_string_buffer(512)
+    st = dll.cgc_torch_rng_capture_begin(device, raw_stream, objects, len(generators), ctypes.byref(token),
+                                         error, len(error))
+    if st != 0:
+        raise Error(Status.of(st), "cgc.graph: enrolling PyTorch's generators in the capture: %s"
+                    % error.value.decode("utf-8", "replace"))
+    return _TorchRng(dll, token.value)
 
 
 def _torch_capture_prelude(torch, collect_garbage):
@@ -2179,9 +2344,15 @@ class graph(object):
     update after the body applies it, so the half-made recapture has replaced the old graph
     (cgc.capture(stream, body, update=g) keeps the old graph instead, ending inside the
     library). If ending fails (e.g. an unjoined fork), that Error is raised, no stream is left
-    capturing and an updated Graph keeps its old graph. PyTorch's random numbers (torch.rand,
-    dropout) cannot be drawn in the body: torch refuses them in a capture it did not begin, and
-    cgc.graph raises CaptureUnsupportedError saying what to use instead."""
+    capturing and an updated Graph keeps its old graph.
+
+    PyTorch's random numbers (torch.rand, dropout, ...): with cgc as PyTorch's allocator through
+    its native backend, a capture on a torch stream enrols the device's default CUDA generator
+    (and those registered with cuda_graph.register_generator_state) as torch.cuda.graph
+    does: every replay draws fresh numbers, the very ones a torch.cuda.graph of the same body
+    draws from the same seed, and advances the generator's offset by the graph's draws. Without
+    that backend torch refuses them in a capture it did not begin, and cgc.graph raises
+    CaptureUnsupportedError saying what to use instead (docs/TORCH.md, "Random numbers")."""
 
     def __init__(self, cuda_graph, pool=None, stream=None, capture_error_mode=None, mode=None, upload=False,
                  update=False, collect_garbage=None):
@@ -2201,6 +2372,7 @@ class graph(object):
         self._torch_ctx = None
         self._on_torch_stream = False
         self._torch_pool = None  # the torch pool id this capture took a use of, until its end
+        self._rng = None  # _TorchRng: PyTorch's generators enrolled in this capture, until its end
 
     def _resolve_stream(self):
         stream = self.stream
@@ -2250,15 +2422,29 @@ class graph(object):
             g._owned.append(stream)
             self._torch_ctx = torch.cuda.stream(torch_stream)
             self._torch_ctx.__enter__()
+        elif g._generators:
+            raise InvalidArgumentError(Status.INVALID_ARGUMENT, "cgc.graph: the Graph has registered generators "
+                                       "(register_generator_state), which take part only in captures on a torch "
+                                       "stream: pass a torch.cuda.Stream or stream=None")
         try:
             pool = self._resolve_pool(stream)
+            if torch_stream is not None:
+                # As CUDAGraph.capture_begin: the generators enter capture mode before the capture
+                # begins (their tensors are filled eagerly, outside it).
+                self._rng = _torch_rng_begin(stream.context.device, torch_stream.cuda_stream, g._generators)
             g.capture_begin(stream, pool=pool, mode=self.mode, upload=self.upload, update=self.update)
         except BaseException:
+            self._release_rng()
             self._release_torch_pool()
             self._leave_torch()
             raise
         self._on_torch_stream = torch_stream is not None
         return g
+
+    def _release_rng(self):
+        if self._rng is not None:
+            rng, self._rng = self._rng, None
+            rng.release()  # ends the window first when the capture did not end
 
     def _leave_torch(self):
         if self._torch_ctx is not None:
@@ -2267,32 +2453,59 @@ class graph(object):
 
     def __exit__(self, exc_type, exc, tb):
         kept = False
+        enrolled = self._rng is not None
         try:
+            g = self.cuda_graph
             if exc_type is None:
-                self.cuda_graph.capture_end()
+                if self._rng is not None:
+                    # As CUDAGraph.capture_end: the generators leave capture mode, each with the
+                    # graph's increment of its offset (the body is done: nothing draws any more).
+                    try:
+                        self._rng.end()
+                    except BaseException:
+                        g._abort_capture()
+                        raise
+                rng, self._rng = self._rng, None
+                try:
+                    g._end_capture(rng)  # the Graph holds rng from here
+                except BaseException:
+                    if rng is not None:
+                        rng.release()
+                    raise
                 kept = True
                 # Set only once the end succeeded: a failed update leaves the Graph holding its
                 # old graph, which replays where it did.
-                g = self.cuda_graph
                 g._set_captured(g._h, g._stream, self._on_torch_stream)
             else:
-                self.cuda_graph._abort_capture()
+                g._abort_capture()
         finally:
             try:
-                self._leave_torch()
+                self._release_rng()
             finally:
-                if kept and self._torch_pool is not None:
-                    self.cuda_graph._hold_torch_pool(self._torch_pool)  # released at its reset
-                    self._torch_pool = None
-                self._release_torch_pool()
+                try:
+                    self._leave_torch()
+                finally:
+                    if kept and self._torch_pool is not None:
+                        self.cuda_graph._hold_torch_pool(self._torch_pool)  # released at its reset
+                        self._torch_pool = None
+                    self._release_torch_pool()
         if exc is not None and _TORCH_RNG_REFUSAL in str(exc):
+            if enrolled:
+                raise CaptureUnsupportedError(
+                    Status.CAPTURE_UNSUPPORTED,
+                    "cgc.graph: the body drew from a torch.Generator that this capture did not enrol: register "
+                    "it with g.register_generator_state(generator) before the capture, as with "
+                    "torch.cuda.CUDAGraph (the device's default generator is enrolled by itself) "
+                    "(torch said: %s)" % exc) from exc
             raise CaptureUnsupportedError(
                 Status.CAPTURE_UNSUPPORTED,
-                "cgc.graph: PyTorch's random numbers (torch.rand, dropout, ...) cannot be drawn in a capture "
-                "that torch did not begin: its generators take part only in torch.cuda.graph's captures. "
-                "Capture this body with torch.cuda.graph (with cgc.use_as_torch_allocator() its memory "
-                "still comes from cgc's pools, and every replay draws fresh numbers), or draw with a "
-                "cgc.Rng inside cgc.graph (torch said: %s)" % exc) from exc
+                "cgc.graph: PyTorch's random numbers (torch.rand, dropout, ...) cannot be drawn in this capture: "
+                "%s, and PyTorch enrols its generators only in torch.cuda.graph's captures. Make cgc PyTorch's "
+                "allocator with its native backend (cgc.use_as_torch_allocator(backend=\"native\")), which "
+                "enrols them in cgc.graph's captures on torch streams; or capture this body with "
+                "torch.cuda.graph (with cgc.use_as_torch_allocator() its memory still comes from cgc's pools, "
+                "and every replay draws fresh numbers); or draw with a cgc.Rng inside cgc.graph "
+                "(torch said: %s)" % (_torch_rng_unenrolled_why(), exc)) from exc
         return False
 
 
@@ -2345,6 +2558,7 @@ def capture(stream, body, pool=None, mode="global", upload=False, update=None):
     if update is not None and out.value == update_handle:
         # The library hands back the handle the Graph holds: the same object, updated.
         update._set_captured(update._h, stream, False)
+        update._set_rng(None)  # the new graph draws from no torch generator it enrolled
         return update
     g = Graph()
     g._set_captured(out.value, stream, False)
@@ -2399,6 +2613,26 @@ def _set_pool_call_types(dll):
     dll.cgc_torch_bridge_pool_ids.argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_ulonglong), ctypes.c_size_t]
     dll.cgc_torch_bridge_open_routes.restype = ctypes.c_int
     dll.cgc_torch_bridge_open_routes.argtypes = []
+
+
+def _set_rng_call_types(dll):
+    """The native backend's calls that enrol PyTorch's generators in cgc.graph's captures
+    (backend.cc), typed for ctypes; nothing for a backend without them."""
+    if not hasattr(dll, "cgc_torch_rng_supported"):
+        return
+    dll.cgc_torch_rng_supported.restype = ctypes.c_int
+    dll.cgc_torch_rng_supported.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
+    dll.cgc_torch_rng_capture_begin.restype = ctypes.c_int
+    dll.cgc_torch_rng_capture_begin.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p),
+                                                ctypes.c_size_t, ctypes.POINTER(ctypes.c_void_p), ctypes.c_char_p,
+                                                ctypes.c_size_t]
+    dll.cgc_torch_rng_capture_end.restype = ctypes.c_int
+    dll.cgc_torch_rng_capture_end.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_ulonglong), ctypes.c_char_p,
+                                              ctypes.c_size_t]
+    dll.cgc_torch_rng_replay_prologue.restype = ctypes.c_int
+    dll.cgc_torch_rng_replay_prologue.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_size_t]
+    dll.cgc_torch_rng_release.restype = None
+    dll.cgc_torch_rng_release.argtypes = [ctypes.c_void_p]
 
 
 def _torch_backend_sources():
@@ -2487,6 +2721,7 @@ def _install_torch_backend(torch, lib):
     dll.cgc_torch_backend_install.restype = ctypes.c_int
     dll.cgc_torch_backend_install.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_size_t]
     _set_pool_call_types(dll)
+    _set_rng_call_types(dll)
     error = ctypes.create_string_buffer(1024)
     if dll.cgc_torch_backend_install(os.fsencode(lib.path), error, len(error)) != 0:
         return None, error.value.decode("utf-8", "replace")

@@ -194,7 +194,7 @@ class LoadingTest(unittest.TestCase):
         lib = cgc.api()
         self.assertGreaterEqual(lib.table.contents.struct_size, ctypes.sizeof(cgc.api_t))
         # 1.0's, then 1.1's, 1.2's, 1.3's, 1.4's, 1.5's and 1.6's
-        self.assertEqual(len(cgc._PROTOTYPES), 63 + 29 + 4 + 1 + 3 + 2 + 2)
+        self.assertEqual(len(cgc._PROTOTYPES), 63 + 29 + 4 + 1 + 3 + 2 + 3)
         for name, _, _ in cgc._PROTOTYPES:
             via_table = ctypes.cast(getattr(lib, name), ctypes.c_void_p).value
             via_dlsym = ctypes.cast(getattr(lib.dll, name), ctypes.c_void_p).value
@@ -272,7 +272,7 @@ class LastStatusTest(unittest.TestCase):
 
     def test_the_table_ends_with_the_1_6_functions(self):
         self.assertEqual([p[0] for p in cgc._PROTOTYPES[63 + 29 + 4 + 1 + 3 + 2:]],
-                         ["cgc_last_status", "cgc_memory_snapshot"])
+                         ["cgc_last_status", "cgc_memory_snapshot", "cgc_pool_claim"])
         self.assertEqual((cgc.VERSION_MAJOR, cgc.VERSION_MINOR), (1, 6))
         self.assertIn("last_status", cgc.__all__)
 
@@ -882,6 +882,33 @@ class MemorySnapshotBadCallTest(ExpectMixin, unittest.TestCase):
             forget(ctx)
         with self.assertRaises(cgc.InvalidHandleError):  # a closed context never reaches C
             cgc.Context.__new__(cgc.Context).memory_snapshot()
+
+
+class PoolClaimBadCallTest(ExpectMixin, unittest.TestCase):
+    """1.6 without a GPU: cgc_pool_claim refuses a NULL or foreign pool by name before it looks at
+    the range (whatever the address and size), and Pool.claim a closed or foreign pool and what
+    ctypes would cut. The checks after a valid handle (address, size, range) run in
+    GpuPoolClaimTest."""
+
+    def test_null_and_foreign_pools_are_refused_by_name(self):
+        lib = cgc.api()
+        for pool, status, word in ((None, cgc.Status.INVALID_ARGUMENT, "pool is NULL"),
+                                   (FOREIGN, cgc.Status.INVALID_HANDLE, "pool")):
+            for ptr, size in ((0x10000, 512), (None, 512), (0x10001, 512), (0x10000, 0)):
+                self.expect(status, "cgc_pool_claim", lambda: lib.cgc_pool_claim(pool, ptr, size), word)
+
+    def test_the_binding_refuses_by_name(self):
+        pool = foreign(cgc.Pool)
+        try:
+            self.expect_raise(cgc.InvalidHandleError, "cgc_pool_claim", lambda: pool.claim(0x10000, 512), "pool")
+            # Sizes ctypes would cut to their low bits are refused here, naming the C function.
+            for size in (-1, 1 << 64, 1.5):
+                self.expect_raise(cgc.InvalidArgumentError, "cgc_pool_claim", lambda: pool.claim(0x10000, size),
+                                  "size")
+        finally:
+            forget(pool)
+        with self.assertRaises(cgc.InvalidHandleError):  # a closed pool never reaches C
+            cgc.Pool.__new__(cgc.Pool).claim(0x10000, 512)
 
 
 class ConditionalBadCallTest(ExpectMixin, unittest.TestCase):
@@ -1943,6 +1970,55 @@ class GpuPoolMallocTest(unittest.TestCase):
         q = pool.malloc(3 << 20, s)
         self.assertEqual(q, p, "the freed eager block serves the same stream again")
         cgc.free(q)
+        self.assertEqual(pool.memory_stats().bytes_allocated, 0)
+        pool.close()
+        s.close()
+        ctx.close()
+
+
+class GpuPoolClaimTest(unittest.TestCase):
+    def setUp(self):
+        require_gpu(self)
+
+    def test_free_memory_claimed_back_at_its_address(self):
+        # 1.6: Pool.claim gives a freed block of a pool back at its address; the same range again
+        # is refused (INVALID_STATE: the pool's block holds it), as are address 0 or an unaligned
+        # one, size 0 and memory of the device cache; a 512-byte aligned range inside a freed
+        # block is cut out of it at its address; claimed blocks are freed with cgc.free.
+        ctx = cgc.Context(0)
+        s = cgc.Stream(ctx)
+        pool = cgc.Pool(ctx)
+
+        def refused(error, ptr, size):
+            with self.assertRaises(error) as raised:
+                pool.claim(ptr, size)
+            self.assertIn("cgc_pool_claim", raised.exception.message)
+
+        first, second = pool.malloc(4096, s), pool.malloc(8192, s)
+        cgc.free(first)
+        claimed = pool.claim(first, 4096)
+        self.assertEqual(claimed, first, "claimed at its address")
+        self.assertEqual(pool.memory_stats().bytes_allocated, 4096 + 8192)
+        refused(cgc.InvalidStateError, first, 4096)  # the same range again
+        refused(cgc.InvalidStateError, first, 512)  # inside the claimed block
+        refused(cgc.InvalidArgumentError, first, 0)
+        refused(cgc.InvalidArgumentError, first + 256, 512)
+        refused(cgc.InvalidArgumentError, 0, 512)
+        cached = cgc.malloc(ctx, 4096, s)
+        cgc.free(cached)
+        refused(cgc.InvalidStateError, cached, 512)  # the device cache's memory is no pool's
+
+        # A sub-range of a freed block, at its address.
+        cgc.free(second)
+        sub = pool.claim(second + 1024, 1000)
+        self.assertEqual(sub, second + 1024)
+        self.assertEqual(pool.memory_stats().bytes_allocated, 4096 + 1024, "rounded up to 512")
+        refused(cgc.InvalidStateError, second, 2048)  # overlaps the claimed sub-range
+        before = pool.claim(second, 1024)
+        self.assertEqual(before, second)
+
+        for p in (before, sub, claimed):
+            cgc.free(p)
         self.assertEqual(pool.memory_stats().bytes_allocated, 0)
         pool.close()
         s.close()

@@ -57,7 +57,8 @@
 //! thread, for calls of the raw table that return no status (`cgc_torch_malloc`), and
 //! [`Context::memory_snapshot`] lists the device's memory as cgc holds it, like PyTorch's
 //! `torch.cuda.memory_snapshot()`: every [`Segment`] (a driver allocation of the device cache or
-//! of a pool) with its [`Block`]s.
+//! of a pool) with its [`Block`]s, and [`Pool::claim`] allocates a given range of a pool's free
+//! memory, at its address (to put a pool back to a state it had).
 //!
 //! Objects own their handle and destroy it on `Drop` (errors there are ignored); each also has
 //! a `destroy(self)` (or `free`, `release`) that reports the library's status. Objects made from

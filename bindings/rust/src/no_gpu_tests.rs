@@ -717,6 +717,28 @@ fn memory_snapshot_of_a_null_context_is_refused_by_name() {
     assert_ne!(PoolId::from_raw(fake), Some(PoolId::of(&pool)));
 }
 
+/// 1.6: a claim from a NULL pool is refused by the library, naming the call and the pool, before
+/// it looks at the range (so whatever the address and size), and hands out no block; one from a
+/// pointer that is no cgc pool is refused as an invalid handle.
+#[test]
+fn pool_claim_refuses_a_null_and_a_foreign_pool_by_name() {
+    let pool = null_pool();
+    for (ptr, bytes) in [(0x10000usize, 512usize), (0x10000, 0), (0x10001, 512), (0, 512), (0x10000, usize::MAX)] {
+        let e = pool.claim(ptr as *mut c_void, bytes).expect_err("a NULL pool");
+        assert_eq!(e.status(), Some(Status::InvalidArgument), "{}", e);
+        assert!(e.message().contains("cgc_pool_claim"), "{}", e);
+        assert!(e.message().contains("pool is NULL"), "{}", e);
+    }
+    let mut not_an_object = [0x5a5a_5a5a_5a5a_5a5a_u64; 32];
+    let foreign = Pool {
+        raw: not_an_object.as_mut_ptr() as sys::cgc_pool_t,
+        api: loaded_api(),
+    };
+    assert_refused(foreign.claim(0x10000 as *mut c_void, 512), Status::InvalidHandle, "cgc_pool_claim");
+    // Not released: the library would only refuse it (it holds no reference of ours).
+    std::mem::forget(foreign);
+}
+
 #[test]
 fn the_1_5_memory_kinds_are_the_headers() {
     let kinds = [NcclMemory::Plain, NcclMemory::Registered, NcclMemory::Symmetric];

@@ -1,4 +1,5 @@
-//! [`Pool`]: private memory pools shared by graphs, adopted captures (1.4) and eager allocation from a pool (1.5).
+//! [`Pool`]: private memory pools shared by graphs, adopted captures (1.4), eager allocation from a
+//! pool (1.5) and claims of a pool's free memory by address (1.6).
 
 use super::*;
 
@@ -99,6 +100,27 @@ impl Pool {
         })?;
         Ok(DeviceBuffer {
             ptr: p,
+            len: bytes,
+            api: self.api,
+        })
+    }
+
+    /// 1.6: allocates exactly `[ptr, ptr + bytes rounded up to 512)` from this pool's free
+    /// memory (`cgc_pool_claim`), as a block freed like [`Pool::alloc`]'s (on drop, or
+    /// [`DeviceBuffer::free`]), at `ptr`: a range the pool holds and no block of it uses, after
+    /// its free neighbours are merged. The block keeps the stream of the free memory it is cut
+    /// from, so it is reused as that memory would have been. This puts a pool back to a state
+    /// it had (its live blocks at their addresses, like PyTorch's `setCheckpointPoolState`).
+    ///
+    /// Errors: [`Status::InvalidState`] when the range is not wholly free memory of the pool
+    /// (the message says what holds it); [`Status::InvalidArgument`] for a null or unaligned
+    /// `ptr` or 0 bytes; [`Status::NotSupported`] for an NCCL pool ([`Pool::nccl`]).
+    pub fn claim(&self, ptr: *mut c_void, bytes: usize) -> Result<DeviceBuffer> {
+        // SAFETY: live handle (we hold a reference); the library only compares `ptr` with the
+        // pool's blocks and never dereferences it.
+        check(self.api, unsafe { (self.api.cgc_pool_claim)(self.raw, ptr, bytes) })?;
+        Ok(DeviceBuffer {
+            ptr,
             len: bytes,
             api: self.api,
         })

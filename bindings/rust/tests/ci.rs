@@ -463,11 +463,12 @@ fn the_1_2_functions_refuse_null_and_foreign_graphs_by_name() {
             "cgc_nccl_pool_create",
             "cgc_pool_malloc",
             "cgc_last_status",
-            "cgc_memory_snapshot"
+            "cgc_memory_snapshot",
+            "cgc_pool_claim"
         ]
     );
-    // 1.0's 63 functions, 1.1's 29, 1.2's 4, 1.3's 1, 1.4's 3, 1.5's 2 and 1.6's 2.
-    assert_eq!(names.len(), 63 + 29 + 4 + 1 + 3 + 2 + 2);
+    // 1.0's 63 functions, 1.1's 29, 1.2's 4, 1.3's 1, 1.4's 3, 1.5's 2 and 1.6's 3.
+    assert_eq!(names.len(), 63 + 29 + 4 + 1 + 3 + 2 + 3);
 }
 
 /// 1.2's conditional nodes refuse a NULL stream (INVALID_ARGUMENT) and a pointer that is no cgc
@@ -637,6 +638,24 @@ fn the_1_5_functions_refuse_null_and_foreign_arguments_by_name() {
                 assert_named_refusal(api, st, want, "cgc_pool_malloc");
                 assert!(out.is_null(), "*out is cleared on failure");
             }
+        }
+    }
+}
+
+/// 1.6: cgc_pool_claim refuses a NULL pool (INVALID_ARGUMENT) and a pointer that is no cgc pool
+/// (INVALID_HANDLE) by name, before it looks at the range: whatever the address (NULL,
+/// unaligned) and the size (0 too).
+#[test]
+fn pool_claim_refuses_null_and_foreign_pools_by_name() {
+    let api = cgc::api().unwrap();
+    let mut not_an_object = [0x5a5a_5a5a_5a5a_5a5a_u64; 32];
+    let foreign = not_an_object.as_mut_ptr() as sys::cgc_pool_t;
+    for (pool, want) in [(ptr::null_mut(), Status::InvalidArgument), (foreign, Status::InvalidHandle)] {
+        for (address, size) in [(0x10000usize, 512usize), (0, 512), (0x10001, 512), (0x10000, 0), (0x10000, usize::MAX)] {
+            // SAFETY: NULL and the foreign pointer are documented inputs (refused by a check of
+            // the handle, which only reads the foreign memory); the address is never read.
+            let st = unsafe { (api.cgc_pool_claim)(pool, address as *mut c_void, size) };
+            assert_named_refusal(api, st, want, "cgc_pool_claim");
         }
     }
 }

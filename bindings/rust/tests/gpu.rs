@@ -1381,6 +1381,65 @@ fn eager_blocks_of_an_ordinary_pool() {
     ctx.destroy().unwrap();
 }
 
+/// 1.6: Pool::claim gives a freed block of a pool back at its address; the same range again is
+/// refused (INVALID_STATE: the pool's block holds it), as are a null or unaligned address, 0
+/// bytes and memory of the device cache; a 512-byte aligned range inside a freed block is cut
+/// out of it at its address; claimed blocks are freed like Pool::alloc's.
+#[test]
+fn pool_claim_gives_free_memory_back_at_its_address() {
+    const TEST: &str = "pool_claim_gives_free_memory_back_at_its_address";
+    let _serial = serial();
+    let ctx = match gpu(TEST) {
+        Some(c) => c,
+        None => return,
+    };
+    let stream = Stream::new(&ctx).unwrap();
+    let pool = Pool::new(&ctx).unwrap();
+    let first = pool.alloc(4096, &stream).expect("cgc_pool_malloc");
+    let second = pool.alloc(8192, &stream).expect("cgc_pool_malloc");
+    let (first_at, second_at) = (first.as_ptr(), second.as_ptr());
+    first.free().unwrap();
+    let claimed = pool.claim(first_at, 4096).expect("cgc_pool_claim of the freed block");
+    assert_eq!(claimed.as_ptr(), first_at, "claimed at its address");
+    assert_eq!(claimed.len(), 4096);
+    assert_eq!(ctx.memory_stats(Some(&pool)).unwrap().bytes_allocated, 4096 + 8192);
+    let e = pool.claim(first_at, 4096).expect_err("the same range again");
+    assert_error(&e, Status::InvalidState, "cgc_pool_claim");
+    let e = pool.claim(first_at, 512).expect_err("a range inside the claimed block");
+    assert_error(&e, Status::InvalidState, "cgc_pool_claim");
+    // Arguments, refused whatever the pool holds.
+    assert_error(&pool.claim(first_at, 0).expect_err("0 bytes"), Status::InvalidArgument, "cgc_pool_claim");
+    let unaligned = (first_at as usize + 256) as *mut std::ffi::c_void;
+    assert_error(&pool.claim(unaligned, 512).expect_err("an unaligned address"), Status::InvalidArgument,
+                 "cgc_pool_claim");
+    assert_error(&pool.claim(std::ptr::null_mut(), 512).expect_err("NULL"), Status::InvalidArgument,
+                 "cgc_pool_claim");
+    // The device cache's memory is no pool's.
+    let cached = DeviceBuffer::alloc(&ctx, 4096, &stream).unwrap();
+    let cached_at = cached.as_ptr();
+    cached.free().unwrap();
+    assert_error(&pool.claim(cached_at, 512).expect_err("memory of the device cache"), Status::InvalidState,
+                 "cgc_pool_claim");
+    // A sub-range of a freed block, at its address.
+    second.free().unwrap();
+    let inside = (second_at as usize + 1024) as *mut std::ffi::c_void;
+    let sub = pool.claim(inside, 1000).expect("cgc_pool_claim of a range inside a freed block");
+    assert_eq!(sub.as_ptr(), inside);
+    assert_eq!(ctx.memory_stats(Some(&pool)).unwrap().bytes_allocated, 4096 + 1024, "rounded up to 512");
+    let e = pool.claim(second_at, 2048).expect_err("a range overlapping the claimed sub-range");
+    assert_error(&e, Status::InvalidState, "cgc_pool_claim");
+    let before = pool.claim(second_at, 1024).expect("the free memory before the sub-range");
+    assert_eq!(before.as_ptr(), second_at);
+
+    before.free().unwrap();
+    sub.free().unwrap();
+    claimed.free().unwrap();
+    assert_eq!(ctx.memory_stats(Some(&pool)).unwrap().bytes_allocated, 0);
+    pool.release().unwrap();
+    stream.destroy().unwrap();
+    ctx.destroy().unwrap();
+}
+
 /// 1.6: two blocks allocated, one freed: the snapshot lists the first allocated with its
 /// rounded size and the size asked, the second's memory free (merged with free neighbours,
 /// perhaps), a pool's block in a segment of that pool, and the segments add up to the device's
