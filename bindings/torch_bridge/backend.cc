@@ -32,6 +32,8 @@
 #include <torch/csrc/cuda/CUDAPluggableAllocator.h>
 
 #include <algorithm>
+#include <cstddef>
+#include <iterator>
 #include <atomic>
 #include <cstdio>
 #include <memory>
@@ -43,6 +45,37 @@
 
 #include "bindings/torch_bridge/routes.h"
 #include "capi/cgc.h"
+
+// PyTorch's CUDA generators in cgc.graph's captures (the end of this file) need ATen's headers,
+// which every PyTorch install has. PyTorch 2.4 to 2.13 keep the generator's state in a private
+// `state_` (the explicit instantiation below names it, for these versions only); the fields read
+// there are checked at compile time (GraphSafeFields). Any other PyTorch, or one whose fields
+// differ, builds the allocator all the same, without that enrolment.
+#if __has_include(<torch/headeronly/version.h>)
+#include <torch/headeronly/version.h>
+#elif __has_include(<torch/version.h>)
+#include <torch/version.h>
+#endif
+#if defined(TORCH_VERSION_MAJOR) && defined(TORCH_VERSION_MINOR) && TORCH_VERSION_MAJOR == 2 && \
+    TORCH_VERSION_MINOR >= 4 && TORCH_VERSION_MINOR <= 13 && __has_include(<ATen/cuda/CUDAGeneratorImpl.h>)
+#define CGC_TORCH_RNG 1
+#include <ATen/core/Generator.h>
+#include <ATen/core/TensorBase.h>
+#include <ATen/cuda/CUDAGeneratorImpl.h>
+#include <ATen/ops/empty.h>
+#include <c10/core/InferenceMode.h>
+#include <type_traits>
+// Generators the user registers reach this library as the Python objects torch.Generator wraps.
+#if __has_include(<torch/csrc/Generator.h>) && __has_include(<Python.h>)
+#define CGC_TORCH_RNG_USER_GENERATORS 1
+#include <torch/csrc/Generator.h>
+#else
+#define CGC_TORCH_RNG_USER_GENERATORS 0
+#endif
+#else
+#define CGC_TORCH_RNG 0
+#define CGC_TORCH_RNG_USER_GENERATORS 0
+#endif
 
 #define BACKEND_API extern "C" __attribute__((visibility("default")))
 
@@ -463,39 +496,39 @@ class CgcAllocator final : public cca::CUDAAllocator {
   }
 
   // Puts a pool back to a checkpoint (the CUDA-graph trees, when execution leaves the recorded
-  // path). PyTorch's allocator frees the pool's blocks and makes the checkpoint's again at their
-  // addresses. cgc cannot yet allocate at a given address, so it restores only a pool whose live
-  // blocks are the checkpoint's: the delta then hands the same blocks to new owners, as PyTorch's
-  // does; any other state is refused, saying what differs.
+  // path), as PyTorch's allocator does: every block of the pool allocated now counts as freed
+  // (ptrs_freed) and every block of the checkpoint as allocated again at its address
+  // (dataptrs_allocd, whose deleters PyTorch gives to the storages it rebuilds). Blocks in both
+  // stay as they are; the others are freed, and the checkpoint's missing ones are claimed back
+  // from the pool's free memory at their addresses (cgc_pool_claim). When one cannot be (its
+  // memory is in use, or went back to the driver) the pool is put back as it was and the call
+  // fails saying which.
   cca::CheckpointDelta setCheckpointPoolState(c10::DeviceIndex device,
                                               std::shared_ptr<cca::AllocatorState> pps) override {
     auto* checkpoint = dynamic_cast<PoolCheckpoint*>(pps.get());
     TORCH_CHECK(checkpoint != nullptr && checkpoint->device == device,
                 "cgc: setCheckpointPoolState: not a checkpoint cgc took of device ", static_cast<int>(device));
+    const c10::MempoolId_t id = checkpoint->id;
     std::vector<std::pair<void*, size_t>> now;
     {
       std::lock_guard<std::mutex> hold(blocks_lock_);
       for (const auto& [ptr, block] : blocks_)
-        if (block.device == device && block.pool.id0 == checkpoint->id.first &&
-            block.pool.id1 == checkpoint->id.second)
+        if (block.device == device && block.pool.id0 == id.first && block.pool.id1 == id.second)
           now.emplace_back(ptr, block.size);
     }
     std::sort(now.begin(), now.end());
-    if (now != checkpoint->blocks) {
-      size_t gone = 0, added = 0;
-      for (const auto& b : checkpoint->blocks) gone += !std::binary_search(now.begin(), now.end(), b);
-      for (const auto& b : now) added += !std::binary_search(checkpoint->blocks.begin(), checkpoint->blocks.end(), b);
-      TORCH_CHECK(false, "cgc: setCheckpointPoolState: pool (", checkpoint->id.first, ", ", checkpoint->id.second,
-                  ") has ", gone, " block(s) of the checkpoint freed and ", added,
-                  " allocated since; restoring it needs allocation at the checkpoint's addresses, which this "
-                  "version of cgc does not offer (torch.compile's CUDA-graph trees reach this when execution "
-                  "leaves a recorded path)");
-    }
+    std::vector<std::pair<void*, size_t>> stale, missing;  // allocated now only; in the checkpoint only
+    std::set_difference(now.begin(), now.end(), checkpoint->blocks.begin(), checkpoint->blocks.end(),
+                        std::back_inserter(stale));
+    std::set_difference(checkpoint->blocks.begin(), checkpoint->blocks.end(), now.begin(), now.end(),
+                        std::back_inserter(missing));
+    if (!missing.empty()) claim_checkpoint_blocks(device, id, stale, missing);
+    else
+      for (const auto& [ptr, size] : stale) free_block(ptr);
     cca::CheckpointDelta delta;
-    for (const auto& [ptr, size] : now) {
-      delta.ptrs_freed.push_back(ptr);
+    for (const auto& [ptr, size] : now) delta.ptrs_freed.push_back(ptr);
+    for (const auto& [ptr, size] : checkpoint->blocks)
       delta.dataptrs_allocd.emplace_back(ptr, ptr, &delete_block, c10::Device(c10::DeviceType::CUDA, device));
-    }
     return delta;
   }
 
@@ -506,6 +539,56 @@ class CgcAllocator final : public cca::CUDAAllocator {
 
   void check_device(c10::DeviceIndex device) const {
     TORCH_CHECK(device >= 0 && device < kMaxDevices, "cgc: device ", static_cast<int>(device), " is out of range");
+  }
+
+  // setCheckpointPoolState's slow path: frees `stale` (allocated now, not in the checkpoint), then
+  // claims `missing` (in the checkpoint, freed since) back at their addresses in the torch pool
+  // `id`. On a refusal, what was claimed is freed and `stale` claimed back, and the call throws.
+  void claim_checkpoint_blocks(c10::DeviceIndex device, c10::MempoolId_t id,
+                               const std::vector<std::pair<void*, size_t>>& stale,
+                               const std::vector<std::pair<void*, size_t>>& missing) {
+    const cgc_api_t* api = cgc_torch::api();
+    char error[256] = "";
+    cgc_pool_t pool = cgc_torch::pool_for(device, id.first, id.second, false, error, sizeof error);
+    TORCH_CHECK(pool != nullptr, "cgc: setCheckpointPoolState: pool (", id.first, ", ", id.second, ") of device ",
+                static_cast<int>(device), " is gone", error[0] ? ": " : "", error);
+    for (const auto& [ptr, size] : stale) free_block(ptr);
+    size_t claimed = 0;
+    std::string why;
+    for (; claimed < missing.size(); claimed++) {
+      auto [ptr, size] = missing[claimed];
+      if (api->cgc_pool_claim(pool, ptr, size) != CGC_SUCCESS) {
+        why = api->cgc_last_error();
+        break;
+      }
+      note_claimed(device, id, ptr, size);
+    }
+    if (claimed < missing.size()) {
+      for (size_t i = 0; i < claimed; i++) free_block(missing[i].first);
+      size_t restored = 0;
+      for (const auto& [ptr, size] : stale)
+        if (api->cgc_pool_claim(pool, ptr, size) == CGC_SUCCESS) {
+          note_claimed(device, id, ptr, size);
+          restored++;
+        }
+      api->cgc_pool_release(pool);
+      TORCH_CHECK(false, "cgc: setCheckpointPoolState: block ", missing[claimed].first, " (",
+                  missing[claimed].second, " bytes) of the checkpoint of pool (", id.first, ", ", id.second,
+                  ") cannot be allocated at its address again: ", why, restored == stale.size() ? " (the pool is as it was)"
+                  : " (the pool could not be put back as it was: some of its blocks were freed)");
+    }
+    api->cgc_pool_release(pool);
+  }
+
+  // A block cgc_pool_claim gave back to the torch pool `id`: live again, counted as PyTorch counts.
+  void note_claimed(c10::DeviceIndex device, c10::MempoolId_t id, void* ptr, size_t size) {
+    cgc_torch::Routed routed;
+    routed.id0 = id.first;
+    routed.id1 = id.second;
+    LiveBlock block{size, size, device, routed};
+    std::lock_guard<std::mutex> hold(blocks_lock_);
+    blocks_.emplace(ptr, block);
+    count(block, +1);
   }
 
   // (blocks_lock_ held) PyTorch's allocation statistics for one block coming (+1) or going (-1).
@@ -727,3 +810,450 @@ BACKEND_API int cgc_torch_backend_install(const char* libcgc_path, char* error, 
 }
 
 // The pool calls the Python binding makes (cgc_torch_bridge_pool and the rest) are routes.cc's.
+
+// ---- PyTorch's CUDA generators in cgc.graph's captures ----
+//
+// PyTorch enrols its CUDA generators only in captures of its own CUDAGraph (Note [CUDA Graph-safe
+// RNG states] in ATen/cuda/CUDAGeneratorImpl.h): while a generator state is in capture mode, each
+// random op draws from an offset within the graph (offset_intragraph_) relative to two one-element
+// device tensors (seed_extragraph_, offset_extragraph_) that the op's kernel reads at run time; at
+// the end the graph keeps the whole-graph increment; before each replay the two tensors receive the
+// generator's seed and offset on the replay stream, and the offset advances by the increment. A
+// draw in any other capture raises "Attempt to increase offset for a CUDA generator not in capture
+// mode". These calls do the same for cgc.graph's captures, on the public fields of
+// CUDAGeneratorState (its methods carry no export macro, so libtorch_cuda.so, built with hidden
+// visibility, does not export them), with the generator's mutex held:
+//   begin    before cgc's capture begins: for the device's default generator and those the user
+//            registered, installs two tensors of this capture in the state, sets it capturing with
+//            the intra-graph offset at 0 (PyTorch's capture_prologue);
+//   end      after the body: the increment of each state, capture mode off, the state's own tensors
+//            back (PyTorch's capture_epilogue);
+//   replay   before each launch: fills this capture's tensors with the seed and offset on the
+//            launch stream, then advances the offset (PyTorch's replay_prologue);
+//   release  the graph is reset, destroyed or recaptured (or its capture failed: end first).
+// The state itself is reached through CUDAGeneratorImpl's private `state_` by the standard's
+// explicit-instantiation rule ([temp.explicit]: access is not checked in the template arguments of
+// an explicit instantiation), a member pointer, so no layout is assumed beyond the header's.
+//
+// Each capture has tensors of its own, which its token keeps: PyTorch's graphs keep sharing the
+// state's, which it replaces when its last graph goes, and replays of two cgc graphs on two streams
+// never write one another's. Captures that overlap in time (threads) share one set: the window
+// stays open until the last of them ends, and each takes the intra-graph offset at its end as its
+// increment. As in PyTorch, captures that draw from one generator must not overlap, and a capture
+// under way refuses other draws from it.
+//
+// Locks: `rng_lock` guards the sessions; a generator's mutex is taken after it, never before.
+
+namespace {
+
+// The status and message of a failed call, written for the Python binding.
+int rng_failure(char* error, size_t error_size, int status, const char* message) {
+  put_error(error, error_size, "%s", message);
+  return status;
+}
+
+#if CGC_TORCH_RNG
+
+using GeneratorState = at::CUDAGeneratorState;
+
+// CUDAGeneratorImpl::state_, read through a member pointer named in an explicit instantiation.
+template <typename Tag, typename Tag::type Member>
+struct PrivateMember {
+  friend typename Tag::type private_member(Tag) { return Member; }
+};
+struct GeneratorStateOf {
+  using type = c10::intrusive_ptr<GeneratorState> at::CUDAGeneratorImpl::*;
+  friend type private_member(GeneratorStateOf);
+};
+template struct PrivateMember<GeneratorStateOf, &at::CUDAGeneratorImpl::state_>;
+
+// Whether CUDAGeneratorState has the fields, with the types, that PyTorch 2.4 to 2.11 give it (a
+// later PyTorch that keeps the capture tensors in a state per capture builds without the enrolment).
+template <typename S, typename = void>
+struct GraphSafeFields : std::false_type {};
+template <typename S>
+struct GraphSafeFields<S, std::void_t<decltype(S::seed_), decltype(S::philox_offset_per_thread_),
+                                      decltype(S::offset_intragraph_), decltype(S::capturing_),
+                                      decltype(S::seed_extragraph_), decltype(S::offset_extragraph_)>>
+    : std::bool_constant<std::is_same_v<decltype(S::seed_), uint64_t> &&
+                         std::is_same_v<decltype(S::philox_offset_per_thread_), uint64_t> &&
+                         (std::is_same_v<decltype(S::offset_intragraph_), uint32_t> ||
+                          std::is_same_v<decltype(S::offset_intragraph_), uint64_t>) &&
+                         std::is_same_v<decltype(S::capturing_), bool> &&
+                         std::is_same_v<decltype(S::seed_extragraph_), at::TensorBase> &&
+                         std::is_same_v<decltype(S::offset_extragraph_), at::TensorBase>> {};
+
+// One generator state's capture window, open while captures enrolled in it are under way.
+struct RngSession {
+  int open = 0;                             // the captures under way in it
+  at::TensorBase seed, offset;              // the tensors they read, installed in the state
+  cudaStream_t alloc_stream = nullptr;      // where they were allocated (and are freed)
+  at::TensorBase saved_seed, saved_offset;  // the state's own, put back at the end
+};
+
+// The field work, as PyTorch's CUDAGeneratorState methods do it (the generator's mutex held).
+// Instantiated only where the fields are the ones above.
+template <typename S, bool = GraphSafeFields<S>::value>
+struct StateFields {
+  static constexpr bool known = false;
+  static uint64_t open(S&, RngSession&) { return 0; }
+  static uint64_t close(S&, const RngSession&, bool, bool* ours) {
+    *ours = true;
+    return 0;
+  }
+  static void replay(S&, const at::TensorBase&, const at::TensorBase&, uint64_t) {}
+};
+
+template <typename S>
+struct StateFields<S, true> {
+  static constexpr bool known = true;
+
+  // capture_prologue: this window's tensors in place of the state's; returns the seed.
+  static uint64_t open(S& state, RngSession& session) {
+    session.saved_seed = state.seed_extragraph_;
+    session.saved_offset = state.offset_extragraph_;
+    state.seed_extragraph_ = session.seed;
+    state.offset_extragraph_ = session.offset;
+    state.capturing_ = true;
+    state.offset_intragraph_ = 0;
+    return state.seed_;
+  }
+
+  // capture_epilogue for one capture: the intra-graph offset so far; the last capture of the
+  // window ends capture mode and puts the state's tensors back, unless a capture of PyTorch's
+  // begun meanwhile replaced them (*ours false: draws may have used those).
+  static uint64_t close(S& state, const RngSession& session, bool last, bool* ours) {
+    *ours = state.seed_extragraph_.is_same(session.seed) && state.offset_extragraph_.is_same(session.offset);
+    uint64_t increment = state.offset_intragraph_;
+    if (last) {
+      state.capturing_ = false;
+      if (*ours) {
+        state.seed_extragraph_ = session.saved_seed;
+        state.offset_extragraph_ = session.saved_offset;
+      }
+    }
+    return increment;
+  }
+
+  // replay_prologue: the seed and the offset into the capture's tensors on the current stream,
+  // then the offset advances past the graph's draws.
+  static void replay(S& state, const at::TensorBase& seed, const at::TensorBase& offset, uint64_t increment) {
+    seed.fill_(static_cast<int64_t>(state.seed_));
+    offset.fill_(static_cast<int64_t>(state.philox_offset_per_thread_));
+    state.philox_offset_per_thread_ += increment;
+  }
+};
+
+using Fields = StateFields<GeneratorState>;
+
+struct RngEntry {
+  at::Generator generator;  // its mutex_ guards the state, as at PyTorch's draws
+  c10::intrusive_ptr<GeneratorState> state;
+  at::TensorBase seed, offset;  // what the capture's kernels read
+  cudaStream_t alloc_stream;    // the stream they were allocated on
+  uint64_t increment = 0;       // the whole-graph increment, a multiple of 4
+};
+
+// One capture's enrolment (the Python binding's token).
+struct RngToken {
+  c10::DeviceIndex device = 0;
+  bool ended = false;
+  std::vector<RngEntry> entries;
+  std::mutex streams_lock;
+  std::vector<cudaStream_t> recorded;  // replay streams whose use of the tensors cgc knows
+};
+
+std::mutex rng_lock;
+
+// Never freed: tokens may be released during interpreter shutdown.
+std::unordered_map<GeneratorState*, RngSession>& rng_sessions() {
+  static auto* sessions = new std::unordered_map<GeneratorState*, RngSession>();
+  return *sessions;
+}
+
+// (rng_lock held) Ends the token's window in each state; false when a state's tensors were
+// replaced under a capture that drew (its graph would read tensors no replay fills).
+bool close_entries(RngToken* token, std::string* why) {
+  bool fine = true;
+  auto& sessions = rng_sessions();
+  for (RngEntry& entry : token->entries) {
+    auto it = sessions.find(entry.state.get());
+    if (it == sessions.end()) continue;
+    RngSession& session = it->second;
+    bool ours = true;
+    uint64_t increment = 0;
+    {
+      std::lock_guard<std::mutex> hold(entry.generator.mutex());
+      increment = Fields::close(*entry.state, session, session.open == 1, &ours);
+    }
+    entry.increment = (static_cast<uint64_t>(increment) + 3) / 4 * 4;
+    if (!ours && increment > 0 && fine) {
+      fine = false;
+      *why = "a capture of PyTorch's drawing from the same generator began while this one was under way and "
+             "replaced the generator's graph tensors: captures that draw from one generator must not overlap";
+    }
+    if (--session.open == 0) sessions.erase(it);
+  }
+  token->ended = true;
+  return fine;
+}
+
+at::Generator cuda_generator(const at::Generator& generator) {
+  TORCH_CHECK(generator.defined() && dynamic_cast<at::CUDAGeneratorImpl*>(generator.unsafeGetGeneratorImpl()),
+              "cgc: a generator registered with a cgc graph must be a CUDA torch.Generator");
+  return generator;
+}
+
+// Opens the window of `generators` (the default generator of `device` first) for a capture on
+// `stream`, which is not capturing yet.
+RngToken* begin_rng(c10::DeviceIndex device, cudaStream_t stream, std::vector<at::Generator> generators) {
+  auto token = std::make_unique<RngToken>();
+  token->device = device;
+  c10::cuda::CUDAStreamGuard on_stream(c10::cuda::getStreamFromExternal(stream, device));
+  generators.insert(generators.begin(), at::cuda::detail::getDefaultCUDAGenerator(device));
+  std::lock_guard<std::mutex> hold(rng_lock);
+  auto& sessions = rng_sessions();
+  try {
+    for (const at::Generator& given : generators) {
+      at::Generator generator = cuda_generator(given);
+      c10::intrusive_ptr<GeneratorState> state;
+      {
+        std::lock_guard<std::mutex> hold_generator(generator.mutex());
+        state = generator.get<at::CUDAGeneratorImpl>()->*private_member(GeneratorStateOf{});
+      }
+      TORCH_CHECK(state, "cgc: the CUDA generator has no state");
+      bool enrolled = false;  // two generators sharing one state (graphsafe_set_state) count once
+      for (const RngEntry& entry : token->entries) enrolled = enrolled || entry.state == state;
+      if (enrolled) continue;
+      RngSession& session = sessions[state.get()];
+      uint64_t seed = 0;
+      bool fresh = session.open == 0;
+      if (fresh) {
+        try {
+          // Normal tensors even under torch.inference_mode(): each replay fills them in place,
+          // which PyTorch refuses for inference tensors outside that mode.
+          c10::InferenceMode normal_tensors(false);
+          auto options = at::TensorOptions().device(at::Device(at::kCUDA, device)).dtype(at::kLong);
+          session.seed = at::empty({1}, options);
+          session.offset = at::empty({1}, options);
+          session.alloc_stream = stream;
+        } catch (...) {
+          sessions.erase(state.get());
+          throw;
+        }
+        std::lock_guard<std::mutex> hold_generator(generator.mutex());
+        seed = Fields::open(*state, session);
+      }
+      session.open++;
+      token->entries.push_back(RngEntry{generator, state, session.seed, session.offset, session.alloc_stream, 0});
+      if (fresh) {  // as PyTorch's capture_prologue leaves them
+        session.seed.fill_(static_cast<int64_t>(seed));
+        session.offset.fill_(static_cast<int64_t>(0));
+      }
+    }
+  } catch (...) {
+    std::string ignored;
+    close_entries(token.get(), &ignored);
+    throw;
+  }
+  return token.release();
+}
+
+// Before a launch of the token's graph on `stream`.
+void replay_rng(RngToken* token, cudaStream_t stream) {
+  bool first_use = false;
+  {
+    std::lock_guard<std::mutex> hold(token->streams_lock);
+    first_use = std::find(token->recorded.begin(), token->recorded.end(), stream) == token->recorded.end();
+  }
+  c10::cuda::CUDAStreamGuard on_stream(c10::cuda::getStreamFromExternal(stream, token->device));
+  for (RngEntry& entry : token->entries) {
+    if (entry.increment == 0) continue;
+    std::lock_guard<std::mutex> hold(entry.generator.mutex());
+    Fields::replay(*entry.state, entry.seed, entry.offset, entry.increment);
+  }
+  if (first_use) {
+    // The tensors are freed (the graph reset) on the stream they were allocated on: cgc keeps
+    // them until the work of the other streams that used them is done, as Tensor.record_stream
+    // asks. Recorded once per stream (cgc waits for the stream's work up to the free).
+    for (const RngEntry& entry : token->entries) {
+      if (entry.increment == 0 || stream == entry.alloc_stream) continue;
+      cgc_torch::record_stream(entry.seed.storage().data_ptr().get(), stream);
+      cgc_torch::record_stream(entry.offset.storage().data_ptr().get(), stream);
+    }
+    std::lock_guard<std::mutex> hold(token->streams_lock);
+    token->recorded.push_back(stream);
+  }
+}
+
+int rng_exception(char* error, size_t error_size) {
+  try {
+    throw;
+  } catch (const c10::OutOfMemoryError& e) {
+    return rng_failure(error, error_size, CGC_ERROR_OUT_OF_MEMORY, e.what_without_backtrace());
+  } catch (const c10::Error& e) {
+    return rng_failure(error, error_size, CGC_ERROR_INTERNAL, e.what_without_backtrace());
+  } catch (const std::exception& e) {
+    return rng_failure(error, error_size, CGC_ERROR_INTERNAL, e.what());
+  } catch (...) {
+    return rng_failure(error, error_size, CGC_ERROR_INTERNAL, "unknown exception");
+  }
+}
+
+int stream_capturing(cudaStream_t stream, bool* capturing, char* error, size_t error_size) {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  cudaError_t err = cudaStreamIsCapturing(stream, &status);
+  if (err != cudaSuccess) {
+    (void)cudaGetLastError();
+    put_error(error, error_size, "cudaStreamIsCapturing: %s", cudaGetErrorString(err));
+    return CGC_ERROR_CUDA;
+  }
+  *capturing = status != cudaStreamCaptureStatusNone;
+  return 0;
+}
+
+#endif  // CGC_TORCH_RNG
+
+}  // namespace
+
+// 1 when this build enrols PyTorch's CUDA generators in cgc.graph's captures (bit 2 set too when
+// it takes generators the user registers); 0 when it cannot, with the reason in `error`.
+BACKEND_API int cgc_torch_rng_supported(char* error, size_t error_size) {
+#if CGC_TORCH_RNG
+  if (Fields::known) {
+    if (CGC_TORCH_RNG_USER_GENERATORS) return 3;
+    put_error(error, error_size,
+              "cgc's backend was built without Python's headers (Python.h, torch/csrc/Generator.h): it enrols "
+              "the default generators only, not registered ones");
+    return 1;
+  }
+  put_error(error, error_size,
+            "this PyTorch's CUDAGeneratorState lacks the fields cgc's backend enrols (seed_extragraph_, "
+            "offset_extragraph_, offset_intragraph_, capturing_, as in PyTorch 2.4 to 2.11)");
+#else
+  put_error(error, error_size,
+            "cgc's backend was built without PyTorch's generator headers (ATen/cuda/CUDAGeneratorImpl.h) or for "
+            "a PyTorch other than 2.4 to 2.13");
+#endif
+  return 0;
+}
+
+// Enrols the default CUDA generator of `device` and the `n_generators` torch.Generator objects at
+// `py_generators` (PyObject*, CUDA generators, checked by the caller) in the capture about to
+// begin on `stream` (a cudaStream_t of `device`, not capturing). 0 with the token in *out, or a
+// cgc status with the reason in `error`, nothing enrolled.
+BACKEND_API int cgc_torch_rng_capture_begin(int device, void* stream, void* const* py_generators, size_t n_generators,
+                                            void** out, char* error, size_t error_size) {
+  if (out == nullptr) return rng_failure(error, error_size, CGC_ERROR_INVALID_ARGUMENT, "out is NULL");
+  *out = nullptr;
+#if CGC_TORCH_RNG
+  if (!Fields::known) {
+    cgc_torch_rng_supported(error, error_size);
+    return CGC_ERROR_NOT_SUPPORTED;
+  }
+  if (device < 0 || device >= kMaxDevices)
+    return rng_failure(error, error_size, CGC_ERROR_INVALID_ARGUMENT, "device out of range");
+  auto raw = static_cast<cudaStream_t>(stream);
+  bool capturing = false;
+  if (int st = stream_capturing(raw, &capturing, error, error_size)) return st;
+  if (capturing)
+    return rng_failure(error, error_size, CGC_ERROR_INVALID_STATE,
+                       "the capture stream is capturing already: PyTorch's generators are enrolled before the "
+                       "capture begins");
+  try {
+    std::vector<at::Generator> generators;
+#if CGC_TORCH_RNG_USER_GENERATORS
+    for (size_t i = 0; i < n_generators; i++)
+      generators.push_back(reinterpret_cast<const THPGenerator*>(py_generators[i])->cdata);
+#else
+    (void)py_generators;
+    if (n_generators > 0)
+      return rng_failure(error, error_size, CGC_ERROR_NOT_SUPPORTED,
+                         "cgc's backend was built without Python's headers: it cannot take registered generators");
+#endif
+    *out = begin_rng(static_cast<c10::DeviceIndex>(device), raw, std::move(generators));
+    return 0;
+  } catch (...) {
+    return rng_exception(error, error_size);
+  }
+#else
+  (void)device, (void)stream, (void)py_generators, (void)n_generators;
+  cgc_torch_rng_supported(error, error_size);
+  return CGC_ERROR_NOT_SUPPORTED;
+#endif
+}
+
+// Ends the capture window of `token` (after the body, before or after cgc's capture end). 0 with
+// the largest whole-graph increment in *increment (0: the capture drew nothing, and the token may
+// be released at once), or a cgc status: the window is ended all the same.
+BACKEND_API int cgc_torch_rng_capture_end(void* token, unsigned long long* increment, char* error, size_t error_size) {
+  if (increment != nullptr) *increment = 0;
+#if CGC_TORCH_RNG
+  auto* t = static_cast<RngToken*>(token);
+  if (t == nullptr || t->ended)
+    return rng_failure(error, error_size, CGC_ERROR_INVALID_STATE, "no capture window open");
+  try {
+    std::string why;
+    bool fine;
+    {
+      std::lock_guard<std::mutex> hold(rng_lock);
+      fine = close_entries(t, &why);
+    }
+    uint64_t largest = 0;
+    for (const RngEntry& entry : t->entries) largest = std::max(largest, entry.increment);
+    if (increment != nullptr) *increment = largest;
+    return fine ? 0 : rng_failure(error, error_size, CGC_ERROR_INVALID_STATE, why.c_str());
+  } catch (...) {
+    return rng_exception(error, error_size);
+  }
+#else
+  (void)token;
+  return rng_failure(error, error_size, CGC_ERROR_NOT_SUPPORTED, "no generator enrolment in this build");
+#endif
+}
+
+// Before each launch of the token's graph on `stream` (a cudaStream_t of its device, not
+// capturing): fills the capture's tensors there and advances each generator's offset.
+BACKEND_API int cgc_torch_rng_replay_prologue(void* token, void* stream, char* error, size_t error_size) {
+#if CGC_TORCH_RNG
+  auto* t = static_cast<RngToken*>(token);
+  if (t == nullptr) return rng_failure(error, error_size, CGC_ERROR_INVALID_ARGUMENT, "token is NULL");
+  if (!t->ended) return rng_failure(error, error_size, CGC_ERROR_INVALID_STATE, "the graph's capture has not ended");
+  auto raw = static_cast<cudaStream_t>(stream);
+  bool capturing = false;
+  if (int st = stream_capturing(raw, &capturing, error, error_size)) return st;
+  if (capturing)
+    return rng_failure(error, error_size, CGC_ERROR_CAPTURE_UNSUPPORTED,
+                       "a graph that draws PyTorch's random numbers cannot be launched into a capture (each "
+                       "launch sets the generator's offset from the host first, as CUDAGraph.replay does)");
+  try {
+    replay_rng(t, raw);
+    return 0;
+  } catch (...) {
+    return rng_exception(error, error_size);
+  }
+#else
+  (void)token, (void)stream;
+  return rng_failure(error, error_size, CGC_ERROR_NOT_SUPPORTED, "no generator enrolment in this build");
+#endif
+}
+
+// Frees a token (ending its window first if its capture failed before the end). NULL is a no-op.
+BACKEND_API void cgc_torch_rng_release(void* token) {
+#if CGC_TORCH_RNG
+  auto* t = static_cast<RngToken*>(token);
+  if (t == nullptr) return;
+  try {
+    if (!t->ended) {
+      std::string ignored;
+      std::lock_guard<std::mutex> hold(rng_lock);
+      close_entries(t, &ignored);
+    }
+    delete t;  // outside the lock: the tensors go back to cgc
+  } catch (const std::exception& e) {
+    TORCH_WARN("cgc: releasing a capture's generator enrolment: ", e.what());
+  }
+#else
+  (void)token;
+#endif
+}

@@ -348,10 +348,10 @@ int load_api(const char* libcgc_path, char* error, size_t error_size) {
   using GetApi = cgc_status_t (*)(uint32_t, const cgc_api_t**);
   auto get_api = reinterpret_cast<GetApi>(dlsym(lib, "cgc_get_api"));
   const cgc_api_t* table = nullptr;
-  // The version this file was built with (1.6: cgc_last_status, cgc_memory_snapshot): an older
-  // library refuses it, and every entry of the table is there.
+  // The version this file was built with (1.6: cgc_last_status, cgc_memory_snapshot,
+  // cgc_pool_claim): an older library refuses it, and every entry of the table is there.
   if (get_api == nullptr || get_api(CGC_VERSION, &table) != CGC_SUCCESS ||
-      table->struct_size < offsetof(cgc_api_t, cgc_memory_snapshot) + sizeof(void*)) {
+      table->struct_size < offsetof(cgc_api_t, cgc_pool_claim) + sizeof(void*)) {
     put_error(error, error_size,
               "cgc torch: %s is not libcgc.so.1 of version %d.%d or newer (its table lacks what PyTorch's allocator "
               "calls)",
