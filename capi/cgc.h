@@ -544,6 +544,20 @@ CGC_API cgc_status_t cgc_pool_release(cgc_pool_t pool);
  * capturing stream or a conditional body's stream. */
 CGC_API cgc_status_t cgc_pool_malloc(cgc_pool_t pool, size_t size, cgc_stream_t stream, void** out);
 
+/* Since 1.6. A private pool whose memory lies at fixed virtual addresses: [base, base + capacity)
+ * is reserved with the driver at exactly `base` and backed with device memory in 2 MiB steps as
+ * the pool's allocations need it. Captures (options->pool), cgc_pool_malloc and cgc_pool_claim
+ * allocate from it as from any pool, but its memory never moves and never goes to the device's
+ * cache: the same requests in the same order get the same addresses, in this process or in
+ * another that reserves the same base (SEMANTICS 37). base and capacity must be multiples of 2 MiB
+ * (of the device's granularity if larger: CGC_ERROR_INVALID_ARGUMENT names it);
+ * CGC_ERROR_INVALID_STATE when the driver cannot give that range in this process (part of it is
+ * in use); CGC_ERROR_OUT_OF_MEMORY for an allocation beyond the capacity. cgc_pool_claim in it
+ * backs the range up to the claimed block first. Its last cgc_pool_release synchronises the
+ * device and gives the range back; it is refused while graphs, captures or allocated blocks hold
+ * the pool. The memory is this device's only (no peer access or IPC). */
+CGC_API cgc_status_t cgc_pool_create_at(cgc_context_t ctx, void* base, size_t capacity, cgc_pool_t* out);
+
 /* Since 1.6. Allocates exactly [ptr, ptr + size rounded up to 512 bytes) from `pool`'s free memory,
  * as a block that cgc_free frees: a range the pool holds and no block of it uses, after its free
  * neighbours are merged (CGC_ERROR_INVALID_STATE otherwise, saying what holds the range;

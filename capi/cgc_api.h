@@ -162,6 +162,7 @@ extern "C" {
     (cgc_context_t ctx, cgc_segment_info_t* segments, size_t max_segments, cgc_block_info_t* blocks,                  \
      size_t max_blocks, size_t* n_segments, size_t* n_blocks))                                                        \
   X(cgc_status_t, cgc_pool_claim, (cgc_pool_t pool, void* ptr, size_t size))                                          \
+  X(cgc_status_t, cgc_pool_create_at, (cgc_context_t ctx, void* base, size_t capacity, cgc_pool_t* out))                \
 
 #define CGC_API_FIELD_(ret, name, params) ret(*name) params;
 typedef struct cgc_api {

@@ -2,6 +2,7 @@
  * cache or a pool), else settles what has finished and tries again, else grows by a segment;
  * frees without uses go straight back. cgc_free gets only a pointer: the device whose map holds
  * it is found here (the calling thread's last one first). */
+#include <sched.h>
 #include <stdlib.h>
 
 #include "src/allocator.h"
@@ -99,7 +100,7 @@ static cgc_status_t refuse_foreign_capture(const cgc__stream_ref_t* ref, const c
 }
 
 /* A pool of fixed memory (an NCCL pool's registered arena) has no segment to grow by: a miss is
- * out of memory, with its capacity in the message. */
+ * out of memory, with its capacity in the message. (A pool at fixed addresses grows: grow_arena.) */
 static cgc_status_t arena_full(struct cgc__allocator* a, cgc_pool_t pool, size_t rounded, const char* func) {
   cgc__alloc_lock(a);
   size_t capacity = pool->arena->size, allocated = pool->state.stats.allocated;
@@ -108,6 +109,119 @@ static cgc_status_t arena_full(struct cgc__allocator* a, cgc_pool_t pool, size_t
                    "pool %p is a fixed arena of %zu bytes (registered with a communicator: it never grows) with "
                    "%zu allocated; no free block of %zu bytes is left for this stream: create the pool larger",
                    (void*)pool, capacity, allocated, rounded);
+}
+
+/* The block of `pool` that ends at `end` (lock held): the last block of its arena's backed range,
+ * free, allocated or waiting; NULL when none is found (the range was empty). */
+static cgc__block_t* arena_block_ending_at(struct cgc__allocator* a, cgc_pool_t pool, uint64_t end) {
+  cgc__block_set_t* sets[2] = {&pool->state.small, &pool->state.large};
+  for (int s = 0; s < 2; s++)
+    for (size_t i = 0; i < sets[s]->n; i++)
+      if (sets[s]->items[i]->ptr + sets[s]->items[i]->size == end) return sets[s]->items[i];
+  for (size_t i = 0; i < a->live.cap; i++) {
+    cgc__block_t* b = a->live.slots[i];
+    if (b != NULL && b->owner == &pool->state && b->ptr + b->size == end) return b;
+  }
+  cgc__block_t* lists[3] = {a->pending, a->deferred, pool->deferred};
+  for (int l = 0; l < 3; l++)
+    for (cgc__block_t* b = lists[l]; b != NULL; b = b->next_waiting)
+      if (b->owner == &pool->state && b->ptr + b->size == end) return b;
+  return NULL;
+}
+
+/* Backs `pool`'s arena (one that grows: a pool at fixed addresses) up to at least `end` bytes
+ * from its base, rounded up to its granule (lock held on entry and return, dropped meanwhile;
+ * the pool is held meanwhile, so that its release is refused). The new piece is a free block of
+ * no stream yet, linked after the last block of the range, so that free memory merges across
+ * growths as within one segment; one thread grows an arena at a time, another waits. On out of
+ * memory the device's finished frees are settled and its cached segments given back, then the
+ * driver is asked once more, as for any new segment. */
+static cgc_status_t arena_grow_to(struct cgc__allocator* a, cgc_pool_t pool, size_t end, const char* func) {
+  cgc__arena_t* arena = pool->arena;
+  cgc__block_t* piece = NULL;
+  cgc_status_t st = CGC_SUCCESS;
+  pool->internal_refs++;
+  while (arena->growing) {
+    cgc__alloc_unlock(a);
+    sched_yield();
+    cgc__alloc_lock(a);
+  }
+  if (end <= arena->mapped) goto out;
+  end = (end + arena->granule - 1) / arena->granule * arena->granule;
+  if (end > arena->size) {
+    st = cgc__fail(CGC_ERROR_OUT_OF_MEMORY, func,
+                   "%s %p holds [%#llx, +%zu), %zu bytes of it backed and %zu allocated: it cannot grow to %zu bytes "
+                   "(the range never moves): create the pool larger",
+                   arena->what, (void*)pool, (unsigned long long)arena->base, arena->size, arena->mapped,
+                   pool->state.stats.allocated, end);
+    goto out;
+  }
+  if ((piece = cgc__alloc_new_block_struct(a)) == NULL) {
+    st = cgc__fail(CGC_ERROR_OUT_OF_MEMORY, func, "out of host memory");
+    goto out;
+  }
+  size_t from = arena->mapped, bytes = end - from;
+  arena->growing = true;
+  cgc__alloc_unlock(a);
+  st = arena->grow(arena, bytes, func);
+  if (st == CGC_ERROR_OUT_OF_MEMORY) {
+    cgc__alloc_sweep(a, true);
+    if (cgc__alloc_release_cached_segments(a) > 0) st = arena->grow(arena, bytes, func);
+  }
+  cgc__alloc_lock(a);
+  arena->growing = false;
+  if (st != CGC_SUCCESS) goto out;
+  /* Backed: counted whether or not a block can describe it, so that the release frees it. */
+  arena->mapped = end;
+  arena->pieces++;
+  cgc__stats_add_reserved(&pool->state.stats, (long long)bytes);
+  cgc__stats_add_reserved(&a->total, (long long)bytes);
+  pool->state.stats.driver_allocs++;
+  a->total.driver_allocs++;
+  cgc__block_init(piece, arena->base + from, bytes, CGC_ANY_STREAM, &pool->state, false);
+  cgc__block_t* last = from > 0 ? arena_block_ending_at(a, pool, arena->base + from) : NULL;
+  if (last != NULL) {
+    piece->prev = last;
+    last->next = piece;
+  }
+  if (!cgc__set_insert(&pool->state.large, piece)) {
+    if (last != NULL) last->next = NULL;
+    cgc__log("out of host memory: %zu bytes of %s %p stay unused until it goes", bytes, arena->what, (void*)pool);
+    st = cgc__fail(CGC_ERROR_OUT_OF_MEMORY, func, "out of host memory");
+    goto out;
+  }
+  piece = NULL;
+out: /* lock held */
+  if (piece != NULL) cgc__alloc_recycle_block(piece, a);
+  pool->internal_refs--;
+  return st;
+}
+
+/* A pool at fixed addresses grows within its range for an allocation that found no block (lock
+ * not held on entry; on success returns with the lock held and *out cut to size): only by what
+ * the free tail of the range lacks, so the same requests in the same order grow it the same way
+ * and a process that repeats them gets the same addresses. */
+static cgc_status_t grow_arena(struct cgc__allocator* a, cgc_pool_t pool, uint64_t key, size_t rounded,
+                               cgc__block_t** out, const char* func) {
+  cgc__arena_t* arena = pool->arena;
+  cgc__alloc_lock(a);
+  for (;;) {
+    if ((*out = take_from_arena(a, pool, key, rounded)) != NULL) return CGC_SUCCESS;
+    cgc__block_t* last = arena->mapped > 0 ? arena_block_ending_at(a, pool, arena->base + arena->mapped) : NULL;
+    size_t tail = last != NULL && last->state == CGC_BLOCK_FREE && last->stream == CGC_ANY_STREAM ? last->size : 0;
+    size_t before = arena->mapped;
+    cgc_status_t st = arena_grow_to(a, pool, arena->mapped + (rounded - tail), func);
+    if (st != CGC_SUCCESS) {
+      cgc__alloc_unlock(a);
+      return st;
+    }
+    if (arena->mapped == before && !arena->growing) { /* nothing grew: no room after all */
+      cgc__alloc_unlock(a);
+      return cgc__fail(CGC_ERROR_OUT_OF_MEMORY, func, "%s %p has no free block of %zu bytes", arena->what,
+                       (void*)pool, rounded);
+    }
+    cgc__state_coalesce(&pool->state, cgc__alloc_recycle_block, a);
+  }
 }
 
 /* A whole free segment of `pool` that a destroyed stream left (its dying key), once that stream's
@@ -177,8 +291,11 @@ static cgc_status_t take_or_grow(struct cgc__allocator* a, cgc_pool_t pool, cons
       if (b == NULL) cgc__alloc_unlock(a);
     }
     if (b == NULL && pool != NULL && pool->arena == NULL) b = take_dead_stream_segment(a, pool, key, rounded);
-    if (b == NULL) st = pool != NULL && pool->arena != NULL ? arena_full(a, pool, rounded, func)
-                                                            : cgc__alloc_new_segment(a, pool, key, rounded, &b, func);
+    if (b == NULL) {
+      if (pool == NULL || pool->arena == NULL) st = cgc__alloc_new_segment(a, pool, key, rounded, &b, func);
+      else if (pool->arena->grow != NULL) st = grow_arena(a, pool, key, rounded, &b, func);
+      else st = arena_full(a, pool, rounded, func);
+    }
     if (st != CGC_SUCCESS) cgc__alloc_lock(a);
     if (pool != NULL) pool->internal_refs--; /* lock held here on every path */
     if (st != CGC_SUCCESS) goto out;
@@ -244,7 +361,7 @@ static cgc__block_t* free_block_holding(cgc__pool_state_t* owner, uint64_t ptr, 
   for (int s = 0; s < 2; s++)
     for (size_t i = 0; i < sets[s]->n; i++) {
       cgc__block_t* b = sets[s]->items[i];
-      if (b->ptr <= ptr && ptr + rounded <= b->ptr + b->size) return b;
+      if (b->ptr <= ptr && ptr - b->ptr <= b->size && rounded <= b->size - (ptr - b->ptr)) return b;
     }
   return NULL;
 }
@@ -256,7 +373,7 @@ static cgc_status_t refuse_claim(struct cgc__allocator* a, cgc_pool_t pool, uint
   for (size_t i = 0; i < a->live.cap; i++) {
     cgc__block_t* b = a->live.slots[i];
     if (b == NULL || b->owner != &pool->state) continue;
-    if (b->ptr < ptr + rounded && ptr < b->ptr + b->size)
+    if (b->ptr - ptr < rounded || ptr - b->ptr < b->size) /* overlap, without wrapping */
       return cgc__fail(CGC_ERROR_INVALID_STATE, func,
                        "[%#llx, +%zu) of pool %p overlaps its allocated block %#llx (%zu bytes): free it first",
                        (unsigned long long)ptr, rounded, (void*)pool, (unsigned long long)b->ptr, b->size);
@@ -274,6 +391,17 @@ cgc_status_t cgc__pool_claim(cgc_pool_t pool, uint64_t ptr, size_t size, const c
   cgc__alloc_lock(a);
   /* Checked again under the lock: another thread may have released the last reference. */
   CGC_TRY_GOTO(st, cgc__check_handle(pool, CGC_MAGIC_POOL, func, "pool"), out);
+  cgc__arena_t* arena = pool->arena;
+  if (arena != NULL && arena->grow == NULL) {
+    st = cgc__fail(CGC_ERROR_NOT_SUPPORTED, func, "pool %p is an NCCL pool: its blocks are not claimed by address",
+                   (void*)pool);
+    goto out;
+  }
+  /* A pool at fixed addresses backs its range up to the block first (a restore in a fresh process
+   * claims memory the pool has not used yet). */
+  if (arena != NULL && ptr >= arena->base && ptr - arena->base <= arena->size &&
+      rounded <= arena->size - (ptr - arena->base) && ptr - arena->base + rounded > arena->mapped)
+    CGC_TRY_GOTO(st, arena_grow_to(a, pool, ptr - arena->base + rounded, func), out);
   if (pool->deferred != NULL) cgc__pool_reclaim_joined(pool);
   cgc__state_coalesce(&pool->state, cgc__alloc_recycle_block, a);
   cgc__block_t* b = free_block_holding(&pool->state, ptr, rounded);
@@ -314,6 +442,9 @@ cgc_status_t cgc__pool_claim(cgc_pool_t pool, uint64_t ptr, size_t size, const c
   } else {
     cgc__alloc_recycle_block(tail, a);
   }
+  /* Memory no stream has used yet (an arena's) is claimed for none: once freed it serves claims
+   * only, never another stream's allocation while the claimer's work may still run. */
+  if (b->stream == CGC_ANY_STREAM) b->stream = CGC__KEY_NO_STREAM(pool);
   if (!hand_out(a, b, size)) {
     st = cgc__fail(CGC_ERROR_OUT_OF_MEMORY, func, "out of host memory");
     goto out;

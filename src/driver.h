@@ -110,6 +110,15 @@ extern "C" {
   X(cuGraphAddKernelNode, PFN_cuGraphAddKernelNode_v12000, 12000)                            \
   X(cuGraphKernelNodeSetParams, PFN_cuGraphKernelNodeSetParams_v12000, 12000)                \
   X(cuStreamUpdateCaptureDependencies, PFN_cuStreamUpdateCaptureDependencies_v11030, 11030)  \
+  /* 1.6: pools at fixed addresses (address_pool.c) */                                       \
+  X(cuMemAddressReserve, PFN_cuMemAddressReserve_v10020, 10020)                              \
+  X(cuMemAddressFree, PFN_cuMemAddressFree_v10020, 10020)                                    \
+  X(cuMemCreate, PFN_cuMemCreate_v10020, 10020)                                              \
+  X(cuMemRelease, PFN_cuMemRelease_v10020, 10020)                                            \
+  X(cuMemMap, PFN_cuMemMap_v10020, 10020)                                                    \
+  X(cuMemUnmap, PFN_cuMemUnmap_v10020, 10020)                                                \
+  X(cuMemSetAccess, PFN_cuMemSetAccess_v10020, 10020)                                        \
+  X(cuMemGetAllocationGranularity, PFN_cuMemGetAllocationGranularity_v10020, 10020)          \
   OPT(cuMemAllocAsync, PFN_cuMemAllocAsync_v11020, 11020)                                    \
   OPT(cuMemFreeAsync, PFN_cuMemFreeAsync_v11020, 11020)                                      \
   OPT(cuDeviceGetDefaultMemPool, PFN_cuDeviceGetDefaultMemPool_v11020, 11020)                \

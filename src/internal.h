@@ -10,9 +10,10 @@
  *   stream_ref.c                      what a stream handle means on the calling thread
  *   registry.c                        the captures under way, fork/join bookkeeping, refusals
  *   enqueue.c                         what every call that enqueues work on a stream does first
- *   blocks.c, allocator.c, reclaim.c, fences.c, segments.c, cache.c
+ *   blocks.c, allocator.c, reclaim.c, joins.c, fences.c, segments.c, cache.c
  *                                     the caching allocator's layers (allocator.h)
  *   alloc.c, pool.c, snapshot.c       its entry points: allocations, private pools, the snapshot
+ *   address_pool.c                    pools at fixed addresses (an arena reserved at a base)
  *   graph.c, rng.c, nccl.c, module.c, hostfn.c   graphs and the objects graphs hold
  *   capture.c, stream.c, event.c, context.c, copy.c, memop.c, conditional.c, api.c
  *                                     the public entry points that drive the rest
@@ -543,19 +544,30 @@ cgc_status_t cgc__pool_malloc(cgc_pool_t pool, size_t size, const cgc__stream_re
 /* cgc_pool_claim: [ptr, ptr + size rounded) of `pool`'s free memory as an allocated block. */
 cgc_status_t cgc__pool_claim(cgc_pool_t pool, uint64_t ptr, size_t size, const char* func);
 
-/* 1.5: fixed memory a pool is made of (an NCCL pool's registered arena, made by nccl.c): the
- * pool's one segment, never grown and never given to the device cache. The pool is made with
- * cgc__pool_create_arena; its collective release (cgc_pool_release of the last reference, refused
- * while graphs, captures or allocated blocks hold it) synchronises the device, then calls `drop`
- * once, without locks, with the device's context current: it deregisters and frees the memory
- * and the struct, and returns what failed (the pool is gone either way). */
+/* Memory a pool is made of at addresses that never move, never given to the device cache:
+ * 1.5's NCCL pools (a registered arena made by nccl_pool.c, all of it at once: one segment) and
+ * 1.6's pools at fixed addresses (address_pool.c: a virtual range reserved at the caller's base,
+ * backed by physical memory as the pool grows, a segment per growth). The pool is made with
+ * cgc__pool_create_arena; its release (cgc_pool_release of the last reference, refused while
+ * graphs, captures or allocated blocks hold it) synchronises the device, then calls `drop` once,
+ * without locks, with the device's context current: it frees the memory and the struct, and
+ * returns what failed (the pool is gone either way). */
 typedef struct cgc__arena {
   CUdeviceptr base;
-  size_t size;
+  size_t size;   /* the range: [base, base + size) */
+  size_t mapped;   /* what is backed now, from base (allocator lock; an NCCL arena's is its size) */
+  size_t pieces;   /* the driver allocations backing it, counted as segments (allocator lock) */
+  size_t granule;  /* what it grows by a multiple of */
+  bool growing;    /* a thread is backing more of it, with the allocator lock dropped (allocator lock) */
+  const char* what; /* "NCCL pool", "pool at fixed addresses": for messages */
   cgc_status_t (*drop)(struct cgc__arena* arena, const char* func);
   /* The ranks' agreement on a step (its release): `local` is this rank's verdict (with its
-   * cgc_last_error); returns success only if every rank's was. Collective; no lock held. */
+   * cgc_last_error); returns success only if every rank's was. Collective; no lock held. An
+   * arena of one process returns `local`. */
   cgc_status_t (*agree)(struct cgc__arena* arena, cgc_status_t local, const char* step, const char* func);
+  /* Backs [base + mapped, base + mapped + bytes) with physical memory (no lock held; the caller
+   * claimed `growing`); NULL for an arena that never grows. */
+  cgc_status_t (*grow)(struct cgc__arena* arena, size_t bytes, const char* func);
 } cgc__arena_t;
 /* A pool of `dev` holding one user reference, whose memory is `arena` (owned by the pool from
  * now on, also on failure: then `drop` has run). */

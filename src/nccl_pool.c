@@ -214,6 +214,9 @@ static cgc_status_t create_gated(cgc_comm_t comm, size_t capacity, cgc_nccl_memo
     /* Whole 2 MiB pages: ncclMemAlloc's granularity on these GPUs, and 4 KiB-aligned as windows must be. */
     const size_t page = (size_t)2 << 20;
     arena->base.size = (capacity + page - 1) / page * page;
+    arena->base.mapped = arena->base.size; /* made all at once: it never grows */
+    arena->base.pieces = 1;
+    arena->base.what = "NCCL pool";
     arena->base.drop = drop_arena;
     arena->base.agree = agree_on_arena;
     arena->comm = comm;

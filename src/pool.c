@@ -54,7 +54,8 @@ cgc_status_t cgc_pool_retain(cgc_pool_t pool) {
   return st;
 }
 
-/* ---- arena pools (1.5: an NCCL pool's registered memory, nccl.c) ---- */
+/* ---- arena pools (1.5: an NCCL pool's registered memory, nccl_pool.c; 1.6: a pool at fixed
+ * addresses, address_pool.c) ---- */
 
 cgc_status_t cgc__pool_create_arena(struct cgc__device* dev, cgc__arena_t* arena, cgc_pool_t* out, const char* func) {
   *out = NULL;
@@ -65,15 +66,21 @@ cgc_status_t cgc__pool_create_arena(struct cgc__device* dev, cgc__arena_t* arena
   pool->arena = arena;
   pool->user_refs = 1;
   cgc__alloc_lock(a);
-  /* One free block spanning the arena, owned by no stream yet (cache.c's take_from_arena cuts it). */
-  cgc__block_init(whole, arena->base, arena->size, CGC_ANY_STREAM, &pool->state, false);
-  bool inserted = cgc__set_insert(&pool->state.large, whole);
+  /* One free block spanning what is backed, owned by no stream yet (cache.c's take_from_arena
+   * cuts it); an arena that grows may start with nothing backed. */
+  bool inserted = true;
+  if (arena->mapped > 0) {
+    cgc__block_init(whole, arena->base, arena->mapped, CGC_ANY_STREAM, &pool->state, false);
+    inserted = cgc__set_insert(&pool->state.large, whole);
+  } else {
+    free(whole);
+  }
   if (inserted) {
     cgc__alloc_pool_link(a, pool);
-    cgc__stats_add_reserved(&pool->state.stats, (long long)arena->size);
-    cgc__stats_add_reserved(&a->total, (long long)arena->size);
-    pool->state.stats.driver_allocs++;
-    a->total.driver_allocs++;
+    cgc__stats_add_reserved(&pool->state.stats, (long long)arena->mapped);
+    cgc__stats_add_reserved(&a->total, (long long)arena->mapped);
+    pool->state.stats.driver_allocs += arena->pieces;
+    a->total.driver_allocs += arena->pieces;
   }
   cgc__alloc_unlock(a);
   if (!inserted) goto fail;
@@ -81,7 +88,7 @@ cgc_status_t cgc__pool_create_arena(struct cgc__device* dev, cgc__arena_t* arena
   return CGC_SUCCESS;
 
 fail: /* out of host memory: nothing of the allocator refers to the pool or its block */
-  free(whole);
+  if (arena->mapped > 0) free(whole);
   if (pool != NULL) {
     cgc__alloc_lock(a);
     cgc__alloc_pool_unlink(a, pool);
@@ -105,8 +112,8 @@ static cgc__fence_t** detach_arena(struct cgc__allocator* a, cgc_pool_t pool, si
     for (size_t j = 0; j < sets[i]->n; j++) cgc__alloc_recycle_block(sets[i]->items[j], a);
     cgc__set_free(sets[i]);
   }
-  cgc__stats_add_reserved(&a->total, -(long long)pool->arena->size);
-  a->total.driver_frees++;
+  cgc__stats_add_reserved(&a->total, -(long long)pool->arena->mapped);
+  a->total.driver_frees += pool->arena->pieces;
   cgc__fence_t** fences = pool->fences;
   *n_fences = pool->n_fences;
   pool->fences = NULL;
@@ -150,7 +157,9 @@ static cgc_status_t release_arena_gated(struct cgc__allocator* a, cgc_pool_t poo
 static cgc_status_t release_arena(struct cgc__allocator* a, cgc_pool_t pool, const char* func) {
   cgc__gate_t gate;
   CGC_TRY(cgc__capture_gate_close(&gate, pool->dev, CGC__GUARD_DEVICE,
-                                  "releasing an NCCL pool (it synchronises the device)", func));
+                                  pool->arena->grow != NULL ? "releasing a pool at fixed addresses (it synchronises the device)"
+                                                            : "releasing an NCCL pool (it synchronises the device)",
+                                  func));
   cgc_status_t st = release_arena_gated(a, pool, func);
   cgc__capture_gate_open(&gate);
   return st;
@@ -170,10 +179,13 @@ static cgc_status_t release_arena_gated(struct cgc__allocator* a, cgc_pool_t poo
                       (void*)pool);
   if (local == CGC_SUCCESS && (pool->internal_refs > 0 || pool->state.outstanding > 0 || pool->recording))
     local = cgc__fail(CGC_ERROR_INVALID_STATE, func,
-                      "NCCL pool %p still has %zu block(s) allocated (or waiting for their streams) and %ld graph(s) "
-                      "or capture(s) holding it: free the blocks and destroy the graphs first, on every rank "
-                      "(its release is collective: it drops the communicator's registration)",
-                      (void*)pool, pool->state.outstanding, pool->internal_refs);
+                      "%s %p still has %zu block(s) allocated (or waiting for their streams) and %ld graph(s) "
+                      "or capture(s) holding it: free the blocks and destroy the graphs first%s",
+                      pool->arena->what, (void*)pool, pool->state.outstanding, pool->internal_refs,
+                      pool->arena->grow != NULL ? " (its memory never goes to the device's cache: it leaves with "
+                                                  "the pool)"
+                                                : ", on every rank (its release is collective: it drops the "
+                                                  "communicator's registration)");
   if (local == CGC_SUCCESS) {
     pool->magic = CGC_MAGIC_DEAD; /* claimed: other threads' calls are refused while the ranks agree */
     claimed = true;
@@ -224,12 +236,10 @@ cgc_status_t cgc_pool_claim(cgc_pool_t pool, void* ptr, size_t size) {
   CGC_CHECK_HANDLE(pool, CGC_MAGIC_POOL);
   CGC_CHECK_ARG(ptr != NULL, "ptr is NULL");
   CGC_CHECK_ARG(size > 0, "size is 0");
+  CGC_CHECK_ARG(size <= ((size_t)1 << 62), "size is beyond any device's memory");
   if ((uintptr_t)ptr % CGC_BLOCK_ALIGN != 0)
     return cgc__fail(CGC_ERROR_INVALID_ARGUMENT, __func__, "ptr %p is not a multiple of %d bytes, as every block is",
                      ptr, CGC_BLOCK_ALIGN);
-  if (pool->arena != NULL)
-    return cgc__fail(CGC_ERROR_NOT_SUPPORTED, __func__, "pool %p is an NCCL pool: its blocks are not claimed by address",
-                     (void*)pool);
   return cgc__pool_claim(pool, (uint64_t)(uintptr_t)ptr, size, __func__);
 }
 

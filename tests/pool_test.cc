@@ -306,6 +306,133 @@ TEST_F(Pool, ClaimAllocatesAtTheAddressAskedOnlyFromFreeMemoryOfThePool) {
   CGC_ASSERT_OK(cgc_pool_release(pool));
 }
 
+// 1.6: a pool at fixed addresses. Its range is reserved at the base asked for and backed as it
+// grows; the same requests in the same order get the same addresses, also after the pool is gone
+// and made again (what a process restoring saved graphs does).
+// Bases free in these test processes on driver 580. One size per base: after a range is given
+// back, the driver gave its base again only to a reservation of the same size (measured).
+constexpr uintptr_t kFixedBase = 0x600000000000ull;
+constexpr uintptr_t kGrowBase = 0x610000000000ull, kAheadBase = 0x620000000000ull, kRefuseBase = 0x630000000000ull;
+
+std::vector<void*> AllocateTheSameWay(cgc_stream_t stream, cgc_pool_t pool, std::vector<void*>* freed_later) {
+  std::vector<void*> got;
+  for (size_t bytes : {size_t(1) << 20, size_t(3) << 20, size_t(512), size_t(10) << 20, size_t(40) << 10}) {
+    void* p = nullptr;
+    EXPECT_EQ(cgc_pool_malloc(pool, bytes, stream, &p), CGC_SUCCESS) << cgc_last_error();
+    got.push_back(p);
+  }
+  freed_later->assign(got.begin(), got.end());
+  return got;
+}
+
+TEST_F(Pool, APoolAtFixedAddressesGivesTheSameAddressesEveryTime) {
+  constexpr size_t mib = 1 << 20;
+  std::vector<void*> first, second, blocks;
+  for (int round = 0; round < 2; round++) {
+    cgc_pool_t pool = nullptr;
+    CGC_ASSERT_OK(cgc_pool_create_at(ctx, reinterpret_cast<void*>(kFixedBase), 256 * mib, &pool));
+    EXPECT_EQ(Stats(pool).bytes_reserved, 0u) << "nothing backed before the first allocation";
+    std::vector<void*> got = AllocateTheSameWay(stream, pool, &blocks);
+    EXPECT_EQ(got[0], reinterpret_cast<void*>(kFixedBase));
+    for (void* p : got) {
+      EXPECT_GE(reinterpret_cast<uintptr_t>(p), kFixedBase);
+      EXPECT_LT(reinterpret_cast<uintptr_t>(p), kFixedBase + 256 * mib);
+    }
+    EXPECT_LE(Stats(pool).bytes_reserved, 24 * mib) << "backed as it grows, not all 256 MiB";
+    // A capture into it: its memory is the pool's too, and the graph works there.
+    cgc_capture_options_t o = Opts(pool);
+    CGC_ASSERT_OK(cgc_capture_begin(stream, &o));
+    void* x = Malloc(mib, stream);
+    Fill(stream, Dev(x), 7.0f, unsigned(mib / 4));
+    cgc_graph_t g = nullptr;
+    CGC_ASSERT_OK(cgc_capture_end(stream, &g));
+    got.push_back(x);
+    CGC_ASSERT_OK(cgc_graph_launch(g, stream));
+    EXPECT_EQ(Download(Dev(x), mib / 4)[mib / 4 - 1], 7.0f);
+    EXPECT_EQ(cgc_pool_release(pool), CGC_ERROR_INVALID_STATE) << "blocks and a graph still hold it";
+    CGC_ASSERT_OK(cgc_graph_destroy(g));
+    CGC_ASSERT_OK(cgc_free(x));
+    for (void* p : blocks) CGC_ASSERT_OK(cgc_free(p));
+    CGC_ASSERT_OK(cgc_pool_release(pool));  // the range goes back: the next round reserves it again
+    (round == 0 ? first : second) = got;
+  }
+  EXPECT_EQ(first, second) << "the same requests in the same order, other addresses";
+}
+
+// Free memory merges across growths (a growth adds only what the free end lacks), and a claim
+// reaches memory the pool has not backed yet, as a restoring process needs; memory no stream used
+// before is claimed for none, so that once freed no other stream's allocation gets it early.
+TEST_F(Pool, APoolAtFixedAddressesGrowsByWhatItLacksAndClaimsAhead) {
+  constexpr size_t mib = 1 << 20;
+  cgc_pool_t pool = nullptr;
+  CGC_ASSERT_OK(cgc_pool_create_at(ctx, reinterpret_cast<void*>(kGrowBase), 4 * mib, &pool));
+  void* a = nullptr;
+  CGC_ASSERT_OK(cgc_pool_malloc(pool, 1 * mib, stream, &a));  // backs 2 MiB
+  EXPECT_EQ(Stats(pool).bytes_reserved, 2 * mib);
+  void* b = nullptr;
+  CGC_ASSERT_OK(cgc_pool_malloc(pool, 3 * mib, stream, &b));  // its free 1 MiB + 2 MiB more
+  EXPECT_EQ(b, reinterpret_cast<void*>(kGrowBase + mib));
+  EXPECT_EQ(Stats(pool).bytes_reserved, 4 * mib);
+  CGC_ASSERT_OK(cgc_free(a));
+  CGC_ASSERT_OK(cgc_free(b));
+  CGC_ASSERT_OK(cgc_pool_release(pool));
+
+  CGC_ASSERT_OK(cgc_pool_create_at(ctx, reinterpret_cast<void*>(kAheadBase), 8 * mib, &pool));
+  void* ahead = reinterpret_cast<void*>(kAheadBase + 5 * mib);
+  CGC_ASSERT_OK(cgc_pool_claim(pool, ahead, mib));  // nothing backed yet: backed up to it
+  EXPECT_EQ(Stats(pool).bytes_reserved, 6 * mib);
+  Fill(stream, Dev(ahead), 3.0f, unsigned(mib / 4));
+  EXPECT_EQ(Download(Dev(ahead), mib / 4)[0], 3.0f);
+  EXPECT_EQ(cgc_pool_claim(pool, reinterpret_cast<void*>(kAheadBase + 8 * mib), mib), CGC_ERROR_INVALID_STATE)
+      << "beyond the capacity";
+  CGC_ASSERT_OK(cgc_free(ahead));
+  void* next = nullptr;
+  CGC_ASSERT_OK(cgc_pool_malloc(pool, 4 * mib, stream, &next));  // from the free memory in front
+  EXPECT_NE(next, ahead) << "claimed memory went to a stream's allocation";
+  CGC_ASSERT_OK(cgc_free(next));
+  CGC_ASSERT_OK(cgc_pool_claim(pool, ahead, mib));  // a claim takes it again
+  CGC_ASSERT_OK(cgc_free(ahead));
+  CGC_ASSERT_OK(cgc_stream_synchronize(stream));
+  CGC_ASSERT_OK(cgc_pool_release(pool));
+}
+
+TEST_F(Pool, APoolAtFixedAddressesRefusesWhatItCannotDo) {
+  constexpr size_t mib = 1 << 20;
+  cgc_pool_t pool = nullptr, other = nullptr;
+  void* base = reinterpret_cast<void*>(kRefuseBase);
+  EXPECT_EQ(cgc_pool_create_at(ctx, reinterpret_cast<void*>(kRefuseBase + 4096), 4 * mib, &pool),
+            CGC_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(cgc_last_error()).find("multiples of"), std::string::npos) << cgc_last_error();
+  EXPECT_EQ(cgc_pool_create_at(ctx, base, 3 * mib, &pool), CGC_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(cgc_pool_create_at(ctx, nullptr, 4 * mib, &pool), CGC_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(cgc_pool_create_at(ctx, base, 0, &pool), CGC_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(cgc_pool_create_at(nullptr, base, 4 * mib, &pool), CGC_ERROR_INVALID_ARGUMENT);
+  CGC_ASSERT_OK(cgc_pool_create_at(ctx, base, 4 * mib, &pool));
+  // The range is this pool's: a second pool cannot have any of it.
+  EXPECT_EQ(cgc_pool_create_at(ctx, reinterpret_cast<void*>(kRefuseBase + 2 * mib), 4 * mib, &other),
+            CGC_ERROR_INVALID_STATE);
+  EXPECT_NE(std::string(cgc_last_error()).find("cannot reserve"), std::string::npos) << cgc_last_error();
+  EXPECT_EQ(other, nullptr);
+  // It never grows beyond its capacity.
+  void* a = nullptr;
+  void* b = nullptr;
+  CGC_ASSERT_OK(cgc_pool_malloc(pool, 3 * mib, stream, &a));
+  EXPECT_EQ(cgc_pool_malloc(pool, 3 * mib, stream, &b), CGC_ERROR_OUT_OF_MEMORY);
+  EXPECT_NE(std::string(cgc_last_error()).find("create the pool larger"), std::string::npos) << cgc_last_error();
+  EXPECT_EQ(b, nullptr);
+  // cgc_pool_claim works in it: a freed block is claimed back at its address.
+  CGC_ASSERT_OK(cgc_free(a));
+  CGC_ASSERT_OK(cgc_pool_claim(pool, a, 3 * mib));
+  EXPECT_EQ(cgc_pool_release(pool), CGC_ERROR_INVALID_STATE);
+  EXPECT_NE(std::string(cgc_last_error()).find("pool at fixed addresses"), std::string::npos) << cgc_last_error();
+  CGC_ASSERT_OK(cgc_free(a));
+  CGC_ASSERT_OK(cgc_empty_cache(ctx));
+  EXPECT_EQ(Stats(pool).bytes_reserved, 4 * mib) << "empty_cache leaves a pool at fixed addresses alone";
+  CGC_ASSERT_OK(cgc_pool_release(pool));
+  CGC_ASSERT_OK(cgc_pool_create_at(ctx, base, 4 * mib, &pool));  // given back: available again
+  CGC_ASSERT_OK(cgc_pool_release(pool));
+}
+
 // Issue 11, item 1: a pool whose last graph is destroyed while a replay still runs must not hand
 // its memory to eager work before that replay is done.
 TEST_F(Pool, ALastGraphDestroyedWhileReplayingKeepsItsMemoryFromEagerWork) {

@@ -169,6 +169,7 @@ var goAPIOfFunction = map[string]any{
 	"cgc_last_status":     cgc.LastStatus,
 	"cgc_memory_snapshot": (*cgc.Context).MemorySnapshot,
 	"cgc_pool_claim":      (*cgc.Pool).Claim,
+	"cgc_pool_create_at":  (*cgc.Context).NewPoolAt,
 }
 
 // goTypeOfHandle, goTypeOfStruct and goTypeOfCallback are the Go forms of the header's handle
@@ -326,6 +327,9 @@ func TestArrayAndOutParametersMatchTheHeader(t *testing.T) {
 		// Pool.Claim (1.6): the address crosses as a uintptr_t and reaches C as void*, as
 		// RecordStreamNative's does.
 		"cgc_pool_claim": "i32 pool:handle:cgc_pool_t ptr:ptr(void) size:usize",
+		// Context.NewPoolAt (1.6): the base crosses as a uintptr_t and reaches C as void*, and
+		// the pool's handle comes back through the out pointer.
+		"cgc_pool_create_at": "i32 ctx:handle:cgc_context_t base:ptr(void) capacity:usize out:ptr(handle:cgc_pool_t)",
 	}
 	found := 0
 	for _, f := range abiDescription(t) {

@@ -394,6 +394,33 @@ func TestPoolClaimRefusesANilPool(t *testing.T) {
 	}
 }
 
+// 1.6 without a GPU: a pool at fixed addresses on a nil context is refused by the library,
+// naming the call and the context, before it looks at the range (so whatever the base and
+// capacity: 0, unaligned); a negative capacity is the binding's refusal and never reaches C.
+func TestPoolAtRefusesANilContext(t *testing.T) {
+	if err := cgc.Load(); err != nil {
+		t.Fatal(err)
+	}
+	const base = cgc.DevicePtr(0x650000000000)
+	var ctx *cgc.Context
+	for _, c := range []struct {
+		base     cgc.DevicePtr
+		capacity int
+	}{{base, 64 << 20}, {0, 64 << 20}, {base + 4096, 64 << 20}, {base, 0}, {base, 64<<20 + 1}} {
+		p, err := ctx.NewPoolAt(c.base, c.capacity)
+		e := asError(t, err, cgc.ErrInvalidArgument)
+		if p != nil || !strings.Contains(e.Message, "cgc_pool_create_at") || !strings.Contains(e.Message, "ctx is NULL") {
+			t.Errorf("NewPoolAt(%#x, %d) on a nil context: %v %q, want cgc_pool_create_at refusing the NULL context",
+				c.base, c.capacity, p, e.Message)
+		}
+	}
+	p, err := ctx.NewPoolAt(base, -1)
+	if e := asError(t, err, cgc.ErrInvalidArgument); p != nil || !strings.Contains(e.Message, "Go binding") ||
+		!strings.Contains(e.Message, "Context.NewPoolAt") {
+		t.Errorf("NewPoolAt(-1): %q, want the binding's refusal", e.Message)
+	}
+}
+
 // 1.6 without a GPU: the snapshot of a nil context is refused by the library, naming the call
 // (a closed one never reaches C: internal_test.go); the block states are the header's.
 func TestMemorySnapshotRefusesANilContext(t *testing.T) {

@@ -8,8 +8,9 @@
 // another framework began with the driver allocating from a cgc pool (Pool.AdoptCapture), and
 // since 1.5 pools of memory registered with an NCCL communicator (Comm.NewPool) and eager
 // allocation from a pool (Pool.Malloc), and since 1.6 the device's memory snapshot, its segments
-// and blocks (Context.MemorySnapshot), and a pool's free memory claimed at a given address
-// (Pool.Claim).
+// and blocks (Context.MemorySnapshot), a pool's free memory claimed at a given address
+// (Pool.Claim), and pools whose memory is a virtual range reserved at a given base, which give
+// the same requests the same addresses (Context.NewPoolAt).
 //
 // # Importing
 //
@@ -50,7 +51,9 @@
 // kernels, graphs or other libraries that Go cannot see (a graph reads and writes its
 // page-locked host memory at every replay); freeing them behind the program's back would be
 // worse than leaking them. Nor have NCCL pools (Comm.NewPool): their release is collective, so
-// it must not run at a time the garbage collector picks on one rank. As in C, an object must not
+// it must not run at a time the garbage collector picks on one rank. A pool at fixed addresses
+// (Context.NewPoolAt) has one, but its release is refused while it is in use, and until a
+// release succeeds its range stays reserved: close it. As in C, an object must not
 // be closed while another goroutine is using it.
 //
 // # The work a graph is made of

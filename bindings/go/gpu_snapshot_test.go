@@ -1,7 +1,8 @@
 package cgc_test
 
 // GPU tests of 1.6: the memory snapshot lists what was allocated and freed; Pool.Claim gives a
-// pool's free memory back at its address.
+// pool's free memory back at its address; Context.NewPoolAt gives the same requests the same
+// addresses at the same base.
 
 import (
 	"errors"
@@ -160,5 +161,98 @@ func TestGPUPoolClaimGivesFreeMemoryBackAtItsAddress(t *testing.T) {
 	f.ok(claimed.Free())
 	allocated(0, "after the frees")
 	f.ok(pool.Close())
+	f.closeAll(true)
+}
+
+// Context.NewPoolAt reserves its range at exactly the base: the first block of a fresh pool is at
+// the base and every block lies inside the range; allocations beyond the capacity are
+// ErrOutOfMemory; Close is refused (the Pool stays open) while a block is allocated; once
+// closed, a pool made again at the same base gives the same requests the same addresses. An
+// unaligned base or capacity is refused (ErrInvalidArgument, "multiples of"), and so is a pool
+// overlapping a live one (ErrInvalidState, "cannot reserve"). The base is the Go binding's own
+// (Rust's and Python's tests use others), in case bindings' tests ever share a process.
+func TestGPUPoolAtGivesTheSameAddressesAtTheSameBase(t *testing.T) {
+	const (
+		base     = cgc.DevicePtr(0x650000000000)
+		capacity = 64 << 20
+		mib      = 1 << 20
+	)
+	f := newFixture(t, 1, 0)
+	s := f.streams[0]
+	refused := func(what string, err error, want cgc.Status, function, words string) {
+		t.Helper()
+		var e *cgc.Error
+		if !errors.As(err, &e) || e.Status != want || !strings.Contains(e.Message, function) ||
+			!strings.Contains(e.Message, words) {
+			t.Errorf("%s: %v, want %v naming %s and saying %q", what, err, want, function, words)
+		}
+	}
+	inside := func(m *cgc.DeviceMemory, what string) cgc.DevicePtr {
+		t.Helper()
+		if m.Ptr() < base || m.Ptr()+cgc.DevicePtr(m.Size()) > base+capacity {
+			t.Errorf("%s at %#x (+%d) is outside [%#x, %#x)", what, m.Ptr(), m.Size(), base, base+capacity)
+		}
+		return m.Ptr()
+	}
+	var rounds [2][2]cgc.DevicePtr
+	for round := range rounds {
+		pool, err := f.ctx.NewPoolAt(base, capacity)
+		if err != nil {
+			t.Fatalf("round %d: NewPoolAt(%#x, %d): %v", round, base, capacity, err)
+		}
+		first, err := pool.Malloc(mib, s)
+		f.ok(err)
+		second, err := pool.Malloc(3*mib, s)
+		f.ok(err)
+		if first.Ptr() != base {
+			t.Errorf("round %d: a fresh pool's first block is at %#x, want its base %#x", round, first.Ptr(), base)
+		}
+		rounds[round] = [2]cgc.DevicePtr{inside(first, "the 1 MiB block"), inside(second, "the 3 MiB block")}
+		if round == 0 {
+			// Beyond the capacity: the range never grows past it.
+			m, err := pool.Malloc(capacity, s)
+			if m != nil {
+				f.ok(m.Free())
+			}
+			refused("Malloc of more than the capacity left", err, cgc.ErrOutOfMemory, "cgc_pool_malloc", "")
+			// The range is taken while the pool lives: another pool cannot reserve part of it.
+			other, err := f.ctx.NewPoolAt(base+2*mib, 2*mib)
+			if other != nil {
+				f.ok(other.Close())
+			}
+			refused("a pool overlapping a live one", err, cgc.ErrInvalidState, "cgc_pool_create_at", "cannot reserve")
+			// Close is refused while a block is allocated, and the Pool stays open.
+			refused("Close with blocks", pool.Close(), cgc.ErrInvalidState, "cgc_pool_release", "")
+			if !pool.Equal(pool) {
+				t.Error("a refused Close closed the Pool")
+			}
+		}
+		f.ok(first.Free())
+		f.ok(second.Free())
+		f.ok(s.Synchronize())
+		f.ok(pool.Close())
+	}
+	if rounds[0] != rounds[1] {
+		t.Errorf("the same requests at the same base got %#x, then %#x", rounds[0], rounds[1])
+	}
+
+	// Bases and capacities that are not multiples of 2 MiB.
+	for _, c := range []struct {
+		what     string
+		base     cgc.DevicePtr
+		capacity int
+		words    string
+	}{
+		{"an unaligned base", base + 4096, capacity, "multiples of"},
+		{"an unaligned capacity", base, capacity + 4096, "multiples of"},
+		{"capacity 0", base, 0, ""},
+		{"base 0", 0, capacity, ""},
+	} {
+		p, err := f.ctx.NewPoolAt(c.base, c.capacity)
+		if p != nil {
+			f.ok(p.Close())
+		}
+		refused(c.what, err, cgc.ErrInvalidArgument, "cgc_pool_create_at", c.words)
+	}
 	f.closeAll(true)
 }

@@ -163,3 +163,41 @@ func TestNCCLPoolsAndPoolMallocForeignAndClosedHandles(t *testing.T) {
 		t.Errorf("NewPool on a foreign communicator: %v, want cgc_nccl_pool_create refusing it", err)
 	}
 }
+
+// 1.6: NewPoolAt on a closed context never reaches C; a pointer that is no cgc context is
+// refused by the library (INVALID_HANDLE, naming the call) before it looks at the range,
+// whatever the base and capacity; a negative capacity is the binding's refusal.
+func TestPoolAtForeignAndClosedContexts(t *testing.T) {
+	if err := Load(); err != nil {
+		t.Fatal(err)
+	}
+	const base = DevicePtr(0x650000000000)
+	var ce *Error
+	p, err := (&Context{closed: true}).NewPoolAt(base, 64<<20)
+	if p != nil || !errors.As(err, &ce) || ce.Status != ErrInvalidHandle || !strings.Contains(ce.Message, "closed") ||
+		!strings.Contains(ce.Message, "Context.NewPoolAt") {
+		t.Errorf("NewPoolAt on a closed context: %v, want ErrInvalidHandle naming the closed context", err)
+	}
+	var memory [32]uint64
+	for i := range memory {
+		memory[i] = 0x5a5a5a5a5a5a5a5a
+	}
+	foreign := &Context{}
+	*(*unsafe.Pointer)(unsafe.Pointer(&foreign.h)) = unsafe.Pointer(&memory[0])
+	for _, c := range []struct {
+		base     DevicePtr
+		capacity int
+	}{{base, 64 << 20}, {0, 64 << 20}, {base + 4096, 64 << 20}, {base, 0}} {
+		p, err := foreign.NewPoolAt(c.base, c.capacity)
+		if p != nil || !errors.As(err, &ce) || ce.Status != ErrInvalidHandle ||
+			!strings.Contains(ce.Message, "cgc_pool_create_at") {
+			t.Errorf("NewPoolAt(%#x, %d) on a foreign context: %v, want ErrInvalidHandle naming cgc_pool_create_at",
+				c.base, c.capacity, err)
+		}
+	}
+	p, err = foreign.NewPoolAt(base, -1)
+	if p != nil || !errors.As(err, &ce) || ce.Status != ErrInvalidArgument || !strings.Contains(ce.Message, "Go binding") ||
+		!strings.Contains(ce.Message, "Context.NewPoolAt") {
+		t.Errorf("NewPoolAt(-1): %v, want the binding's refusal", err)
+	}
+}

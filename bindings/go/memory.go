@@ -13,7 +13,8 @@ import (
 // Pool is a private memory pool (cgc_pool_t), like torch.cuda.graph_pool_handle(). Each Pool
 // value holds one reference of the caller's, dropped by Close; the pool itself lives on while
 // graphs captured into it or blocks allocated from it exist. Since 1.5 a pool may be an NCCL
-// pool (Comm.NewPool), whose Close is collective and refused while it is in use.
+// pool (Comm.NewPool), whose Close is collective and refused while it is in use, and since 1.6 a
+// pool at fixed addresses (Context.NewPoolAt), whose Close is refused likewise.
 type Pool struct {
 	h      C.cgc_pool_t
 	closed bool
@@ -35,6 +36,40 @@ func (c *Context) NewPool() (*Pool, error) {
 	var h C.cgc_pool_t
 	var msg *C.char
 	err = check(C.cgcgo_pool_create(ch, &h, &msg), msg)
+	runtime.KeepAlive(c)
+	if err != nil {
+		return nil, err
+	}
+	return newPool(h), nil
+}
+
+// NewPoolAt (1.6) creates a pool whose memory lies at fixed virtual addresses
+// (cgc_pool_create_at): [base, base + capacity) is reserved with the driver at exactly base and
+// backed with device memory in 2 MiB steps as the pool's allocations need it. Captures
+// (CaptureOptions.Pool), Pool.Malloc and Pool.Claim allocate from it as from any pool, but its
+// memory never moves and never goes to the device's cache: the same requests in the same order
+// get the same addresses, in this process or in another that reserves the same base. base is an
+// address to reserve, passed to C as a number and never dereferenced.
+//
+// ErrInvalidArgument for base 0, capacity 0, or a base or capacity that is not a multiple of
+// 2 MiB (of the device's granularity if larger: the message names it); ErrInvalidState when the
+// driver cannot reserve that range in this process (part of it is in use, e.g. by another such
+// pool). Allocations beyond the capacity get ErrOutOfMemory. Its Close synchronises the device
+// and gives the range back; it is refused with ErrInvalidState while a block of it is allocated
+// or a graph or capture holds it (and with ErrCaptureUnsupported while a capture is under way on
+// its device), and the Pool then stays open: free the blocks, destroy the graphs and call Close
+// again. Its finalizer is a safety net only: until Close succeeds the range stays reserved.
+func (c *Context) NewPoolAt(base DevicePtr, capacity int) (*Pool, error) {
+	if capacity < 0 {
+		return nil, sizeError("Context.NewPoolAt", capacity)
+	}
+	ch, err := c.handle("Context.NewPoolAt")
+	if err != nil {
+		return nil, err
+	}
+	var h C.cgc_pool_t
+	var msg *C.char
+	err = check(C.cgcgo_pool_create_at(ch, C.uintptr_t(base), C.size_t(capacity), &h, &msg), msg)
 	runtime.KeepAlive(c)
 	if err != nil {
 		return nil, err
@@ -65,6 +100,8 @@ func (p *Pool) Equal(q *Pool) bool {
 // ErrInvalidState while a block of it is allocated or a graph or capture holds it (and with
 // ErrCaptureUnsupported while a capture is under way on its device: it synchronises the
 // device); the Pool then stays open: free the blocks, destroy the graphs and call Close again.
+// The last release of a pool at fixed addresses (1.6, Context.NewPoolAt) is refused the same
+// way (not collective: it gives the range back).
 func (p *Pool) Close() error {
 	if p == nil || p.closed || p.h == nil {
 		return nil
@@ -123,7 +160,8 @@ func (p *Pool) EndAdoptedCapture() error {
 // decides, and Malloc is refused with ErrCaptureUnsupported). Size 0 gives a block with address
 // 0. Blocks allocated so are reused only by Pool.Malloc on the same stream, never by a capture,
 // so a pool's graph memory and its eager memory stay apart. An NCCL pool (Comm.NewPool) never
-// grows: beyond its capacity Malloc is ErrOutOfMemory. Free the block with DeviceMemory.Free.
+// grows, and a pool at fixed addresses (Context.NewPoolAt) grows only within its range: beyond
+// its capacity Malloc is ErrOutOfMemory. Free the block with DeviceMemory.Free.
 func (p *Pool) Malloc(size int, s *Stream) (*DeviceMemory, error) {
 	if size < 0 {
 		return nil, sizeError("Pool.Malloc", size)

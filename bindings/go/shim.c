@@ -502,6 +502,9 @@ cgc_status_t cgcgo_last_status(void) { return api->cgc_last_status(); }
 cgc_status_t cgcgo_pool_claim(cgc_pool_t pool, uintptr_t ptr, size_t size, char** msg) {
   CALL(api->cgc_pool_claim(pool, (void*)ptr, size));
 }
+cgc_status_t cgcgo_pool_create_at(cgc_context_t ctx, uintptr_t base, size_t capacity, cgc_pool_t* out, char** msg) {
+  CALL(api->cgc_pool_create_at(ctx, (void*)base, capacity, out));
+}
 cgc_status_t cgcgo_memory_snapshot(cgc_context_t ctx, cgcgo_segment_t* segments, size_t max_segments,
                                    cgcgo_block_t* blocks, size_t max_blocks, size_t* n_segments, size_t* n_blocks,
                                    char** msg) {

@@ -196,11 +196,14 @@ cgc_status_t cgcgo_nccl_pool_create(cgc_comm_t comm, size_t capacity, int wanted
 cgc_status_t cgcgo_pool_malloc(cgc_pool_t pool, size_t size, cgc_stream_t stream, uintptr_t* out, char** msg);
 
 /* ---- 1.6: the status that goes with cgc_last_error(), of the calling OS thread; a pool's free
- * memory claimed at a given address; the device's segments and blocks ---- */
+ * memory claimed at a given address; a pool at fixed addresses; the device's segments and
+ * blocks ---- */
 
 cgc_status_t cgcgo_last_status(void);
 /* The address crosses as a number, as for cgcgo_free. */
 cgc_status_t cgcgo_pool_claim(cgc_pool_t pool, uintptr_t ptr, size_t size, char** msg);
+/* The base crosses as a number too: an address to reserve, never dereferenced. */
+cgc_status_t cgcgo_pool_create_at(cgc_context_t ctx, uintptr_t base, size_t capacity, cgc_pool_t* out, char** msg);
 /* cgc_segment_info_t and cgc_block_info_t with their addresses and pool handles as numbers, so
  * that the Go side can pass arrays of its own memory (no pointer-typed fields for Go's garbage
  * collector to see). cgcgo_memory_snapshot asks for the totals when both capacities are 0;

@@ -46,9 +46,11 @@ through ``pool.malloc(size, stream)``, eager allocation from any pool.
 
 Since 1.6 ``ctx.memory_snapshot()`` lists the device's memory as cgc holds it, as
 torch.cuda.memory_snapshot() does: every segment (Segment: a driver allocation of the device cache
-or of a pool) with its blocks (Block, in a BlockState: FREE, ALLOCATED or WAITING), and
+or of a pool) with its blocks (Block, in a BlockState: FREE, ALLOCATED or WAITING),
 ``pool.claim(ptr, size)`` allocates a given range of a pool's free memory at its address (to put a
-pool back to a state it had).
+pool back to a state it had), and ``cgc.Pool.at(ctx, base, capacity)`` makes a pool whose memory
+is a virtual range reserved at ``base``, so that the same requests in the same order get the same
+addresses.
 
 Errors are ``cgc.Error`` (``.status`` is a ``cgc.Status`` or, for a code this module does not
 know, the raw int; ``.message`` is cgc_last_error() copied right after the failing call, on the
@@ -526,11 +528,14 @@ _PROTOTYPES = [
     ("cgc_pool_malloc", _st, (_h, _sz, _h, _hp)),
     # 1.6: the status that goes with cgc_last_error() (CGC_SUCCESS for a warning or none); the
     # device's segments and blocks (the arrays are filled only when both fit; the totals always);
-    # [ptr, ptr + size rounded up to 512) of a pool's free memory as a block (cgc_free frees it)
+    # [ptr, ptr + size rounded up to 512) of a pool's free memory as a block (cgc_free frees it);
+    # a private pool whose memory is [base, base + capacity), reserved at exactly `base` and
+    # backed as it grows (base and capacity multiples of 2 MiB)
     ("cgc_last_status", _st, ()),
     ("cgc_memory_snapshot", _st, (_h, ctypes.POINTER(segment_info_t), _sz, ctypes.POINTER(block_info_t), _sz,
                                   ctypes.POINTER(_sz), ctypes.POINTER(_sz))),
     ("cgc_pool_claim", _st, (_h, _h, _sz)),
+    ("cgc_pool_create_at", _st, (_h, _h, _sz, _hp)),
 ]
 
 
@@ -1419,6 +1424,33 @@ class Pool(_Handle):
         self = cls.__new__(cls)
         self._h, self.context, self._refs = out.value, getattr(comm, "context", None), 1
         self.comm, self.nccl_memory = comm, _member_or_int(NcclMemory, got.value)
+        return self
+
+    @classmethod
+    def at(cls, ctx, base, capacity):
+        """1.6: a pool whose memory lies at fixed virtual addresses (cgc_pool_create_at):
+        [base, base + capacity) is reserved with the driver at exactly `base` (an int address,
+        never dereferenced) and backed with device memory in 2 MiB steps as the pool's
+        allocations need it. Captures (``pool=``), malloc() and claim() allocate from it as from
+        any pool, but its memory never moves and never goes to the device's cache: the same
+        requests in the same order get the same addresses, in this process or in another that
+        reserves the same base.
+
+        Raises InvalidArgumentError for base 0, capacity 0, or a base or capacity that is not a
+        multiple of 2 MiB (of the device's granularity if larger: the message names it);
+        InvalidStateError when the driver cannot reserve that range in this process (part of it
+        is in use, e.g. by another such pool). Allocations beyond the capacity raise
+        OutOfMemoryError. Its release (close()) synchronises the device and gives the range back;
+        it is refused with InvalidStateError, and the pool stays open, while a graph or capture
+        holds it or a block of it is allocated: free the blocks and close the graphs first."""
+        func = "cgc_pool_create_at"
+        handle = ctx.handle
+        address = _unsigned(_ptr(base) or 0, 64, func, "base")
+        size = _unsigned(capacity, 64, func, "capacity")
+        out = ctypes.c_void_p()
+        _check(api().cgc_pool_create_at(handle, address, size, ctypes.byref(out)))
+        self = cls.__new__(cls)
+        self._h, self.context, self._refs = out.value, ctx, 1
         return self
 
     def malloc(self, size, stream):

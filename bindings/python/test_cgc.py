@@ -194,7 +194,7 @@ class LoadingTest(unittest.TestCase):
         lib = cgc.api()
         self.assertGreaterEqual(lib.table.contents.struct_size, ctypes.sizeof(cgc.api_t))
         # 1.0's, then 1.1's, 1.2's, 1.3's, 1.4's, 1.5's and 1.6's
-        self.assertEqual(len(cgc._PROTOTYPES), 63 + 29 + 4 + 1 + 3 + 2 + 3)
+        self.assertEqual(len(cgc._PROTOTYPES), 63 + 29 + 4 + 1 + 3 + 2 + 4)
         for name, _, _ in cgc._PROTOTYPES:
             via_table = ctypes.cast(getattr(lib, name), ctypes.c_void_p).value
             via_dlsym = ctypes.cast(getattr(lib.dll, name), ctypes.c_void_p).value
@@ -272,7 +272,7 @@ class LastStatusTest(unittest.TestCase):
 
     def test_the_table_ends_with_the_1_6_functions(self):
         self.assertEqual([p[0] for p in cgc._PROTOTYPES[63 + 29 + 4 + 1 + 3 + 2:]],
-                         ["cgc_last_status", "cgc_memory_snapshot", "cgc_pool_claim"])
+                         ["cgc_last_status", "cgc_memory_snapshot", "cgc_pool_claim", "cgc_pool_create_at"])
         self.assertEqual((cgc.VERSION_MAJOR, cgc.VERSION_MINOR), (1, 6))
         self.assertIn("last_status", cgc.__all__)
 
@@ -909,6 +909,45 @@ class PoolClaimBadCallTest(ExpectMixin, unittest.TestCase):
             forget(pool)
         with self.assertRaises(cgc.InvalidHandleError):  # a closed pool never reaches C
             cgc.Pool.__new__(cgc.Pool).claim(0x10000, 512)
+
+
+class PoolAtBadCallTest(ExpectMixin, unittest.TestCase):
+    """1.6 without a GPU: cgc_pool_create_at refuses a NULL out pointer and a NULL or foreign
+    context by name before it looks at the range (whatever the base and capacity) and clears
+    *out, and Pool.at a closed or foreign context and what ctypes would cut. The checks after a
+    valid context (alignment, the range) run in GpuPoolAtTest."""
+
+    BASE = 0x660000000000
+
+    def test_null_and_foreign_contexts_are_refused_by_name(self):
+        lib = cgc.api()
+        self.expect(cgc.Status.INVALID_ARGUMENT, "cgc_pool_create_at",
+                    lambda: lib.cgc_pool_create_at(FOREIGN, self.BASE, 64 << 20, None), "out is NULL")
+        for ctx, status, word in ((None, cgc.Status.INVALID_ARGUMENT, "ctx is NULL"),
+                                  (FOREIGN, cgc.Status.INVALID_HANDLE, "ctx")):
+            for base, capacity in ((self.BASE, 64 << 20), (None, 64 << 20), (self.BASE + 4096, 64 << 20),
+                                   (self.BASE, 0), (self.BASE, (64 << 20) + 1)):
+                out = ctypes.c_void_p(FOREIGN)  # not NULL: the refusal must clear it
+                self.expect(status, "cgc_pool_create_at",
+                            lambda: lib.cgc_pool_create_at(ctx, base, capacity, ctypes.byref(out)), word)
+                self.assertIsNone(out.value, "*out is cleared on failure")
+
+    def test_the_binding_refuses_by_name(self):
+        ctx = foreign(cgc.Context)
+        try:
+            self.expect_raise(cgc.InvalidHandleError, "cgc_pool_create_at",
+                              lambda: cgc.Pool.at(ctx, self.BASE, 64 << 20), "ctx")
+            # Values ctypes would cut to their low bits are refused here, naming the C function.
+            for capacity in (-1, 1 << 64, 1.5):
+                self.expect_raise(cgc.InvalidArgumentError, "cgc_pool_create_at",
+                                  lambda: cgc.Pool.at(ctx, self.BASE, capacity), "capacity")
+            for base in (-1, 1 << 64):
+                self.expect_raise(cgc.InvalidArgumentError, "cgc_pool_create_at",
+                                  lambda: cgc.Pool.at(ctx, base, 64 << 20), "base")
+        finally:
+            forget(ctx)
+        with self.assertRaises(cgc.InvalidHandleError):  # a closed context never reaches C
+            cgc.Pool.at(cgc.Context.__new__(cgc.Context), self.BASE, 64 << 20)
 
 
 class ConditionalBadCallTest(ExpectMixin, unittest.TestCase):
@@ -2021,6 +2060,69 @@ class GpuPoolClaimTest(unittest.TestCase):
             cgc.free(p)
         self.assertEqual(pool.memory_stats().bytes_allocated, 0)
         pool.close()
+        s.close()
+        ctx.close()
+
+
+class GpuPoolAtTest(unittest.TestCase):
+    # The Python binding's own base (Rust's and Go's tests use others), in case bindings' tests
+    # ever share a process.
+    BASE = 0x660000000000
+    CAPACITY = 64 << 20
+    MIB = 1 << 20
+
+    def setUp(self):
+        require_gpu(self)
+
+    def test_the_same_addresses_at_the_same_base(self):
+        # 1.6: Pool.at reserves its range at exactly the base: the first block of a fresh pool is
+        # at the base and every block lies inside the range; allocations beyond the capacity are
+        # OUT_OF_MEMORY; close() is refused (the pool stays open) while a block is allocated;
+        # once closed, a pool made again at the same base gives the same requests the same
+        # addresses. An unaligned base or capacity is refused (INVALID_ARGUMENT, "multiples of"),
+        # and so is a pool overlapping a live one (INVALID_STATE, "cannot reserve").
+        base, capacity, mib = self.BASE, self.CAPACITY, self.MIB
+        ctx = cgc.Context(0)
+        s = cgc.Stream(ctx)
+
+        def refused(error, function, call, *words):
+            with self.assertRaises(error) as raised:
+                call()
+            self.assertIn(function, raised.exception.message)
+            for word in words:
+                self.assertIn(word, raised.exception.message)
+
+        rounds = []
+        for round_ in range(2):
+            pool = cgc.Pool.at(ctx, base, capacity)
+            first, second = pool.malloc(mib, s), pool.malloc(3 * mib, s)
+            self.assertEqual(first, base, "round %d: a fresh pool's first block is at its base" % round_)
+            for p, size in ((first, mib), (second, 3 * mib)):
+                self.assertTrue(base <= p and p + size <= base + capacity,
+                                "%#x (+%d) is outside [%#x, %#x)" % (p, size, base, base + capacity))
+            rounds.append((first, second))
+            if round_ == 0:
+                # Beyond the capacity: the range never grows past it.
+                refused(cgc.OutOfMemoryError, "cgc_pool_malloc", lambda: pool.malloc(capacity, s))
+                # The range is taken while the pool lives: another pool cannot reserve part of it.
+                refused(cgc.InvalidStateError, "cgc_pool_create_at",
+                        lambda: cgc.Pool.at(ctx, base + 2 * mib, 2 * mib), "cannot reserve")
+                # close() is refused while a block is allocated, and the pool stays open.
+                refused(cgc.InvalidStateError, "cgc_pool_release", pool.close)
+                self.assertFalse(pool.closed)
+            cgc.free(first)
+            cgc.free(second)
+            s.synchronize()
+            pool.close()
+        self.assertEqual(rounds[0], rounds[1], "the same requests at the same base get the same addresses")
+
+        # Bases and capacities that are not multiples of 2 MiB.
+        refused(cgc.InvalidArgumentError, "cgc_pool_create_at", lambda: cgc.Pool.at(ctx, base + 4096, capacity),
+                "multiples of")
+        refused(cgc.InvalidArgumentError, "cgc_pool_create_at", lambda: cgc.Pool.at(ctx, base, capacity + 4096),
+                "multiples of")
+        refused(cgc.InvalidArgumentError, "cgc_pool_create_at", lambda: cgc.Pool.at(ctx, base, 0))
+        refused(cgc.InvalidArgumentError, "cgc_pool_create_at", lambda: cgc.Pool.at(ctx, 0, capacity))
         s.close()
         ctx.close()
 

@@ -57,8 +57,10 @@
 //! thread, for calls of the raw table that return no status (`cgc_torch_malloc`), and
 //! [`Context::memory_snapshot`] lists the device's memory as cgc holds it, like PyTorch's
 //! `torch.cuda.memory_snapshot()`: every [`Segment`] (a driver allocation of the device cache or
-//! of a pool) with its [`Block`]s, and [`Pool::claim`] allocates a given range of a pool's free
-//! memory, at its address (to put a pool back to a state it had).
+//! of a pool) with its [`Block`]s, [`Pool::claim`] allocates a given range of a pool's free
+//! memory, at its address (to put a pool back to a state it had), and [`Pool::create_at`] makes
+//! a pool whose memory is a virtual range reserved at a given base, so that the same requests in
+//! the same order get the same addresses.
 //!
 //! Objects own their handle and destroy it on `Drop` (errors there are ignored); each also has
 //! a `destroy(self)` (or `free`, `release`) that reports the library's status. Objects made from

@@ -739,6 +739,33 @@ fn pool_claim_refuses_a_null_and_a_foreign_pool_by_name() {
     std::mem::forget(foreign);
 }
 
+/// 1.6: a pool at fixed addresses on a NULL context is refused by the library, naming the call
+/// and the context, before it looks at the range (so whatever the base and capacity: null,
+/// unaligned, 0) or needs the driver; a context pointer that is no cgc context is refused as an
+/// invalid handle.
+#[test]
+fn pool_create_at_refuses_a_null_and_a_foreign_context_by_name() {
+    const BASE: usize = 0x6400_0000_0000;
+    let ctx = null_context();
+    for (base, capacity) in [(BASE, 64usize << 20), (BASE + 4096, 64 << 20), (0, 64 << 20), (BASE, 0),
+                             (BASE, usize::MAX)] {
+        let e = Pool::create_at(&ctx, base as *mut c_void, capacity).expect_err("a NULL context");
+        assert_eq!(e.status(), Some(Status::InvalidArgument), "{}", e);
+        assert!(e.message().contains("cgc_pool_create_at"), "{}", e);
+        assert!(e.message().contains("ctx is NULL"), "{}", e);
+    }
+    let mut not_an_object = [0x5a5a_5a5a_5a5a_5a5a_u64; 32];
+    let foreign = Context {
+        raw: not_an_object.as_mut_ptr() as sys::cgc_context_t,
+        api: loaded_api(),
+        device: 0,
+    };
+    assert_refused(Pool::create_at(&foreign, BASE as *mut c_void, 64 << 20), Status::InvalidHandle,
+                   "cgc_pool_create_at");
+    // Not destroyed: the library would only refuse it (it is no context of its).
+    std::mem::forget(foreign);
+}
+
 #[test]
 fn the_1_5_memory_kinds_are_the_headers() {
     let kinds = [NcclMemory::Plain, NcclMemory::Registered, NcclMemory::Symmetric];

@@ -1,12 +1,13 @@
 //! [`Pool`]: private memory pools shared by graphs, adopted captures (1.4), eager allocation from a
-//! pool (1.5) and claims of a pool's free memory by address (1.6).
+//! pool (1.5), claims of a pool's free memory by address and pools at fixed addresses (1.6).
 
 use super::*;
 
 /// One reference on a private memory pool (`torch.cuda.graph_pool_handle()`). `Clone` takes
 /// another reference (`cgc_pool_retain`), `Drop` releases one. Two `Pool`s are equal when they
 /// are references on the same pool. Since 1.5 a pool may be an NCCL pool ([`Pool::nccl`]), whose
-/// last release is collective and refused while it is in use ([`Pool::try_release`]).
+/// last release is collective and refused while it is in use ([`Pool::try_release`]), and since
+/// 1.6 a pool at fixed addresses ([`Pool::create_at`]), whose last release is refused likewise.
 pub struct Pool {
     pub(crate) raw: sys::cgc_pool_t,
     pub(crate) api: &'static sys::cgc_api_t,
@@ -25,6 +26,33 @@ impl Pool {
         // SAFETY: live context, valid out pointer.
         check(ctx.api, unsafe {
             (ctx.api.cgc_pool_create)(ctx.raw, &mut raw)
+        })?;
+        Ok(Pool { raw, api: ctx.api })
+    }
+
+    /// 1.6: a new pool (one reference of the caller's) whose memory lies at fixed virtual
+    /// addresses (`cgc_pool_create_at`): `[base, base + capacity)` is reserved with the driver
+    /// at exactly `base` and backed with device memory in 2 MiB steps as the pool's allocations
+    /// need it. Captures ([`CaptureOptions::pool`]), [`Pool::alloc`] and [`Pool::claim`] allocate
+    /// from it as from any pool, but its memory never moves and never goes to the device's
+    /// cache: the same requests in the same order get the same addresses, in this process or in
+    /// another that reserves the same base. `base` is only an address to reserve: it is never
+    /// dereferenced here.
+    ///
+    /// Errors: [`Status::InvalidArgument`] for a null `base`, 0 bytes, or a `base` or
+    /// `capacity` that is not a multiple of 2 MiB (of the device's granularity if larger: the
+    /// message names it); [`Status::InvalidState`] when the driver cannot reserve that range in
+    /// this process (part of it is in use, e.g. by another such pool). Allocations beyond the
+    /// capacity are [`Status::OutOfMemory`]. Its last release synchronises the device and gives
+    /// the range back; it is refused with [`Status::InvalidState`] while graphs, captures or
+    /// allocated blocks hold the pool, and with [`Status::CaptureUnsupported`] while a capture is
+    /// under way on its device: see [`Pool::try_release`], which hands the pool back then.
+    pub fn create_at(ctx: &Context, base: *mut c_void, capacity: usize) -> Result<Pool> {
+        let mut raw = ptr::null_mut();
+        // SAFETY: live context, valid out pointer; the library hands `base` to the driver as an
+        // address to reserve and never dereferences it.
+        check(ctx.api, unsafe {
+            (ctx.api.cgc_pool_create_at)(ctx.raw, base, capacity, &mut raw)
         })?;
         Ok(Pool { raw, api: ctx.api })
     }
@@ -90,8 +118,9 @@ impl Pool {
     /// `stream` (of the pool's device, not capturing: inside a capture the capture's pool decides,
     /// and this is [`Status::CaptureUnsupported`]). 0 bytes gives a null pointer. Blocks allocated
     /// so are reused only by `Pool::alloc` on the same stream, never by a capture, so a pool's
-    /// graph memory and its eager memory stay apart. An NCCL pool ([`Pool::nccl`]) never grows:
-    /// beyond its capacity this is [`Status::OutOfMemory`].
+    /// graph memory and its eager memory stay apart. An NCCL pool ([`Pool::nccl`]) never grows,
+    /// and a pool at fixed addresses ([`Pool::create_at`]) grows only within its range: beyond
+    /// its capacity this is [`Status::OutOfMemory`].
     pub fn alloc(&self, bytes: usize, stream: &Stream) -> Result<DeviceBuffer> {
         let mut p = ptr::null_mut();
         // SAFETY: live handles (we hold a reference on the pool), valid out pointer.
@@ -127,8 +156,9 @@ impl Pool {
     }
 
     /// Drops this reference, reporting the status. The pool lives on while graphs captured into
-    /// it or blocks allocated from it exist. For the last reference of an NCCL pool, which the
-    /// library refuses to release while it is in use, see [`Pool::try_release`].
+    /// it or blocks allocated from it exist. For the last reference of an NCCL pool or of a pool
+    /// at fixed addresses ([`Pool::create_at`]), which the library refuses to release while it
+    /// is in use, see [`Pool::try_release`].
     pub fn release(mut self) -> Result<()> {
         let raw = std::mem::replace(&mut self.raw, ptr::null_mut());
         // SAFETY: we hold this reference; released once.
@@ -136,7 +166,8 @@ impl Pool {
     }
 
     /// Like [`Pool::release`], but a refusal that leaves the reference held hands the pool back,
-    /// unharmed, with the error (`Some`): the last release of an NCCL pool (1.5, collective) is
+    /// unharmed, with the error (`Some`): the last release of an NCCL pool (1.5, collective) or
+    /// of a pool at fixed addresses (1.6, [`Pool::create_at`]: it gives the range back) is
     /// refused with [`Status::InvalidState`] while a graph or capture holds the pool or a block
     /// of it is allocated, and with [`Status::CaptureUnsupported`] while a capture is under way
     /// on its device (the release synchronises the device). Free the blocks, destroy the graphs,

@@ -566,12 +566,16 @@ api_table! {
     fn cgc_pool_malloc(pool: cgc_pool_t, size: usize, stream: cgc_stream_t, out: *mut *mut c_void) -> cgc_status_t;
     // 1.6: the status that goes with cgc_last_error() (CGC_SUCCESS for a warning or none); the
     // device's segments and blocks (the arrays are filled only when both fit, the totals always);
-    // [ptr, ptr + size rounded up to 512) of a pool's free memory as a block (cgc_free frees it)
+    // [ptr, ptr + size rounded up to 512) of a pool's free memory as a block (cgc_free frees it);
+    // a private pool whose memory is [base, base + capacity), reserved at exactly `base` and
+    // backed as it grows (base and capacity multiples of 2 MiB)
     fn cgc_last_status() -> cgc_status_t;
     fn cgc_memory_snapshot(ctx: cgc_context_t, segments: *mut cgc_segment_info_t, max_segments: usize,
                            blocks: *mut cgc_block_info_t, max_blocks: usize, n_segments: *mut usize,
                            n_blocks: *mut usize) -> cgc_status_t;
     fn cgc_pool_claim(pool: cgc_pool_t, ptr: *mut c_void, size: usize) -> cgc_status_t;
+    fn cgc_pool_create_at(ctx: cgc_context_t, base: *mut c_void, capacity: usize, out: *mut cgc_pool_t)
+                          -> cgc_status_t;
 }
 
 /// `cgc_get_api`, the one symbol resolved with `dlsym`.

@@ -464,11 +464,12 @@ fn the_1_2_functions_refuse_null_and_foreign_graphs_by_name() {
             "cgc_pool_malloc",
             "cgc_last_status",
             "cgc_memory_snapshot",
-            "cgc_pool_claim"
+            "cgc_pool_claim",
+            "cgc_pool_create_at"
         ]
     );
-    // 1.0's 63 functions, 1.1's 29, 1.2's 4, 1.3's 1, 1.4's 3, 1.5's 2 and 1.6's 3.
-    assert_eq!(names.len(), 63 + 29 + 4 + 1 + 3 + 2 + 3);
+    // 1.0's 63 functions, 1.1's 29, 1.2's 4, 1.3's 1, 1.4's 3, 1.5's 2 and 1.6's 4.
+    assert_eq!(names.len(), 63 + 29 + 4 + 1 + 3 + 2 + 4);
 }
 
 /// 1.2's conditional nodes refuse a NULL stream (INVALID_ARGUMENT) and a pointer that is no cgc
@@ -656,6 +657,34 @@ fn pool_claim_refuses_null_and_foreign_pools_by_name() {
             // the handle, which only reads the foreign memory); the address is never read.
             let st = unsafe { (api.cgc_pool_claim)(pool, address as *mut c_void, size) };
             assert_named_refusal(api, st, want, "cgc_pool_claim");
+        }
+    }
+}
+
+/// 1.6: cgc_pool_create_at refuses a NULL out pointer and a NULL context (INVALID_ARGUMENT) and
+/// a pointer that is no cgc context (INVALID_HANDLE) by name, before it looks at the range or
+/// needs the driver: whatever the base (NULL, unaligned) and the capacity (0 too); it clears
+/// *out.
+#[test]
+fn pool_create_at_refuses_null_and_foreign_contexts_by_name() {
+    let api = cgc::api().unwrap();
+    let mut not_an_object = [0x5a5a_5a5a_5a5a_5a5a_u64; 32];
+    let foreign = not_an_object.as_mut_ptr() as sys::cgc_context_t;
+    const BASE: usize = 0x6400_0000_0000;
+    // SAFETY: NULL and the foreign pointer are documented inputs (refused by a check of the
+    // handle, which only reads the foreign memory); the base is never read; the out pointers
+    // are valid or NULL.
+    unsafe {
+        let st = (api.cgc_pool_create_at)(foreign, BASE as *mut c_void, 2 << 20, ptr::null_mut());
+        assert_named_refusal(api, st, Status::InvalidArgument, "cgc_pool_create_at");
+        for (ctx, want) in [(ptr::null_mut(), Status::InvalidArgument), (foreign, Status::InvalidHandle)] {
+            for (base, capacity) in [(BASE, 64usize << 20), (0, 64 << 20), (BASE + 4096, 64 << 20), (BASE, 0),
+                                     (BASE, (64 << 20) + 1), (BASE, usize::MAX)] {
+                let mut out = foreign as sys::cgc_pool_t; // not NULL: the refusal must clear it
+                let st = (api.cgc_pool_create_at)(ctx, base as *mut c_void, capacity, &mut out);
+                assert_named_refusal(api, st, want, "cgc_pool_create_at");
+                assert!(out.is_null(), "*out is cleared on failure");
+            }
         }
     }
 }

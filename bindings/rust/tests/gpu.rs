@@ -1440,6 +1440,86 @@ fn pool_claim_gives_free_memory_back_at_its_address() {
     ctx.destroy().unwrap();
 }
 
+/// 1.6: Pool::create_at reserves its range at exactly the base: the first block of a fresh pool
+/// is at the base and every block lies inside the range; allocations beyond the capacity are
+/// OUT_OF_MEMORY; the release is refused (and hands the pool back) while a block is allocated;
+/// once released, a pool made again at the same base gives the same requests the same addresses.
+/// An unaligned base or capacity is refused (INVALID_ARGUMENT, "multiples of"), and so is a pool
+/// overlapping a live one (INVALID_STATE, "cannot reserve"). The base is the Rust binding's own
+/// (Go's and Python's tests use others), in case bindings' tests ever share a process.
+#[test]
+fn pool_create_at_gives_the_same_addresses_at_the_same_base() {
+    const TEST: &str = "pool_create_at_gives_the_same_addresses_at_the_same_base";
+    const BASE: usize = 0x6400_0000_0000;
+    const CAPACITY: usize = 64 << 20;
+    const MIB: usize = 1 << 20;
+    let _serial = serial();
+    let ctx = match gpu(TEST) {
+        Some(c) => c,
+        None => return,
+    };
+    let stream = Stream::new(&ctx).unwrap();
+    let base = BASE as *mut std::ffi::c_void;
+    let inside = |b: &DeviceBuffer, what: &str| {
+        let at = b.as_ptr() as usize;
+        assert!(at >= BASE && at + b.len() <= BASE + CAPACITY,
+                "{} at {:#x} (+{}) is outside [{:#x}, {:#x})", what, at, b.len(), BASE, BASE + CAPACITY);
+        at
+    };
+    let mut rounds = Vec::new();
+    for round in 0..2 {
+        let pool = Pool::create_at(&ctx, base, CAPACITY)
+            .unwrap_or_else(|e| panic!("round {}: cgc_pool_create_at({:#x}, {}): {}", round, BASE, CAPACITY, e));
+        let first = pool.alloc(MIB, &stream).expect("cgc_pool_malloc of 1 MiB");
+        let second = pool.alloc(3 * MIB, &stream).expect("cgc_pool_malloc of 3 MiB");
+        assert_eq!(first.as_ptr() as usize, BASE, "round {}: a fresh pool's first block is at its base", round);
+        let addresses = (inside(&first, "the 1 MiB block"), inside(&second, "the 3 MiB block"));
+        assert_ne!(addresses.0, addresses.1);
+        if round == 0 {
+            // Beyond the capacity: the range never grows past it.
+            let e = pool.alloc(CAPACITY, &stream).expect_err("more than the capacity left");
+            assert_error(&e, Status::OutOfMemory, "cgc_pool_malloc");
+            // The range is taken while the pool lives: another pool cannot reserve part of it.
+            let overlap = (BASE + 2 * MIB) as *mut std::ffi::c_void;
+            let e = Pool::create_at(&ctx, overlap, 2 * MIB).expect_err("a pool overlapping a live one");
+            assert_error(&e, Status::InvalidState, "cgc_pool_create_at");
+            assert!(e.message().contains("cannot reserve"), "{}", e);
+            // The release is refused while a block is allocated, and hands the pool back.
+            let (e, kept) = match pool.try_release() {
+                Err((e, Some(kept))) => (e, kept),
+                other => panic!("releasing a pool at fixed addresses with blocks: {:?}", other.map_err(|(e, _)| e)),
+            };
+            assert_error(&e, Status::InvalidState, "cgc_pool_release");
+            first.free().unwrap();
+            second.free().unwrap();
+            stream.synchronize().unwrap();
+            kept.try_release().map_err(|(e, _)| e).expect("cgc_pool_release of an unused pool at fixed addresses");
+        } else {
+            first.free().unwrap();
+            second.free().unwrap();
+            stream.synchronize().unwrap();
+            pool.try_release().map_err(|(e, _)| e).expect("cgc_pool_release of an unused pool at fixed addresses");
+        }
+        rounds.push(addresses);
+    }
+    assert_eq!(rounds[0], rounds[1], "the same requests at the same base get the same addresses");
+
+    // Bases and capacities that are not multiples of 2 MiB.
+    let unaligned = (BASE + 4096) as *mut std::ffi::c_void;
+    let e = Pool::create_at(&ctx, unaligned, CAPACITY).expect_err("an unaligned base");
+    assert_error(&e, Status::InvalidArgument, "cgc_pool_create_at");
+    assert!(e.message().contains("multiples of"), "{}", e);
+    let e = Pool::create_at(&ctx, base, CAPACITY + 4096).expect_err("an unaligned capacity");
+    assert_error(&e, Status::InvalidArgument, "cgc_pool_create_at");
+    assert!(e.message().contains("multiples of"), "{}", e);
+    assert_error(&Pool::create_at(&ctx, base, 0).expect_err("0 bytes"), Status::InvalidArgument, "cgc_pool_create_at");
+    assert_error(&Pool::create_at(&ctx, std::ptr::null_mut(), CAPACITY).expect_err("a null base"),
+                 Status::InvalidArgument, "cgc_pool_create_at");
+
+    stream.destroy().unwrap();
+    ctx.destroy().unwrap();
+}
+
 /// 1.6: two blocks allocated, one freed: the snapshot lists the first allocated with its
 /// rounded size and the size asked, the second's memory free (merged with free neighbours,
 /// perhaps), a pool's block in a segment of that pool, and the segments add up to the device's
