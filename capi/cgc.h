@@ -553,7 +553,9 @@ CGC_API cgc_status_t cgc_pool_malloc(cgc_pool_t pool, size_t size, cgc_stream_t 
  * (of the device's granularity if larger: CGC_ERROR_INVALID_ARGUMENT names it);
  * CGC_ERROR_INVALID_STATE when the driver cannot give that range in this process (part of it is
  * in use); CGC_ERROR_OUT_OF_MEMORY for an allocation beyond the capacity. cgc_pool_claim in it
- * backs the range up to the claimed block first. Its last cgc_pool_release synchronises the
+ * backs the range up to the claimed block first. Where the driver refuses a small range at a base,
+ * cgc reserves more there (256 MiB, 1 GiB or 4 GiB; the pool still ends at its capacity), which
+ * other pools' ranges must then avoid. Its last cgc_pool_release synchronises the
  * device and gives the range back; it is refused while graphs, captures or allocated blocks hold
  * the pool. The memory is this device's only (no peer access or IPC). */
 CGC_API cgc_status_t cgc_pool_create_at(cgc_context_t ctx, void* base, size_t capacity, cgc_pool_t* out);

@@ -20,6 +20,7 @@ struct piece {
 typedef struct address_arena {
   cgc__arena_t base;
   struct cgc__device* dev;
+  size_t reserved;      /* the reservation: the pool's range, or more (cgc_pool_create_at) */
   struct piece* pieces; /* in range order; touched only by the thread that claimed `growing`, and by drop */
   size_t n_pieces, cap_pieces;
 } address_arena_t;
@@ -46,7 +47,7 @@ static cgc_status_t drop_address_arena(cgc__arena_t* base, const char* func) {
     if (st == CGC_SUCCESS) st = unmapped != CGC_SUCCESS ? unmapped : released;
   }
   cgc_status_t freed;
-  CGC_RELAXED(freed = CGC_CU(func, cuMemAddressFree(arena->base.base, arena->base.size)));
+  CGC_RELAXED(freed = CGC_CU(func, cuMemAddressFree(arena->base.base, arena->reserved)));
   if (st == CGC_SUCCESS) st = freed;
   free(arena->pieces);
   free(arena);
@@ -114,27 +115,41 @@ cgc_status_t cgc_pool_create_at(cgc_context_t ctx, void* base, size_t capacity, 
   CUdeviceptr wanted = (CUdeviceptr)(uintptr_t)base, got = 0;
   address_arena_t* arena = NULL;
   cgc_status_t st;
-  /* The base is a hint to the driver: where the range is taken it offers another, or fails. */
-  CUresult r;
-  CGC_RELAXED(r = CGC_DRV(cuMemAddressReserve)(&got, capacity, 0, wanted, 0));
-  if (r != CUDA_SUCCESS || got != wanted) {
-    char said[64] = "failed";
-    const char* name = NULL;
-    if (r != CUDA_SUCCESS && CGC_DRV(cuGetErrorName)(r, &name) == CUDA_SUCCESS && name != NULL)
-      snprintf(said, sizeof said, "failed: %s", name);
-    if (r == CUDA_SUCCESS) {
+  /* The base is a hint to the driver: where the range is taken it offers another, or fails. On
+   * driver 580 it also offered another for small ranges where larger ones at the same base were
+   * given (measured: up to 4 MiB in a fresh process, up to 64 MiB in one that had worked before;
+   * 256 MiB and more given in both), so a refused range is asked again as a larger reservation, of
+   * which the pool uses its capacity. */
+  static const size_t kReservations[] = {0, (size_t)256 << 20, (size_t)1 << 30, (size_t)4 << 30};
+  size_t reserved = 0;
+  CUresult r = CUDA_SUCCESS;
+  char said[64] = "";
+  for (size_t i = 0; i < sizeof kReservations / sizeof kReservations[0] && reserved == 0; i++) {
+    size_t size = capacity > kReservations[i] ? capacity : kReservations[i];
+    if (i > 0 && size == capacity) continue; /* asked already */
+    CGC_RELAXED(r = CGC_DRV(cuMemAddressReserve)(&got, size, 0, wanted, 0));
+    if (r == CUDA_SUCCESS && got == wanted) {
+      reserved = size;
+    } else if (r == CUDA_SUCCESS) {
       snprintf(said, sizeof said, "offered %#llx", (unsigned long long)got);
-      CGC_RELAXED(CGC_DRV(cuMemAddressFree)(got, capacity));
+      CGC_RELAXED(CGC_DRV(cuMemAddressFree)(got, size));
+    } else {
+      const char* name = NULL;
+      snprintf(said, sizeof said, "failed: %s",
+               CGC_DRV(cuGetErrorName)(r, &name) == CUDA_SUCCESS && name != NULL ? name : "?");
     }
+  }
+  if (reserved == 0) {
     st = cgc__fail(CGC_ERROR_INVALID_STATE, __func__,
-                   "the driver cannot reserve [%p, +%zu) in this process (cuMemAddressReserve %s): part of that range "
-                   "is in use here, or beyond what the driver can reserve; choose another base",
+                   "the driver cannot reserve [%p, +%zu) in this process (cuMemAddressReserve %s, also for up to 4 "
+                   "GiB there): part of that range is in use here, or beyond what the driver can reserve; choose "
+                   "another base",
                    base, capacity, said);
     goto out;
   }
   arena = calloc(1, sizeof *arena);
   if (arena == NULL) {
-    CGC_RELAXED(CGC_DRV(cuMemAddressFree)(got, capacity));
+    CGC_RELAXED(CGC_DRV(cuMemAddressFree)(got, reserved));
     st = cgc__fail(CGC_ERROR_OUT_OF_MEMORY, __func__, "out of host memory");
     goto out;
   }
@@ -146,6 +161,7 @@ cgc_status_t cgc_pool_create_at(cgc_context_t ctx, void* base, size_t capacity, 
                                .agree = agree_alone,
                                .grow = grow_address_arena};
   arena->dev = dev;
+  arena->reserved = reserved;
   st = cgc__pool_create_arena(dev, &arena->base, out, __func__); /* drops the arena if it fails */
 out:
   cgc__ctx_leave(&scope);
