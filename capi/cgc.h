@@ -16,7 +16,8 @@
  *    5. capture                             10. NCCL
  *    6. graphs                              11. random numbers
  *                                           12. PyTorch and adopted captures (1.4)
- *                                           13. the function table (cgc_api.h)
+ *                                           13. saved graphs (1.6)
+ *                                           14. the function table (cgc_api.h)
  *
  * Conventions (every function, unless its comment says otherwise)
  * - It returns cgc_status_t; outputs go through pointer arguments, and an output handle or pointer
@@ -74,7 +75,8 @@ extern "C" {
  * from a cgc pool, record_stream for a native stream;
  * 1.5: pools of memory registered with a communicator (symmetric windows), eager allocation from
  * a pool (docs/CHANGELOG.md);
- * 1.6: the status of the last failed call (cgc_last_status), for entry points that return none */
+ * 1.6: the status of the last failed call (cgc_last_status), for entry points that return none;
+ * the memory snapshot; pools at fixed addresses and claims; graphs saved and restored */
 #define CGC_VERSION_MINOR 6
 #define CGC_VERSION_PATCH 0
 #define CGC_VERSION ((CGC_VERSION_MAJOR << 16) | (CGC_VERSION_MINOR << 8) | CGC_VERSION_PATCH)
@@ -98,7 +100,10 @@ typedef enum cgc_status {
   CGC_ERROR_NCCL = 12,                 /* an NCCL call failed */
   CGC_ERROR_CUDA = 13,                 /* another driver error; cgc_last_error names it */
   CGC_ERROR_NOT_SUPPORTED = 14,        /* the driver or device is too old for the request */
-  CGC_ERROR_INTERNAL = 15              /* an internal error in cgc */
+  CGC_ERROR_INTERNAL = 15,             /* an internal error in cgc */
+  CGC_ERROR_NOT_SAVABLE = 16,          /* since 1.6: a graph holds what a saved file cannot rebuild */
+  CGC_ERROR_SAVED_MISMATCH = 17        /* since 1.6: a saved file this process cannot restore (damaged, or
+                                        * of another format, architecture or driver, or a kernel it lacks) */
 } cgc_status_t;
 
 /* The library's version, (major << 16) | (minor << 8) | patch. Compare with CGC_VERSION to
@@ -989,11 +994,103 @@ CGC_API cgc_status_t cgc_pool_end_adopted_capture(cgc_pool_t pool);
  * work is done. */
 CGC_API cgc_status_t cgc_record_stream_native(void* ptr, void* native_stream);
 
+
+/* ==== 13. Saved graphs (since 1.6) ===========================================================
+ *
+ * A set of graphs, written to a buffer in one process and rebuilt in another on the same GPU
+ * architecture and CUDA driver version, ready to replay without capturing anything again
+ * (SEMANTICS 38). Nothing is relocated: every address a saved graph uses must lie in a pool at
+ * fixed addresses (cgc_pool_create_at), which the restore reserves again at the same base, with
+ * the same blocks allocated at the same addresses. Kernels are found again by module and name:
+ * a module's image is the one cgc_module_load loaded (kept by cgc and written into the buffer),
+ * or one added by key with cgc_module_add_image (the key is written; the restoring process adds
+ * the same image under the same key). */
+
+/* Since 1.6. What cgc_graphs_save keeps besides the graphs. */
+typedef struct cgc_save_options {
+  size_t struct_size;
+  /* More pools at fixed addresses to save with the graphs (the memory their kernels read that
+   * no graph allocated: weights, inputs, a KV cache), in this order after the graphs' pools. */
+  const cgc_pool_t* pools;
+  size_t n_pools;
+} cgc_save_options_t;
+
+/* Since 1.6. Writes `graphs` (n_graphs of them, captured by cgc, none reset) with what rebuilding
+ * them needs into `buffer` (capacity bytes), and the bytes written into *size. With buffer NULL
+ * (capacity 0) only *size is set: the bytes needed. Written: each graph's nodes and edges; its
+ * kernels' module images (or keys), names, attributes and argument bytes; the layout of every
+ * pool the graphs were captured into and of options->pools: base, capacity, how far it is backed,
+ * and its blocks allocated now (outputs the application still holds, weights); the device's
+ * architecture and the driver's version. Every node is checked before anything is written: a
+ * kernel argument's every 8-byte word, and each copy's or set's operands, must be an address inside
+ * one of those pools or no address the driver knows (a number); a graph whose pool is not at fixed
+ * addresses, a kernel of a module cgc cannot name, host nodes, event nodes, memory allocation
+ * and free nodes, child graphs, conditional nodes, memory operations, generator draws, NCCL
+ * collectives, and an executable changed by per-node updates are refused with
+ * CGC_ERROR_NOT_SAVABLE, the message naming the graph, the node, its kind, the kernel and the
+ * argument. CGC_ERROR_INVALID_ARGUMENT when capacity is too small (*size says how much is
+ * needed). Needs a CUDA 12.4 driver (CGC_ERROR_NOT_SUPPORTED before). Not while another thread
+ * updates, resets or destroys one of the graphs. */
+CGC_API cgc_status_t cgc_graphs_save(const cgc_graph_t* graphs, size_t n_graphs, const cgc_save_options_t* options,
+                                     void* buffer, size_t capacity, size_t* size);
+
+/* Since 1.6. What a saved buffer holds and needs, read without touching the device. */
+typedef struct cgc_saved_info {
+  size_t struct_size;
+  uint32_t format_version;  /* of the buffer's layout */
+  int compute_major;        /* the architecture it was saved on (e.g. 9, 0) */
+  int compute_minor;
+  int driver_version;       /* cuDriverGetVersion of the saving process, e.g. 13000 */
+  size_t n_graphs;
+  size_t n_pools;           /* pools cgc_graphs_restore creates, in this order */
+  size_t n_modules;         /* module images, embedded or by key */
+  size_t n_nodes;           /* the graphs' nodes, all together */
+  size_t pool_bytes;        /* device memory the restored pools back: exactly their backed ranges */
+  size_t image_bytes;       /* of the embedded module images */
+} cgc_saved_info_t;
+
+/* Since 1.6. Fills as much of *info as its struct_size has room for, from `data` (size bytes of
+ * cgc_graphs_save's output). Needs no driver and allocates nothing on the device, so a server can
+ * size the rest of its memory first. CGC_ERROR_SAVED_MISMATCH for a buffer that is not one, is
+ * damaged or truncated, or of another format version. */
+CGC_API cgc_status_t cgc_saved_info(const void* data, size_t size, cgc_saved_info_t* info);
+
+/* Since 1.6. Options of cgc_graphs_restore. */
+typedef struct cgc_restore_options {
+  size_t struct_size;
+  unsigned flags; /* none yet: 0 */
+} cgc_restore_options_t;
+
+/* Since 1.6. Rebuilds the graphs of `data` (size bytes of cgc_graphs_save's output) on ctx's device:
+ * its pools are created at their bases (cgc_pool_create_at) with the blocks allocated at save
+ * time claimed at their addresses (the application's to free with cgc_free, as in the saving
+ * process), the rest of their backed ranges kept for the graphs; modules are loaded (embedded
+ * images; images by key from cgc_module_add_image); each kernel is checked against its saved
+ * attributes (registers, static shared and local memory, binary version); each graph is built
+ * with its nodes, edges and kernel node attributes, and instantiated as a capture's. graphs[]
+ * receives n_graphs graphs and pools[] n_pools pools (cgc_saved_info's counts; each pool with
+ * one reference, released with cgc_pool_release when the application is done with its blocks and
+ * graphs). CGC_ERROR_SAVED_MISMATCH, naming what differs, for a damaged buffer, another format
+ * version, another architecture or driver version, a module key not added, or a kernel missing
+ * or with other attributes; CGC_ERROR_INVALID_STATE when a pool's range cannot be reserved here
+ * (cgc_pool_create_at's message). On failure nothing is left: no graph, pool or module. */
+CGC_API cgc_status_t cgc_graphs_restore(cgc_context_t ctx, const void* data, size_t size,
+                                        const cgc_restore_options_t* options, cgc_graph_t* graphs, size_t n_graphs,
+                                        cgc_pool_t* pools, size_t n_pools);
+
+/* Since 1.6. Adds a module image under `key` (a NUL-terminated name of up to 255 bytes; the image
+ * is copied): cgc_graphs_save names a kernel of a module cgc did not load (the application's own,
+ * a library's) by this key when the image has a kernel of that name with the same attributes, and
+ * cgc_graphs_restore loads the image added under the key a buffer names. Adding another image
+ * under a key already taken is CGC_ERROR_INVALID_STATE; the same image again is fine. Images stay
+ * for the life of the process. CGC_ERROR_CUDA when the driver cannot load the image. */
+CGC_API cgc_status_t cgc_module_add_image(cgc_context_t ctx, const char* key, const void* image, size_t size);
+
 #ifdef __cplusplus
 } /* extern "C" */
 #endif
 
-/* ==== 13. The function table ================================================================= */
+/* ==== 14. The function table ================================================================= */
 #include "cgc_api.h"
 
 #endif /* CGC_H_ */

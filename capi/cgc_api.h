@@ -163,6 +163,14 @@ extern "C" {
      size_t max_blocks, size_t* n_segments, size_t* n_blocks))                                                        \
   X(cgc_status_t, cgc_pool_claim, (cgc_pool_t pool, void* ptr, size_t size))                                          \
   X(cgc_status_t, cgc_pool_create_at, (cgc_context_t ctx, void* base, size_t capacity, cgc_pool_t* out))                \
+  X(cgc_status_t, cgc_graphs_save,                                                                                    \
+    (const cgc_graph_t* graphs, size_t n_graphs, const cgc_save_options_t* options, void* buffer, size_t capacity,    \
+     size_t* size))                                                                                                   \
+  X(cgc_status_t, cgc_saved_info, (const void* data, size_t size, cgc_saved_info_t* info))                            \
+  X(cgc_status_t, cgc_graphs_restore,                                                                                 \
+    (cgc_context_t ctx, const void* data, size_t size, const cgc_restore_options_t* options, cgc_graph_t* graphs,     \
+     size_t n_graphs, cgc_pool_t* pools, size_t n_pools))                                                             \
+  X(cgc_status_t, cgc_module_add_image, (cgc_context_t ctx, const char* key, const void* image, size_t size))         \
 
 #define CGC_API_FIELD_(ret, name, params) ret(*name) params;
 typedef struct cgc_api {
@@ -194,7 +202,9 @@ CGC_API cgc_status_t cgc_get_api(uint32_t version, const cgc_api_t** out);
   X(CGC_ERROR_NCCL, 12, "an NCCL call failed")                                                                        \
   X(CGC_ERROR_CUDA, 13, "a CUDA driver call failed")                                                                  \
   X(CGC_ERROR_NOT_SUPPORTED, 14, "the driver or device is too old for the request")                                   \
-  X(CGC_ERROR_INTERNAL, 15, "an internal error in cgc")
+  X(CGC_ERROR_INTERNAL, 15, "an internal error in cgc")                                                              \
+  X(CGC_ERROR_NOT_SAVABLE, 16, "a graph holds what a saved file cannot rebuild")                                      \
+  X(CGC_ERROR_SAVED_MISMATCH, 17, "a saved file this process cannot restore")
 
 /* Every public struct's fields in order, X(type, name, array suffix), and the list of structs,
  * X(type, its field list). */
@@ -262,6 +272,25 @@ CGC_API cgc_status_t cgc_get_api(uint32_t version, const cgc_api_t** out);
   X(size_t, size, )                                                                                                   \
   X(size_t, requested, )                                                                                              \
   X(cgc_block_state_t, state, )
+#define CGC_SAVE_OPTIONS_FIELDS(X)                                                                                    \
+  X(size_t, struct_size, )                                                                                            \
+  X(const cgc_pool_t*, pools, )                                                                                       \
+  X(size_t, n_pools, )
+#define CGC_SAVED_INFO_FIELDS(X)                                                                                      \
+  X(size_t, struct_size, )                                                                                            \
+  X(uint32_t, format_version, )                                                                                       \
+  X(int, compute_major, )                                                                                             \
+  X(int, compute_minor, )                                                                                             \
+  X(int, driver_version, )                                                                                            \
+  X(size_t, n_graphs, )                                                                                               \
+  X(size_t, n_pools, )                                                                                                \
+  X(size_t, n_modules, )                                                                                              \
+  X(size_t, n_nodes, )                                                                                                \
+  X(size_t, pool_bytes, )                                                                                             \
+  X(size_t, image_bytes, )
+#define CGC_RESTORE_OPTIONS_FIELDS(X)                                                                                 \
+  X(size_t, struct_size, )                                                                                            \
+  X(unsigned, flags, )
 #define CGC_STRUCTS(X)                                                                                                \
   X(cgc_capture_options_t, CGC_CAPTURE_OPTIONS_FIELDS)                                                                \
   X(cgc_graph_info_t, CGC_GRAPH_INFO_FIELDS)                                                                          \
@@ -270,7 +299,10 @@ CGC_API cgc_status_t cgc_get_api(uint32_t version, const cgc_api_t** out);
   X(cgc_access_policy_t, CGC_ACCESS_POLICY_FIELDS)                                                                    \
   X(cgc_mem_op_t, CGC_MEM_OP_FIELDS)                                                                                  \
   X(cgc_segment_info_t, CGC_SEGMENT_INFO_FIELDS)                                                                      \
-  X(cgc_block_info_t, CGC_BLOCK_INFO_FIELDS)
+  X(cgc_block_info_t, CGC_BLOCK_INFO_FIELDS)                                                                          \
+  X(cgc_save_options_t, CGC_SAVE_OPTIONS_FIELDS)                                                                      \
+  X(cgc_saved_info_t, CGC_SAVED_INFO_FIELDS)                                                                          \
+  X(cgc_restore_options_t, CGC_RESTORE_OPTIONS_FIELDS)
 
 #ifdef __cplusplus
 } /* extern "C" */

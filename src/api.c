@@ -20,7 +20,7 @@ CGC_API_FUNCTIONS(CGC_API_SAME_TYPE_)
 CGC_STATUS_LIST(CGC_STATUS_SAME_)
 #undef CGC_STATUS_SAME_
 #define CGC_STATUS_COUNT_(name, value, text) +1
-_Static_assert(0 CGC_STATUS_LIST(CGC_STATUS_COUNT_) == CGC_ERROR_INTERNAL + 1, "capi/cgc_api.h lists every status");
+_Static_assert(0 CGC_STATUS_LIST(CGC_STATUS_COUNT_) == CGC_ERROR_SAVED_MISMATCH + 1, "capi/cgc_api.h lists every status");
 #undef CGC_STATUS_COUNT_
 
 /* Every struct's field list has the struct's layout: a struct made from the list has its size,

@@ -119,6 +119,22 @@ extern "C" {
   X(cuMemUnmap, PFN_cuMemUnmap_v10020, 10020)                                                \
   X(cuMemSetAccess, PFN_cuMemSetAccess_v10020, 10020)                                        \
   X(cuMemGetAllocationGranularity, PFN_cuMemGetAllocationGranularity_v10020, 10020)          \
+  /* 1.6: graphs saved and restored (save.c, restore.c, module.c) */                         \
+  X(cuGraphCreate, PFN_cuGraphCreate_v10000, 10000)                                          \
+  X(cuGraphAddEmptyNode, PFN_cuGraphAddEmptyNode_v10000, 10000)                              \
+  X(cuGraphAddMemsetNode, PFN_cuGraphAddMemsetNode_v10000, 10000)                            \
+  X(cuGraphAddMemcpyNode, PFN_cuGraphAddMemcpyNode_v10000, 10000)                            \
+  X(cuGraphAddEventRecordNode, PFN_cuGraphAddEventRecordNode_v11010, 11010)                  \
+  X(cuGraphMemsetNodeGetParams, PFN_cuGraphMemsetNodeGetParams_v10000, 10000)                \
+  X(cuGraphMemcpyNodeGetParams, PFN_cuGraphMemcpyNodeGetParams_v10000, 10000)                \
+  X(cuGraphEventRecordNodeGetEvent, PFN_cuGraphEventRecordNodeGetEvent_v11010, 11010)        \
+  X(cuGraphKernelNodeGetAttribute, PFN_cuGraphKernelNodeGetAttribute_v11000, 11000)          \
+  X(cuGraphKernelNodeSetAttribute, PFN_cuGraphKernelNodeSetAttribute_v11000, 11000)          \
+  X(cuFuncGetModule, PFN_cuFuncGetModule_v11000, 11000)                                      \
+  X(cuKernelGetFunction, PFN_cuKernelGetFunction_v12000, 12000)                              \
+  OPT(cuFuncGetName, PFN_cuFuncGetName_v12030, 12030)                                        \
+  OPT(cuFuncGetParamInfo, PFN_cuFuncGetParamInfo_v12040, 12040)                              \
+  OPT(cuGraphGetEdges, PFN_cuGraphGetEdges_v12030, 12030)                                    \
   OPT(cuMemAllocAsync, PFN_cuMemAllocAsync_v11020, 11020)                                    \
   OPT(cuMemFreeAsync, PFN_cuMemFreeAsync_v11020, 11020)                                      \
   OPT(cuDeviceGetDefaultMemPool, PFN_cuDeviceGetDefaultMemPool_v11020, 11020)                \

@@ -546,6 +546,7 @@ cgc_status_t cgc__graph_update(cgc_graph_t g, CUgraph graph, CUevent done, size_
     g->exec_graph = NULL;
   }
   g->any_disabled = false; /* re-enabled above, or a new executable */
+  g->args_changed = false;
   g->graph = graph;
   g->exec = exec;
   g->done = done;
@@ -648,6 +649,7 @@ cgc_status_t cgc_graph_kernel_node_set_args(cgc_graph_t graph, size_t kernel_ind
   params.kernelParams = args;
   params.extra = NULL;
   st = CGC_CU(__func__, cuGraphExecKernelNodeSetParams(graph->exec, node, &params));
+  if (st == CGC_SUCCESS) graph->args_changed = true;
 out: /* a scope never entered is left alone */
   cgc__ctx_leave(&scope);
   cgc__mutex_unlock(&graph->inspect_lock, CGC__LOCK_INSPECT);

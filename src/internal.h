@@ -17,6 +17,7 @@
  *   graph.c, rng.c, nccl.c, module.c, hostfn.c   graphs and the objects graphs hold
  *   capture.c, stream.c, event.c, context.c, copy.c, memop.c, conditional.c, api.c
  *                                     the public entry points that drive the rest
+ *   saved_file.c, save.c, restore.c   saved graphs (1.6): the file's bytes, saving, restoring
  *
  * The locks, their order and which of them are hot (taken by cgc_malloc, cgc_free,
  * cgc_record_stream, cgc_event_record, cgc_graph_launch) are one list: CGC_LOCKS in lockcheck.h.
@@ -544,6 +545,29 @@ cgc_status_t cgc__pool_malloc(cgc_pool_t pool, size_t size, const cgc__stream_re
 /* cgc_pool_claim: [ptr, ptr + size rounded) of `pool`'s free memory as an allocated block. */
 cgc_status_t cgc__pool_claim(cgc_pool_t pool, uint64_t ptr, size_t size, const char* func);
 
+/* 1.6, saved graphs: a pool at fixed addresses as a saved file describes it (pool.c). A block by
+ * its offset from the pool's base. */
+typedef struct cgc__saved_block {
+  uint64_t offset;
+  uint64_t size;
+} cgc__saved_block_t;
+typedef struct cgc__pool_layout {
+  uint64_t base, capacity, backed; /* the range, and how much of it from base is backed */
+  cgc__saved_block_t* blocks;      /* allocated now, in address order (malloc'ed: the caller frees it) */
+  size_t n_blocks;
+} cgc__pool_layout_t;
+/* Whether `pool` is a pool at fixed addresses (cgc_pool_create_at's), and its device. */
+bool cgc__pool_is_fixed(cgc_pool_t pool);
+struct cgc__device* cgc__pool_device(cgc_pool_t pool);
+/* The layout of fixed pool `pool` now; INVALID_STATE while a capture records into it. */
+cgc_status_t cgc__pool_layout(cgc_pool_t pool, cgc__pool_layout_t* out, const char* func);
+/* One more reference for a graph (dropped by cgc__pool_unref). */
+void cgc__pool_hold(cgc_pool_t pool);
+/* Gives back a fixed pool that no stream work ever used (a failed restore's: its graphs were never
+ * launched), without synchronising the device, so that it goes even while captures run; false
+ * (nothing done) while anything holds it. The device's context current. */
+bool cgc__pool_discard_unused(cgc_pool_t pool, const char* func);
+
 /* Memory a pool is made of at addresses that never move, never given to the device cache:
  * 1.5's NCCL pools (a registered arena made by nccl_pool.c, all of it at once: one segment) and
  * 1.6's pools at fixed addresses (address_pool.c: a virtual range reserved at the caller's base,
@@ -620,6 +644,9 @@ struct cgc_graph_s {
    * disabled: an update in place enables them again). */
   CUgraph exec_graph;
   bool any_disabled;
+  /* A per-node update changed the executable's kernel arguments (inspect_lock): its graph no
+   * longer says what it runs, so it cannot be saved (an update by capture clears it). */
+  bool args_changed;
   /* Updates by capture (1.2). `updating` is set by the capture that will update the graph, from
    * its begin to its end (a compare-and-swap: one capture at a time); the counters are written
    * by that capture's end alone. */
@@ -651,5 +678,38 @@ cgc_status_t cgc__graph_update(cgc_graph_t g, CUgraph graph, CUevent done, size_
 /* The last context handle of the device is gone: the generators' freed slots go back, and the
  * kernels module too when no generator of the device is alive. */
 void cgc__rng_device_release(struct cgc__device* dev);
+
+/* ---- modules: what saved graphs need of them (module.c, 1.6) ---- */
+
+/* Where a kernel's code comes from, for a saved file: a module cgc_module_load loaded (its image,
+ * which the file carries) or an image added by key (the file names the key). */
+typedef struct cgc__kernel_origin {
+  const void* image; /* valid while the graph holds the module; an added image's for the process */
+  size_t size;
+  const char* key;   /* NULL for a module of cgc_module_load */
+} cgc__kernel_origin_t;
+/* Names the module of kernel `fn`, called `name`, of a graph holding `uses` (the context
+ * current): one of the graph's modules, else an added image with a kernel of that name and the
+ * same identity. NOT_SAVABLE, naming the kernel, when neither. */
+cgc_status_t cgc__module_origin(struct cgc__device* dev, CUfunction fn, const char* name, const struct cgc__use* uses,
+                                size_t n_uses, cgc__kernel_origin_t* out, const char* func);
+/* What tells two builds of one kernel apart (cuFuncGetAttribute; the context current). */
+typedef struct cgc__kernel_identity {
+  int registers, static_shared, constant, local, binary_version, max_threads;
+} cgc__kernel_identity_t;
+cgc_status_t cgc__kernel_identity(CUfunction fn, cgc__kernel_identity_t* out, const char* func);
+/* True when `found` differs from `wanted`; `what` then says how ("registers 40, not 32"). */
+bool cgc__kernel_identity_differs(const cgc__kernel_identity_t* wanted, const cgc__kernel_identity_t* found,
+                                  char* what, size_t what_size);
+/* The image added under `key` (its size in *size), or NULL: kept for the life of the process. */
+const void* cgc__module_added_image(const char* key, size_t* size);
+/* For a restore (the context current): new module code loaded from `image` (one reference), a
+ * kernel of it by name (SAVED_MISMATCH when it has none), the use that hands the reference to a
+ * graph, and the release of a reference no graph took. */
+cgc_status_t cgc__module_code_load(struct cgc__device* dev, const void* image, size_t size, void** code,
+                                   const char* func);
+cgc_status_t cgc__module_code_kernel(void* code, const char* name, CUfunction* out, const char* func);
+struct cgc__use cgc__module_code_use(void* code);
+void cgc__module_code_release(void* code);
 
 #endif /* CGC_INTERNAL_H_ */

@@ -27,6 +27,7 @@ extern "C" {
 #define CGC_LOCKS(X)                                                                                   \
   X(INSPECT, 5, false, "a graph's inspect_lock (graph.c): its node counts, per-node updates")          \
   X(FUNCTIONS, 5, false, "a module's functions_lock (module.c): its function handles")                 \
+  X(IMAGES, 6, false, "module.c's images_lock: images added by key, their modules for lookups")        \
   X(CONDITION, 5, false, "conditional.c's condition_lock: loading the condition kernel")              \
   X(RNG, 10, true, "a generator's lock (rng.c): its seed, offset and capture state")                   \
   X(LOOP_STATES, 10, false, "conditional.c's loop_states_lock: a loop's generator states")              \

@@ -6,7 +6,12 @@
  * worse). The handle holds one reference on the loaded code, and each capture that launched
  * one of its kernels holds another through the use table (the graph takes it over and drops it
  * at reset, after the last replay). Function handles belong to the module handle and die with
- * it; the code they named stays loaded as long as a graph holds it. */
+ * it; the code they named stays loaded as long as a graph holds it.
+ *
+ * Since 1.6 the code also keeps a copy of its image, and images can be added by key, so that a
+ * saved graph (save.c) names each kernel by module and name and a restore (restore.c) loads the
+ * same code again. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -20,6 +25,10 @@ struct module_code {
   /* The last capture a launch recorded a use of the code in: later launches into that capture
    * skip the registry (capture ids are never reused, so a stale value only costs a lookup). */
   atomic_uint_fast64_t held_by_capture;
+  /* A copy of the image it was loaded from, for saved graphs; NULL when its length could not be
+   * told (an image of a kind image_size does not know). Written once, before the code is shared. */
+  void* image;
+  size_t image_size;
 };
 
 struct cgc_function_s {
@@ -62,6 +71,7 @@ static void code_release(void* object) {
     cgc__ctx_leave(&scope);
     if (r != CUDA_SUCCESS) cgc__log("cuModuleUnload failed (CUresult %d): the module's code stays loaded", (int)r);
   }
+  free(code->image);
   free(code);
 }
 
@@ -79,6 +89,70 @@ static const cgc__use_ops_t code_use_ops = {
     .before_launch = NULL,
     .release_after_replays = true, /* a running replay still executes its kernels */
 };
+
+/* ---- images ---- */
+
+static uint64_t read_u64(const unsigned char* p) {
+  uint64_t v;
+  memcpy(&v, p, sizeof v);
+  return v;
+}
+static uint32_t read_u32(const unsigned char* p) {
+  uint32_t v;
+  memcpy(&v, p, sizeof v);
+  return v;
+}
+static uint16_t read_u16(const unsigned char* p) {
+  uint16_t v;
+  memcpy(&v, p, sizeof v);
+  return v;
+}
+
+/* The length of an image the driver has just loaded (so its headers are sound), told from its
+ * headers, as cuModuleLoadData tells it: a fatbin's header gives its size; a 64-bit ELF cubin
+ * ends with the last of its headers and sections; PTX is text up to its NUL. 0 for a kind not
+ * known here (a fatbin wrapper, a 32-bit ELF). */
+static size_t image_size(const void* image) {
+  const unsigned char* p = image;
+  if (read_u32(p) == 0xBA55ED50u) /* fatbin: magic, version (16 bits), header size (16), fat size (64) */
+    return (size_t)read_u16(p + 6) + (size_t)read_u64(p + 8);
+  if (p[0] == 0x7f && p[1] == 'E' && p[2] == 'L' && p[3] == 'F') {
+    if (p[4] != 2) return 0; /* 32-bit ELF: not a CUDA cubin of today */
+    uint64_t phoff = read_u64(p + 32), shoff = read_u64(p + 40);
+    uint16_t phentsize = read_u16(p + 54), phnum = read_u16(p + 56), shentsize = read_u16(p + 58),
+             shnum = read_u16(p + 60);
+    uint64_t end = 64;
+    if (phoff + (uint64_t)phnum * phentsize > end) end = phoff + (uint64_t)phnum * phentsize;
+    if (shoff + (uint64_t)shnum * shentsize > end) end = shoff + (uint64_t)shnum * shentsize;
+    for (uint16_t i = 0; i < shnum; i++) {
+      const unsigned char* sh = p + shoff + (uint64_t)i * shentsize;
+      if (read_u32(sh + 4) == 8) continue; /* SHT_NOBITS: no bytes in the file */
+      uint64_t section_end = read_u64(sh + 24) + read_u64(sh + 32);
+      if (section_end > end) end = section_end;
+    }
+    return (size_t)end;
+  }
+  /* PTX: text from its first byte. */
+  if (p[0] == '/' || p[0] == '.' || p[0] == '\n' || p[0] == '\t' || p[0] == ' ' || p[0] == '\r' ||
+      (p[0] >= 'a' && p[0] <= 'z'))
+    return strlen((const char*)p) + 1;
+  return 0;
+}
+
+/* image_size for bytes not yet checked by the driver (a saved file's): the length the image's
+ * headers give, read only within `size` bytes (which a zero follows); 0 when they do not fit. */
+static size_t image_size_within(const unsigned char* p, size_t size) {
+  if (size >= 16 && read_u32(p) == 0xBA55ED50u) {
+    uint64_t total = (uint64_t)read_u16(p + 6) + read_u64(p + 8);
+    return total <= size ? (size_t)total : 0;
+  }
+  if (size >= 64 && p[0] == 0x7f && p[1] == 'E' && p[2] == 'L' && p[3] == 'F') {
+    uint64_t shoff = read_u64(p + 40), shentsize = read_u16(p + 58), shnum = read_u16(p + 60);
+    if (p[4] != 2 || shentsize < 40 || shoff > size || shnum * shentsize > size - shoff) return 0;
+    return image_size(p) <= size ? image_size(p) : 0;
+  }
+  return strlen((const char*)p) + 1 <= size + 1 ? strlen((const char*)p) + 1 : 0;
+}
 
 cgc_status_t cgc_module_load(cgc_context_t ctx, const void* image, cgc_module_t* out) {
   CGC_REFUSE_IN_HOST_FUNCTION();
@@ -109,6 +183,13 @@ cgc_status_t cgc_module_load(cgc_context_t ctx, const void* image, cgc_module_t*
     goto fail;
   }
   code->dev = ctx->dev;
+  /* Kept for saved graphs: without it a graph of this module's kernels cannot be saved, which
+   * cgc_graphs_save says; the module works the same. */
+  code->image_size = image_size(image);
+  if (code->image_size > 0 && (code->image = malloc(code->image_size)) != NULL)
+    memcpy(code->image, image, code->image_size);
+  else
+    code->image_size = 0;
   atomic_init(&code->refs, 1); /* the handle's */
   atomic_init(&code->held_by_capture, 0);
   m->magic = CGC_MAGIC_MODULE;
@@ -251,3 +332,242 @@ out:
   cgc__ctx_leave(&scope);
   return st;
 }
+
+/* ---- what saved graphs need of modules (1.6) ---- */
+
+/* An image added by key (cgc_module_add_image), for the life of the process, and the module
+ * loaded from it on each device where a save looked for a kernel in it. */
+struct added_image {
+  char key[256];
+  void* image;
+  size_t size;
+  struct loaded_on {
+    struct cgc__device* dev;
+    CUmodule cu;
+    struct loaded_on* next;
+  }* loaded;
+  struct added_image* next;
+};
+/* Guards `added_images` and their `loaded` lists. Held across cuModuleLoadData and
+ * cuModuleGetFunction (a save's lookups, an addition's first load), which allocate and, with lazy
+ * loading, may wait for the device: a cold lock, which no malloc, free, event record or launch
+ * path takes, and under which no other cgc lock is taken. */
+static pthread_mutex_t images_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct added_image* added_images;
+
+static struct added_image* find_added(const char* key) {
+  struct added_image* i = added_images;
+  while (i != NULL && strcmp(i->key, key) != 0) i = i->next;
+  return i;
+}
+
+/* The module of `image` on `dev`, loaded on first need (images_lock held, context current). */
+static cgc_status_t added_module_on(struct added_image* image, struct cgc__device* dev, CUmodule* out,
+                                    const char* func) {
+  for (struct loaded_on* l = image->loaded; l != NULL; l = l->next)
+    if (l->dev == dev) {
+      *out = l->cu;
+      return CGC_SUCCESS;
+    }
+  struct loaded_on* l = calloc(1, sizeof *l);
+  if (l == NULL) return cgc__fail(CGC_ERROR_OUT_OF_MEMORY, func, "out of host memory");
+  cgc_status_t st;
+  CGC_RELAXED(st = CGC_CU(func, cuModuleLoadData(&l->cu, image->image)));
+  if (st != CGC_SUCCESS) {
+    cgc__append(" (the image added under key '%s')", image->key);
+    free(l);
+    return st;
+  }
+  l->dev = dev;
+  l->next = image->loaded;
+  image->loaded = l;
+  *out = l->cu;
+  return CGC_SUCCESS;
+}
+
+cgc_status_t cgc_module_add_image(cgc_context_t ctx, const char* key, const void* image, size_t size) {
+  CGC_REFUSE_IN_HOST_FUNCTION();
+  CGC_CHECK_HANDLE(ctx, CGC_MAGIC_CONTEXT);
+  CGC_CHECK_ARG(key != NULL && key[0] != '\0', "key is NULL or empty");
+  CGC_CHECK_ARG(strlen(key) < sizeof ((struct added_image*)0)->key, "key is %zu bytes long (at most %zu)",
+                strlen(key), sizeof ((struct added_image*)0)->key - 1);
+  CGC_CHECK_ARG(image != NULL && size > 0, "image is NULL or size is 0");
+  cgc__ctx_scope_t scope;
+  CGC_TRY(cgc__ctx_enter(ctx->dev, &scope, __func__));
+  cgc_status_t st = CGC_SUCCESS;
+  cgc__mutex_lock(&images_lock, CGC__LOCK_IMAGES);
+  struct added_image* known = find_added(key);
+  struct added_image* fresh = NULL;
+  if (known != NULL) {
+    if (known->size != size || memcmp(known->image, image, size) != 0)
+      st = cgc__fail(CGC_ERROR_INVALID_STATE, __func__,
+                     "key '%s' names another image already (%zu bytes; this one has %zu): choose another key", key,
+                     known->size, size);
+    goto out;
+  }
+  fresh = calloc(1, sizeof *fresh);
+  /* One byte more, zeroed: a PTX image given without its NUL still ends as text. */
+  void* copy = fresh != NULL ? calloc(1, size + 1) : NULL;
+  if (copy == NULL) {
+    free(fresh);
+    fresh = NULL;
+    st = cgc__fail(CGC_ERROR_OUT_OF_MEMORY, __func__, "out of host memory");
+    goto out;
+  }
+  memcpy(copy, image, size);
+  memcpy(fresh->key, key, strlen(key) + 1);
+  fresh->image = copy;
+  fresh->size = size;
+  /* Loaded once now, so that an image the driver cannot load is refused here, not at a save. */
+  CUmodule unused;
+  st = added_module_on(fresh, ctx->dev, &unused, __func__);
+  if (st != CGC_SUCCESS) {
+    free(copy);
+    free(fresh);
+    goto out;
+  }
+  fresh->next = added_images;
+  added_images = fresh;
+out:
+  cgc__mutex_unlock(&images_lock, CGC__LOCK_IMAGES);
+  cgc__ctx_leave(&scope);
+  return st;
+}
+
+const void* cgc__module_added_image(const char* key, size_t* size) {
+  cgc__mutex_lock(&images_lock, CGC__LOCK_IMAGES);
+  struct added_image* i = find_added(key);
+  cgc__mutex_unlock(&images_lock, CGC__LOCK_IMAGES);
+  *size = i != NULL ? i->size : 0;
+  return i != NULL ? i->image : NULL; /* never freed */
+}
+
+/* The attributes that tell two builds of a kernel apart, compared at a save (an added image's
+ * kernel of the same name) and at a restore. */
+#define CGC_KERNEL_IDENTITY(X)                          \
+  X(registers, CU_FUNC_ATTRIBUTE_NUM_REGS)              \
+  X(static_shared, CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES) \
+  X(constant, CU_FUNC_ATTRIBUTE_CONST_SIZE_BYTES)       \
+  X(local, CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES)          \
+  X(binary_version, CU_FUNC_ATTRIBUTE_BINARY_VERSION)   \
+  X(max_threads, CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK)
+
+cgc_status_t cgc__kernel_identity(CUfunction fn, cgc__kernel_identity_t* out, const char* func) {
+#define READ_ATTRIBUTE(field, attribute) \
+  CGC_RELAXED(st = st != CGC_SUCCESS ? st : CGC_CU(func, cuFuncGetAttribute(&out->field, attribute, fn)));
+  cgc_status_t st = CGC_SUCCESS;
+  CGC_KERNEL_IDENTITY(READ_ATTRIBUTE)
+#undef READ_ATTRIBUTE
+  return st;
+}
+
+bool cgc__kernel_identity_differs(const cgc__kernel_identity_t* a, const cgc__kernel_identity_t* b, char* what,
+                                  size_t what_size) {
+#define COMPARE(field, attribute)                                                              \
+  if (a->field != b->field) {                                                                  \
+    snprintf(what, what_size, "%s %d, not %d", #field, b->field, a->field);                    \
+    return true;                                                                               \
+  }
+  CGC_KERNEL_IDENTITY(COMPARE)
+#undef COMPARE
+  return false;
+}
+
+cgc_status_t cgc__module_origin(struct cgc__device* dev, CUfunction fn, const char* name, const struct cgc__use* uses,
+                                size_t n_uses, cgc__kernel_origin_t* out, const char* func) {
+  memset(out, 0, sizeof *out);
+  CUmodule module = NULL;
+  CGC_TRY(CGC_CU(func, cuFuncGetModule(&module, fn)));
+  /* A module of cgc's the graph holds: its image goes into the file. */
+  for (size_t i = 0; i < n_uses; i++) {
+    if (uses[i].ops != &code_use_ops) continue;
+    const struct module_code* code = uses[i].object;
+    if (code->cu != module) continue;
+    if (code->image == NULL)
+      return cgc__fail(CGC_ERROR_NOT_SAVABLE, func,
+                       "kernel '%s' is of a module cgc_module_load loaded from an image whose length cgc cannot tell "
+                       "(a fatbin, a 64-bit ELF cubin or PTX text can be saved)",
+                       name);
+    out->image = code->image;
+    out->size = code->image_size;
+    return CGC_SUCCESS;
+  }
+  /* Else an image added by key that has a kernel of that name and the same build. */
+  cgc__kernel_identity_t wanted, found;
+  CGC_TRY(cgc__kernel_identity(fn, &wanted, func));
+  cgc_status_t st = CGC_SUCCESS;
+  bool named = false;
+  cgc__mutex_lock(&images_lock, CGC__LOCK_IMAGES);
+  for (struct added_image* i = added_images; i != NULL && out->key == NULL && st == CGC_SUCCESS; i = i->next) {
+    CUmodule cu = NULL;
+    if (added_module_on(i, dev, &cu, func) != CGC_SUCCESS) continue; /* not for this device: look on */
+    CUfunction candidate = NULL;
+    CUresult r;
+    CGC_RELAXED(r = CGC_DRV(cuModuleGetFunction)(&candidate, cu, name));
+    if (r != CUDA_SUCCESS) continue;
+    named = true;
+    if ((st = cgc__kernel_identity(candidate, &found, func)) != CGC_SUCCESS) break;
+    char what[96];
+    if (!cgc__kernel_identity_differs(&wanted, &found, what, sizeof what)) {
+      out->key = i->key; /* never freed */
+      out->image = i->image;
+      out->size = i->size;
+    }
+  }
+  cgc__mutex_unlock(&images_lock, CGC__LOCK_IMAGES);
+  if (st != CGC_SUCCESS || out->key != NULL) return st;
+  return cgc__fail(CGC_ERROR_NOT_SAVABLE, func,
+                   "kernel '%s' is of a module cgc did not load%s: load it with cgc_module_load, or add its image "
+                   "with cgc_module_add_image",
+                   name,
+                   named ? " (an added image has a kernel of that name, built differently)"
+                         : ", and no image added by key has a kernel of that name");
+}
+
+cgc_status_t cgc__module_code_load(struct cgc__device* dev, const void* image, size_t size, void** out,
+                                   const char* func) {
+  *out = NULL;
+  struct module_code* code = calloc(1, sizeof *code);
+  void* copy = code != NULL ? calloc(1, size + 1) : NULL; /* a zero after it: PTX ends there */
+  if (copy == NULL) {
+    free(code);
+    return cgc__fail(CGC_ERROR_OUT_OF_MEMORY, func, "out of host memory");
+  }
+  memcpy(copy, image, size);
+  /* The driver takes no length: an image whose headers reach past its bytes is refused first. */
+  if (image_size_within(copy, size) == 0) {
+    free(copy);
+    free(code);
+    return cgc__fail(CGC_ERROR_SAVED_MISMATCH, func,
+                     "a module image of %zu bytes is damaged: its headers reach past its end", size);
+  }
+  cgc_status_t st;
+  CGC_RELAXED(st = CGC_CU(func, cuModuleLoadData(&code->cu, copy)));
+  if (st != CGC_SUCCESS) {
+    free(copy);
+    free(code);
+    return st;
+  }
+  code->dev = dev;
+  code->image = copy; /* the image it was loaded from: a restored graph can be saved again */
+  code->image_size = size;
+  atomic_init(&code->refs, 1);
+  atomic_init(&code->held_by_capture, 0);
+  *out = code;
+  return CGC_SUCCESS;
+}
+
+cgc_status_t cgc__module_code_kernel(void* code, const char* name, CUfunction* out, const char* func) {
+  struct module_code* c = code;
+  CUresult r;
+  CGC_RELAXED(r = CGC_DRV(cuModuleGetFunction)(out, c->cu, name));
+  if (r == CUDA_ERROR_NOT_FOUND)
+    return cgc__fail(CGC_ERROR_SAVED_MISMATCH, func, "the saved module has no kernel named '%s' here", name);
+  return cgc__cu_fail(r, func, "cuModuleGetFunction");
+}
+
+struct cgc__use cgc__module_code_use(void* code) {
+  return (struct cgc__use){.ops = &code_use_ops, .object = code, .amount = 0};
+}
+
+void cgc__module_code_release(void* code) { code_release(code); }

@@ -618,3 +618,80 @@ void cgc__alloc_body_ended(struct cgc__device* dev, uint64_t capture_id, uint64_
   }
   cgc__alloc_unlock(a);
 }
+
+/* ---- saved graphs (1.6): a pool at fixed addresses as a saved file describes it ---- */
+
+struct cgc__device* cgc__pool_device(cgc_pool_t pool) { return pool->dev; }
+
+bool cgc__pool_is_fixed(cgc_pool_t pool) { return pool != NULL && pool->arena != NULL && pool->arena->grow != NULL; }
+
+void cgc__pool_hold(cgc_pool_t pool) {
+  struct cgc__allocator* a = pool->state.allocator;
+  cgc__alloc_lock(a);
+  pool->internal_refs++;
+  cgc__alloc_unlock(a);
+}
+
+static int by_address(const void* x, const void* y) {
+  uint64_t a = ((const cgc__saved_block_t*)x)->offset, b = ((const cgc__saved_block_t*)y)->offset;
+  return a < b ? -1 : a > b;
+}
+
+cgc_status_t cgc__pool_layout(cgc_pool_t pool, cgc__pool_layout_t* out, const char* func) {
+  memset(out, 0, sizeof *out);
+  struct cgc__allocator* a = pool->state.allocator;
+  cgc_status_t st = CGC_SUCCESS;
+  size_t cap = 0;
+  for (;;) { /* counted under the lock, the array allocated without it, filled under it again */
+    cgc__alloc_lock(a);
+    size_t n = 0;
+    for (size_t i = 0; i < a->live.cap; i++)
+      if (a->live.slots[i] != NULL && a->live.slots[i]->owner == &pool->state) n++;
+    if (pool->recording) {
+      cgc__alloc_unlock(a);
+      free(out->blocks);
+      out->blocks = NULL;
+      return cgc__fail(CGC_ERROR_INVALID_STATE, func, "pool %p is recording a capture: save after its end",
+                       (void*)pool);
+    }
+    if (n <= cap) {
+      const cgc__arena_t* arena = pool->arena;
+      out->base = arena->base;
+      out->capacity = arena->size;
+      out->backed = arena->mapped;
+      for (size_t i = 0; i < a->live.cap; i++) {
+        const cgc__block_t* b = a->live.slots[i];
+        if (b != NULL && b->owner == &pool->state)
+          out->blocks[out->n_blocks++] = (cgc__saved_block_t){b->ptr - arena->base, b->size};
+      }
+      cgc__alloc_unlock(a);
+      break;
+    }
+    cgc__alloc_unlock(a);
+    cap = n + 16;
+    cgc__saved_block_t* grown = realloc(out->blocks, cap * sizeof *grown);
+    if (grown == NULL) {
+      free(out->blocks);
+      out->blocks = NULL;
+      return cgc__fail(CGC_ERROR_OUT_OF_MEMORY, func, "out of host memory");
+    }
+    out->blocks = grown;
+  }
+  if (out->n_blocks > 1) qsort(out->blocks, out->n_blocks, sizeof *out->blocks, by_address);
+  return st;
+}
+
+bool cgc__pool_discard_unused(cgc_pool_t pool, const char* func) {
+  struct cgc__allocator* a = pool->state.allocator;
+  size_t n_fences = 0;
+  cgc__alloc_lock(a);
+  if (pool->arena == NULL || pool->user_refs != 1 || pool->internal_refs > 0 || pool->state.outstanding > 0 ||
+      pool->recording || pool->deferred != NULL) {
+    cgc__alloc_unlock(a);
+    return false;
+  }
+  cgc__fence_t** fences = detach_arena(a, pool, &n_fences);
+  cgc__alloc_unlock(a);
+  finish_arena(a, pool, fences, n_fences, func);
+  return true;
+}

@@ -59,6 +59,9 @@ static const struct {
     {"cgc_block_state_t", "i32"},
     {"cgc_segment_info_t", "struct:cgc_segment_info_t"},
     {"cgc_block_info_t", "struct:cgc_block_info_t"},
+    {"cgc_save_options_t", "struct:cgc_save_options_t"},
+    {"cgc_saved_info_t", "struct:cgc_saved_info_t"},
+    {"cgc_restore_options_t", "struct:cgc_restore_options_t"},
 };
 
 static int failed;

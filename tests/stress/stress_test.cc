@@ -26,6 +26,8 @@
 // device's stats must read bytes_allocated == 0 and, after cgc_empty_cache, bytes_reserved == 0.
 // With NCCL, one more thread makes and releases one-rank communicators and NCCL pools beside the
 // captures (a capture begun meanwhile that NCCL's setup or teardown would break is refused).
+// A saver thread captures into a pool at fixed addresses, saves the graph, gives everything back
+// and restores and checks it, over and over (1.6).
 //
 // Exit status: 0 when every check held (or there is no GPU: "skipped"), 1 otherwise. The last
 // line is a summary the bundle's runner reads: "STRESS: ok|FAILED ...".
@@ -781,6 +783,134 @@ void ForeignFreer(std::atomic<bool>* stop) {
   cgc__drv.cuCtxPopCurrent(&popped);
 }
 
+// 1.6: graphs saved and restored beside the workers, over and over until `stop`: a graph of cgc's
+// own kernels captured (ThreadLocal) into a pool at fixed addresses, replayed and its output
+// checked, saved, everything of it given back (graph, output, pool), restored from the bytes,
+// replayed into the zeroed output and checked to the same bytes, and given back again. The thread
+// is in Relaxed mode, so its synchronisations never break another thread's capture; a pool release
+// refused while a capture of the device is under way is retried.
+void Saver(std::atomic<bool>* stop, std::atomic<long>* rounds) {
+  if (cgc__drv.cuCtxPushCurrent(primary) != CUDA_SUCCESS) return;
+  cgc_capture_mode_t relaxed = CGC_CAPTURE_MODE_RELAXED;
+  cgc_capture_mode_exchange(&relaxed);
+  cgc_stream_t s = nullptr;
+  cgc_module_t module = nullptr;
+  cgc_function_t fill = nullptr, add = nullptr;
+  void* host = nullptr;
+  const uintptr_t bases[] = {0x720000000000ull, 0x7ec000000000ull, 0x005000000000ull, 0x560000000000ull};
+  const unsigned n = kIn;
+  // A pool's release synchronises the device, which breaks a capture begun with the driver and
+  // not yet adopted (unknown to cgc): like the NCCL churn, it holds that window alone. Refused
+  // while a capture of the device is under way, it is tried again, for at most 30 s.
+  auto release = [&](cgc_pool_t pool) {
+    auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    for (;;) {
+      cgc_status_t st;
+      {
+        std::unique_lock<std::shared_mutex> window(foreign_capture_window);
+        st = cgc_pool_release(pool);
+      }
+      if (st != CGC_ERROR_CAPTURE_UNSUPPORTED || std::chrono::steady_clock::now() > give_up)
+        return Expect("cgc_pool_release (saved)", st, {CGC_SUCCESS});
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
+  };
+  auto check = [&](void* out, float want) {
+    if (!Expect("cgc_memcpy_dtoh_async", cgc_memcpy_dtoh_async(host, out, n * 4, s), {CGC_SUCCESS}) ||
+        !Expect("cgc_stream_synchronize", cgc_stream_synchronize(s), {CGC_SUCCESS}))
+      return;
+    counters.checks++;
+    const float* f = static_cast<const float*>(host);
+    for (unsigned i = 0; i < n; i += 97)
+      if (f[i] != want) {
+        counters.bad_contents++;
+        std::lock_guard<std::mutex> g(report_lock);
+        std::fprintf(stderr, "BAD CONTENTS: a restored graph's output word %u is %g, expected %g\n", i, f[i], want);
+        return;
+      }
+  };
+  bool ready = Expect("cgc_stream_create", cgc_stream_create(ctx, CGC_STREAM_NON_BLOCKING, 0, &s), {CGC_SUCCESS}) &&
+               Expect("cgc_module_load", cgc_module_load(ctx, cgc_test_kernels_fatbin, &module), {CGC_SUCCESS}) &&
+               Expect("cgc_module_get_function", cgc_module_get_function(module, "cgc_test_fill", &fill), {CGC_SUCCESS}) &&
+               Expect("cgc_module_get_function", cgc_module_get_function(module, "cgc_test_add", &add), {CGC_SUCCESS}) &&
+               cgc__drv.cuMemAllocHost(&host, n * 4) == CUDA_SUCCESS;
+  for (long round = 0; ready && !stop->load(); round++) {
+    cgc_pool_t pool = nullptr;
+    // The first base the driver gives in this process: under ThreadSanitizer, whose runtime keeps
+    // most of the address space, the driver offered 0x7e80'0000'0000 for 0x7200'0000'0000, so the
+    // saver also tries ranges such a process leaves to the program. The restore re-reserves the
+    // same base.
+    for (uintptr_t at : bases) {
+      cgc_status_t st = cgc_pool_create_at(ctx, reinterpret_cast<void*>(at), 64 << 20, &pool);
+      if (st == CGC_SUCCESS) break;
+      if (st != CGC_ERROR_INVALID_STATE) {  // only "the driver cannot give that base" is expected
+        Unexpected("cgc_pool_create_at", st);
+        break;
+      }
+    }
+    if (pool == nullptr) {
+      Unexpected("cgc_pool_create_at (no base given)", CGC_ERROR_INVALID_STATE);
+      break;
+    }
+    cgc_capture_options_t options{};
+    options.struct_size = sizeof options;
+    options.mode = CGC_CAPTURE_MODE_THREAD_LOCAL;
+    options.pool = pool;
+    void *in = nullptr, *out = nullptr;
+    float v = float(round % 1000);
+    unsigned count = n;
+    cgc_graph_t graph = nullptr;
+    // Refused while another thread's device-wide call is under way (an NCCL pool's release).
+    bool captured = Expect("cgc_capture_begin (saved)", cgc_capture_begin(s, &options),
+                           {CGC_SUCCESS, CGC_ERROR_CAPTURE_UNSUPPORTED});
+    if (captured) {
+      Expect("cgc_malloc", cgc_malloc(ctx, n * 4, s, &in), {CGC_SUCCESS});
+      Expect("cgc_malloc", cgc_malloc(ctx, n * 4, s, &out), {CGC_SUCCESS});
+      void* fill_args[] = {&in, &v, &count};
+      Expect("cgc_launch_kernel", cgc_launch_kernel(fill, n / 256, 1, 1, 256, 1, 1, 0, s, fill_args), {CGC_SUCCESS});
+      float one = 1.0f;
+      void* add_args[] = {&out, &in, &one, &count};
+      Expect("cgc_launch_kernel", cgc_launch_kernel(add, n / 256, 1, 1, 256, 1, 1, 0, s, add_args), {CGC_SUCCESS});
+      Expect("cgc_free", cgc_free(in), {CGC_SUCCESS});
+      captured = Expect("cgc_capture_end (saved)", cgc_capture_end(s, &graph), {CGC_SUCCESS});
+    }
+    std::vector<uint8_t> bytes;
+    size_t size = 0;
+    if (captured && Expect("cgc_graph_launch", cgc_graph_launch(graph, s), {CGC_SUCCESS})) {
+      check(out, v + 1.0f);
+      if (Expect("cgc_graphs_save", cgc_graphs_save(&graph, 1, nullptr, nullptr, 0, &size), {CGC_SUCCESS})) {
+        bytes.resize(size);
+        Expect("cgc_graphs_save", cgc_graphs_save(&graph, 1, nullptr, bytes.data(), size, &size), {CGC_SUCCESS});
+      }
+    }
+    if (graph != nullptr) Expect("cgc_graph_destroy", cgc_graph_destroy(graph), {CGC_SUCCESS});
+    if (out != nullptr) Expect("cgc_free", cgc_free(out), {CGC_SUCCESS});
+    if (!release(pool)) break;
+    if (bytes.empty()) continue; /* the capture was refused meanwhile: another round */
+    cgc_graph_t restored = nullptr;
+    cgc_pool_t restored_pool = nullptr;
+    if (!Expect("cgc_graphs_restore",
+                cgc_graphs_restore(ctx, bytes.data(), bytes.size(), nullptr, &restored, 1, &restored_pool, 1),
+                {CGC_SUCCESS}))
+      break;
+    Expect("cgc_memset_d32_async", cgc_memset_d32_async(out, 0, n, s), {CGC_SUCCESS});
+    if (Expect("cgc_graph_launch (restored)", cgc_graph_launch(restored, s), {CGC_SUCCESS})) check(out, v + 1.0f);
+    Expect("cgc_graph_destroy", cgc_graph_destroy(restored), {CGC_SUCCESS});
+    Expect("cgc_free", cgc_free(out), {CGC_SUCCESS});
+    if (!release(restored_pool)) break;
+    (*rounds)++;
+  }
+  if (s != nullptr) {
+    cgc_stream_synchronize(s);
+    Expect("cgc_stream_destroy", cgc_stream_destroy(s), {CGC_SUCCESS});
+  }
+  if (module != nullptr) Expect("cgc_module_unload", cgc_module_unload(module), {CGC_SUCCESS});
+  if (host != nullptr) cgc__drv.cuMemFreeHost(host);
+  cgc_capture_mode_exchange(&relaxed);
+  CUcontext popped;
+  cgc__drv.cuCtxPopCurrent(&popped);
+}
+
 // Makes and releases one-rank communicators and NCCL pools, over and over until `stop`, beside the
 // workers' captures (Global ones too with --illegal): NCCL's setup and teardown make calls that
 // break a Global capture, so cgc refuses them while such a capture is under way, and refuses a
@@ -898,11 +1028,14 @@ int main(int argc, char** argv) {
   std::atomic<long> nccl_rounds{0};
   std::thread churner;
   if (arena_pool != nullptr) churner = std::thread(NcclChurner, &stop_freer, &nccl_rounds);
+  std::atomic<long> saved_rounds{0};
+  std::thread saver(Saver, &stop_freer, &saved_rounds);
   for (int t = 0; t < opts.threads; t++) threads.emplace_back([t] { Worker(t).Run(); });
   for (auto& th : threads) th.join();
   stop_freer = true;
   freer.join();
   if (churner.joinable()) churner.join();
+  saver.join();
   double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 
   for (cgc_stream_t s : shared_streams) Expect("cgc_stream_destroy", cgc_stream_destroy(s), {CGC_SUCCESS});
@@ -941,10 +1074,11 @@ int main(int argc, char** argv) {
               "kernel %ld times (longest %.1f ms); cgc calls refused inside host functions %ld\n",
               c.hit_pairs.load(), c.worst_hit_ns.load() / 1e3, c.foreign_frees.load(), c.foreign_free_ns.load() / 1e6,
               c.host_refusals.load());
+  std::printf("graphs saved, given back and restored beside the captures (1.6): %ld\n", saved_rounds.load());
   std::printf("end: %zu bytes allocated, %zu reserved before cgc_empty_cache, %zu after; peak reserved %zu\n",
               before.bytes_allocated, before.bytes_reserved, after.bytes_reserved, after.peak_bytes_reserved);
   bool ok = c.bad_contents == 0 && c.unexpected == 0 && before.bytes_allocated == 0 && after.bytes_reserved == 0 &&
-            c.captures > 0 && c.replays_checked > 0 && c.host_funcs == c.host_releases;
+            c.captures > 0 && c.replays_checked > 0 && c.host_funcs == c.host_releases && saved_rounds > 0;
   std::printf("STRESS: %s (bad contents %ld, unexpected statuses %ld)\n", ok ? "ok" : "FAILED", c.bad_contents.load(),
               c.unexpected.load());
   return ok ? 0 : 1;

@@ -1,0 +1,218 @@
+/* saved_graphs: graphs that start instantly (1.6). One process captures a set of graphs into a
+ * pool at fixed addresses and saves them; a fresh process restores them and replays them.
+ *
+ *   saved_graphs save FILE [--graphs N] [--nodes K]
+ *       captures N graphs (default 256) of K kernel nodes (default 1000) in 8 topologies, timing
+ *       capture + instantiation (the anchor), replays each once and writes its output's checksum
+ *       to FILE.ref, then times cgc_graphs_save into FILE.
+ *   saved_graphs restore FILE
+ *       in a fresh process: times file read + cgc_graphs_restore + the first launch's completion,
+ *       then replays every graph and compares its output with FILE.ref (byte-equal, by checksum).
+ *
+ * The kernels come from two modules: the benchmark's fatbin loaded with cgc_module_load (its
+ * image goes into the file) and the same fatbin loaded through the driver and added by key with
+ * cgc_module_add_image (the file names the key). A topology is which module each node's kernel
+ * comes from; graphs of one topology differ in grid size (a batch of 1 to 32) and arguments. Each
+ * graph's output is a block left allocated in the pool, so its address is the same in both
+ * processes. Exit status 3 when an output differs. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bench/harness.h"
+
+extern const unsigned char cgc_bench_kernels_fatbin[];
+extern const size_t cgc_bench_kernels_fatbin_size;
+
+static const uintptr_t kBase = 0x710000000000ull;
+static const size_t kCapacity = (size_t)1 << 30;
+static const char* kKey = "saved_graphs bench kernels";
+
+typedef struct ref_entry {
+  uint64_t out, bytes, checksum;
+} ref_entry_t;
+
+static uint64_t fnv(const unsigned char* p, size_t n) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (size_t i = 0; i < n; i++) h = (h ^ p[i]) * 0x100000001b3ull;
+  return h;
+}
+
+static double ms_since(int64_t t0) { return (double)(now_ns() - t0) / 1e6; }
+
+static uint64_t checksum_of(uint64_t out, size_t bytes) {
+  unsigned char* host = xmalloc(bytes);
+  CU(cuMemcpyDtoH(host, (CUdeviceptr)out, bytes));
+  uint64_t h = fnv(host, bytes);
+  free(host);
+  return h;
+}
+
+static int save(const char* path, int n_graphs, int n_nodes) {
+  cgc_context_t ctx;
+  cgc_stream_t stream;
+  CGC(cgc_context_create(0, &ctx));
+  CGC(cgc_stream_create(ctx, CGC_STREAM_NON_BLOCKING, 0, &stream));
+  CUstream native = (CUstream)cgc_stream_native(stream);
+  cgc_module_t module;
+  cgc_function_t lcg_cgc;
+  CGC(cgc_module_load(ctx, cgc_bench_kernels_fatbin, &module));
+  CGC(cgc_module_get_function(module, "cgc_bench_lcg", &lcg_cgc));
+  CUmodule own;
+  CUfunction lcg_own;
+  CU(cuModuleLoadData(&own, cgc_bench_kernels_fatbin));
+  CU(cuModuleGetFunction(&lcg_own, own, "cgc_bench_lcg"));
+  CGC(cgc_module_add_image(ctx, kKey, cgc_bench_kernels_fatbin, cgc_bench_kernels_fatbin_size));
+  cgc_pool_t pool;
+  CGC(cgc_pool_create_at(ctx, (void*)kBase, kCapacity, &pool));
+  cgc_graph_t* graphs = xmalloc(n_graphs * sizeof *graphs);
+  ref_entry_t* ref = xmalloc(n_graphs * sizeof *ref);
+  cgc_capture_options_t options = {.struct_size = sizeof options, .pool = pool};
+  int64_t t0 = now_ns();
+  for (int g = 0; g < n_graphs; g++) {
+    int topology = g % 8;
+    unsigned n = 256u * (1u + (unsigned)(g / 8) % 32u);
+    CGC(cgc_capture_begin(stream, &options));
+    void* buf;
+    CGC(cgc_malloc(ctx, n * 4, stream, &buf));
+    CGC(cgc_memset_d32_async(buf, (uint32_t)g, n, stream));
+    for (int i = 0; i < n_nodes; i++) {
+      unsigned steps = 1u + (unsigned)(i % 3);
+      void* args[] = {&buf, &n, &steps};
+      if ((i * 7 + topology) % 8 < 3)
+        CU_OK(drv.cuLaunchKernel(lcg_own, (n + 255) / 256, 1, 1, 256, 1, 1, 0, native, args, NULL));
+      else
+        CGC(cgc_launch_kernel(lcg_cgc, (n + 255) / 256, 1, 1, 256, 1, 1, 0, stream, args));
+    }
+    CGC(cgc_capture_end(stream, &graphs[g]));
+    ref[g].out = (uint64_t)(uintptr_t)buf;
+    ref[g].bytes = n * 4;
+  }
+  double capture_ms = ms_since(t0);
+  for (int g = 0; g < n_graphs; g++) CGC(cgc_graph_launch(graphs[g], stream));
+  CGC(cgc_stream_synchronize(stream));
+  for (int g = 0; g < n_graphs; g++) ref[g].checksum = checksum_of(ref[g].out, ref[g].bytes);
+  t0 = now_ns();
+  size_t size = 0;
+  CGC(cgc_graphs_save(graphs, n_graphs, NULL, NULL, 0, &size));
+  unsigned char* bytes = xmalloc(size);
+  CGC(cgc_graphs_save(graphs, n_graphs, NULL, bytes, size, &size));
+  double save_ms = ms_since(t0);
+  FILE* f = fopen(path, "wb");
+  if (f == NULL || fwrite(bytes, 1, size, f) != size || fclose(f) != 0) fail_with("cannot write %s", path);
+  char ref_path[4096];
+  snprintf(ref_path, sizeof ref_path, "%s.ref", path);
+  f = fopen(ref_path, "wb");
+  if (f == NULL || fwrite(&capture_ms, sizeof capture_ms, 1, f) != 1 ||
+      fwrite(ref, sizeof *ref, n_graphs, f) != (size_t)n_graphs || fclose(f) != 0)
+    fail_with("cannot write %s", ref_path);
+  printf("saved_graphs save: %d graphs of %d kernel nodes in 8 topologies, 2 modules\n", n_graphs, n_nodes);
+  printf("  capture + instantiate: %.1f ms (%.2f ms a graph)\n", capture_ms, capture_ms / n_graphs);
+  printf("  save (two calls: size, then bytes): %.1f ms; file %.1f MiB\n", save_ms, (double)size / MIB);
+  for (int g = 0; g < n_graphs; g++) CGC(cgc_graph_destroy(graphs[g]));
+  for (int g = 0; g < n_graphs; g++) CGC(cgc_free((void*)(uintptr_t)ref[g].out));
+  CGC(cgc_pool_release(pool));
+  CGC(cgc_module_unload(module));
+  free(bytes);
+  free(graphs);
+  free(ref);
+  return 0;
+}
+
+static void* read_file(const char* path, size_t* size) {
+  FILE* f = fopen(path, "rb");
+  if (f == NULL) fail_with("cannot open %s", path);
+  fseek(f, 0, SEEK_END);
+  long n = ftell(f);
+  fseek(f, 0, SEEK_SET);
+  void* data = xmalloc(n > 0 ? (size_t)n : 1);
+  if (n < 0 || fread(data, 1, (size_t)n, f) != (size_t)n) fail_with("cannot read %s", path);
+  fclose(f);
+  *size = (size_t)n;
+  return data;
+}
+
+static int restore(const char* path) {
+  int64_t t_start = now_ns();
+  cgc_context_t ctx;
+  cgc_stream_t stream;
+  CGC(cgc_context_create(0, &ctx));
+  CGC(cgc_stream_create(ctx, CGC_STREAM_NON_BLOCKING, 0, &stream));
+  CGC(cgc_module_add_image(ctx, kKey, cgc_bench_kernels_fatbin, cgc_bench_kernels_fatbin_size));
+  double setup_ms = ms_since(t_start);
+  int64_t t0 = now_ns();
+  size_t size = 0;
+  void* data = read_file(path, &size);
+  cgc_saved_info_t info = {.struct_size = sizeof info};
+  CGC(cgc_saved_info(data, size, &info));
+  cgc_graph_t* graphs = xmalloc(info.n_graphs * sizeof *graphs);
+  cgc_pool_t* pools = xmalloc(info.n_pools * sizeof *pools);
+  CGC(cgc_graphs_restore(ctx, data, size, NULL, graphs, info.n_graphs, pools, info.n_pools));
+  double restore_ms = ms_since(t0);
+  CGC(cgc_graph_launch(graphs[0], stream));
+  CGC(cgc_stream_synchronize(stream));
+  double first_launch_ms = ms_since(t0);
+  size_t ref_size = 0;
+  char ref_path[4096];
+  snprintf(ref_path, sizeof ref_path, "%s.ref", path);
+  unsigned char* ref_bytes = read_file(ref_path, &ref_size);
+  double capture_ms;
+  memcpy(&capture_ms, ref_bytes, sizeof capture_ms);
+  const ref_entry_t* ref = (const ref_entry_t*)(ref_bytes + sizeof capture_ms);
+  if (ref_size != sizeof capture_ms + info.n_graphs * sizeof *ref) fail_with("%s does not match %s", ref_path, path);
+  /* Every output is zeroed first, so only the restored graph's replay can make it right. */
+  for (size_t g = 1; g < info.n_graphs; g++) CGC(cgc_memset_d32_async((void*)(uintptr_t)ref[g].out, 0, ref[g].bytes / 4, stream));
+  for (size_t g = 1; g < info.n_graphs; g++) CGC(cgc_graph_launch(graphs[g], stream));
+  CGC(cgc_stream_synchronize(stream));
+  int wrong = 0;
+  for (size_t g = 0; g < info.n_graphs; g++) wrong += checksum_of(ref[g].out, ref[g].bytes) != ref[g].checksum;
+  bench_failed_checks += wrong;
+  printf("saved_graphs restore: %zu graphs, %zu nodes, %.1f MiB file (%.2f MiB of embedded images), pools %.1f MiB\n",
+         info.n_graphs, info.n_nodes, (double)size / MIB, (double)info.image_bytes / MIB, (double)info.pool_bytes / MIB);
+  printf("  context + stream + added image (not counted): %.1f ms\n", setup_ms);
+  printf("  read + restore: %.1f ms (%.3f ms a graph)\n", restore_ms, restore_ms / info.n_graphs);
+  printf("  read + restore + first launch done: %.1f ms\n", first_launch_ms);
+  printf("  the saving process's capture + instantiate: %.1f ms; restore to first launch / that: %.2f\n", capture_ms,
+         first_launch_ms / capture_ms);
+  printf("  outputs byte-equal to the saving process's: %zu of %zu\n", info.n_graphs - (size_t)wrong, info.n_graphs);
+  for (size_t g = 0; g < info.n_graphs; g++) CGC(cgc_graph_destroy(graphs[g]));
+  for (size_t g = 0; g < info.n_graphs; g++) CGC(cgc_free((void*)(uintptr_t)ref[g].out));
+  for (size_t p = 0; p < info.n_pools; p++) CGC(cgc_pool_release(pools[p]));
+  free(graphs);
+  free(pools);
+  free(data);
+  free(ref_bytes);
+  return bench_failed_checks ? 3 : 0;
+}
+
+int main(int argc, char** argv) {
+  bench_tool = "saved_graphs";
+  int n_graphs = 256, n_nodes = 1000;
+  if (argc < 3 || (strcmp(argv[1], "save") != 0 && strcmp(argv[1], "restore") != 0)) {
+    fprintf(stderr, "usage: saved_graphs save FILE [--graphs N] [--nodes K] | saved_graphs restore FILE\n");
+    return 2;
+  }
+  for (int i = 3; i + 1 < argc; i += 2) {
+    if (strcmp(argv[i], "--graphs") == 0) n_graphs = atoi(argv[i + 1]);
+    else if (strcmp(argv[i], "--nodes") == 0) n_nodes = atoi(argv[i + 1]);
+    else {
+      fprintf(stderr, "saved_graphs: unknown option %s\n", argv[i]);
+      return 2;
+    }
+  }
+  if (n_graphs < 1 || n_nodes < 1) {
+    fprintf(stderr, "saved_graphs: --graphs and --nodes take positive counts\n");
+    return 2;
+  }
+  char why[512];
+  if (!bench_driver_load(why, sizeof why)) {
+    printf("saved_graphs: no GPU: %s\n", why);
+    return 1;
+  }
+  CUdevice dev;
+  CUcontext primary;
+  CU(cuDeviceGet(&dev, 0));
+  CU(cuDevicePrimaryCtxRetain(&primary, dev));
+  CU(cuCtxPushCurrent(primary));
+  return strcmp(argv[1], "save") == 0 ? save(argv[2], n_graphs, n_nodes) : restore(argv[2]);
+}

@@ -1,0 +1,531 @@
+/* cgc_graphs_restore (1.6): the graphs of a saved file rebuilt in this process.
+ *
+ * In order: the file's header is checked (format, architecture, driver); every section is read
+ * and bounds-checked before anything is made; then the pools are reserved at their bases with
+ * their saved blocks claimed at their addresses and the rest of their backed ranges kept for the
+ * graphs; the modules are loaded and each kernel checked against its saved identity; last each
+ * graph is built node by node and instantiated as a capture's graph is (graph.c). A failure at
+ * any step undoes every earlier one: graphs, claimed blocks, pools and modules go again.
+ *
+ * Locks: none of restore's own. It calls cgc_pool_create_at, cgc__pool_claim and cgc_free (the
+ * allocator's lock, never held across a waiting driver call) and cgc__graph_create. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "src/saved_file.h"
+
+struct restored_module {
+  uint32_t by_key;
+  const char* key; /* into the file */
+  const void* image;
+  uint64_t size;
+  void* code; /* loaded: one reference, restore's own */
+};
+
+struct restored_kernel {
+  uint32_t module;
+  char* name; /* a copy */
+  int identity[6];
+  int function_attributes[CGC__SAVED_N_FUNCTION_ATTRIBUTES];
+  uint32_t n_params, param_bytes;
+  uint32_t* params; /* offset, size pairs (a copy: the file's bytes need not be aligned) */
+  CUfunction fn;
+};
+
+typedef struct restorer {
+  struct cgc__device* dev;
+  cgc__reader_t r;
+  cgc__saved_header_t h;
+  cgc__pool_layout_t* layouts;
+  struct restored_module* modules;
+  struct restored_kernel* kernels;
+  cgc_pool_t* pools;         /* the caller's array */
+  void** claimed;            /* saved blocks claimed again, freed if the restore fails */
+  size_t n_claimed;
+  cgc_graph_t* graphs;       /* the caller's array */
+} restorer_t;
+
+static cgc_status_t damaged(const char* func, const char* where) {
+  return cgc__fail(CGC_ERROR_SAVED_MISMATCH, func, "the file is damaged: %s does not fit in it", where);
+}
+
+/* ---- reading the sections ---- */
+
+static cgc_status_t read_pools(restorer_t* s, const char* func) {
+  for (uint64_t i = 0; i < s->h.n_pools; i++) {
+    cgc__pool_layout_t* l = &s->layouts[i];
+    l->base = cgc__get_u64(&s->r);
+    l->capacity = cgc__get_u64(&s->r);
+    l->backed = cgc__get_u64(&s->r);
+    uint64_t n = cgc__get_u64(&s->r);
+    if (s->r.bad || n > (s->r.size - s->r.at) / 16 || l->backed > l->capacity || l->backed % 512 != 0 ||
+        l->base % 512 != 0)
+      return damaged(func, "a pool");
+    l->blocks = calloc(n + 1, sizeof *l->blocks);
+    if (l->blocks == NULL) return cgc__fail(CGC_ERROR_OUT_OF_MEMORY, func, "out of host memory");
+    l->n_blocks = n;
+    uint64_t end = 0;
+    for (uint64_t b = 0; b < n; b++) {
+      l->blocks[b].offset = cgc__get_u64(&s->r);
+      l->blocks[b].size = cgc__get_u64(&s->r);
+      /* In address order, apart, inside what was backed. */
+      if (l->blocks[b].offset < end || l->blocks[b].size == 0 || l->blocks[b].size > l->backed ||
+          l->blocks[b].offset % 512 != 0 || l->blocks[b].size % 512 != 0 ||
+          l->blocks[b].offset > l->backed - l->blocks[b].size)
+        return damaged(func, "a pool's block");
+      end = l->blocks[b].offset + l->blocks[b].size;
+    }
+  }
+  return s->r.bad ? damaged(func, "the pools") : CGC_SUCCESS;
+}
+
+static cgc_status_t read_modules(restorer_t* s, const char* func) {
+  for (uint64_t i = 0; i < s->h.n_modules; i++) {
+    struct restored_module* m = &s->modules[i];
+    m->by_key = cgc__get_u32(&s->r);
+    uint32_t key_length = cgc__get_u32(&s->r);
+    m->size = cgc__get_u64(&s->r);
+    const char* key = cgc__get_bytes(&s->r, key_length);
+    if (s->r.bad || m->by_key > 1 || (m->by_key && (key_length == 0 || key_length > 255)))
+      return damaged(func, "a module");
+    if (m->by_key) {
+      /* Its padding holds the NUL unless the key fills it to a multiple of 8: copied to be sure. */
+      char* copy = calloc(1, key_length + 1);
+      if (copy == NULL) return cgc__fail(CGC_ERROR_OUT_OF_MEMORY, func, "out of host memory");
+      memcpy(copy, key, key_length);
+      m->key = copy;
+    } else {
+      m->image = cgc__get_bytes(&s->r, m->size);
+      if (m->image == NULL || m->size == 0) return damaged(func, "a module's image");
+    }
+  }
+  return CGC_SUCCESS;
+}
+
+static cgc_status_t read_kernels(restorer_t* s, const char* func) {
+  for (uint64_t i = 0; i < s->h.n_kernels; i++) {
+    struct restored_kernel* k = &s->kernels[i];
+    k->module = cgc__get_u32(&s->r);
+    uint32_t name_length = cgc__get_u32(&s->r);
+    for (int j = 0; j < 6; j++) k->identity[j] = (int)cgc__get_u32(&s->r);
+    for (int j = 0; j < CGC__SAVED_N_FUNCTION_ATTRIBUTES; j++) k->function_attributes[j] = (int)cgc__get_u32(&s->r);
+    k->n_params = cgc__get_u32(&s->r);
+    k->param_bytes = cgc__get_u32(&s->r);
+    const char* name = cgc__get_bytes(&s->r, name_length);
+    const void* params = cgc__get_bytes(&s->r, (uint64_t)k->n_params * 8);
+    if (s->r.bad || k->module >= s->h.n_modules || name_length == 0 || name_length > 65536 ||
+        k->param_bytes > 32768 || k->n_params > k->param_bytes)
+      return damaged(func, "a kernel");
+    k->name = calloc(1, name_length + 1);
+    k->params = calloc(k->n_params + 1, 8);
+    if (k->name == NULL || k->params == NULL) return cgc__fail(CGC_ERROR_OUT_OF_MEMORY, func, "out of host memory");
+    memcpy(k->name, name, name_length);
+    memcpy(k->params, params, (size_t)k->n_params * 8);
+    for (uint32_t j = 0; j < k->n_params; j++)
+      if (k->params[2 * j] > k->param_bytes || k->params[2 * j + 1] > k->param_bytes - k->params[2 * j])
+        return damaged(func, "a kernel's parameter");
+  }
+  return CGC_SUCCESS;
+}
+
+/* ---- pools, modules, kernels ---- */
+
+/* Pool i at its base, its saved blocks claimed (allocated, as they were) and the rest of what was
+ * backed claimed and freed again: backed, and kept for the graphs (a claimed block of memory no
+ * stream used serves claims only once freed, never another allocation: SEMANTICS 36). */
+static cgc_status_t restore_pool(restorer_t* s, cgc_context_t ctx, size_t i, const char* func) {
+  const cgc__pool_layout_t* l = &s->layouts[i];
+  cgc_status_t st = cgc_pool_create_at(ctx, (void*)(uintptr_t)l->base, l->capacity, &s->pools[i]);
+  if (st != CGC_SUCCESS) {
+    cgc__append(" (restoring saved pool %zu)", i);
+    return st;
+  }
+  uint64_t at = 0;
+  for (size_t b = 0; b <= l->n_blocks; b++) {
+    uint64_t next = b < l->n_blocks ? l->blocks[b].offset : l->backed;
+    if (next > at) { /* a gap: the graphs' memory */
+      CGC_TRY(cgc__pool_claim(s->pools[i], l->base + at, next - at, func));
+      CGC_TRY(cgc_free((void*)(uintptr_t)(l->base + at)));
+    }
+    if (b == l->n_blocks) break;
+    CGC_TRY(cgc__pool_claim(s->pools[i], l->base + l->blocks[b].offset, l->blocks[b].size, func));
+    s->claimed[s->n_claimed++] = (void*)(uintptr_t)(l->base + l->blocks[b].offset);
+    at = l->blocks[b].offset + l->blocks[b].size;
+  }
+  return CGC_SUCCESS;
+}
+
+static cgc_status_t load_module(restorer_t* s, size_t i, const char* func) {
+  struct restored_module* m = &s->modules[i];
+  const void* image = m->image;
+  size_t size = (size_t)m->size;
+  if (m->by_key) {
+    image = cgc__module_added_image(m->key, &size);
+    if (image == NULL)
+      return cgc__fail(CGC_ERROR_SAVED_MISMATCH, func,
+                       "the file's module %zu is the image added under key '%s', and no image is added under that "
+                       "key in this process: add it with cgc_module_add_image first",
+                       i, m->key);
+  }
+  cgc_status_t st = cgc__module_code_load(s->dev, image, size, &m->code, func);
+  if (st != CGC_SUCCESS) cgc__append(" (the file's module %zu)", i);
+  return st;
+}
+
+static cgc_status_t find_kernel(restorer_t* s, size_t i, const char* func) {
+  struct restored_kernel* k = &s->kernels[i];
+  CGC_TRY(cgc__module_code_kernel(s->modules[k->module].code, k->name, &k->fn, func));
+  cgc__kernel_identity_t found, wanted = {k->identity[0], k->identity[1], k->identity[2],
+                                          k->identity[3], k->identity[4], k->identity[5]};
+  CGC_TRY(cgc__kernel_identity(k->fn, &found, func));
+  char what[96];
+  if (cgc__kernel_identity_differs(&wanted, &found, what, sizeof what))
+    return cgc__fail(CGC_ERROR_SAVED_MISMATCH, func,
+                     "kernel '%s' is built differently here: %s as saved (another image under its module's key?)",
+                     k->name, what);
+  for (uint32_t j = 0; j <= k->n_params; j++) {
+    size_t offset = 0, size = 0;
+    CUresult r = CGC_DRV(cuFuncGetParamInfo)(k->fn, j, &offset, &size);
+    bool same = j < k->n_params ? r == CUDA_SUCCESS && offset == k->params[2 * j] && size == k->params[2 * j + 1]
+                                : r != CUDA_SUCCESS;
+    if (!same)
+      return cgc__fail(CGC_ERROR_SAVED_MISMATCH, func, "kernel '%s' takes other parameters here than when saved (%u "
+                       "saved; parameter %u differs)", k->name, k->n_params, j);
+  }
+  static const CUfunction_attribute kSettable[] = {
+#define SETTABLE(attribute) attribute,
+      CGC_SAVED_FUNCTION_ATTRIBUTES(SETTABLE)
+#undef SETTABLE
+  };
+  for (int j = 0; j < CGC__SAVED_N_FUNCTION_ATTRIBUTES; j++) {
+    int now = 0;
+    CGC_TRY(CGC_CU(func, cuFuncGetAttribute(&now, kSettable[j], k->fn)));
+    if (now == k->function_attributes[j]) continue;
+    cgc_status_t st = CGC_CU(func, cuFuncSetAttribute(k->fn, kSettable[j], k->function_attributes[j]));
+    if (st != CGC_SUCCESS) {
+      cgc__append(" (kernel '%s', attribute %d, value %d)", k->name, (int)kSettable[j], k->function_attributes[j]);
+      return st;
+    }
+  }
+  return CGC_SUCCESS;
+}
+
+/* ---- graphs ---- */
+
+static cgc_status_t add_kernel_node(restorer_t* s, CUgraph graph, const CUgraphNode* deps, size_t n_deps,
+                                    CUgraphNode* node, bool* uses_module, const char* func) {
+  uint32_t index = cgc__get_u32(&s->r);
+  uint32_t dims[7];
+  for (int j = 0; j < 7; j++) dims[j] = cgc__get_u32(&s->r);
+  uint32_t n_attributes = cgc__get_u32(&s->r);
+  if (s->r.bad || index >= s->h.n_kernels) return damaged(func, "a kernel node");
+  const struct restored_kernel* k = &s->kernels[index];
+  const unsigned char* args = cgc__get_bytes(&s->r, k->param_bytes);
+  if (args == NULL) return damaged(func, "a kernel node's arguments");
+  void** pointers = calloc(k->n_params + 1, sizeof *pointers);
+  if (pointers == NULL) return cgc__fail(CGC_ERROR_OUT_OF_MEMORY, func, "out of host memory");
+  for (uint32_t j = 0; j < k->n_params; j++) pointers[j] = (void*)(args + k->params[2 * j]);
+  CUDA_KERNEL_NODE_PARAMS p;
+  memset(&p, 0, sizeof p);
+  p.func = k->fn;
+  p.gridDimX = dims[0], p.gridDimY = dims[1], p.gridDimZ = dims[2];
+  p.blockDimX = dims[3], p.blockDimY = dims[4], p.blockDimZ = dims[5];
+  p.sharedMemBytes = dims[6];
+  p.kernelParams = pointers;
+  cgc_status_t st = CGC_CU(func, cuGraphAddKernelNode(node, graph, deps, n_deps, &p));
+  free(pointers);
+  if (st != CGC_SUCCESS) {
+    cgc__append(" (kernel '%s')", k->name);
+    return st;
+  }
+  uses_module[k->module] = true;
+  for (uint32_t a = 0; a < n_attributes; a++) {
+    CUlaunchAttributeID id = (CUlaunchAttributeID)cgc__get_u32(&s->r);
+    cgc__get_u32(&s->r);
+    const void* value = cgc__get_bytes(&s->r, sizeof(CUlaunchAttributeValue));
+    bool known = false; /* only the attributes a save keeps: others may carry handles */
+#define KNOWN_ATTRIBUTE(a) known = known || id == a;
+    CGC_SAVED_KERNEL_ATTRIBUTES(KNOWN_ATTRIBUTE)
+#undef KNOWN_ATTRIBUTE
+    if (value == NULL || !known) return damaged(func, "a kernel node's attribute");
+    CUlaunchAttributeValue saved, now;
+    memcpy(&saved, value, sizeof saved);
+    memset(&now, 0, sizeof now);
+    if (CGC_DRV(cuGraphKernelNodeGetAttribute)(*node, id, &now) == CUDA_SUCCESS && memcmp(&now, &saved, sizeof now) == 0)
+      continue;
+    st = CGC_CU(func, cuGraphKernelNodeSetAttribute(*node, id, &saved));
+    if (st != CGC_SUCCESS) {
+      cgc__append(" (kernel '%s', launch attribute %d)", k->name, (int)id);
+      return st;
+    }
+  }
+  return CGC_SUCCESS;
+}
+
+static cgc_status_t add_node(restorer_t* s, CUgraph graph, const CUgraphNode* deps, size_t n_deps, CUgraphNode* node,
+                             bool* uses_module, const char* func) {
+  uint32_t kind = cgc__get_u32(&s->r);
+  switch (kind) {
+    case CGC__SAVED_KERNEL: return add_kernel_node(s, graph, deps, n_deps, node, uses_module, func);
+    case CGC__SAVED_MEMSET: {
+      CUDA_MEMSET_NODE_PARAMS p;
+      memset(&p, 0, sizeof p);
+      p.value = cgc__get_u32(&s->r);
+      p.dst = cgc__get_u64(&s->r);
+      p.pitch = cgc__get_u64(&s->r);
+      p.elementSize = (unsigned)cgc__get_u64(&s->r);
+      p.width = cgc__get_u64(&s->r);
+      p.height = cgc__get_u64(&s->r);
+      if (s->r.bad) return damaged(func, "a set node");
+      return CGC_CU(func, cuGraphAddMemsetNode(node, graph, deps, n_deps, &p, s->dev->cu));
+    }
+    case CGC__SAVED_MEMCPY: {
+      cgc__get_u32(&s->r);
+      uint64_t f[15];
+      for (int j = 0; j < 15; j++) f[j] = cgc__get_u64(&s->r);
+      if (s->r.bad) return damaged(func, "a copy node");
+      CUDA_MEMCPY3D c;
+      memset(&c, 0, sizeof c);
+      c.srcMemoryType = c.dstMemoryType = CU_MEMORYTYPE_DEVICE;
+      c.srcDevice = f[0], c.srcXInBytes = f[1], c.srcY = f[2], c.srcZ = f[3], c.srcPitch = f[4], c.srcHeight = f[5];
+      c.dstDevice = f[6], c.dstXInBytes = f[7], c.dstY = f[8], c.dstZ = f[9], c.dstPitch = f[10], c.dstHeight = f[11];
+      c.WidthInBytes = f[12], c.Height = f[13], c.Depth = f[14];
+      return CGC_CU(func, cuGraphAddMemcpyNode(node, graph, deps, n_deps, &c, s->dev->cu));
+    }
+    case CGC__SAVED_EMPTY:
+      cgc__get_u32(&s->r);
+      return CGC_CU(func, cuGraphAddEmptyNode(node, graph, deps, n_deps));
+    default: return damaged(func, "a node of an unknown kind");
+  }
+}
+
+/* Skips a node record (kind already read is not: the whole record), for the first pass. */
+static void skip_node(restorer_t* s) {
+  uint32_t kind = cgc__get_u32(&s->r);
+  if (kind == CGC__SAVED_KERNEL) {
+    uint32_t index = cgc__get_u32(&s->r);
+    for (int j = 0; j < 7; j++) cgc__get_u32(&s->r);
+    uint32_t n_attributes = cgc__get_u32(&s->r);
+    if (index >= s->h.n_kernels) {
+      s->r.bad = true;
+      return;
+    }
+    cgc__get_bytes(&s->r, s->kernels[index].param_bytes);
+    if (n_attributes > 64) s->r.bad = true;
+    for (uint32_t a = 0; a < n_attributes && !s->r.bad; a++) {
+      cgc__get_u64(&s->r);
+      cgc__get_bytes(&s->r, sizeof(CUlaunchAttributeValue));
+    }
+  } else if (kind == CGC__SAVED_MEMSET) {
+    cgc__get_u32(&s->r);
+    for (int j = 0; j < 5; j++) cgc__get_u64(&s->r);
+  } else if (kind == CGC__SAVED_MEMCPY) {
+    cgc__get_u32(&s->r);
+    for (int j = 0; j < 15; j++) cgc__get_u64(&s->r);
+  } else if (kind == CGC__SAVED_EMPTY) {
+    cgc__get_u32(&s->r);
+  } else {
+    s->r.bad = true;
+  }
+}
+
+/* Graph `gi`: its record is read twice, once to find its edges (they follow its nodes), then to
+ * add each node after its dependencies. */
+static cgc_status_t restore_graph(restorer_t* s, size_t gi, const char* func) {
+  uint32_t pool_index = cgc__get_u32(&s->r);
+  cgc__get_u32(&s->r);
+  uint64_t n_nodes = cgc__get_u64(&s->r);
+  uint64_t n_edges = cgc__get_u64(&s->r);
+  size_t remaining = s->r.size - s->r.at;
+  if (s->r.bad || pool_index >= s->h.n_pools || n_nodes > remaining / 8 || n_edges > remaining / 8)
+    return damaged(func, "a graph");
+  size_t nodes_at = s->r.at;
+  for (uint64_t i = 0; i < n_nodes && !s->r.bad; i++) skip_node(s);
+  uint32_t* edges = calloc(2 * n_edges + 2, sizeof *edges);
+  size_t* first_dep = calloc(n_nodes + 2, sizeof *first_dep);
+  CUgraphNode* nodes = calloc(n_nodes + 1, sizeof *nodes);
+  /* A node's dependencies, then the sinks: at most max(n_edges, n_nodes) of either. */
+  CUgraphNode* deps = calloc((n_edges > n_nodes ? n_edges : n_nodes) + 1, sizeof *deps);
+  bool* has_out = calloc(n_nodes + 1, sizeof *has_out);
+  bool* uses_module = calloc(s->h.n_modules + 1, sizeof *uses_module);
+  struct cgc__use* uses = calloc(s->h.n_modules + 1, sizeof *uses);
+  size_t* fill = calloc(n_nodes + 1, sizeof *fill);
+  uint32_t* dep_index = calloc(n_edges + 1, sizeof *dep_index);
+  CUgraph graph = NULL;
+  CUevent done = NULL;
+  cgc_status_t st = CGC_SUCCESS;
+  if (!edges || !first_dep || !nodes || !deps || !has_out || !uses_module || !uses || !fill || !dep_index) {
+    st = cgc__fail(CGC_ERROR_OUT_OF_MEMORY, func, "out of host memory");
+    goto out;
+  }
+  for (uint64_t e = 0; e < n_edges; e++) {
+    edges[2 * e] = cgc__get_u32(&s->r);
+    edges[2 * e + 1] = cgc__get_u32(&s->r);
+    /* Saved in an order where every node follows its dependencies. */
+    if (edges[2 * e] >= edges[2 * e + 1] || edges[2 * e + 1] >= n_nodes) s->r.bad = true;
+    if (s->r.bad) break;
+    first_dep[edges[2 * e + 1] + 1]++;
+    has_out[edges[2 * e]] = true;
+  }
+  if (s->r.bad) {
+    st = damaged(func, "a graph's nodes or edges");
+    goto out;
+  }
+  size_t end_of_graph = s->r.at;
+  /* Each node's dependencies by index, together (first_dep[i] .. first_dep[i + 1]). */
+  for (uint64_t i = 0; i < n_nodes; i++) first_dep[i + 1] += first_dep[i];
+  for (uint64_t i = 0; i < n_nodes; i++) fill[i] = first_dep[i];
+  for (uint64_t e = 0; e < n_edges; e++) dep_index[fill[edges[2 * e + 1]]++] = edges[2 * e];
+  CUstreamCaptureMode mode = cgc__relaxed_begin(); /* building a graph breaks no capture, but be sure */
+  st = CGC_CU(func, cuGraphCreate(&graph, 0));
+  s->r.at = nodes_at;
+  for (uint64_t i = 0; i < n_nodes && st == CGC_SUCCESS; i++) {
+    /* Its dependencies, all added already. */
+    size_t n_deps = first_dep[i + 1] - first_dep[i];
+    for (size_t d = 0; d < n_deps; d++) deps[d] = nodes[dep_index[first_dep[i] + d]];
+    st = add_node(s, graph, deps, n_deps, &nodes[i], uses_module, func);
+    if (st != CGC_SUCCESS) cgc__append(" (graph %zu, node %llu)", gi, (unsigned long long)i);
+  }
+  /* cgc's completion record, after every node nothing follows. */
+  size_t n_sinks = 0;
+  for (uint64_t i = 0; i < n_nodes && st == CGC_SUCCESS; i++)
+    if (!has_out[i]) deps[n_sinks++] = nodes[i];
+  if (st == CGC_SUCCESS) st = CGC_CU(func, cuEventCreate(&done, CU_EVENT_DISABLE_TIMING));
+  CUgraphNode record = NULL;
+  if (st == CGC_SUCCESS) st = CGC_CU(func, cuGraphAddEventRecordNode(&record, graph, deps, n_sinks, done));
+  cgc__relaxed_end(mode);
+  if (st != CGC_SUCCESS) goto out;
+  s->r.at = end_of_graph;
+  /* The graph holds each module its kernels are of, and its pool, as a captured graph does. */
+  size_t n_uses = 0;
+  for (uint64_t m = 0; m < s->h.n_modules; m++) {
+    if (!uses_module[m]) continue;
+    uses[n_uses] = cgc__module_code_use(s->modules[m].code);
+    uses[n_uses].ops->retain(uses[n_uses].object);
+    n_uses++;
+  }
+  cgc_pool_t pool = s->pools[pool_index];
+  cgc__pool_hold(pool);
+  st = cgc__graph_create(s->dev, graph, done, (size_t)n_nodes, pool, uses, n_uses, 0, NULL, func, &s->graphs[gi]);
+  graph = NULL; /* taken, with done, the pool's reference and the uses, in every case */
+  done = NULL;
+  if (st != CGC_SUCCESS) cgc__append(" (graph %zu)", gi);
+out:
+  if (graph != NULL) CGC_DRV(cuGraphDestroy)(graph);
+  if (done != NULL) CGC_DRV(cuEventDestroy)(done);
+  free(edges);
+  free(first_dep);
+  free(nodes);
+  free(deps);
+  free(has_out);
+  free(uses_module);
+  free(uses);
+  free(fill);
+  free(dep_index);
+  return st;
+}
+
+/* ---- the call ---- */
+
+/* Undoes a failed restore: graphs, then the claimed blocks, then the pools (whose release is
+ * refused while a graph or block holds them), then the modules. */
+static void undo(restorer_t* s, size_t n_graphs, size_t n_pools) {
+  for (size_t i = 0; i < n_graphs; i++)
+    if (s->graphs[i] != NULL) cgc_graph_destroy(s->graphs[i]);
+  for (size_t i = 0; i < s->n_claimed; i++) cgc_free(s->claimed[i]);
+  /* Nothing ran on the pools' memory: they go without the device synchronisation of a release,
+   * which a capture under way on the device would refuse. */
+  for (size_t i = 0; i < n_pools; i++)
+    if (s->pools[i] != NULL && !cgc__pool_discard_unused(s->pools[i], "cgc_graphs_restore") &&
+        cgc_pool_release(s->pools[i]) != CGC_SUCCESS)
+      cgc__log("a failed restore could not release its pool %zu", i);
+}
+
+cgc_status_t cgc_graphs_restore(cgc_context_t ctx, const void* data, size_t size,
+                                const cgc_restore_options_t* options, cgc_graph_t* graphs, size_t n_graphs,
+                                cgc_pool_t* pools, size_t n_pools) {
+  CGC_REFUSE_IN_HOST_FUNCTION();
+  CGC_CHECK_ARG(graphs != NULL || n_graphs == 0, "graphs is NULL with n_graphs %zu", n_graphs);
+  CGC_CHECK_ARG(pools != NULL || n_pools == 0, "pools is NULL with n_pools %zu", n_pools);
+  for (size_t i = 0; i < n_graphs; i++) graphs[i] = NULL;
+  for (size_t i = 0; i < n_pools; i++) pools[i] = NULL;
+  CGC_CHECK_HANDLE(ctx, CGC_MAGIC_CONTEXT);
+  CGC_CHECK_ARG(data != NULL, "data is NULL");
+  if (options != NULL) {
+    CGC_CHECK_ARG(options->struct_size >= sizeof(size_t), "options->struct_size is %zu", options->struct_size);
+    CGC_CHECK_ARG(options->struct_size < offsetof(cgc_restore_options_t, flags) + sizeof options->flags ||
+                      options->flags == 0,
+                  "options->flags has unknown bits %#x", options->flags);
+  }
+  if (cgc__drv.cuFuncGetParamInfo == NULL)
+    return cgc__fail(CGC_ERROR_NOT_SUPPORTED, __func__,
+                     "the driver (CUDA %d) cannot describe kernels' parameters: restoring graphs needs CUDA 12.4 or "
+                     "newer", cgc__drv.version);
+  restorer_t s = {.dev = ctx->dev, .pools = pools, .graphs = graphs};
+  CGC_TRY(cgc__read_header(data, size, &s.h, &s.r, __func__));
+  if (s.h.n_graphs != n_graphs || s.h.n_pools != n_pools)
+    return cgc__fail(CGC_ERROR_INVALID_ARGUMENT, __func__,
+                     "the file holds %llu graphs and %llu pools; room was given for %zu and %zu (cgc_saved_info tells "
+                     "the counts)",
+                     (unsigned long long)s.h.n_graphs, (unsigned long long)s.h.n_pools, n_graphs, n_pools);
+  int major = 0, minor = 0;
+  CGC_TRY(CGC_CU(__func__, cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, s.dev->cu_device)));
+  CGC_TRY(CGC_CU(__func__, cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, s.dev->cu_device)));
+  if (major != s.h.compute_major || minor != s.h.compute_minor)
+    return cgc__fail(CGC_ERROR_SAVED_MISMATCH, __func__,
+                     "the file was saved on a device of compute capability %d.%d; device %d is %d.%d",
+                     s.h.compute_major, s.h.compute_minor, s.dev->ordinal, major, minor);
+  if (s.h.driver_version != cgc__drv.version)
+    return cgc__fail(CGC_ERROR_SAVED_MISMATCH, __func__,
+                     "the file was saved with a driver of CUDA %d; this one is CUDA %d (kernels and executables are "
+                     "kept only within one driver version)",
+                     s.h.driver_version, cgc__drv.version);
+  size_t left = s.r.size - s.r.at;
+  if (s.h.n_pools > left / 32 || s.h.n_modules > left / 16 || s.h.n_kernels > left / 64 || s.h.n_graphs > left / 24)
+    return damaged(__func__, "the header's counts");
+  s.layouts = calloc(s.h.n_pools + 1, sizeof *s.layouts);
+  s.modules = calloc(s.h.n_modules + 1, sizeof *s.modules);
+  s.kernels = calloc(s.h.n_kernels + 1, sizeof *s.kernels);
+  cgc__ctx_scope_t scope = {false};
+  cgc_status_t st = CGC_SUCCESS;
+  if (s.layouts == NULL || s.modules == NULL || s.kernels == NULL) {
+    st = cgc__fail(CGC_ERROR_OUT_OF_MEMORY, __func__, "out of host memory");
+    goto out;
+  }
+  CGC_TRY_GOTO(st, read_pools(&s, __func__), out);
+  CGC_TRY_GOTO(st, read_modules(&s, __func__), out);
+  CGC_TRY_GOTO(st, read_kernels(&s, __func__), out);
+  size_t n_blocks = 0;
+  for (size_t i = 0; i < n_pools; i++) n_blocks += s.layouts[i].n_blocks;
+  s.claimed = calloc(n_blocks + 1, sizeof *s.claimed);
+  if (s.claimed == NULL) {
+    st = cgc__fail(CGC_ERROR_OUT_OF_MEMORY, __func__, "out of host memory");
+    goto out;
+  }
+  CGC_TRY_GOTO(st, cgc__ctx_enter(s.dev, &scope, __func__), out);
+  for (size_t i = 0; i < n_pools && st == CGC_SUCCESS; i++) st = restore_pool(&s, ctx, i, __func__);
+  for (size_t i = 0; i < s.h.n_modules && st == CGC_SUCCESS; i++) st = load_module(&s, i, __func__);
+  for (size_t i = 0; i < s.h.n_kernels && st == CGC_SUCCESS; i++) st = find_kernel(&s, i, __func__);
+  for (size_t i = 0; i < n_graphs && st == CGC_SUCCESS; i++) st = restore_graph(&s, i, __func__);
+  if (st != CGC_SUCCESS) undo(&s, n_graphs, n_pools);
+out:
+  cgc__ctx_leave(&scope);
+  for (size_t i = 0; s.modules != NULL && i < s.h.n_modules; i++) {
+    if (s.modules[i].code != NULL) cgc__module_code_release(s.modules[i].code); /* graphs hold their own */
+    free((void*)s.modules[i].key);
+  }
+  for (size_t i = 0; s.layouts != NULL && i < s.h.n_pools; i++) free(s.layouts[i].blocks);
+  for (size_t i = 0; s.kernels != NULL && i < s.h.n_kernels; i++) {
+    free(s.kernels[i].name);
+    free(s.kernels[i].params);
+  }
+  free(s.layouts);
+  free(s.modules);
+  free(s.kernels);
+  free(s.claimed);
+  if (st != CGC_SUCCESS) {
+    for (size_t i = 0; i < n_graphs; i++) graphs[i] = NULL;
+    for (size_t i = 0; i < n_pools; i++) pools[i] = NULL;
+  }
+  return st;
+}

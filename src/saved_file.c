@@ -1,0 +1,166 @@
+/* The saved file's bytes (1.6): writing and bounded reading of its fields, its header and
+ * checksum, and cgc_saved_info, which reads a header without the driver. saved_file.h describes
+ * the layout. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "src/saved_file.h"
+
+/* 64-bit FNV-1a. */
+static uint64_t checksum(const unsigned char* p, size_t n) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (size_t i = 0; i < n; i++) {
+    h ^= p[i];
+    h *= 0x100000001b3ull;
+  }
+  return h;
+}
+
+/* ---- writing ---- */
+
+static unsigned char* room(cgc__writer_t* w, size_t n) {
+  if (w->failed) return NULL;
+  if (n > SIZE_MAX / 2 - w->size) {
+    w->failed = true;
+    return NULL;
+  }
+  if (w->size + n > w->cap) {
+    size_t cap = w->cap ? w->cap : 4096;
+    while (cap < w->size + n) cap *= 2;
+    unsigned char* grown = realloc(w->data, cap);
+    if (grown == NULL) {
+      w->failed = true;
+      return NULL;
+    }
+    w->data = grown;
+    w->cap = cap;
+  }
+  unsigned char* at = w->data + w->size;
+  w->size += n;
+  return at;
+}
+
+void cgc__put_u32(cgc__writer_t* w, uint32_t v) {
+  unsigned char* at = room(w, sizeof v);
+  if (at != NULL) memcpy(at, &v, sizeof v);
+}
+
+void cgc__put_u64(cgc__writer_t* w, uint64_t v) {
+  unsigned char* at = room(w, sizeof v);
+  if (at != NULL) memcpy(at, &v, sizeof v);
+}
+
+void cgc__put_bytes(cgc__writer_t* w, const void* p, size_t n) {
+  size_t padded = (n + 7) / 8 * 8;
+  unsigned char* at = room(w, padded);
+  if (at == NULL) return;
+  if (n > 0) memcpy(at, p, n);
+  memset(at + n, 0, padded - n);
+}
+
+void cgc__put_header(cgc__writer_t* w, cgc__saved_header_t* h) {
+  cgc__writer_t head = {NULL, 0, 0, false};
+  h->format = CGC__SAVED_FORMAT;
+  h->byte_order = CGC__SAVED_BYTE_ORDER;
+  h->checksum = w->failed ? 0 : checksum(w->data, w->size);
+  cgc__put_bytes(&head, CGC__SAVED_MAGIC, 8);
+#define PUT_FIELD(type, name) \
+  if (sizeof(type) == 8) cgc__put_u64(&head, (uint64_t)h->name); else cgc__put_u32(&head, (uint32_t)h->name);
+  h->total_size = 0; /* counted below, written in place */
+  CGC_SAVED_HEADER_FIELDS(PUT_FIELD)
+#undef PUT_FIELD
+  unsigned char* body = room(&head, w->size);
+  if (head.failed || w->failed) {
+    free(head.data);
+    free(w->data);
+    *w = (cgc__writer_t){NULL, 0, 0, true};
+    return;
+  }
+  memcpy(body, w->data, w->size);
+  h->total_size = head.size;
+  memcpy(head.data + 8 + 2 * sizeof(uint32_t), &h->total_size, sizeof h->total_size);
+  free(w->data);
+  *w = head;
+}
+
+/* ---- reading ---- */
+
+static const unsigned char* take(cgc__reader_t* r, uint64_t n) {
+  if (r->bad || n > r->size - r->at) {
+    r->bad = true;
+    return NULL;
+  }
+  const unsigned char* at = r->data + r->at;
+  r->at += n;
+  return at;
+}
+
+uint32_t cgc__get_u32(cgc__reader_t* r) {
+  uint32_t v = 0;
+  const unsigned char* at = take(r, sizeof v);
+  if (at != NULL) memcpy(&v, at, sizeof v);
+  return v;
+}
+
+uint64_t cgc__get_u64(cgc__reader_t* r) {
+  uint64_t v = 0;
+  const unsigned char* at = take(r, sizeof v);
+  if (at != NULL) memcpy(&v, at, sizeof v);
+  return v;
+}
+
+const void* cgc__get_bytes(cgc__reader_t* r, uint64_t n) {
+  if (n > UINT64_MAX - 7) {
+    r->bad = true;
+    return NULL;
+  }
+  return take(r, (n + 7) / 8 * 8);
+}
+
+cgc_status_t cgc__read_header(const void* data, size_t size, cgc__saved_header_t* h, cgc__reader_t* r,
+                              const char* func) {
+  memset(h, 0, sizeof *h);
+  *r = (cgc__reader_t){data, size, 0, false};
+  const void* magic = cgc__get_bytes(r, 8);
+  if (magic == NULL || memcmp(magic, CGC__SAVED_MAGIC, 8) != 0)
+    return cgc__fail(CGC_ERROR_SAVED_MISMATCH, func, "the %zu bytes are not a file of cgc_graphs_save", size);
+#define GET_FIELD(type, name) h->name = (type)(sizeof(type) == 8 ? cgc__get_u64(r) : cgc__get_u32(r));
+  CGC_SAVED_HEADER_FIELDS(GET_FIELD)
+#undef GET_FIELD
+  if (r->bad) return cgc__fail(CGC_ERROR_SAVED_MISMATCH, func, "the file is truncated: %zu bytes hold no whole header", size);
+  if (h->byte_order != CGC__SAVED_BYTE_ORDER)
+    return cgc__fail(CGC_ERROR_SAVED_MISMATCH, func, "the file was saved on a machine of the other byte order");
+  if (h->format != CGC__SAVED_FORMAT)
+    return cgc__fail(CGC_ERROR_SAVED_MISMATCH, func,
+                     "the file is of format version %u; this library reads version %d", h->format, CGC__SAVED_FORMAT);
+  if (h->total_size != size)
+    return cgc__fail(CGC_ERROR_SAVED_MISMATCH, func, "the file says it has %llu bytes, %zu were given (truncated?)",
+                     (unsigned long long)h->total_size, size);
+  if (checksum(r->data + r->at, size - r->at) != h->checksum)
+    return cgc__fail(CGC_ERROR_SAVED_MISMATCH, func, "the file is damaged: its checksum does not match its bytes");
+  return CGC_SUCCESS;
+}
+
+cgc_status_t cgc_saved_info(const void* data, size_t size, cgc_saved_info_t* info) {
+  CGC_CHECK_ARG(info != NULL, "info is NULL");
+  CGC_CHECK_ARG(info->struct_size >= sizeof(size_t), "info->struct_size is %zu", info->struct_size);
+  CGC_CHECK_ARG(data != NULL, "data is NULL");
+  cgc__saved_header_t h;
+  cgc__reader_t r;
+  CGC_TRY(cgc__read_header(data, size, &h, &r, __func__));
+  cgc_saved_info_t full = {
+      .struct_size = info->struct_size,
+      .format_version = h.format,
+      .compute_major = h.compute_major,
+      .compute_minor = h.compute_minor,
+      .driver_version = h.driver_version,
+      .n_graphs = (size_t)h.n_graphs,
+      .n_pools = (size_t)h.n_pools,
+      .n_modules = (size_t)h.n_modules,
+      .n_nodes = (size_t)h.n_nodes,
+      .pool_bytes = (size_t)h.pool_bytes,
+      .image_bytes = (size_t)h.image_bytes,
+  };
+  memcpy(info, &full, info->struct_size < sizeof full ? info->struct_size : sizeof full);
+  return CGC_SUCCESS;
+}

@@ -1,0 +1,118 @@
+/* The saved file's layout (1.6): what cgc_graphs_save writes (save.c), cgc_saved_info reads
+ * (saved_file.c) and cgc_graphs_restore rebuilds (restore.c). docs/SEMANTICS.md 38 says what is
+ * kept and refused; this header says how it is laid out.
+ *
+ * A fixed header, then the sections in this order: pools, modules, kernels, graphs. Everything is
+ * written as 32- and 64-bit little-endian fields (the byte order is checked), and byte strings are
+ * padded to 8 bytes. A checksum (64-bit FNV-1a) of everything after the header catches a damaged
+ * or truncated file before anything is read from it; every read is bounded all the same. */
+#ifndef CGC_SAVED_FILE_H_
+#define CGC_SAVED_FILE_H_
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "src/internal.h"
+
+enum { CGC__SAVED_FORMAT = 1, CGC__SAVED_BYTE_ORDER = 0x01020304 };
+#define CGC__SAVED_MAGIC "CGCGRAPH"
+
+/* The header's fields, X(type, name), in file order; all are 32- or 64-bit. */
+#define CGC_SAVED_HEADER_FIELDS(X) \
+  X(uint32_t, format)              \
+  X(uint32_t, byte_order)          \
+  X(uint64_t, total_size)          \
+  X(uint64_t, checksum)            \
+  X(int32_t, compute_major)        \
+  X(int32_t, compute_minor)        \
+  X(int32_t, driver_version)       \
+  X(int32_t, reserved)             \
+  X(uint64_t, n_graphs)            \
+  X(uint64_t, n_pools)             \
+  X(uint64_t, n_modules)           \
+  X(uint64_t, n_kernels)           \
+  X(uint64_t, n_nodes)             \
+  X(uint64_t, pool_bytes)          \
+  X(uint64_t, image_bytes)
+
+typedef struct cgc__saved_header {
+#define CGC_SAVED_HEADER_FIELD(type, name) type name;
+  CGC_SAVED_HEADER_FIELDS(CGC_SAVED_HEADER_FIELD)
+#undef CGC_SAVED_HEADER_FIELD
+} cgc__saved_header_t;
+
+/* The kinds of node a saved graph holds, X(name, value): the file's numbers. */
+#define CGC_SAVED_NODE_KINDS(X) \
+  X(KERNEL, 1)                  \
+  X(MEMSET, 2)                  \
+  X(MEMCPY, 3)                  \
+  X(EMPTY, 4)
+typedef enum cgc__saved_node_kind {
+#define CGC_SAVED_NODE_KIND(name, value) CGC__SAVED_##name = value,
+  CGC_SAVED_NODE_KINDS(CGC_SAVED_NODE_KIND)
+#undef CGC_SAVED_NODE_KIND
+} cgc__saved_node_kind_t;
+
+/* The kernel node attributes a file keeps (CUlaunchAttributeID values), for each node only those
+ * that differ from a new node's, and sets again on the rebuilt node. Preferred cluster sizes are not among them:
+ * the driver cannot report them (docs/PERFORMANCE.md, the first checks). */
+#define CGC_SAVED_KERNEL_ATTRIBUTES(X)                    \
+  X(CU_LAUNCH_ATTRIBUTE_ACCESS_POLICY_WINDOW)             \
+  X(CU_LAUNCH_ATTRIBUTE_COOPERATIVE)                      \
+  X(CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION)                \
+  X(CU_LAUNCH_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE) \
+  X(CU_LAUNCH_ATTRIBUTE_PRIORITY)                         \
+  X(CU_LAUNCH_ATTRIBUTE_MEM_SYNC_DOMAIN_MAP)              \
+  X(CU_LAUNCH_ATTRIBUTE_MEM_SYNC_DOMAIN)
+
+enum {
+#define CGC_COUNT_ATTRIBUTE(name) +1
+  CGC__SAVED_N_KERNEL_ATTRIBUTES = 0 CGC_SAVED_KERNEL_ATTRIBUTES(CGC_COUNT_ATTRIBUTE),
+#undef CGC_COUNT_ATTRIBUTE
+};
+
+/* The function attributes a file keeps per kernel and sets again at a restore (those a program
+ * may set: cuFuncSetAttribute). */
+#define CGC_SAVED_FUNCTION_ATTRIBUTES(X)                         \
+  X(CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES)             \
+  X(CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT)          \
+  X(CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED)         \
+  X(CU_FUNC_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE)
+enum {
+#define CGC_COUNT_ONE(name) +1
+  CGC__SAVED_N_FUNCTION_ATTRIBUTES = 0 CGC_SAVED_FUNCTION_ATTRIBUTES(CGC_COUNT_ONE),
+#undef CGC_COUNT_ONE
+};
+
+/* ---- writing: a growing buffer; `failed` once host memory ran out ---- */
+typedef struct cgc__writer {
+  unsigned char* data;
+  size_t size, cap;
+  bool failed;
+} cgc__writer_t;
+void cgc__put_u32(cgc__writer_t* w, uint32_t v);
+void cgc__put_u64(cgc__writer_t* w, uint64_t v);
+/* `n` bytes, then zeros up to a multiple of 8. */
+void cgc__put_bytes(cgc__writer_t* w, const void* p, size_t n);
+/* Writes the header (computing the checksum of what follows it) in front of the body `w` holds;
+ * the result replaces w's data. */
+void cgc__put_header(cgc__writer_t* w, cgc__saved_header_t* h);
+
+/* ---- reading: bounded; `bad` once a read went past the end (every later read gives zeros) ---- */
+typedef struct cgc__reader {
+  const unsigned char* data;
+  size_t size, at;
+  bool bad;
+} cgc__reader_t;
+uint32_t cgc__get_u32(cgc__reader_t* r);
+uint64_t cgc__get_u64(cgc__reader_t* r);
+/* A pointer to the next `n` bytes (skipping their padding), or NULL past the end. */
+const void* cgc__get_bytes(cgc__reader_t* r, uint64_t n);
+/* Checks and reads the header of `data`; on success `r` is positioned at the body.
+ * SAVED_MISMATCH naming what is wrong (not a saved file, another format or byte order, damaged or
+ * truncated). */
+cgc_status_t cgc__read_header(const void* data, size_t size, cgc__saved_header_t* h, cgc__reader_t* r,
+                              const char* func);
+
+#endif /* CGC_SAVED_FILE_H_ */

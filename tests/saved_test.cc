@@ -1,0 +1,359 @@
+// Graphs saved and restored (1.6, SEMANTICS 38): a graph captured into a pool at fixed
+// addresses, saved, its pool released, rebuilt from the bytes and replayed to the same result;
+// kernels of cgc's modules and of images added by key; what is refused and how it is named;
+// damaged bytes. The restore in another process is bench/saved_graphs's (cgc_bench saved).
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "tests/gpu_test_util.h"
+
+namespace {
+
+using cgc_test::Dev;
+using cgc_test::GpuTest;
+
+bool Contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
+constexpr size_t kMiB = size_t{1} << 20;
+constexpr unsigned kN = 4096;
+
+// Bases far from other tests' pools (pool_test's 0x6000-0x6300, the bindings' 0x6400-0x6a00).
+constexpr uintptr_t kBase = 0x6b0000000000ull;
+
+class SavedTest : public GpuTest {
+ protected:
+  void SetUp() override {
+    GpuTest::SetUp();
+    if (IsSkipped() || HasFatalFailure()) return;
+    CGC_ASSERT_OK(cgc_module_load(ctx, cgc_test_kernels_fatbin, &module));
+    CGC_ASSERT_OK(cgc_module_get_function(module, "cgc_test_fill", &fill));
+    CGC_ASSERT_OK(cgc_module_get_function(module, "cgc_test_add", &add));
+  }
+  void TearDown() override {
+    if (module != nullptr) {
+      EXPECT_EQ(cgc_module_unload(module), CGC_SUCCESS) << cgc_last_error();
+    }
+    GpuTest::TearDown();
+  }
+  void CgcFill(void* p, float v) {
+    unsigned n = kN;
+    void* args[] = {&p, &v, &n};
+    CGC_ASSERT_OK(cgc_launch_kernel(fill, kN / 256, 1, 1, 256, 1, 1, 0, stream, args));
+  }
+  void CgcAdd(void* out, void* in, float v) {
+    unsigned n = kN;
+    void* args[] = {&out, &in, &v, &n};
+    CGC_ASSERT_OK(cgc_launch_kernel(add, kN / 256, 1, 1, 256, 1, 1, 0, stream, args));
+  }
+  // Captures into `pool`: a kernel fills a scratch block, a copy and a set work on more scratch,
+  // a kernel writes `*out` (left allocated: the graph's output) from them.
+  void CaptureWork(cgc_pool_t pool, cgc_graph_t* graph, void** out) {
+    cgc_capture_options_t options{};
+    options.struct_size = sizeof options;
+    options.pool = pool;
+    CGC_ASSERT_OK(cgc_capture_begin(stream, &options));
+    void *in = Malloc(kN * 4, stream), *copy = Malloc(kN * 4, stream), *zeros = Malloc(kN * 4, stream);
+    *out = Malloc(kN * 4, stream);
+    CgcFill(in, 2.0f);
+    CGC_ASSERT_OK(cgc_memcpy_dtod_async(copy, in, kN * 4, stream));
+    CGC_ASSERT_OK(cgc_memset_d32_async(zeros, 0, kN, stream));
+    CgcAdd(copy, copy, 1.0f);
+    CgcAdd(*out, copy, 0.5f);
+    CGC_ASSERT_OK(cgc_free(in));
+    CGC_ASSERT_OK(cgc_free(copy));
+    CGC_ASSERT_OK(cgc_free(zeros));
+    CGC_ASSERT_OK(cgc_capture_end(stream, graph));
+  }
+  std::vector<uint8_t> Save(std::vector<cgc_graph_t> graphs, const cgc_save_options_t* options = nullptr) {
+    size_t size = 0;
+    cgc_status_t st = cgc_graphs_save(graphs.data(), graphs.size(), options, nullptr, 0, &size);
+    EXPECT_EQ(st, CGC_SUCCESS) << cgc_last_error();
+    if (st != CGC_SUCCESS) return {};
+    std::vector<uint8_t> bytes(size);
+    size_t written = 0;
+    EXPECT_EQ(cgc_graphs_save(graphs.data(), graphs.size(), options, bytes.data(), bytes.size(), &written),
+              CGC_SUCCESS)
+        << cgc_last_error();
+    EXPECT_EQ(written, size);
+    return bytes;
+  }
+  cgc_saved_info_t Info(const std::vector<uint8_t>& bytes) {
+    cgc_saved_info_t info{};
+    info.struct_size = sizeof info;
+    EXPECT_EQ(cgc_saved_info(bytes.data(), bytes.size(), &info), CGC_SUCCESS) << cgc_last_error();
+    return info;
+  }
+  cgc_module_t module = nullptr;
+  cgc_function_t fill = nullptr, add = nullptr;
+};
+
+TEST_F(SavedTest, AGraphRestoredAfterItsPoolWasReleasedWritesTheSameBytesAtTheSameAddress) {
+  cgc_pool_t pool = nullptr;
+  CGC_ASSERT_OK(cgc_pool_create_at(ctx, reinterpret_cast<void*>(kBase), 64 * kMiB, &pool));
+  cgc_graph_t graph = nullptr;
+  void* out = nullptr;
+  ASSERT_NO_FATAL_FAILURE(CaptureWork(pool, &graph, &out));
+  CGC_ASSERT_OK(cgc_graph_launch(graph, stream));
+  std::vector<float> first = Download(Dev(out), kN);
+  ASSERT_EQ(first[0], 3.5f);
+
+  std::vector<uint8_t> bytes = Save({graph});
+  ASSERT_FALSE(bytes.empty());
+  cgc_saved_info_t info = Info(bytes);
+  EXPECT_EQ(info.n_graphs, 1u);
+  EXPECT_EQ(info.n_pools, 1u);
+  EXPECT_EQ(info.n_modules, 1u);
+  EXPECT_EQ(info.n_nodes, 5u) << "fill, copy, set and two adds";
+  EXPECT_EQ(info.pool_bytes, 2 * kMiB);
+  EXPECT_GT(info.image_bytes, 0u);
+  EXPECT_EQ(info.compute_major >= 7, true);
+
+  // Everything of the first graph goes: graph, output, pool (its range is given back).
+  CGC_ASSERT_OK(cgc_graph_destroy(graph));
+  CGC_ASSERT_OK(cgc_free(out));
+  CGC_ASSERT_OK(cgc_pool_release(pool));
+
+  cgc_graph_t restored = nullptr;
+  cgc_pool_t restored_pool = nullptr;
+  CGC_ASSERT_OK(cgc_graphs_restore(ctx, bytes.data(), bytes.size(), nullptr, &restored, 1, &restored_pool, 1));
+  // The output block is allocated again at its address: a claim of it is refused.
+  EXPECT_EQ(cgc_pool_claim(restored_pool, out, kN * 4), CGC_ERROR_INVALID_STATE);
+  CGC_ASSERT_OK(cgc_memset_d32_async(out, 0, kN, stream));
+  CGC_ASSERT_OK(cgc_graph_launch(restored, stream));
+  std::vector<float> again = Download(Dev(out), kN);
+  EXPECT_EQ(std::memcmp(first.data(), again.data(), kN * 4), 0);
+  cgc_graph_info_t gi{};
+  gi.struct_size = sizeof gi;
+  CGC_ASSERT_OK(cgc_graph_info(restored, &gi));
+  EXPECT_EQ(gi.node_count, 5u);
+  EXPECT_EQ(gi.kernel_nodes, 3u);
+  EXPECT_EQ(gi.memcpy_nodes, 1u);
+  EXPECT_EQ(gi.memset_nodes, 1u);
+  // A new allocation from the restored pool never lands on the graph's scratch memory.
+  void* later = nullptr;
+  CGC_ASSERT_OK(cgc_pool_malloc(restored_pool, kN * 4, stream, &later));
+  EXPECT_GE(reinterpret_cast<uintptr_t>(later), kBase + 2 * kMiB);
+  CGC_ASSERT_OK(cgc_free(later));
+  // A restored graph can be saved again.
+  EXPECT_FALSE(Save({restored}).empty());
+
+  CGC_ASSERT_OK(cgc_graph_destroy(restored));
+  CGC_ASSERT_OK(cgc_free(out));
+  CGC_ASSERT_OK(cgc_stream_synchronize(stream));
+  CGC_ASSERT_OK(cgc_pool_release(restored_pool));
+}
+
+TEST_F(SavedTest, AKernelOfAModuleCgcDidNotLoadIsSavedByTheKeyOfAnAddedImage) {
+  cgc_pool_t pool = nullptr;
+  CGC_ASSERT_OK(cgc_pool_create_at(ctx, reinterpret_cast<void*>(kBase), 64 * kMiB, &pool));
+  cgc_capture_options_t options{};
+  options.struct_size = sizeof options;
+  options.pool = pool;
+  CGC_ASSERT_OK(cgc_capture_begin(stream, &options));
+  void* out = Malloc(kN * 4, stream);
+  Fill(stream, Dev(out), 7.0f, kN);  // the fixture's kernels: loaded through the driver, not cgc
+  cgc_graph_t graph = nullptr;
+  CGC_ASSERT_OK(cgc_capture_end(stream, &graph));
+
+  size_t size = 0;
+  EXPECT_EQ(cgc_graphs_save(&graph, 1, nullptr, nullptr, 0, &size), CGC_ERROR_NOT_SAVABLE);
+  EXPECT_TRUE(Contains(cgc_last_error(), "cgc_test_fill")) << cgc_last_error();
+  EXPECT_TRUE(Contains(cgc_last_error(), "cgc_module_add_image")) << cgc_last_error();
+  EXPECT_EQ(cgc_last_status(), CGC_ERROR_NOT_SAVABLE);
+
+  CGC_ASSERT_OK(cgc_module_add_image(ctx, "cgc tests", cgc_test_kernels_fatbin, cgc_test_kernels_fatbin_size));
+  CGC_EXPECT_OK(cgc_module_add_image(ctx, "cgc tests", cgc_test_kernels_fatbin, cgc_test_kernels_fatbin_size));
+  EXPECT_EQ(cgc_module_add_image(ctx, "cgc tests", "other bytes", 11), CGC_ERROR_INVALID_STATE);
+  std::vector<uint8_t> bytes = Save({graph});
+  ASSERT_FALSE(bytes.empty());
+  EXPECT_EQ(Info(bytes).image_bytes, 0u) << "an image added by key is named, not written";
+
+  CGC_ASSERT_OK(cgc_graph_destroy(graph));
+  CGC_ASSERT_OK(cgc_free(out));
+  CGC_ASSERT_OK(cgc_pool_release(pool));
+  cgc_graph_t restored = nullptr;
+  cgc_pool_t restored_pool = nullptr;
+  CGC_ASSERT_OK(cgc_graphs_restore(ctx, bytes.data(), bytes.size(), nullptr, &restored, 1, &restored_pool, 1));
+  CGC_ASSERT_OK(cgc_graph_launch(restored, stream));
+  EXPECT_EQ(Download(Dev(out), kN)[kN - 1], 7.0f);
+  CGC_ASSERT_OK(cgc_graph_destroy(restored));
+  CGC_ASSERT_OK(cgc_free(out));
+  CGC_ASSERT_OK(cgc_stream_synchronize(stream));
+  CGC_ASSERT_OK(cgc_pool_release(restored_pool));
+}
+
+TEST_F(SavedTest, AKernelArgumentOutsideTheSavedPoolsIsRefusedNamingTheNodeAndArgument) {
+  void* elsewhere = Malloc(kN * 4, stream);  // the device cache's: not at a fixed address
+  cgc_pool_t pool = nullptr;
+  CGC_ASSERT_OK(cgc_pool_create_at(ctx, reinterpret_cast<void*>(kBase), 64 * kMiB, &pool));
+  cgc_capture_options_t options{};
+  options.struct_size = sizeof options;
+  options.pool = pool;
+  CGC_ASSERT_OK(cgc_capture_begin(stream, &options));
+  void* in = Malloc(kN * 4, stream);
+  CgcFill(in, 1.0f);
+  CgcAdd(elsewhere, in, 1.0f);
+  CGC_ASSERT_OK(cgc_free(in));
+  cgc_graph_t graph = nullptr;
+  CGC_ASSERT_OK(cgc_capture_end(stream, &graph));
+  size_t size = 0;
+  EXPECT_EQ(cgc_graphs_save(&graph, 1, nullptr, nullptr, 0, &size), CGC_ERROR_NOT_SAVABLE);
+  std::string error = cgc_last_error();
+  EXPECT_TRUE(Contains(error, "graph 0, node 1 (kernel 'cgc_test_add'), argument 0")) << error;
+  EXPECT_EQ(size, 0u);
+  CGC_ASSERT_OK(cgc_graph_destroy(graph));
+  CGC_ASSERT_OK(cgc_free(elsewhere));
+  CGC_ASSERT_OK(cgc_pool_release(pool));
+}
+
+TEST_F(SavedTest, AGraphOfAnOrdinaryPoolOrHoldingAHostFunctionIsRefused) {
+  cgc_graph_t graph = nullptr;
+  CGC_ASSERT_OK(cgc_capture_begin(stream, nullptr));
+  void* p = Malloc(kN * 4, stream);
+  CgcFill(p, 1.0f);
+  CGC_ASSERT_OK(cgc_free(p));
+  CGC_ASSERT_OK(cgc_capture_end(stream, &graph));
+  size_t size = 0;
+  EXPECT_EQ(cgc_graphs_save(&graph, 1, nullptr, nullptr, 0, &size), CGC_ERROR_NOT_SAVABLE);
+  EXPECT_TRUE(Contains(cgc_last_error(), "not at fixed addresses")) << cgc_last_error();
+  CGC_ASSERT_OK(cgc_graph_destroy(graph));
+
+  cgc_pool_t pool = nullptr;
+  CGC_ASSERT_OK(cgc_pool_create_at(ctx, reinterpret_cast<void*>(kBase), 64 * kMiB, &pool));
+  cgc_capture_options_t options{};
+  options.struct_size = sizeof options;
+  options.pool = pool;
+  CGC_ASSERT_OK(cgc_capture_begin(stream, &options));
+  CGC_ASSERT_OK(cgc_launch_host_func(stream, [](void*) {}, nullptr, nullptr));
+  CGC_ASSERT_OK(cgc_capture_end(stream, &graph));
+  EXPECT_EQ(cgc_graphs_save(&graph, 1, nullptr, nullptr, 0, &size), CGC_ERROR_NOT_SAVABLE);
+  EXPECT_TRUE(Contains(cgc_last_error(), "graph 0")) << cgc_last_error();
+  CGC_ASSERT_OK(cgc_graph_destroy(graph));
+  // A pool that is not at fixed addresses is no saved pool either.
+  cgc_pool_t ordinary = nullptr;
+  CGC_ASSERT_OK(cgc_pool_create(ctx, &ordinary));
+  CGC_ASSERT_OK(cgc_capture_begin(stream, &options));
+  void* kept = Malloc(kN * 4, stream);
+  CgcFill(kept, 1.0f);
+  CGC_ASSERT_OK(cgc_capture_end(stream, &graph));
+  cgc_save_options_t save{};
+  save.struct_size = sizeof save;
+  save.pools = &ordinary;
+  save.n_pools = 1;
+  EXPECT_EQ(cgc_graphs_save(&graph, 1, &save, nullptr, 0, &size), CGC_ERROR_INVALID_ARGUMENT);
+  EXPECT_TRUE(Contains(cgc_last_error(), "options->pools[0]")) << cgc_last_error();
+  CGC_ASSERT_OK(cgc_graph_destroy(graph));
+  CGC_ASSERT_OK(cgc_pool_release(ordinary));
+  CGC_ASSERT_OK(cgc_free(kept));
+  CGC_ASSERT_OK(cgc_stream_synchronize(stream));
+  CGC_ASSERT_OK(cgc_pool_release(pool));
+}
+
+TEST_F(SavedTest, DamagedForeignOrMismatchedBytesAreRefusedAndLeaveNothingBehind) {
+  cgc_pool_t pool = nullptr;
+  CGC_ASSERT_OK(cgc_pool_create_at(ctx, reinterpret_cast<void*>(kBase), 64 * kMiB, &pool));
+  cgc_graph_t graph = nullptr;
+  void* out = nullptr;
+  ASSERT_NO_FATAL_FAILURE(CaptureWork(pool, &graph, &out));
+  std::vector<uint8_t> bytes = Save({graph});
+  ASSERT_FALSE(bytes.empty());
+  cgc_graph_t g = nullptr;
+  cgc_pool_t p = nullptr;
+  // The pool's range is still reserved here: the restore cannot have it, and leaves nothing.
+  cgc_memory_stats_t before = Stats();
+  EXPECT_EQ(cgc_graphs_restore(ctx, bytes.data(), bytes.size(), nullptr, &g, 1, &p, 1), CGC_ERROR_INVALID_STATE);
+  EXPECT_TRUE(Contains(cgc_last_error(), "saved pool 0")) << cgc_last_error();
+  EXPECT_EQ(g, nullptr);
+  EXPECT_EQ(p, nullptr);
+  EXPECT_EQ(Stats().bytes_reserved, before.bytes_reserved);
+  // Wrong counts, damaged and truncated bytes.
+  EXPECT_EQ(cgc_graphs_restore(ctx, bytes.data(), bytes.size(), nullptr, &g, 1, nullptr, 0), CGC_ERROR_INVALID_ARGUMENT);
+  std::vector<uint8_t> damaged = bytes;
+  damaged[damaged.size() / 2] ^= 0x40;
+  EXPECT_EQ(cgc_graphs_restore(ctx, damaged.data(), damaged.size(), nullptr, &g, 1, &p, 1), CGC_ERROR_SAVED_MISMATCH);
+  EXPECT_TRUE(Contains(cgc_last_error(), "damaged")) << cgc_last_error();
+  cgc_saved_info_t info{};
+  info.struct_size = sizeof info;
+  EXPECT_EQ(cgc_saved_info(bytes.data(), bytes.size() - 8, &info), CGC_ERROR_SAVED_MISMATCH);
+  EXPECT_EQ(cgc_saved_info("not a saved file at all", 24, &info), CGC_ERROR_SAVED_MISMATCH);
+  // A buffer too small says how much is needed.
+  size_t size = 0;
+  std::vector<uint8_t> small(16);
+  EXPECT_EQ(cgc_graphs_save(&graph, 1, nullptr, small.data(), small.size(), &size), CGC_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(size, bytes.size());
+  CGC_ASSERT_OK(cgc_graph_destroy(graph));
+  CGC_ASSERT_OK(cgc_free(out));
+  CGC_ASSERT_OK(cgc_pool_release(pool));
+}
+
+TEST_F(SavedTest, AKernelNodesPriorityIsKeptAndSetAgain) {
+  int least = 0, greatest = 0;
+  CGC_ASSERT_OK(cgc_stream_priority_range(ctx, &least, &greatest));
+  if (least == greatest) GTEST_SKIP() << "the device has one stream priority";
+  cgc_stream_t urgent = nullptr;
+  CGC_ASSERT_OK(cgc_stream_create(ctx, CGC_STREAM_NON_BLOCKING, greatest, &urgent));
+  cgc_pool_t pool = nullptr;
+  CGC_ASSERT_OK(cgc_pool_create_at(ctx, reinterpret_cast<void*>(kBase), 64 * kMiB, &pool));
+  cgc_capture_options_t options{};
+  options.struct_size = sizeof options;
+  options.pool = pool;
+  CGC_ASSERT_OK(cgc_capture_begin(urgent, &options));
+  void* out = Malloc(kN * 4, urgent);
+  float v = 5.0f;
+  unsigned n = kN;
+  void* args[] = {&out, &v, &n};
+  CGC_ASSERT_OK(cgc_launch_kernel(fill, kN / 256, 1, 1, 256, 1, 1, 0, urgent, args));
+  cgc_graph_t graph = nullptr;
+  CGC_ASSERT_OK(cgc_capture_end(urgent, &graph));
+  auto priority_of_first_kernel = [](cgc_graph_t g) {
+    CUgraph native = static_cast<CUgraph>(cgc_graph_native(g));
+    size_t n_nodes = 16;
+    CUgraphNode nodes[16];
+    EXPECT_EQ(cgc__drv.cuGraphGetNodes(native, nodes, &n_nodes), CUDA_SUCCESS);
+    for (size_t i = 0; i < n_nodes; i++) {
+      CUgraphNodeType type;
+      EXPECT_EQ(cgc__drv.cuGraphNodeGetType(nodes[i], &type), CUDA_SUCCESS);
+      if (type != CU_GRAPH_NODE_TYPE_KERNEL) continue;
+      CUlaunchAttributeValue value{};
+      EXPECT_EQ(cgc__drv.cuGraphKernelNodeGetAttribute(nodes[i], CU_LAUNCH_ATTRIBUTE_PRIORITY, &value), CUDA_SUCCESS);
+      return value.priority;
+    }
+    return -1000;
+  };
+  int captured = priority_of_first_kernel(graph);
+  ASSERT_EQ(captured, greatest) << "the premise: a captured kernel node keeps its stream's priority";
+  std::vector<uint8_t> bytes = Save({graph});
+  ASSERT_FALSE(bytes.empty());
+  CGC_ASSERT_OK(cgc_graph_destroy(graph));
+  CGC_ASSERT_OK(cgc_free(out));
+  CGC_ASSERT_OK(cgc_pool_release(pool));
+  cgc_graph_t restored = nullptr;
+  cgc_pool_t restored_pool = nullptr;
+  CGC_ASSERT_OK(cgc_graphs_restore(ctx, bytes.data(), bytes.size(), nullptr, &restored, 1, &restored_pool, 1));
+  EXPECT_EQ(priority_of_first_kernel(restored), greatest);
+  CGC_ASSERT_OK(cgc_graph_launch(restored, stream));
+  EXPECT_EQ(Download(Dev(out), kN)[0], 5.0f);
+  CGC_ASSERT_OK(cgc_graph_destroy(restored));
+  CGC_ASSERT_OK(cgc_free(out));
+  CGC_ASSERT_OK(cgc_stream_synchronize(stream));
+  CGC_ASSERT_OK(cgc_pool_release(restored_pool));
+  CGC_ASSERT_OK(cgc_stream_destroy(urgent));
+}
+
+TEST(SavedNoGpu, BytesThatAreNoSavedFileAreRefusedWithoutTheDriver) {
+  cgc_saved_info_t info{};
+  info.struct_size = sizeof info;
+  EXPECT_EQ(cgc_saved_info("CGCGRAPH but nothing more", 26, &info), CGC_ERROR_SAVED_MISMATCH);
+  EXPECT_EQ(cgc_last_status(), CGC_ERROR_SAVED_MISMATCH);
+  EXPECT_EQ(cgc_saved_info(nullptr, 0, &info), CGC_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(cgc_saved_info("x", 1, nullptr), CGC_ERROR_INVALID_ARGUMENT);
+  size_t size = 1;
+  EXPECT_EQ(cgc_graphs_save(nullptr, 0, nullptr, nullptr, 0, &size), CGC_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(size, 0u);
+  EXPECT_EQ(cgc_module_add_image(nullptr, "k", "x", 1), CGC_ERROR_INVALID_ARGUMENT);
+}
+
+}  // namespace
