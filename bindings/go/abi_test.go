@@ -170,6 +170,11 @@ var goAPIOfFunction = map[string]any{
 	"cgc_memory_snapshot": (*cgc.Context).MemorySnapshot,
 	"cgc_pool_claim":      (*cgc.Pool).Claim,
 	"cgc_pool_create_at":  (*cgc.Context).NewPoolAt,
+
+	"cgc_graphs_save":      cgc.SaveGraphs,
+	"cgc_saved_info":       cgc.ReadSavedInfo,
+	"cgc_graphs_restore":   (*cgc.Context).RestoreGraphs,
+	"cgc_module_add_image": (*cgc.Context).AddModuleImage,
 }
 
 // goTypeOfHandle, goTypeOfStruct and goTypeOfCallback are the Go forms of the header's handle
@@ -195,6 +200,11 @@ var (
 		"cgc_mem_op_t":          reflect.TypeOf((*cgc.MemOp)(nil)).Elem(),
 		"cgc_segment_info_t":    reflect.TypeOf((*cgc.Segment)(nil)).Elem(),
 		"cgc_block_info_t":      reflect.TypeOf((*cgc.Block)(nil)).Elem(),
+		"cgc_saved_info_t":      reflect.TypeOf((*cgc.SavedInfo)(nil)).Elem(),
+		// 1.6's save and restore options are SaveGraphs's pools parameter and nothing (restore
+		// options have no flags yet): the shim builds both structs.
+		"cgc_save_options_t":    reflect.TypeOf(struct{ Pools []*cgc.Pool }{}),
+		"cgc_restore_options_t": reflect.TypeOf(struct{}{}),
 	}
 	goTypeOfCallback = map[string]reflect.Type{
 		"cgc_capture_fn": reflect.TypeOf(func(*cgc.Stream) error { return nil }), // Stream.Capture's body
@@ -330,6 +340,16 @@ func TestArrayAndOutParametersMatchTheHeader(t *testing.T) {
 		// Context.NewPoolAt (1.6): the base crosses as a uintptr_t and reaches C as void*, and
 		// the pool's handle comes back through the out pointer.
 		"cgc_pool_create_at": "i32 ctx:handle:cgc_context_t base:ptr(void) capacity:usize out:ptr(handle:cgc_pool_t)",
+		// SaveGraphs, ReadSavedInfo, RestoreGraphs, AddModuleImage (1.6): arrays of graph and
+		// pool handles in Go memory, byte slices and their lengths, the size written, and the
+		// info and options structs the shim fills itself.
+		"cgc_graphs_save": "i32 graphs:ptr(handle:cgc_graph_t) n_graphs:usize options:ptr(struct:cgc_save_options_t) " +
+			"buffer:ptr(void) capacity:usize size:ptr(usize)",
+		"cgc_saved_info": "i32 data:ptr(void) size:usize info:ptr(struct:cgc_saved_info_t)",
+		"cgc_graphs_restore": "i32 ctx:handle:cgc_context_t data:ptr(void) size:usize " +
+			"options:ptr(struct:cgc_restore_options_t) graphs:ptr(handle:cgc_graph_t) n_graphs:usize " +
+			"pools:ptr(handle:cgc_pool_t) n_pools:usize",
+		"cgc_module_add_image": "i32 ctx:handle:cgc_context_t key:ptr(i8) image:ptr(void) size:usize",
 	}
 	found := 0
 	for _, f := range abiDescription(t) {
@@ -370,6 +390,8 @@ func TestStructsMatchTheHeader(t *testing.T) {
 		"cgc_segment_info_t.stream_id":   "StreamID",
 		"cgc_segment_info_t.first_block": "Blocks", // the segment's blocks themselves
 		"cgc_segment_info_t.n_blocks":    "Blocks",
+		"cgc_save_options_t.n_pools":     "Pools", // the slice's length
+		"cgc_restore_options_t.flags":    "",      // none yet: the shim passes 0
 	}
 	sizes := map[string]uintptr{}
 	structs := 0

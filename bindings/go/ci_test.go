@@ -185,11 +185,12 @@ func TestStatusCodesRoundTrip(t *testing.T) {
 		"CGC_ERROR_INVALID_STATE", "CGC_ERROR_NO_DRIVER", "CGC_ERROR_NO_DEVICE", "CGC_ERROR_OUT_OF_MEMORY",
 		"CGC_ERROR_CAPTURE_UNSUPPORTED", "CGC_ERROR_CAPTURE_INVALIDATED", "CGC_ERROR_CAPTURE_UNJOINED",
 		"CGC_ERROR_CAPTURE_LEGACY_STREAM", "CGC_ERROR_NCCL_UNAVAILABLE", "CGC_ERROR_NCCL", "CGC_ERROR_CUDA",
-		"CGC_ERROR_NOT_SUPPORTED", "CGC_ERROR_INTERNAL"}
+		"CGC_ERROR_NOT_SUPPORTED", "CGC_ERROR_INTERNAL", "CGC_ERROR_NOT_SAVABLE", "CGC_ERROR_SAVED_MISMATCH"}
 	consts := []cgc.Status{cgc.Success, cgc.ErrInvalidArgument, cgc.ErrInvalidHandle, cgc.ErrInvalidState,
 		cgc.ErrNoDriver, cgc.ErrNoDevice, cgc.ErrOutOfMemory, cgc.ErrCaptureUnsupported,
 		cgc.ErrCaptureInvalidated, cgc.ErrCaptureUnjoined, cgc.ErrCaptureLegacyStream,
-		cgc.ErrNCCLUnavailable, cgc.ErrNCCL, cgc.ErrCUDA, cgc.ErrNotSupported, cgc.ErrInternal}
+		cgc.ErrNCCLUnavailable, cgc.ErrNCCL, cgc.ErrCUDA, cgc.ErrNotSupported, cgc.ErrInternal,
+		cgc.ErrNotSavable, cgc.ErrSavedMismatch}
 	for code, name := range names {
 		s := cgc.Status(code)
 		if s != consts[code] || !s.Known() || s.String() != name {

@@ -421,6 +421,62 @@ func TestPoolAtRefusesANilContext(t *testing.T) {
 	}
 }
 
+// 1.6 without a GPU: saving refuses no graphs and a nil graph (ErrInvalidArgument, naming the
+// call) before it needs the driver; bytes that are no saved buffer (garbage, zeros, too few,
+// none) are ErrSavedMismatch, for a restore too, which reads them first; a module image on a nil
+// context is refused by the library, a key with a NUL byte and a negative size by the binding.
+func TestSavedGraphsRefuseBadArguments(t *testing.T) {
+	if err := cgc.Load(); err != nil {
+		t.Fatal(err)
+	}
+	named := func(what string, err error, want cgc.Status, words ...string) {
+		t.Helper()
+		e := asError(t, err, want)
+		for _, w := range words {
+			if !strings.Contains(e.Message, w) {
+				t.Errorf("%s: %q does not say %q", what, e.Message, w)
+			}
+		}
+	}
+	data, err := cgc.SaveGraphs(nil, nil)
+	named("SaveGraphs of no graphs", err, cgc.ErrInvalidArgument, "cgc_graphs_save", "n_graphs is 0")
+	if data != nil {
+		t.Errorf("a refused save gave %d bytes", len(data))
+	}
+	_, err = cgc.SaveGraphs([]*cgc.Graph{nil}, []*cgc.Pool{nil})
+	named("SaveGraphs of a nil graph", err, cgc.ErrInvalidArgument, "cgc_graphs_save", "graphs[0]")
+
+	garbage := make([]byte, 200)
+	for i := range garbage {
+		garbage[i] = byte(i*73 + 5)
+	}
+	for _, d := range [][]byte{garbage, garbage[:3], nil, make([]byte, 64)} {
+		info, err := cgc.ReadSavedInfo(d)
+		named(fmt.Sprintf("ReadSavedInfo of %d bytes", len(d)), err, cgc.ErrSavedMismatch, "cgc_saved_info")
+		if info != (cgc.SavedInfo{}) {
+			t.Errorf("a refused ReadSavedInfo gave %+v", info)
+		}
+	}
+	var ctx *cgc.Context
+	graphs, pools, err := ctx.RestoreGraphs(garbage)
+	named("RestoreGraphs of garbage", err, cgc.ErrSavedMismatch, "cgc_saved_info")
+	if graphs != nil || pools != nil {
+		t.Errorf("a refused restore gave %v, %v", graphs, pools)
+	}
+	named("AddModuleImage on a nil context", ctx.AddModuleImage("cgc-go-test", garbage), cgc.ErrInvalidArgument,
+		"cgc_module_add_image")
+	named("AddModuleImage with a NUL in the key", ctx.AddModuleImage("a\x00b", garbage), cgc.ErrInvalidArgument,
+		"Go binding", "Context.AddModuleImage")
+
+	_, err = cgc.DeviceMemoryAt(0x10000, -1)
+	named("DeviceMemoryAt(-1)", err, cgc.ErrInvalidArgument, "Go binding", "DeviceMemoryAt")
+	m, err := cgc.DeviceMemoryAt(0xDEAD00, 512)
+	if err != nil || m.Ptr() != 0xDEAD00 || m.Size() != 512 {
+		t.Fatalf("DeviceMemoryAt: %v, %v", m, err)
+	}
+	named("Free of no block", m.Free(), cgc.ErrInvalidArgument, "cgc_free")
+}
+
 // 1.6 without a GPU: the snapshot of a nil context is refused by the library, naming the call
 // (a closed one never reaches C: internal_test.go); the block states are the header's.
 func TestMemorySnapshotRefusesANilContext(t *testing.T) {

@@ -9,8 +9,10 @@
 // since 1.5 pools of memory registered with an NCCL communicator (Comm.NewPool) and eager
 // allocation from a pool (Pool.Malloc), and since 1.6 the device's memory snapshot, its segments
 // and blocks (Context.MemorySnapshot), a pool's free memory claimed at a given address
-// (Pool.Claim), and pools whose memory is a virtual range reserved at a given base, which give
-// the same requests the same addresses (Context.NewPoolAt).
+// (Pool.Claim), pools whose memory is a virtual range reserved at a given base, which give
+// the same requests the same addresses (Context.NewPoolAt), and graphs of such pools saved to
+// bytes (SaveGraphs, ReadSavedInfo) and rebuilt from them, in another process too, at the same
+// addresses (Context.RestoreGraphs, Context.AddModuleImage).
 //
 // # Importing
 //
@@ -53,8 +55,9 @@
 // worse than leaking them. Nor have NCCL pools (Comm.NewPool): their release is collective, so
 // it must not run at a time the garbage collector picks on one rank. A pool at fixed addresses
 // (Context.NewPoolAt) has one, but its release is refused while it is in use, and until a
-// release succeeds its range stays reserved: close it. As in C, an object must not
-// be closed while another goroutine is using it.
+// release succeeds its range stays reserved: close it. The Graphs and Pools of
+// Context.RestoreGraphs are owned like a capture's Graph and NewPoolAt's Pool. As in C, an
+// object must not be closed while another goroutine is using it.
 //
 // # The work a graph is made of
 //

@@ -34,7 +34,9 @@ const (
 	ErrCUDA                Status = C.CGC_ERROR_CUDA          // any other driver error
 	ErrNotSupported        Status = C.CGC_ERROR_NOT_SUPPORTED // driver or device too old
 	ErrInternal            Status = C.CGC_ERROR_INTERNAL
-	statusCount                   = C.CGCGO_STATUS_COUNT // how many the header lists
+	ErrNotSavable          Status = C.CGC_ERROR_NOT_SAVABLE    // 1.6: a graph holds what a saved buffer cannot rebuild
+	ErrSavedMismatch       Status = C.CGC_ERROR_SAVED_MISMATCH // 1.6: a saved buffer this process cannot restore
+	statusCount                   = C.CGCGO_STATUS_COUNT       // how many the header lists
 )
 
 // statusNames holds the C enum names, in code order, taken from the header's list by the shim.

@@ -201,3 +201,48 @@ func TestPoolAtForeignAndClosedContexts(t *testing.T) {
 		t.Errorf("NewPoolAt(-1): %v, want the binding's refusal", err)
 	}
 }
+
+// 1.6: saving a closed graph or pool, restoring on a closed context and adding a module image to
+// one never reach C; pointers that are no cgc graph or context are refused by the library
+// (INVALID_HANDLE, naming the call), the graphs before the pools.
+func TestSavedGraphsForeignAndClosedHandles(t *testing.T) {
+	if err := Load(); err != nil {
+		t.Fatal(err)
+	}
+	var ce *Error
+	closed := func(what string, err error, op string) {
+		t.Helper()
+		if !errors.As(err, &ce) || ce.Status != ErrInvalidHandle || !strings.Contains(ce.Message, "closed") ||
+			!strings.Contains(ce.Message, op) {
+			t.Errorf("%s: %v, want ErrInvalidHandle naming %s and the closed object", what, err, op)
+		}
+	}
+	_, err := SaveGraphs([]*Graph{{closed: true}}, nil)
+	closed("SaveGraphs of a closed graph", err, "SaveGraphs")
+	_, err = SaveGraphs([]*Graph{nil}, []*Pool{{closed: true}})
+	closed("SaveGraphs with a closed pool", err, "SaveGraphs")
+	_, _, err = (&Context{closed: true}).RestoreGraphs([]byte("not a saved graph"))
+	closed("RestoreGraphs on a closed context", err, "Context.RestoreGraphs")
+	closed("AddModuleImage on a closed context", (&Context{closed: true}).AddModuleImage("k", []byte{1}),
+		"Context.AddModuleImage")
+
+	var memory [32]uint64
+	for i := range memory {
+		memory[i] = 0x5a5a5a5a5a5a5a5a
+	}
+	foreignGraph, foreignPool, foreignContext := &Graph{}, &Pool{}, &Context{}
+	*(*unsafe.Pointer)(unsafe.Pointer(&foreignGraph.h)) = unsafe.Pointer(&memory[0])
+	*(*unsafe.Pointer)(unsafe.Pointer(&foreignPool.h)) = unsafe.Pointer(&memory[0])
+	*(*unsafe.Pointer)(unsafe.Pointer(&foreignContext.h)) = unsafe.Pointer(&memory[0])
+	for _, pools := range [][]*Pool{nil, {foreignPool}} {
+		_, err = SaveGraphs([]*Graph{foreignGraph}, pools)
+		if !errors.As(err, &ce) || ce.Status != ErrInvalidHandle || !strings.Contains(ce.Message, "cgc_graphs_save") ||
+			!strings.Contains(ce.Message, "graphs[0]") {
+			t.Errorf("SaveGraphs of a foreign graph (pools %v): %v, want ErrInvalidHandle naming graphs[0]", pools, err)
+		}
+	}
+	err = foreignContext.AddModuleImage("cgc-go-test", []byte(".version 8.0"))
+	if !errors.As(err, &ce) || ce.Status != ErrInvalidHandle || !strings.Contains(ce.Message, "cgc_module_add_image") {
+		t.Errorf("AddModuleImage on a foreign context: %v, want ErrInvalidHandle naming cgc_module_add_image", err)
+	}
+}

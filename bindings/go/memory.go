@@ -256,6 +256,19 @@ func (c *Context) Malloc(size int, s *Stream) (*DeviceMemory, error) {
 	return &DeviceMemory{ptr: DevicePtr(p), size: size}, nil
 }
 
+// DeviceMemoryAt (1.6) is a block of cgc's allocator at ptr, of size bytes, that the caller owns
+// and nothing else frees, as a DeviceMemory whose Free frees it (cgc_free): a block that
+// Context.RestoreGraphs claimed at the address it had when its graphs were saved, which the
+// application knows from the saving process, or an address kept from another DeviceMemory's
+// Ptr. The library refuses Free (ErrInvalidArgument) for an address that is no live block.
+// ErrInvalidArgument (the binding's) for a negative size.
+func DeviceMemoryAt(ptr DevicePtr, size int) (*DeviceMemory, error) {
+	if size < 0 {
+		return nil, sizeError("DeviceMemoryAt", size)
+	}
+	return &DeviceMemory{ptr: ptr, size: size}, nil
+}
+
 // Ptr is the block's device address (0 after Free).
 func (m *DeviceMemory) Ptr() DevicePtr {
 	if m == nil || m.freed {

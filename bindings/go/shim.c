@@ -537,3 +537,30 @@ cgc_status_t cgcgo_memory_snapshot(cgc_context_t ctx, cgcgo_segment_t* segments,
   free(b);
   return st;
 }
+
+/* ---- 1.6: saved graphs ---- */
+
+cgc_status_t cgcgo_graphs_save(const cgc_graph_t* graphs, size_t n_graphs, const cgc_pool_t* pools, size_t n_pools,
+                               void* buffer, size_t capacity, size_t* size, char** msg) {
+  cgc_save_options_t o;
+  memset(&o, 0, sizeof o);
+  o.struct_size = sizeof o;
+  o.pools = pools;
+  o.n_pools = n_pools;
+  CALL(api->cgc_graphs_save(graphs, n_graphs, &o, buffer, capacity, size));
+}
+cgc_status_t cgcgo_saved_info(const void* data, size_t size, cgc_saved_info_t* info, char** msg) {
+  memset(info, 0, sizeof *info);
+  info->struct_size = sizeof *info;
+  CALL(api->cgc_saved_info(data, size, info));
+}
+cgc_status_t cgcgo_graphs_restore(cgc_context_t ctx, const void* data, size_t size, cgc_graph_t* graphs, size_t n_graphs,
+                                  cgc_pool_t* pools, size_t n_pools, char** msg) {
+  cgc_restore_options_t o;
+  memset(&o, 0, sizeof o);
+  o.struct_size = sizeof o;
+  CALL(api->cgc_graphs_restore(ctx, data, size, &o, graphs, n_graphs, pools, n_pools));
+}
+cgc_status_t cgcgo_module_add_image(cgc_context_t ctx, const char* key, const void* image, size_t size, char** msg) {
+  CALL(api->cgc_module_add_image(ctx, key, image, size));
+}

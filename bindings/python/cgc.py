@@ -50,7 +50,11 @@ or of a pool) with its blocks (Block, in a BlockState: FREE, ALLOCATED or WAITIN
 ``pool.claim(ptr, size)`` allocates a given range of a pool's free memory at its address (to put a
 pool back to a state it had), and ``cgc.Pool.at(ctx, base, capacity)`` makes a pool whose memory
 is a virtual range reserved at ``base``, so that the same requests in the same order get the same
-addresses.
+addresses. Graphs of such pools can be saved: ``data = cgc.save_graphs(graphs, pools)`` writes
+them, with their kernels and the layout of their pools, to bytes that ``cgc.saved_info(data)``
+describes without a driver and ``ctx.restore_graphs(data)`` rebuilds (in another process on the
+same architecture and driver version) into new Graphs and Pools at the same addresses, ready to
+launch; ``ctx.add_module_image(key, image)`` names a module cgc did not load by a key.
 
 Errors are ``cgc.Error`` (``.status`` is a ``cgc.Status`` or, for a code this module does not
 know, the raw int; ``.message`` is cgc_last_error() copied right after the failing call, on the
@@ -92,8 +96,9 @@ __all__ = [
     "torch_graph_pools", "torch_pool", "torch_pool_ids", "record_stream_native",
     # 1.5: pools of memory registered with a communicator, eager allocation from a pool
     "NcclMemory",
-    # 1.6: the status that goes with the last message; the device's segments and blocks
-    "last_status", "memory_snapshot", "Segment", "Block", "BlockState",
+    # 1.6: the status that goes with the last message; the device's segments and blocks; saved
+    # graphs
+    "last_status", "memory_snapshot", "Segment", "Block", "BlockState", "save_graphs", "saved_info", "SavedInfo",
 ]
 
 # The header's CGC_VERSION that this module was written against: cgc_get_api hands an older
@@ -156,6 +161,9 @@ class Status(enum.IntEnum):
     CUDA = 13
     NOT_SUPPORTED = 14
     INTERNAL = 15
+    NOT_SAVABLE = 16  # 1.6: a graph holds what a saved buffer cannot rebuild (save_graphs)
+    SAVED_MISMATCH = 17  # 1.6: a saved buffer this process cannot restore (damaged, another format,
+    # architecture or driver, a kernel it lacks)
 
     @classmethod
     def of(cls, code):
@@ -224,6 +232,8 @@ NcclError = _error_class(Status.NCCL, "NcclError", "CGC_ERROR_NCCL")
 CudaError = _error_class(Status.CUDA, "CudaError", "CGC_ERROR_CUDA")
 NotSupportedError = _error_class(Status.NOT_SUPPORTED, "NotSupportedError", "CGC_ERROR_NOT_SUPPORTED")
 InternalError = _error_class(Status.INTERNAL, "InternalError", "CGC_ERROR_INTERNAL")
+NotSavableError = _error_class(Status.NOT_SAVABLE, "NotSavableError", "CGC_ERROR_NOT_SAVABLE (1.6)")
+SavedMismatchError = _error_class(Status.SAVED_MISMATCH, "SavedMismatchError", "CGC_ERROR_SAVED_MISMATCH (1.6)")
 __all__ += [c.__name__ for c in _ERROR_CLASSES.values()]
 
 
@@ -369,6 +379,28 @@ class block_info_t(ctypes.Structure):
                 ("state", ctypes.c_int)]
 
 
+class save_options_t(_Sized):
+    """cgc_save_options_t (1.6): more pools at fixed addresses to save with the graphs."""
+
+    _fields_ = [("struct_size", ctypes.c_size_t), ("pools", ctypes.POINTER(ctypes.c_void_p)),
+                ("n_pools", ctypes.c_size_t)]
+
+
+class saved_info_t(_Sized):
+    """cgc_saved_info_t (1.6): what a saved buffer holds and needs."""
+
+    _fields_ = [("struct_size", ctypes.c_size_t), ("format_version", ctypes.c_uint32),
+                ("compute_major", ctypes.c_int), ("compute_minor", ctypes.c_int), ("driver_version", ctypes.c_int),
+                ("n_graphs", ctypes.c_size_t), ("n_pools", ctypes.c_size_t), ("n_modules", ctypes.c_size_t),
+                ("n_nodes", ctypes.c_size_t), ("pool_bytes", ctypes.c_size_t), ("image_bytes", ctypes.c_size_t)]
+
+
+class restore_options_t(_Sized):
+    """cgc_restore_options_t (1.6): no flags yet (0)."""
+
+    _fields_ = [("struct_size", ctypes.c_size_t), ("flags", ctypes.c_uint)]
+
+
 # node_count counts every captured node; the kinds split it (other_nodes: kinds the header does
 # not list). cgc's own completion record is in none of them. update_count counts the captures
 # that updated the graph (update=True), last_update (a GraphUpdate) says how the last one did,
@@ -387,6 +419,14 @@ MemoryStats = namedtuple("MemoryStats", "bytes_reserved bytes_allocated peak_byt
 # (or the plain int for a state a newer library added).
 Segment = namedtuple("Segment", "address size allocated_bytes pool stream_id small blocks")
 Block = namedtuple("Block", "address size requested state")
+# 1.6: what saved_info() reads from the bytes of save_graphs(): the layout's format_version; the
+# architecture (compute_major, compute_minor, e.g. 9, 0) and cuDriverGetVersion (driver_version,
+# e.g. 13000) of the saving process, which the restoring one must have; the graphs, the pools
+# (created by the restore, in this order), the module images (embedded or named by key) and the
+# nodes it holds; pool_bytes, the device memory the restored pools back (exactly their backed
+# ranges), and image_bytes, the embedded images' size.
+SavedInfo = namedtuple("SavedInfo", "format_version compute_major compute_minor driver_version n_graphs n_pools "
+                       "n_modules n_nodes pool_bytes image_bytes")
 # 1.3: what `with stream.conditional_bodies(...)` yields: the lent body Streams (a tuple, body i
 # first: IF/ELSE's else body is bodies[1]) and the node's conditional handle, an int to pass to
 # the caller's kernels as ctypes.c_uint64 (a cudaGraphConditionalHandle).
@@ -536,6 +576,14 @@ _PROTOTYPES = [
                                   ctypes.POINTER(_sz), ctypes.POINTER(_sz))),
     ("cgc_pool_claim", _st, (_h, _h, _sz)),
     ("cgc_pool_create_at", _st, (_h, _h, _sz, _hp)),
+    # 1.6: graphs saved to a buffer (buffer NULL, capacity 0: *size is the bytes needed), what a
+    # saved buffer holds (no driver needed), the graphs rebuilt from one (graphs[] and pools[]
+    # receive cgc_saved_info's counts of new handles, each pool with one reference), and a module
+    # image added by key for kernels of modules cgc did not load
+    ("cgc_graphs_save", _st, (_hp, _sz, ctypes.POINTER(save_options_t), _h, _sz, ctypes.POINTER(_sz))),
+    ("cgc_saved_info", _st, (_h, _sz, ctypes.POINTER(saved_info_t))),
+    ("cgc_graphs_restore", _st, (_h, _h, _sz, ctypes.POINTER(restore_options_t), _hp, _sz, _hp, _sz)),
+    ("cgc_module_add_image", _st, (_h, ctypes.c_char_p, _h, _sz)),
 ]
 
 
@@ -841,6 +889,86 @@ def empty_cache(ctx):
     _check(api().cgc_empty_cache(ctx.handle))
 
 
+# ---- saved graphs (1.6) --------------------------------------------------------------------
+
+
+def _saved_bytes(data, func):
+    """(address, size, the object keeping them valid) of a saved buffer: bytes, bytearray,
+    memoryview or any contiguous buffer, or a path (str or os.PathLike) of a file holding it."""
+    if isinstance(data, (str, os.PathLike)):
+        with open(data, "rb") as f:
+            data = f.read()
+    if isinstance(data, (int, ctypes.c_void_p)) or data is None:
+        raise _bad_argument(func, "data is a %s: pass the bytes of save_graphs (bytes, bytearray, memoryview) or "
+                            "the path of a file holding them", type(data).__name__)
+    return _host_memory(data, func, "data", writable=False)
+
+
+def _saved_info(address, size):
+    info = saved_info_t()
+    _check(api().cgc_saved_info(address, size, ctypes.byref(info)))
+    return info
+
+
+def saved_info(data):
+    """1.6: what `data` (the bytes of save_graphs, or the path of a file holding them) holds and
+    needs, as a SavedInfo (cgc_saved_info). Needs no driver and allocates nothing on the device,
+    so a server can size the rest of its memory first. Raises SavedMismatchError for bytes that
+    are not a saved buffer, are damaged or truncated, or of another format version."""
+    address, size, keep = _saved_bytes(data, "cgc_saved_info")
+    i = _saved_info(address, size)
+    del keep
+    return SavedInfo(i.format_version, i.compute_major, i.compute_minor, i.driver_version, i.n_graphs, i.n_pools,
+                     i.n_modules, i.n_nodes, i.pool_bytes, i.image_bytes)
+
+
+def save_graphs(graphs, pools=(), path=None):
+    """1.6: `graphs` (a Graph or a sequence of them, captured by cgc, none reset) and what rebuilding
+    them needs, as bytes (cgc_graphs_save, asked first for the size, then for the bytes), also
+    written to the file `path` when given: each graph's nodes and edges; its kernels' module
+    images (or the keys of Context.add_module_image), names, attributes and argument bytes; the
+    layout of every pool the graphs were captured into and of `pools` (more pools at fixed
+    addresses to save, after the graphs' own: the weights and inputs their kernels read), namely
+    base, capacity, how far it is backed and its blocks allocated now; the device's architecture
+    and the driver's version. Nothing is relocated: every address a graph uses must lie in one of
+    those pools, each made by Pool.at. The memory's contents are not saved. A pool named twice is
+    saved once.
+
+    Raises NotSavableError when a graph holds what a saved buffer cannot rebuild (a pool not at
+    fixed addresses, an argument or operand in memory outside the pools, host or event nodes,
+    memory allocation or free nodes, child graphs, conditional nodes, memory operations,
+    generator draws, NCCL collectives, a kernel of a module cgc cannot name, an executable
+    changed by set_kernel_enabled or set_kernel_args): the message names the graph, the node,
+    its kind, the kernel and the argument. InvalidArgumentError for no graphs or a pool not at
+    fixed addresses, InvalidStateError for an empty (reset) Graph, NotSupportedError before a
+    CUDA 12.4 driver. Not while another thread updates, resets or closes one of the graphs."""
+    func = "cgc_graphs_save"
+    graphs = [graphs] if isinstance(graphs, Graph) else list(graphs)
+    pools = [pools] if isinstance(pools, Pool) else list(pools)
+    for what, objs, cls in (("graphs", graphs, Graph), ("pools", pools, Pool)):
+        for i, obj in enumerate(objs):
+            if not isinstance(obj, cls):
+                raise _bad_argument(func, "%s[%d] is a %s, not a cgc.%s", what, i, type(obj).__name__, cls.__name__)
+    graph_handles = (ctypes.c_void_p * max(len(graphs), 1))(*[g.handle for g in graphs])
+    pool_handles = (ctypes.c_void_p * max(len(pools), 1))(*[p.handle for p in pools])
+    opts = save_options_t(pools=ctypes.cast(pool_handles, _hp) if pools else None, n_pools=len(pools))
+    lib, size = api(), ctypes.c_size_t(0)
+    _check(lib.cgc_graphs_save(graph_handles, len(graphs), ctypes.byref(opts), None, 0, ctypes.byref(size)))
+    while True:
+        capacity = size.value
+        buffer = ctypes.create_string_buffer(max(capacity, 1))
+        st = lib.cgc_graphs_save(graph_handles, len(graphs), ctypes.byref(opts), buffer, capacity, ctypes.byref(size))
+        if st == Status.INVALID_ARGUMENT and size.value > capacity:
+            continue  # the pools' blocks grew in between: size says how much is needed now
+        _check(st)
+        break
+    data = buffer.raw[:size.value]
+    if path is not None:
+        with open(path, "wb") as f:
+            f.write(data)
+    return data
+
+
 def _mode(mode):
     if isinstance(mode, str):
         try:
@@ -945,6 +1073,76 @@ class Context(_Handle):
 
     def malloc(self, size, stream):
         return malloc(self, size, stream)
+
+    def restore_graphs(self, data, stream=None):
+        """1.6: rebuilds the graphs of `data` (the bytes of save_graphs, or the path of a file
+        holding them, from this process or another on the same GPU architecture and driver
+        version) on this device (cgc_graphs_restore). Its pools are created again at their bases,
+        as by Pool.at, with the blocks allocated at save time claimed at their addresses: they
+        are the application's to free with cgc.free (as in the saving process), and they hold
+        their pool until then; the rest of the pools' backed memory is kept for the graphs.
+        Modules are loaded again (embedded images, or those added by key with add_module_image),
+        each kernel checked against its saved attributes, and each graph built and instantiated
+        as a capture's, ready to launch.
+
+        Returns (graphs, pools): saved_info's n_graphs Graphs and n_pools Pools, in the saved
+        order, owned as a capture's Graph and Pool.at's Pool are: close() destroys a Graph and
+        releases a Pool's reference, which gives its range back and is refused
+        (InvalidStateError, the pool stays open) while a block of it is allocated or a graph
+        holds it. A restored Graph has no capture stream: launch(s) it, or give `stream` (a
+        Stream of this device), which replay() then uses. The memory's contents are not
+        restored: write the inputs again.
+
+        Raises SavedMismatchError, naming what differs, for damaged bytes, another format
+        version, another architecture or driver version, a module key not added, or a kernel
+        missing or with other attributes; InvalidStateError when a pool's range cannot be reserved
+        here (e.g. the saved pools, or other pools at fixed addresses, still hold it). On failure
+        nothing is left: no graph, pool or module."""
+        func = "cgc_graphs_restore"
+        handle = self.handle
+        address, size, keep = _saved_bytes(data, func)
+        info = _saved_info(address, size)
+        n_graphs, n_pools = info.n_graphs, info.n_pools
+        graphs = (ctypes.c_void_p * max(n_graphs, 1))()
+        pools = (ctypes.c_void_p * max(n_pools, 1))()
+        opts = restore_options_t()
+        _check(api().cgc_graphs_restore(handle, address, size, ctypes.byref(opts), graphs, n_graphs, pools, n_pools))
+        del keep
+        restored_pools = []
+        for h in pools[:n_pools]:
+            pool = Pool.__new__(Pool)
+            pool._h, pool.context, pool._refs = h, self, 1
+            restored_pools.append(pool)
+        return [Graph._restored(h, self, stream) for h in graphs[:n_graphs]], restored_pools
+
+    def add_module_image(self, key, image):
+        """1.6: adds a module image under `key` (cgc_module_add_image; a str or bytes of up to 255
+        bytes, no NUL; the image is copied): save_graphs names a kernel of a module cgc did not
+        load (the application's own, a library's) by this key when the image has a kernel of that
+        name with the same attributes, and restore_graphs loads the image added under the key a
+        saved buffer names, so the restoring process adds the same image under the same key
+        first. `image`: a fatbin or a cubin (bytes), or PTX text (str or bytes; a NUL is added
+        when it has none). Images stay for the life of the process.
+
+        Raises InvalidStateError for another image under a key already taken (the same image
+        again is fine), CudaError when the driver cannot load the image, InvalidArgumentError for
+        a key too long or with a NUL byte."""
+        func = "cgc_module_add_image"
+        handle = self.handle
+        if isinstance(key, str):
+            key = key.encode("utf-8")
+        if not isinstance(key, bytes) or b"\0" in key:
+            raise _bad_argument(func, "key must be a str or bytes without NUL bytes, not %r", key)
+        if isinstance(image, str):
+            image = image.encode("utf-8")
+        try:
+            image = memoryview(image).tobytes()
+        except TypeError:
+            raise _bad_argument(func, "image must be bytes or str (PTX text), not a %s", type(image).__name__) from None
+        if image[:1] in (b"/", b".", b"\n", b"\t", b" ", b"\r") or b"a" <= image[:1] <= b"z":
+            if not image.endswith(b"\0"):
+                image += b"\0"  # PTX text: NUL-terminated, as cgc_module_load keeps it
+        _check(api().cgc_module_add_image(handle, key, image, len(image)))
 
     def stream_priority_range(self):
         """(least, greatest): the priorities streams of this device can have. greatest is the
@@ -1569,7 +1767,20 @@ class Graph(_Handle):
 
     @property
     def context(self):
-        return None if self._stream is None else self._stream.context
+        return self._context if self._stream is None else self._stream.context
+
+    _context = None  # 1.6: the Context of a Graph of Context.restore_graphs made without a stream
+
+    @classmethod
+    def _restored(cls, handle, ctx, stream):
+        """A Graph owning `handle`, a graph that Context.restore_graphs rebuilt on `ctx`: launched
+        with launch(s), or by replay() on `stream` when given."""
+        self = cls()
+        if stream is not None:
+            self._set_captured(handle, stream, False)
+        else:
+            self._h, self._context, self._launch, self._device = handle, ctx, api().cgc_graph_launch, ctx.device
+        return self
 
     def capture_begin(self, stream, pool=None, mode="global", upload=False, update=False):
         """Starts capturing `stream` (a cgc.Stream) into this graph. pool: None for a new private
@@ -1674,6 +1885,9 @@ class Graph(_Handle):
         if self._from_torch:
             return self._torch_stream()
         if self._stream is None:
+            if self._h is not None:
+                raise InvalidStateError(Status.INVALID_STATE, "the Graph was restored (Context.restore_graphs) "
+                                        "without a stream: launch(stream) it, or restore it with stream=")
             raise InvalidStateError(Status.INVALID_STATE, "the Graph is empty: capture into it first")
         return self._stream
 

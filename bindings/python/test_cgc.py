@@ -6,12 +6,14 @@ Child processes get this folder on PYTHONPATH, so nothing depends on the reposit
 
 import array
 import ctypes
+import gc
 import json
 import math
 import os
 import struct
 import subprocess
 import sys
+import tempfile
 import threading
 import unittest
 import weakref
@@ -79,7 +81,9 @@ def compatible(binding, header):
 STRUCT_NAMES = {cgc.capture_options_t: "cgc_capture_options_t", cgc.graph_info_t: "cgc_graph_info_t",
                 cgc.memory_stats_t: "cgc_memory_stats_t", cgc.comm_id_t: "cgc_comm_id_t",
                 cgc.access_policy_t: "cgc_access_policy_t", cgc.mem_op_t: "cgc_mem_op_t",
-                cgc.segment_info_t: "cgc_segment_info_t", cgc.block_info_t: "cgc_block_info_t"}
+                cgc.segment_info_t: "cgc_segment_info_t", cgc.block_info_t: "cgc_block_info_t",
+                cgc.save_options_t: "cgc_save_options_t", cgc.saved_info_t: "cgc_saved_info_t",
+                cgc.restore_options_t: "cgc_restore_options_t"}
 # The callback types (ctypes caches CFUNCTYPE classes by signature: two callbacks of one signature
 # would be one class, and this table would then need another key).
 CALLBACK_NAMES = {cgc.capture_fn: "cgc_capture_fn", cgc.host_fn: "cgc_host_fn"}
@@ -194,7 +198,7 @@ class LoadingTest(unittest.TestCase):
         lib = cgc.api()
         self.assertGreaterEqual(lib.table.contents.struct_size, ctypes.sizeof(cgc.api_t))
         # 1.0's, then 1.1's, 1.2's, 1.3's, 1.4's, 1.5's and 1.6's
-        self.assertEqual(len(cgc._PROTOTYPES), 63 + 29 + 4 + 1 + 3 + 2 + 4)
+        self.assertEqual(len(cgc._PROTOTYPES), 63 + 29 + 4 + 1 + 3 + 2 + 8)
         for name, _, _ in cgc._PROTOTYPES:
             via_table = ctypes.cast(getattr(lib, name), ctypes.c_void_p).value
             via_dlsym = ctypes.cast(getattr(lib.dll, name), ctypes.c_void_p).value
@@ -240,8 +244,8 @@ class NoDriverTest(unittest.TestCase):
 
 class StatusTest(unittest.TestCase):
     def test_every_code_maps_both_ways(self):
-        self.assertEqual(len(cgc.Status), 16)
-        for code in range(16):
+        self.assertEqual(len(cgc.Status), 18)
+        for code in range(18):
             status = cgc.Status.of(code)
             self.assertIsInstance(status, cgc.Status)
             self.assertEqual(int(status), code)
@@ -255,6 +259,12 @@ class StatusTest(unittest.TestCase):
         self.assertIsInstance(cgc.Error(9, "x"), cgc.CaptureUnjoinedError)
         self.assertIsInstance(cgc.Error(6, "x"), MemoryError)
         self.assertIsInstance(cgc.Error(1, "x"), ValueError)
+        # 1.6's saved graphs
+        self.assertIsInstance(cgc.Error(16, "x"), cgc.NotSavableError)
+        self.assertIsInstance(cgc.Error(17, "x"), cgc.SavedMismatchError)
+        self.assertEqual((cgc.Status.NOT_SAVABLE.c_name, cgc.Status.SAVED_MISMATCH.c_name),
+                         ("CGC_ERROR_NOT_SAVABLE", "CGC_ERROR_SAVED_MISMATCH"))
+        self.assertIn("SavedMismatchError", cgc.__all__)
 
     def test_unknown_code_is_kept(self):
         self.assertEqual(cgc.Status.of(99), 99)
@@ -272,7 +282,8 @@ class LastStatusTest(unittest.TestCase):
 
     def test_the_table_ends_with_the_1_6_functions(self):
         self.assertEqual([p[0] for p in cgc._PROTOTYPES[63 + 29 + 4 + 1 + 3 + 2:]],
-                         ["cgc_last_status", "cgc_memory_snapshot", "cgc_pool_claim", "cgc_pool_create_at"])
+                         ["cgc_last_status", "cgc_memory_snapshot", "cgc_pool_claim", "cgc_pool_create_at",
+                          "cgc_graphs_save", "cgc_saved_info", "cgc_graphs_restore", "cgc_module_add_image"])
         self.assertEqual((cgc.VERSION_MAJOR, cgc.VERSION_MINOR), (1, 6))
         self.assertIn("last_status", cgc.__all__)
 
@@ -948,6 +959,121 @@ class PoolAtBadCallTest(ExpectMixin, unittest.TestCase):
             forget(ctx)
         with self.assertRaises(cgc.InvalidHandleError):  # a closed context never reaches C
             cgc.Pool.at(cgc.Context.__new__(cgc.Context), self.BASE, 64 << 20)
+
+
+class SavedGraphsBadCallTest(ExpectMixin, unittest.TestCase):
+    """1.6 without a GPU: cgc_graphs_save refuses a NULL size, no graphs, a NULL buffer with a
+    capacity, bad options, a NULL graph (INVALID_ARGUMENT) and a foreign one (INVALID_HANDLE) by
+    name before it needs the driver; cgc_saved_info needs no driver at all: bytes that are no
+    saved buffer are SAVED_MISMATCH; cgc_graphs_restore and cgc_module_add_image refuse a NULL and
+    a foreign context by name; and the binding refuses what is no Graph, Pool or bytes itself."""
+
+    GARBAGE = bytes((i * 37 + 11) & 0xFF for i in range(256))
+
+    def test_graphs_save_refuses_bad_arguments_by_name(self):
+        lib, size = cgc.api(), ctypes.c_size_t(12345)
+        null_graphs = (ctypes.c_void_p * 1)(None)
+        foreign_graphs, foreign_pools = (ctypes.c_void_p * 1)(FOREIGN), (ctypes.c_void_p * 1)(FOREIGN)
+        buffer = ctypes.create_string_buffer(64)
+
+        def options(pools=None, n_pools=0, struct_size=None):
+            o = cgc.save_options_t(pools=ctypes.cast(pools, ctypes.POINTER(ctypes.c_void_p)) if pools else None,
+                                   n_pools=n_pools)
+            if struct_size is not None:
+                o.struct_size = struct_size
+            return ctypes.byref(o)
+
+        self.expect(cgc.Status.INVALID_ARGUMENT, "cgc_graphs_save",
+                    lambda: lib.cgc_graphs_save(null_graphs, 1, None, None, 0, None), "size is NULL")
+        for graphs, n, opts, buf, capacity, status, words in (
+                (None, 1, options(), None, 0, cgc.Status.INVALID_ARGUMENT, "graphs is NULL"),
+                (foreign_graphs, 0, options(), None, 0, cgc.Status.INVALID_ARGUMENT, "n_graphs is 0"),
+                (foreign_graphs, 1, options(), None, 64, cgc.Status.INVALID_ARGUMENT, "buffer is NULL"),
+                (foreign_graphs, 1, options(struct_size=0), buffer, 64, cgc.Status.INVALID_ARGUMENT, "struct_size"),
+                (foreign_graphs, 1, options(None, 1), buffer, 64, cgc.Status.INVALID_ARGUMENT, "pools"),
+                (null_graphs, 1, options(), None, 0, cgc.Status.INVALID_ARGUMENT, "graphs"),
+                (foreign_graphs, 1, options(foreign_pools, 1), buffer, 64, cgc.Status.INVALID_HANDLE, "graphs[0]")):
+            self.expect(status, "cgc_graphs_save",
+                        lambda: lib.cgc_graphs_save(graphs, n, opts, buf, capacity, ctypes.byref(size)), words)
+
+    def test_saved_info_of_bytes_that_are_no_saved_buffer(self):
+        lib, info = cgc.api(), cgc.saved_info_t()
+        self.expect(cgc.Status.INVALID_ARGUMENT, "cgc_saved_info",
+                    lambda: lib.cgc_saved_info(self.GARBAGE, len(self.GARBAGE), None), "info is NULL")
+        self.expect(cgc.Status.INVALID_ARGUMENT, "cgc_saved_info",
+                    lambda: lib.cgc_saved_info(None, 64, ctypes.byref(info)), "data is NULL")
+        for data in (self.GARBAGE, self.GARBAGE[:7], b"", bytes(256), bytearray(8)):
+            self.expect_raise(cgc.SavedMismatchError, "cgc_saved_info", lambda: cgc.saved_info(data))
+        with self.assertRaises(cgc.SavedMismatchError) as cm:
+            cgc.saved_info(memoryview(self.GARBAGE)[3:])
+        self.assertEqual(cm.exception.status, cgc.Status.SAVED_MISMATCH)
+        for data in (None, 0x10000, 1.5):
+            self.expect_raise(cgc.InvalidArgumentError, "cgc_saved_info", lambda: cgc.saved_info(data), "data")
+
+    def test_saved_info_needs_no_driver(self):
+        out = run_child(
+            "import cgc, json\n"
+            "try:\n"
+            "    cgc.saved_info(b'not a saved graph'); print(json.dumps({'raised': None}))\n"
+            "except cgc.Error as e:\n"
+            "    print(json.dumps({'raised': int(e.status), 'message': e.message}))\n",
+            CGC_CUDA_DRIVER="/nonexistent/libcuda.so.1")
+        self.assertEqual(out["raised"], cgc.Status.SAVED_MISMATCH)
+        self.assertIn("cgc_saved_info", out["message"])
+
+    def test_restore_and_add_image_refuse_null_and_foreign_contexts_by_name(self):
+        lib = cgc.api()
+        opts = cgc.restore_options_t()
+        for ctx, status in ((None, cgc.Status.INVALID_ARGUMENT), (FOREIGN, cgc.Status.INVALID_HANDLE)):
+            # Not NULL: a refusal must clear them (outputs are NULL on failure).
+            graphs, pools = (ctypes.c_void_p * 1)(FOREIGN), (ctypes.c_void_p * 1)(FOREIGN)
+            self.expect(status, "cgc_graphs_restore",
+                        lambda: lib.cgc_graphs_restore(ctx, self.GARBAGE, len(self.GARBAGE), ctypes.byref(opts),
+                                                       graphs, 1, pools, 1))
+            self.assertEqual((graphs[0], pools[0]), (None, None), "a refused restore hands out no handle")
+            self.expect(status, "cgc_module_add_image",
+                        lambda: lib.cgc_module_add_image(ctx, b"cgc-python-test", self.GARBAGE, len(self.GARBAGE)))
+
+    def test_the_binding_refuses_by_name(self):
+        self.expect_raise(cgc.InvalidArgumentError, "cgc_graphs_save", lambda: cgc.save_graphs([]), "n_graphs is 0")
+        self.expect_raise(cgc.InvalidArgumentError, "cgc_graphs_save", lambda: cgc.save_graphs([object()]), "graphs[0]")
+        self.expect_raise(cgc.InvalidArgumentError, "cgc_graphs_save",
+                          lambda: cgc.save_graphs([], [object()]), "pools[0]")
+        with self.assertRaises(cgc.InvalidStateError):  # an empty Graph never reaches C
+            cgc.save_graphs(cgc.Graph())
+        graph, pool = cgc.Graph(), foreign(cgc.Pool)
+        graph._h = FOREIGN
+        try:
+            for pools in ((), [pool], pool):
+                self.expect_raise(cgc.InvalidHandleError, "cgc_graphs_save", lambda: cgc.save_graphs(graph, pools),
+                                  "graphs[0]")
+        finally:
+            forget(graph, pool)
+        closed = cgc.Context.__new__(cgc.Context)
+        with self.assertRaises(cgc.InvalidHandleError):  # a closed context never reaches C
+            closed.restore_graphs(self.GARBAGE)
+        with self.assertRaises(cgc.InvalidHandleError):
+            closed.add_module_image("key", self.GARBAGE)
+        ctx = foreign(cgc.Context)
+        try:
+            # The bytes are read (cgc_saved_info) before the context is asked to restore them.
+            self.expect_raise(cgc.SavedMismatchError, "cgc_saved_info", lambda: ctx.restore_graphs(self.GARBAGE))
+            self.expect_raise(cgc.InvalidHandleError, "cgc_module_add_image",
+                              lambda: ctx.add_module_image("cgc-python-test", self.GARBAGE))
+            for key in ("a\0b", b"a\0b", 7):
+                self.expect_raise(cgc.InvalidArgumentError, "cgc_module_add_image",
+                                  lambda: ctx.add_module_image(key, self.GARBAGE), "key")
+            self.expect_raise(cgc.InvalidArgumentError, "cgc_module_add_image",
+                              lambda: ctx.add_module_image("key", 1.5), "image")
+        finally:
+            forget(ctx)
+
+    def test_saved_info_reads_a_file(self):
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "garbage.cgc")
+            with open(path, "wb") as f:
+                f.write(self.GARBAGE)
+            self.expect_raise(cgc.SavedMismatchError, "cgc_saved_info", lambda: cgc.saved_info(path))
 
 
 class ConditionalBadCallTest(ExpectMixin, unittest.TestCase):
@@ -2125,6 +2251,184 @@ class GpuPoolAtTest(unittest.TestCase):
         refused(cgc.InvalidArgumentError, "cgc_pool_create_at", lambda: cgc.Pool.at(ctx, 0, capacity))
         s.close()
         ctx.close()
+
+
+class GpuSavedGraphsTest(unittest.TestCase):
+    """1.6 on a GPU: a graph of a pool at fixed addresses, with the bindings' test kernel affine
+    (tests/kernels/binding_tests.ptx: out = in * params[0] + params[1] + bias), saved and restored
+    at the same addresses; graphs that reach memory outside such pools are not savable."""
+
+    # The Python binding's own bases (Rust's and Go's tests use others), in case bindings' tests
+    # ever share a process.
+    BASE = 0x6A0000000000
+    OTHER_BASE = 0x6A4000000000
+    CAPACITY = 64 << 20
+    N = 4096
+
+    def setUp(self):
+        require_gpu(self)
+        self.ctx = cgc.Context(0)
+        self.stream = cgc.Stream(self.ctx)
+        self.module = cgc.Module.from_file(self.ctx, binding_tests_ptx())
+        self.affine = self.module.function("affine")
+
+    def tearDown(self):
+        self.stream.synchronize()
+        self.module.close()
+        self.stream.close()
+        self.ctx.close()
+
+    @staticmethod
+    def bits(x):
+        return struct.unpack("<I", struct.pack("<f", x))[0]
+
+    def launch(self, s, out, inp, params, bias=0.5):
+        self.affine.launch((self.N + 255) // 256, 256,
+                           [ctypes.c_void_p(out), ctypes.c_void_p(inp), ctypes.c_void_p(params), ctypes.c_float(bias),
+                            ctypes.c_uint32(self.N)], s)
+
+    def capture_in(self, pool):
+        """affine's work captured into `pool` with everything it reads and writes allocated in
+        the capture from that pool: its input (1.5 everywhere) and parameters (scale 2, shift 2)
+        written by sets in the graph itself and freed in the capture (kept for the graph), and its
+        output, which the graph gives back (1.5 * 2 + 2 + 0.5 = 5.5 everywhere). Nothing outside
+        the pool is reached, so the graph can be saved when the pool is at fixed addresses."""
+        s, g = self.stream, cgc.Graph()
+        with cgc.graph(g, stream=s, pool=pool):
+            inp, params = cgc.malloc(self.ctx, self.N * 4, s), cgc.malloc(self.ctx, 8, s)
+            out = cgc.malloc(self.ctx, self.N * 4, s)
+            s.memset_d32(inp, self.bits(1.5), self.N)
+            s.memset_d32(params, self.bits(2.0), 2)
+            self.launch(s, out, inp, params)
+            cgc.free(inp)
+            cgc.free(params)
+        return g, out
+
+    def read(self, ptr):
+        out = (ctypes.c_float * self.N)()
+        self.stream.memcpy_dtoh(out, ptr)
+        self.stream.synchronize()
+        return list(out)
+
+    def test_a_saved_graph_is_restored_at_the_same_addresses(self):
+        # A graph captured into a pool at fixed addresses is saved to bytes (with its kernel's
+        # module and the pool's layout), described by saved_info, and, once the graph, its output,
+        # its pool (its range given back) and its module are all gone, restored from the bytes:
+        # one new Graph and one new Pool at the same base, the output allocated again at its
+        # address (the application's to free), and the restored graph, launched, writes there what
+        # the first one wrote.
+        s, base, capacity = self.stream, self.BASE, self.CAPACITY
+        pool = cgc.Pool.at(self.ctx, base, capacity)
+        g, out = self.capture_in(pool)
+        self.assertTrue(base <= out < base + capacity, "the output at %#x is outside the pool's range" % out)
+        g.replay()
+        first = self.read(out)
+        self.assertEqual(set(first), {5.5}, "1.5 * 2 + 2 + 0.5")
+
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "graph.cgc")
+            data = cgc.save_graphs([g], path=path)
+            with open(path, "rb") as f:
+                self.assertEqual(f.read(), data, "save_graphs(path=) writes the bytes it returns")
+            self.assertEqual(cgc.saved_info(path), cgc.saved_info(data))
+        info = cgc.saved_info(data)
+        self.assertIsInstance(info, cgc.SavedInfo)
+        self.assertEqual((info.n_graphs, info.n_pools, info.n_modules), (1, 1, 1), info)
+        self.assertGreaterEqual(info.pool_bytes, 2 << 20, "the pool backs at least one 2 MiB granule")
+        self.assertGreaterEqual(info.n_nodes, 3, info)
+        self.assertGreater(info.image_bytes, 0, info)
+        self.assertGreater(info.compute_major, 0, info)
+        self.assertGreaterEqual(info.driver_version, 12040, "saving needs CUDA 12.4")
+        # The pool may be named again among the extra pools: it is saved once.
+        self.assertEqual(cgc.saved_info(cgc.save_graphs(g, [pool])).n_pools, 1)
+        with self.assertRaises(cgc.SavedMismatchError) as cm:
+            cgc.saved_info(data[:-1])
+        self.assertIn("cgc_saved_info", cm.exception.message)
+
+        # Everything goes: the graph, the output, the pool (its range given back), the module.
+        g.close()
+        cgc.free(out)
+        s.synchronize()
+        pool.close()
+        self.module.close()
+
+        graphs, pools = self.ctx.restore_graphs(data)
+        self.assertEqual((len(graphs), len(pools)), (1, 1))
+        (g,), (pool,) = graphs, pools
+        self.assertIsInstance(g, cgc.Graph)
+        self.assertIsInstance(pool, cgc.Pool)
+        self.assertIs(g.context, self.ctx)
+        with g.pool() as graph_pool:
+            self.assertEqual(graph_pool, pool, "the restored graph allocates from the restored pool")
+        with self.assertRaises(cgc.InvalidStateError) as cm:  # no capture stream: launch(s) it
+            g.replay()
+        self.assertIn("restore", cm.exception.message)
+        # The output is allocated again at its address, in the restored pool, the application's.
+        blocks = [(seg, b) for seg in self.ctx.memory_snapshot() for b in seg.blocks if b.address == out]
+        self.assertEqual(len(blocks), 1, "no block at the saved output's address %#x" % out)
+        self.assertEqual((blocks[0][1].state, blocks[0][0].pool), (cgc.BlockState.ALLOCATED, pool.handle))
+        # The range is held by the restored pool: a second restore cannot reserve it.
+        with self.assertRaises(cgc.InvalidStateError):
+            self.ctx.restore_graphs(data)
+        s.memset_d32(out, 0, self.N)
+        self.assertEqual(set(self.read(out)), {0.0})
+        g.launch(s)
+        s.synchronize()
+        again = self.read(out)
+        self.assertEqual([self.bits(x) for x in again], [self.bits(x) for x in first],
+                         "the restored graph writes what the first one wrote")
+
+        g.close()
+        cgc.free(out)
+        s.synchronize()
+        pool.close()
+
+        # Restored with a stream, a graph replays on it; dropping the objects destroys the graph
+        # and releases the pool (its last block freed first), as for captured ones.
+        graphs, pools = self.ctx.restore_graphs(data, stream=s)
+        graphs[0].replay()
+        s.synchronize()
+        self.assertEqual(self.read(out), again)
+        cgc.free(out)
+        s.synchronize()
+        del graphs, pools
+        gc.collect()
+        pool = cgc.Pool.at(self.ctx, base, capacity)  # the range was given back
+        pool.close()
+
+    def test_a_graph_of_an_ordinary_pool_is_not_savable(self):
+        # A graph captured into an ordinary pool (its memory not at fixed addresses) is refused
+        # with NotSavableError, naming the call, and so is one whose kernel reads memory outside
+        # its pool at fixed addresses (the device cache's).
+        s = self.stream
+        ordinary = cgc.Pool(self.ctx)
+        g, out = self.capture_in(ordinary)
+        g.replay()
+        self.assertEqual(set(self.read(out)), {5.5})
+        with self.assertRaises(cgc.NotSavableError) as cm:
+            cgc.save_graphs(g)
+        self.assertIn("cgc_graphs_save", cm.exception.message)
+        g.close()
+        cgc.free(out)
+        ordinary.close()
+
+        pool = cgc.Pool.at(self.ctx, self.OTHER_BASE, self.CAPACITY)
+        params = cgc.malloc(self.ctx, 8, s)
+        s.memcpy_htod(params, array.array("f", [2.0, 1.0]))
+        g = cgc.Graph()
+        with cgc.graph(g, stream=s, pool=pool):
+            inp, out = cgc.malloc(self.ctx, self.N * 4, s), cgc.malloc(self.ctx, self.N * 4, s)
+            s.memset_d32(inp, self.bits(1.5), self.N)
+            self.launch(s, out, inp, params, 0.0)
+            cgc.free(inp)
+        with self.assertRaises(cgc.NotSavableError) as cm:
+            cgc.save_graphs(g)
+        self.assertIn("cgc_graphs_save", cm.exception.message)
+        g.close()
+        cgc.free(out)
+        cgc.free(params)
+        s.synchronize()
+        pool.close()
 
 
 class GpuMemorySnapshotTest(unittest.TestCase):

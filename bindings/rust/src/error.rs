@@ -17,7 +17,7 @@ macro_rules! statuses {
         }
 
         impl Status {
-            /// Every known status, in code order (0..=15).
+            /// Every known status, in code order (0..=17).
             pub const ALL: &'static [Status] = &[$(Status::$variant),*];
 
             /// The status for a raw `cgc_status_t`.

@@ -60,7 +60,12 @@
 //! of a pool) with its [`Block`]s, [`Pool::claim`] allocates a given range of a pool's free
 //! memory, at its address (to put a pool back to a state it had), and [`Pool::create_at`] makes
 //! a pool whose memory is a virtual range reserved at a given base, so that the same requests in
-//! the same order get the same addresses.
+//! the same order get the same addresses. Graphs whose memory lies in such pools can be saved:
+//! [`save_graphs`] writes them, with their kernels and the layout of their pools, to bytes that
+//! [`SavedInfo::read`] describes without a driver and [`Context::restore_graphs`] rebuilds (in
+//! another process on the same architecture and driver version) into new [`Graph`]s and
+//! [`Pool`]s at the same addresses, ready to launch; [`Context::add_module_image`] names a module
+//! cgc did not load by a key.
 //!
 //! Objects own their handle and destroy it on `Drop` (errors there are ignored); each also has
 //! a `destroy(self)` (or `free`, `release`) that reports the library's status. Objects made from
@@ -180,6 +185,7 @@ mod graph;
 mod memory;
 mod pool;
 mod rng;
+mod saved;
 mod stream;
 pub use capture::*;
 pub use context::*;
@@ -188,4 +194,5 @@ pub use graph::*;
 pub use memory::*;
 pub use pool::*;
 pub use rng::*;
+pub use saved::*;
 pub use stream::*;

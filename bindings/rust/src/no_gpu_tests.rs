@@ -766,6 +766,56 @@ fn pool_create_at_refuses_a_null_and_a_foreign_context_by_name() {
     std::mem::forget(foreign);
 }
 
+/// 1.6: saving refuses no graphs and a NULL graph (INVALID_ARGUMENT) and a pointer that is no
+/// cgc graph (INVALID_HANDLE) by name, before it needs the driver; bytes that are no saved buffer
+/// are CGC_ERROR_SAVED_MISMATCH, also for a restore, which reads them first; adding a module image
+/// on a NULL context is refused by the library, a key with a NUL byte by the binding.
+#[test]
+fn saved_graphs_refuse_bad_arguments_by_name() {
+    let graph = null_graph();
+    assert_refused(crate::save_graphs(&[], &[]), Status::InvalidArgument, "cgc_graphs_save");
+    let e = crate::save_graphs(&[&graph], &[]).expect_err("a NULL graph");
+    assert_eq!(e.status(), Some(Status::InvalidArgument), "{}", e);
+    assert!(e.message().contains("cgc_graphs_save") && e.message().contains("graphs[0]"), "{}", e);
+    let mut not_an_object = [0x5a5a_5a5a_5a5a_5a5a_u64; 32];
+    let foreign_graph = Graph {
+        raw: not_an_object.as_mut_ptr() as sys::cgc_graph_t,
+        api: loaded_api(),
+    };
+    let pool = null_pool();
+    assert_refused(crate::save_graphs(&[&foreign_graph], &[]), Status::InvalidHandle, "cgc_graphs_save");
+    // The graphs are checked before the pools.
+    assert_refused(crate::save_graphs(&[&foreign_graph], &[&pool]), Status::InvalidHandle, "cgc_graphs_save");
+    // Not destroyed: the library would only refuse it (it is no graph of its).
+    std::mem::forget(foreign_graph);
+
+    let garbage: Vec<u8> = (0..200u32).map(|i| (i * 73 + 5) as u8).collect();
+    for data in [&garbage[..], &garbage[..3], &[][..], &[0u8; 64][..]] {
+        assert_refused(crate::SavedInfo::read(data), Status::SavedMismatch, "cgc_saved_info");
+    }
+    let ctx = null_context();
+    assert_refused(ctx.restore_graphs(&garbage), Status::SavedMismatch, "cgc_saved_info");
+    assert_refused(ctx.add_module_image("cgc-rust-test", &garbage), Status::InvalidArgument, "cgc_module_add_image");
+    let e = ctx.add_module_image("a\0b", &garbage).expect_err("a key with a NUL byte");
+    assert_eq!(e.status(), Some(Status::InvalidArgument), "{}", e);
+    assert!(e.message().contains("cgc_module_add_image") && e.message().contains("NUL"), "{}", e);
+}
+
+/// 1.6's statuses of saved graphs are the header's, in code order after INTERNAL.
+#[test]
+fn the_saved_graph_statuses_are_the_headers() {
+    assert_eq!(Status::ALL.len(), 18);
+    assert_eq!(&Status::ALL[15..], &[Status::Internal, Status::NotSavable, Status::SavedMismatch]);
+    for (status, raw, name) in [
+        (Status::NotSavable, sys::CGC_ERROR_NOT_SAVABLE, "CGC_ERROR_NOT_SAVABLE"),
+        (Status::SavedMismatch, sys::CGC_ERROR_SAVED_MISMATCH, "CGC_ERROR_SAVED_MISMATCH"),
+    ] {
+        assert_eq!((status.to_raw(), Status::from_raw(raw), status.c_name()), (raw, status, name));
+        assert!(status.description().unwrap().starts_with(name));
+    }
+    assert_eq!(Status::from_raw(18), Status::Unknown(18));
+}
+
 #[test]
 fn the_1_5_memory_kinds_are_the_headers() {
     let kinds = [NcclMemory::Plain, NcclMemory::Registered, NcclMemory::Symmetric];

@@ -67,6 +67,11 @@ macro_rules! with_status_list {
             NotSupported = 14, CGC_ERROR_NOT_SUPPORTED;
             /// An internal error in cgc.
             Internal = 15, CGC_ERROR_INTERNAL;
+            /// 1.6: a graph holds what a saved buffer cannot rebuild (`cgc_graphs_save`).
+            NotSavable = 16, CGC_ERROR_NOT_SAVABLE;
+            /// 1.6: a saved buffer this process cannot restore: damaged, or of another format,
+            /// architecture or driver, or with a kernel it lacks.
+            SavedMismatch = 17, CGC_ERROR_SAVED_MISMATCH;
         }
     };
 }
@@ -248,6 +253,53 @@ pub struct cgc_block_info_t {
     /// What was asked for, for an allocated block; 0 otherwise.
     pub requested: usize,
     pub state: cgc_block_state_t,
+}
+
+// ---- saved graphs (1.6) ------------------------------------------------------------------------
+
+/// `cgc_save_options_t` (1.6): what `cgc_graphs_save` keeps besides the graphs. A NULL pointer,
+/// or a zeroed struct with `struct_size` set, means the defaults.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct cgc_save_options_t {
+    pub struct_size: usize,
+    /// More pools at fixed addresses to save (`n_pools` of them), after the graphs' own pools.
+    pub pools: *const cgc_pool_t,
+    pub n_pools: usize,
+}
+
+/// `cgc_saved_info_t` (1.6): what a saved buffer holds and needs (`cgc_saved_info`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct cgc_saved_info_t {
+    pub struct_size: usize,
+    /// Of the buffer's layout.
+    pub format_version: u32,
+    /// The architecture it was saved on (e.g. 9, 0).
+    pub compute_major: c_int,
+    pub compute_minor: c_int,
+    /// `cuDriverGetVersion` of the saving process, e.g. 13000.
+    pub driver_version: c_int,
+    pub n_graphs: usize,
+    /// Pools `cgc_graphs_restore` creates, in this order.
+    pub n_pools: usize,
+    /// Module images, embedded or by key.
+    pub n_modules: usize,
+    /// The graphs' nodes, all together.
+    pub n_nodes: usize,
+    /// Device memory the restored pools back: exactly their backed ranges.
+    pub pool_bytes: usize,
+    /// Of the embedded module images.
+    pub image_bytes: usize,
+}
+
+/// `cgc_restore_options_t` (1.6): options of `cgc_graphs_restore`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct cgc_restore_options_t {
+    pub struct_size: usize,
+    /// None yet: 0.
+    pub flags: c_uint,
 }
 
 // ---- NCCL --------------------------------------------------------------------------------------
@@ -576,6 +628,18 @@ api_table! {
     fn cgc_pool_claim(pool: cgc_pool_t, ptr: *mut c_void, size: usize) -> cgc_status_t;
     fn cgc_pool_create_at(ctx: cgc_context_t, base: *mut c_void, capacity: usize, out: *mut cgc_pool_t)
                           -> cgc_status_t;
+    // 1.6: graphs saved to a buffer (buffer NULL, capacity 0: *size is the bytes needed), what a
+    // saved buffer holds (no driver needed), the graphs rebuilt from one (graphs[] and pools[]
+    // receive cgc_saved_info's counts of new handles, each pool with one reference), and a module
+    // image added by key for kernels of modules cgc did not load
+    fn cgc_graphs_save(graphs: *const cgc_graph_t, n_graphs: usize, options: *const cgc_save_options_t,
+                       buffer: *mut c_void, capacity: usize, size: *mut usize) -> cgc_status_t;
+    fn cgc_saved_info(data: *const c_void, size: usize, info: *mut cgc_saved_info_t) -> cgc_status_t;
+    fn cgc_graphs_restore(ctx: cgc_context_t, data: *const c_void, size: usize, options: *const cgc_restore_options_t,
+                          graphs: *mut cgc_graph_t, n_graphs: usize, pools: *mut cgc_pool_t, n_pools: usize)
+                          -> cgc_status_t;
+    fn cgc_module_add_image(ctx: cgc_context_t, key: *const c_char, image: *const c_void, size: usize)
+                            -> cgc_status_t;
 }
 
 /// `cgc_get_api`, the one symbol resolved with `dlsym`.

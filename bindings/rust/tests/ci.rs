@@ -5,7 +5,7 @@
 
 mod common;
 
-use std::os::raw::c_void;
+use std::os::raw::{c_char, c_void};
 use std::ptr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -47,6 +47,10 @@ fn no_driver_error_in_child() {
             "display: {}",
             e
         );
+        // 1.6: cgc_saved_info needs no driver: bytes that are no saved buffer are a mismatch.
+        let e = cgc::SavedInfo::read(b"not a saved graph").expect_err("garbage without the driver");
+        assert_eq!(e.status(), Some(Status::SavedMismatch), "{}", e);
+        assert!(e.message().contains("cgc_saved_info"), "message: {}", e.message());
         // The safe layer reports the same status from any entry point.
         let e = cgc::Context::new(0).expect_err("context without the driver");
         assert_eq!(e.status(), Some(Status::NoDriver), "{}", e);
@@ -67,8 +71,8 @@ fn no_driver_error_in_child() {
 
 #[test]
 fn status_codes_round_trip() {
-    assert_eq!(Status::ALL.len(), 16);
-    for code in 0..16 {
+    assert_eq!(Status::ALL.len(), 18);
+    for code in 0..18 {
         let s = Status::from_raw(code);
         assert!(!matches!(s, Status::Unknown(_)), "code {} is unknown", code);
         assert_eq!(s.to_raw(), code);
@@ -97,6 +101,11 @@ fn status_codes_round_trip() {
     assert_eq!(unknown.to_string(), "CGC_ERROR_UNKNOWN(99)");
     // The raw constants agree with the enum.
     assert_eq!(Status::from_raw(sys::CGC_ERROR_INTERNAL), Status::Internal);
+    // 1.6's saved graphs.
+    assert_eq!(Status::from_raw(sys::CGC_ERROR_NOT_SAVABLE), Status::NotSavable);
+    assert_eq!(Status::from_raw(sys::CGC_ERROR_SAVED_MISMATCH), Status::SavedMismatch);
+    assert_eq!((sys::CGC_ERROR_NOT_SAVABLE, sys::CGC_ERROR_SAVED_MISMATCH), (16, 17));
+    assert_eq!(Status::SavedMismatch.c_name(), "CGC_ERROR_SAVED_MISMATCH");
     assert_eq!(
         Status::from_raw(sys::CGC_ERROR_NCCL_UNAVAILABLE),
         Status::NcclUnavailable
@@ -465,11 +474,15 @@ fn the_1_2_functions_refuse_null_and_foreign_graphs_by_name() {
             "cgc_last_status",
             "cgc_memory_snapshot",
             "cgc_pool_claim",
-            "cgc_pool_create_at"
+            "cgc_pool_create_at",
+            "cgc_graphs_save",
+            "cgc_saved_info",
+            "cgc_graphs_restore",
+            "cgc_module_add_image"
         ]
     );
-    // 1.0's 63 functions, 1.1's 29, 1.2's 4, 1.3's 1, 1.4's 3, 1.5's 2 and 1.6's 4.
-    assert_eq!(names.len(), 63 + 29 + 4 + 1 + 3 + 2 + 4);
+    // 1.0's 63 functions, 1.1's 29, 1.2's 4, 1.3's 1, 1.4's 3, 1.5's 2 and 1.6's 8.
+    assert_eq!(names.len(), 63 + 29 + 4 + 1 + 3 + 2 + 8);
 }
 
 /// 1.2's conditional nodes refuse a NULL stream (INVALID_ARGUMENT) and a pointer that is no cgc
@@ -689,6 +702,105 @@ fn pool_create_at_refuses_null_and_foreign_contexts_by_name() {
     }
 }
 
+/// 1.6: cgc_graphs_save refuses, by name and before it needs the driver, a NULL size, no graphs
+/// (a NULL array or a count of 0), a NULL buffer with a capacity, bad options (a struct_size of
+/// 0, NULL pools with a count), a NULL graph (INVALID_ARGUMENT) and a pointer that is no cgc graph
+/// or pool (INVALID_HANDLE), naming the entry.
+#[test]
+fn graphs_save_refuses_bad_arguments_by_name() {
+    let api = cgc::api().unwrap();
+    let mut not_an_object = [0x5a5a_5a5a_5a5a_5a5a_u64; 32];
+    let foreign_graph = not_an_object.as_mut_ptr() as sys::cgc_graph_t;
+    let foreign_pool = not_an_object.as_mut_ptr() as sys::cgc_pool_t;
+    let options = |pools: *const sys::cgc_pool_t, n_pools: usize| sys::cgc_save_options_t {
+        struct_size: std::mem::size_of::<sys::cgc_save_options_t>(),
+        pools,
+        n_pools,
+    };
+    let mut buffer = [0u8; 64];
+    let buffer_ptr = buffer.as_mut_ptr() as *mut c_void;
+    let (null_graphs, foreign_graphs) = ([ptr::null_mut::<sys::cgc_graph_s>()], [foreign_graph]);
+    let foreign_pools = [foreign_pool];
+    let no_options = sys::cgc_save_options_t { struct_size: 0, pools: ptr::null(), n_pools: 0 };
+    // SAFETY: NULL and the foreign pointers are documented inputs (refused by a check of the
+    // handle, which only reads the foreign memory); the arrays hold the counts given; the buffer
+    // holds 64 bytes; nothing is written but *size.
+    unsafe {
+        let st = (api.cgc_graphs_save)(null_graphs.as_ptr(), 1, ptr::null(), ptr::null_mut(), 0, ptr::null_mut());
+        assert_named_refusal(api, st, Status::InvalidArgument, "cgc_graphs_save");
+        let cases: [(*const sys::cgc_graph_t, usize, sys::cgc_save_options_t, *mut c_void, usize, Status, &str); 7] = [
+            (ptr::null(), 1, options(ptr::null(), 0), ptr::null_mut(), 0, Status::InvalidArgument, "graphs is NULL"),
+            (foreign_graphs.as_ptr(), 0, options(ptr::null(), 0), ptr::null_mut(), 0, Status::InvalidArgument,
+             "n_graphs is 0"),
+            (foreign_graphs.as_ptr(), 1, options(ptr::null(), 0), ptr::null_mut(), 64, Status::InvalidArgument,
+             "buffer is NULL"),
+            (foreign_graphs.as_ptr(), 1, no_options, buffer_ptr, 64, Status::InvalidArgument, "struct_size"),
+            (foreign_graphs.as_ptr(), 1, options(ptr::null(), 1), buffer_ptr, 64, Status::InvalidArgument, "pools"),
+            (null_graphs.as_ptr(), 1, options(ptr::null(), 0), ptr::null_mut(), 0, Status::InvalidArgument, "graphs"),
+            (foreign_graphs.as_ptr(), 1, options(foreign_pools.as_ptr(), 1), buffer_ptr, 64, Status::InvalidHandle,
+             "graphs[0]"),
+        ];
+        for (graphs, n_graphs, options, buffer, capacity, want, words) in cases {
+            let mut size = 12345usize;
+            let st = (api.cgc_graphs_save)(graphs, n_graphs, &options, buffer, capacity, &mut size);
+            assert_named_refusal(api, st, want, "cgc_graphs_save");
+            let message = std::ffi::CStr::from_ptr((api.cgc_last_error)()).to_string_lossy().into_owned();
+            assert!(message.contains(words), "{:?}: {}", words, message);
+        }
+    }
+}
+
+/// 1.6: cgc_saved_info needs no driver: a NULL info or data is refused (INVALID_ARGUMENT) and
+/// bytes that are no saved buffer (garbage, zeros, too few, none) are CGC_ERROR_SAVED_MISMATCH,
+/// by name; cgc_graphs_restore and cgc_module_add_image refuse a NULL context (INVALID_ARGUMENT)
+/// and a pointer that is no cgc context (INVALID_HANDLE) by name, before they need the driver.
+#[test]
+fn saved_info_restore_and_add_image_refuse_bad_arguments_by_name() {
+    let api = cgc::api().unwrap();
+    let garbage: Vec<u8> = (0..256u32).map(|i| (i * 37 + 11) as u8).collect();
+    let zeros = [0u8; 256];
+    let mut info = sys::cgc_saved_info_t {
+        struct_size: std::mem::size_of::<sys::cgc_saved_info_t>(),
+        ..Default::default()
+    };
+    // SAFETY: every data pointer is NULL or readable for the size given; info is a valid struct
+    // with struct_size set, or NULL.
+    unsafe {
+        let st = (api.cgc_saved_info)(garbage.as_ptr() as *const c_void, garbage.len(), ptr::null_mut());
+        assert_named_refusal(api, st, Status::InvalidArgument, "cgc_saved_info");
+        let st = (api.cgc_saved_info)(ptr::null(), 64, &mut info);
+        assert_named_refusal(api, st, Status::InvalidArgument, "cgc_saved_info");
+        for (data, size) in [(&garbage[..], 256), (&garbage[..], 7), (&garbage[..], 0), (&zeros[..], 256), (&zeros[..], 8)] {
+            let st = (api.cgc_saved_info)(data.as_ptr() as *const c_void, size, &mut info);
+            assert_named_refusal(api, st, Status::SavedMismatch, "cgc_saved_info");
+        }
+    }
+
+    let mut not_an_object = [0x5a5a_5a5a_5a5a_5a5a_u64; 32];
+    let foreign = not_an_object.as_mut_ptr() as sys::cgc_context_t;
+    let key = b"cgc-rust-ci\0";
+    let options = sys::cgc_restore_options_t {
+        struct_size: std::mem::size_of::<sys::cgc_restore_options_t>(),
+        flags: 0,
+    };
+    // SAFETY: NULL and the foreign pointer are documented inputs (refused by a check of the
+    // handle, which only reads the foreign memory); the data, key and image are readable and the
+    // out arrays hold one handle each.
+    unsafe {
+        for (ctx, want) in [(ptr::null_mut(), Status::InvalidArgument), (foreign, Status::InvalidHandle)] {
+            // Not NULL: a refusal must clear them (outputs are NULL on failure).
+            let (mut graphs, mut pools) = ([foreign as sys::cgc_graph_t], [foreign as sys::cgc_pool_t]);
+            let st = (api.cgc_graphs_restore)(ctx, garbage.as_ptr() as *const c_void, garbage.len(), &options,
+                                              graphs.as_mut_ptr(), 1, pools.as_mut_ptr(), 1);
+            assert_named_refusal(api, st, want, "cgc_graphs_restore");
+            assert!(graphs[0].is_null() && pools[0].is_null(), "a refused restore hands out no handle");
+            let st = (api.cgc_module_add_image)(ctx, key.as_ptr() as *const c_char, garbage.as_ptr() as *const c_void,
+                                                garbage.len());
+            assert_named_refusal(api, st, want, "cgc_module_add_image");
+        }
+    }
+}
+
 #[test]
 fn function_table_matches_the_library() {
     use std::mem::size_of;
@@ -757,7 +869,8 @@ fn class_of_rust_type(ty: &str) -> String {
         }
         "cgc_capture_fn" | "cgc_host_fn" => format!("fnptr:{}", ty),
         "cgc_capture_options_t" | "cgc_graph_info_t" | "cgc_memory_stats_t" | "cgc_comm_id_t"
-        | "cgc_access_policy_t" | "cgc_mem_op_t" | "cgc_segment_info_t" | "cgc_block_info_t" => {
+        | "cgc_access_policy_t" | "cgc_mem_op_t" | "cgc_segment_info_t" | "cgc_block_info_t"
+        | "cgc_save_options_t" | "cgc_saved_info_t" | "cgc_restore_options_t" => {
             format!("struct:{}", ty)
         }
         other => panic!("sys.rs uses a type this test cannot classify: {}", other),
@@ -769,8 +882,10 @@ fn class_of_rust_type(ty: &str) -> String {
 fn class_of_type_name(name: &str) -> String {
     let name = name.trim();
     if let Some(inner) = name.strip_prefix("*mut ").or_else(|| name.strip_prefix("*const ")) {
+        // A pointer to a handle's opaque struct is the handle; a pointer to a pointer (1.6's
+        // `const cgc_pool_t* pools`) is a pointer to what the inner pointer is.
         let last = inner.rsplit("::").next().unwrap();
-        if last.starts_with("cgc_") && last.ends_with("_s") {
+        if !inner.starts_with('*') && last.starts_with("cgc_") && last.ends_with("_s") {
             return format!("handle:{}_t", &last[..last.len() - 2]);
         }
         return format!("ptr({})", class_of_type_name(inner));
@@ -920,6 +1035,11 @@ fn struct_layouts_match_the_header() {
         layout!(cgc_segment_info_t { address, size, allocated_bytes, pool, stream_id, small,
                                      first_block, n_blocks }),
         layout!(cgc_block_info_t { address, size, requested, state }),
+        layout!(cgc_save_options_t { struct_size, pools, n_pools }),
+        layout!(cgc_saved_info_t { struct_size, format_version, compute_major, compute_minor,
+                                   driver_version, n_graphs, n_pools, n_modules, n_nodes,
+                                   pool_bytes, image_bytes }),
+        layout!(cgc_restore_options_t { struct_size, flags }),
     ];
     let c_structs: Vec<&Vec<String>> = lines.iter().filter(|l| l[0] == "struct").collect();
     assert_eq!(c_structs.len(), rust.len(), "number of structs");

@@ -1578,3 +1578,171 @@ fn memory_snapshot_lists_allocated_and_freed_blocks() {
     stream.destroy().unwrap();
     ctx.destroy().unwrap();
 }
+
+// ---- 1.6: saved graphs ---------------------------------------------------------------------------
+
+/// scale_add's work captured into `pool` with everything it reads and writes allocated in the
+/// capture from that pool: its input (1.5 everywhere) and parameters (scale 2, shift 2) written
+/// by sets in the graph itself and freed in the capture (kept for the graph), and its output,
+/// which the graph gives back (5.0 everywhere). Nothing outside the pool is reached, so the graph
+/// can be saved when the pool is at fixed addresses.
+fn capture_scale_add_in_the_pool(
+    ctx: &Context,
+    stream: &Stream,
+    scale_add: &Function<'_>,
+    pool: &Pool,
+) -> Result<(cgc::Graph, DeviceBuffer), Error> {
+    let mut out = None;
+    let graph = stream.capture(&CaptureOptions::new().with_pool(pool), |s| {
+        let input = DeviceBuffer::alloc(ctx, UPDATE_COUNT * 4, s)?;
+        let params = DeviceBuffer::alloc(ctx, 8, s)?;
+        let o = DeviceBuffer::alloc(ctx, UPDATE_COUNT * 4, s)?;
+        s.memset_d32(&input, 1.5f32.to_bits(), UPDATE_COUNT)?;
+        s.memset_d32(&params, 2.0f32.to_bits(), 2)?;
+        scale_add_into(scale_add, &o, &input, &params, s)?;
+        input.free()?;
+        params.free()?;
+        out = Some(o);
+        Ok(())
+    })?;
+    Ok((graph, out.expect("the capture's output")))
+}
+
+/// 1.6: a graph captured into a pool at fixed addresses is saved to bytes (with its kernel's
+/// module and the pool's layout), described by SavedInfo::read, and, once the graph, its output
+/// and its pool are all gone (the range given back), restored from the bytes: one new Graph and
+/// one new Pool at the same base, the output allocated again at its address (the application's
+/// to free), and the restored graph, launched, writes there what the first one wrote. The base
+/// is the Rust binding's own (Go's and Python's tests use others).
+#[test]
+fn a_saved_graph_is_restored_at_the_same_addresses() {
+    const TEST: &str = "a_saved_graph_is_restored_at_the_same_addresses";
+    const BASE: usize = 0x6800_0000_0000;
+    const CAPACITY: usize = 64 << 20;
+    let _serial = serial();
+    let ctx = match gpu(TEST) {
+        Some(c) => c,
+        None => return,
+    };
+    let stream = Stream::new(&ctx).unwrap();
+    let ptx = CString::new(SCALE_ADD_PTX).unwrap();
+    let module = Module::from_ptx(&ctx, &ptx).expect("cgc_module_load of scale_add.ptx");
+    let scale_add = module.function("scale_add").unwrap();
+    let pool = Pool::create_at(&ctx, BASE as *mut std::ffi::c_void, CAPACITY)
+        .unwrap_or_else(|e| panic!("cgc_pool_create_at({:#x}, {}): {}", BASE, CAPACITY, e));
+    let (graph, out) = capture_scale_add_in_the_pool(&ctx, &stream, &scale_add, &pool)
+        .expect("capture into the pool at fixed addresses");
+    let at = out.as_ptr();
+    assert!(
+        (BASE..BASE + CAPACITY).contains(&(at as usize)),
+        "the output at {:p} is outside the pool's range",
+        at
+    );
+    graph.launch(&stream).unwrap();
+    let first = read_back::<f32>(&stream, &out, UPDATE_COUNT);
+    assert!(first.iter().all(|&x| x == 5.0), "1.5 * 2 + 2: {:?}", &first[..4]);
+
+    let data = cgc::save_graphs(&[&graph], &[]).expect("cgc_graphs_save");
+    let info = cgc::SavedInfo::read(&data).expect("cgc_saved_info");
+    assert_eq!((info.n_graphs, info.n_pools, info.n_modules), (1, 1, 1), "{:?}", info);
+    assert!(info.pool_bytes >= 2 << 20, "the pool backs at least one 2 MiB granule: {:?}", info);
+    assert!(info.n_nodes >= 3 && info.image_bytes > 0 && info.compute_major > 0, "{:?}", info);
+    assert!(info.driver_version >= 12040, "saving needs CUDA 12.4: {:?}", info);
+    // The pool may be named again among the extra pools: it is saved once.
+    let again = cgc::save_graphs(&[&graph], &[&pool]).expect("cgc_graphs_save with the graph's pool again");
+    assert_eq!(cgc::SavedInfo::read(&again).expect("cgc_saved_info").n_pools, 1);
+    let e = cgc::SavedInfo::read(&data[..data.len() - 1]).expect_err("a truncated buffer");
+    assert_error(&e, Status::SavedMismatch, "cgc_saved_info");
+
+    // Everything goes: the graph, the output, the pool (its range given back), the module.
+    graph.destroy().unwrap();
+    out.free().unwrap();
+    stream.synchronize().unwrap();
+    pool.try_release().map_err(|(e, _)| e).expect("cgc_pool_release of the saved pool");
+    module.unload().unwrap();
+
+    let (mut graphs, mut pools) = ctx.restore_graphs(&data).expect("cgc_graphs_restore");
+    assert_eq!((graphs.len(), pools.len()), (1, 1));
+    let (graph, pool) = (graphs.pop().unwrap(), pools.pop().unwrap());
+    assert!(graph.pool().expect("the restored graph's pool") == pool, "the graph allocates from the restored pool");
+    // The output is allocated again at its address, in the restored pool, the application's.
+    let snapshot = ctx.memory_snapshot().expect("cgc_memory_snapshot");
+    let (segment, block) = snapshot
+        .iter()
+        .flat_map(|s| s.blocks.iter().map(move |b| (s, b)))
+        .find(|(_, b)| b.address == at as u64)
+        .unwrap_or_else(|| panic!("no block at the saved output's address {:p}", at));
+    assert_eq!((block.state, segment.pool), (BlockState::Allocated, Some(PoolId::of(&pool))));
+    // A range held by the restore again: the restore itself cannot run twice.
+    let e = ctx.restore_graphs(&data).expect_err("a second restore while the first one's pool holds the range");
+    assert_eq!(e.status(), Some(Status::InvalidState), "{}", e);
+    // SAFETY: the restore claimed the block at `at` for the application, and nothing else frees it.
+    let out = unsafe { DeviceBuffer::from_raw(at, UPDATE_COUNT * 4) }.unwrap();
+    stream.memset_d32(&out, 0, UPDATE_COUNT).unwrap();
+    assert!(read_back::<f32>(&stream, &out, UPDATE_COUNT).iter().all(|&x| x == 0.0));
+    graph.launch(&stream).expect("launch of the restored graph");
+    stream.synchronize().unwrap();
+    let restored = read_back::<f32>(&stream, &out, UPDATE_COUNT);
+    assert!(bits(&restored) == bits(&first), "the restored graph wrote {:?}", &restored[..4]);
+
+    graph.destroy().unwrap();
+    out.free().unwrap();
+    stream.synchronize().unwrap();
+    pool.try_release().map_err(|(e, _)| e).expect("cgc_pool_release of the restored pool");
+    stream.destroy().unwrap();
+    ctx.destroy().unwrap();
+}
+
+/// 1.6: a graph captured into an ordinary pool (its memory not at fixed addresses) is refused by
+/// the save with NOT_SAVABLE, naming the call, and so is one whose kernel reads memory outside
+/// its pool at fixed addresses (the device cache's).
+#[test]
+fn a_graph_of_an_ordinary_pool_is_not_savable() {
+    const TEST: &str = "a_graph_of_an_ordinary_pool_is_not_savable";
+    const BASE: usize = 0x6840_0000_0000;
+    let _serial = serial();
+    let ctx = match gpu(TEST) {
+        Some(c) => c,
+        None => return,
+    };
+    let stream = Stream::new(&ctx).unwrap();
+    let ptx = CString::new(SCALE_ADD_PTX).unwrap();
+    let module = Module::from_ptx(&ctx, &ptx).unwrap();
+    let scale_add = module.function("scale_add").unwrap();
+
+    let ordinary = Pool::new(&ctx).unwrap();
+    let (graph, out) = capture_scale_add_in_the_pool(&ctx, &stream, &scale_add, &ordinary).expect("capture");
+    graph.launch(&stream).unwrap();
+    assert!(read_back::<f32>(&stream, &out, UPDATE_COUNT).iter().all(|&x| x == 5.0));
+    let e = cgc::save_graphs(&[&graph], &[]).expect_err("a graph of an ordinary pool");
+    assert_error(&e, Status::NotSavable, "cgc_graphs_save");
+    graph.destroy().unwrap();
+    out.free().unwrap();
+    ordinary.release().unwrap();
+
+    // At fixed addresses, but the kernel reads parameters of the device cache.
+    let pool = Pool::create_at(&ctx, BASE as *mut std::ffi::c_void, 64 << 20).expect("cgc_pool_create_at");
+    let params = scale_add_params(&ctx, &stream, 2.0, 1.0);
+    let mut out = None;
+    let graph = stream
+        .capture(&CaptureOptions::new().with_pool(&pool), |s| {
+            let input = DeviceBuffer::alloc(&ctx, UPDATE_COUNT * 4, s)?;
+            let o = DeviceBuffer::alloc(&ctx, UPDATE_COUNT * 4, s)?;
+            s.memset_d32(&input, 1.5f32.to_bits(), UPDATE_COUNT)?;
+            scale_add_into(&scale_add, &o, &input, &params, s)?;
+            input.free()?;
+            out = Some(o);
+            Ok(())
+        })
+        .expect("capture reading the device cache");
+    let e = cgc::save_graphs(&[&graph], &[]).expect_err("a kernel argument outside the pools");
+    assert_error(&e, Status::NotSavable, "cgc_graphs_save");
+    graph.destroy().unwrap();
+    out.unwrap().free().unwrap();
+    params.free().unwrap();
+    stream.synchronize().unwrap();
+    pool.try_release().map_err(|(e, _)| e).expect("cgc_pool_release");
+    module.unload().unwrap();
+    stream.destroy().unwrap();
+    ctx.destroy().unwrap();
+}

@@ -1,0 +1,255 @@
+package cgc_test
+
+// GPU tests of 1.6's saved graphs: a graph of a pool at fixed addresses is saved to bytes and
+// restored at the same addresses once everything it used is gone; graphs that reach memory
+// outside such pools are refused.
+
+import (
+	"math"
+	"testing"
+
+	cgc "cgc/bindings/go"
+)
+
+// captureAffineInPool captures affine's work into pool with everything it reads and writes
+// allocated in the capture from that pool: its input (1.5 everywhere) and parameters (scale 2,
+// shift 2) written by sets in the graph itself and freed in the capture (kept for the graph), and
+// its output, which the graph gives back (1.5 * 2 + 2 + 0.5 = 5.5 everywhere). Nothing outside
+// the pool is reached, so the graph can be saved when the pool is at fixed addresses.
+func captureAffineInPool(f *fixture, s *cgc.Stream, affine *cgc.Function, pool *cgc.Pool) (*cgc.Graph, *cgc.DeviceMemory) {
+	f.t.Helper()
+	var out *cgc.DeviceMemory
+	g, err := s.Capture(&cgc.CaptureOptions{Pool: pool}, func(cs *cgc.Stream) error {
+		input, err := f.ctx.Malloc(4*workCount, cs)
+		if err != nil {
+			return err
+		}
+		params, err := f.ctx.Malloc(8, cs)
+		if err != nil {
+			return err
+		}
+		o, err := f.ctx.Malloc(4*workCount, cs)
+		if err != nil {
+			return err
+		}
+		if err := cgc.Memset32(input.Ptr(), math.Float32bits(1.5), workCount, cs); err != nil {
+			return err
+		}
+		if err := cgc.Memset32(params.Ptr(), math.Float32bits(2), 2, cs); err != nil {
+			return err
+		}
+		grid := cgc.Dim3{X: (workCount + workBlock - 1) / workBlock, Y: 1, Z: 1}
+		block := cgc.Dim3{X: workBlock, Y: 1, Z: 1}
+		if err := affine.Launch(grid, block, 0, cs, o, input, params, float32(0.5), uint32(workCount)); err != nil {
+			return err
+		}
+		if err := input.Free(); err != nil {
+			return err
+		}
+		if err := params.Free(); err != nil {
+			return err
+		}
+		out = o
+		return nil
+	})
+	f.ok(err)
+	return g, out
+}
+
+// readFloats copies workCount floats at ptr to the host.
+func readFloats(f *fixture, s *cgc.Stream, ptr cgc.DevicePtr) []float32 {
+	f.t.Helper()
+	got := make([]float32, workCount)
+	f.ok(cgc.CopyDeviceToHost(got, ptr, s))
+	f.ok(s.Synchronize())
+	return got
+}
+
+// A graph captured into a pool at fixed addresses is saved to bytes (with its kernel's module and
+// the pool's layout), described by ReadSavedInfo, and, once the graph, its output, its pool (its
+// range given back) and its module are all gone, restored from the bytes: one new Graph and one
+// new Pool at the same base, the output allocated again at its address (the application's to
+// free), and the restored graph, launched, writes there what the first one wrote. The base is the
+// Go binding's own (Rust's and Python's tests use others).
+func TestGPUSavedGraphIsRestoredAtTheSameAddresses(t *testing.T) {
+	const (
+		base     = cgc.DevicePtr(0x690000000000)
+		capacity = 64 << 20
+	)
+	f := newFixture(t, 1, 0)
+	s := f.streams[0]
+	module, err := f.ctx.LoadModule(bindingTestsPTX(t))
+	f.ok(err)
+	t.Cleanup(func() { _ = module.Close() })
+	affine, err := module.Function("affine")
+	f.ok(err)
+	pool, err := f.ctx.NewPoolAt(base, capacity)
+	if err != nil {
+		t.Fatalf("NewPoolAt(%#x, %d): %v", base, capacity, err)
+	}
+	t.Cleanup(func() { _ = pool.Close() })
+	g, out := captureAffineInPool(f, s, affine, pool)
+	at := out.Ptr()
+	if at < base || at+4*workCount > base+capacity {
+		t.Fatalf("the output at %#x is outside [%#x, %#x)", at, base, base+capacity)
+	}
+	f.ok(g.Launch(s))
+	first := readFloats(f, s, at)
+	for i, x := range first {
+		if x != 5.5 {
+			t.Fatalf("first replay: [%d] = %v, want 1.5 * 2 + 2 + 0.5", i, x)
+		}
+	}
+
+	data, err := cgc.SaveGraphs([]*cgc.Graph{g}, nil)
+	f.ok(err)
+	info, err := cgc.ReadSavedInfo(data)
+	f.ok(err)
+	if info.NGraphs != 1 || info.NPools != 1 || info.NModules != 1 {
+		t.Errorf("saved info %+v, want 1 graph, 1 pool, 1 module", info)
+	}
+	if info.PoolBytes < 2<<20 || info.NNodes < 3 || info.ImageBytes == 0 || info.ComputeMajor <= 0 ||
+		info.DriverVersion < 12040 {
+		t.Errorf("saved info %+v: want at least a 2 MiB granule backed, 3 nodes, an image, an architecture and "+
+			"a CUDA 12.4 driver", info)
+	}
+	// The pool may be named again among the extra pools: it is saved once.
+	again, err := cgc.SaveGraphs([]*cgc.Graph{g}, []*cgc.Pool{pool})
+	f.ok(err)
+	if againInfo, err := cgc.ReadSavedInfo(again); err != nil || againInfo.NPools != 1 {
+		t.Errorf("saved with its own pool again: %+v, %v; want 1 pool", againInfo, err)
+	}
+	_, err = cgc.ReadSavedInfo(data[:len(data)-1])
+	wantMessage(t, "ReadSavedInfo of a truncated buffer", err, cgc.ErrSavedMismatch, "cgc_saved_info")
+
+	// Everything goes: the graph, the output, the pool (its range given back), the module.
+	f.ok(g.Destroy())
+	f.ok(out.Free())
+	f.ok(s.Synchronize())
+	f.ok(pool.Close())
+	f.ok(module.Close())
+
+	graphs, pools, err := f.ctx.RestoreGraphs(data)
+	f.ok(err)
+	if len(graphs) != 1 || len(pools) != 1 {
+		t.Fatalf("restored %d graphs and %d pools, want 1 and 1", len(graphs), len(pools))
+	}
+	rg, rp := graphs[0], pools[0]
+	t.Cleanup(func() { _ = rg.Destroy(); _ = rp.Close() })
+	gp, err := rg.Pool()
+	f.ok(err)
+	if !gp.Equal(rp) {
+		t.Error("the restored graph's pool is not the restored pool")
+	}
+	f.ok(gp.Close())
+	// The output is allocated again at its address, in the restored pool, the application's.
+	snapshot, err := f.ctx.MemorySnapshot()
+	f.ok(err)
+	found := false
+	for _, seg := range snapshot {
+		for _, b := range seg.Blocks {
+			if b.Address == at {
+				found = true
+				if b.State != cgc.BlockAllocated || seg.Pool != rp.ID() {
+					t.Errorf("the block at the saved output's address %#x: %v in pool %#x, want Allocated in %#x",
+						at, b.State, seg.Pool, rp.ID())
+				}
+			}
+		}
+	}
+	if !found {
+		t.Errorf("no block at the saved output's address %#x", at)
+	}
+	// The range is held by the restored pool: a second restore cannot reserve it.
+	g2, p2, err := f.ctx.RestoreGraphs(data)
+	if g2 != nil || p2 != nil {
+		t.Errorf("a second restore gave %v, %v", g2, p2)
+	}
+	asError(t, err, cgc.ErrInvalidState)
+
+	restored, err := cgc.DeviceMemoryAt(at, 4*workCount)
+	f.ok(err)
+	f.ok(cgc.Memset32(at, 0, workCount, s))
+	for i, x := range readFloats(f, s, at) {
+		if x != 0 {
+			t.Fatalf("after the set: [%d] = %v, want 0", i, x)
+		}
+	}
+	f.ok(rg.Launch(s))
+	f.ok(s.Synchronize())
+	if got := readFloats(f, s, at); !equalBits(got, first) {
+		t.Errorf("the restored graph wrote %v..., the first one %v...", got[:4], first[:4])
+	}
+
+	f.ok(rg.Destroy())
+	f.ok(restored.Free())
+	f.ok(s.Synchronize())
+	f.ok(rp.Close())
+	f.closeAll(true)
+}
+
+// A graph captured into an ordinary pool (its memory not at fixed addresses) is refused by the
+// save with ErrNotSavable, naming the call, and so is one whose kernel reads memory outside its
+// pool at fixed addresses (the device cache's).
+func TestGPUGraphOfAnOrdinaryPoolIsNotSavable(t *testing.T) {
+	const base = cgc.DevicePtr(0x694000000000)
+	f := newFixture(t, 1, 0)
+	s := f.streams[0]
+	module, err := f.ctx.LoadModule(bindingTestsPTX(t))
+	f.ok(err)
+	t.Cleanup(func() { _ = module.Close() })
+	affine, err := module.Function("affine")
+	f.ok(err)
+
+	ordinary, err := f.ctx.NewPool()
+	f.ok(err)
+	g, out := captureAffineInPool(f, s, affine, ordinary)
+	f.ok(g.Launch(s))
+	if got := readFloats(f, s, out.Ptr()); got[0] != 5.5 {
+		t.Errorf("replay: [0] = %v, want 5.5", got[0])
+	}
+	data, err := cgc.SaveGraphs([]*cgc.Graph{g}, nil)
+	if data != nil {
+		t.Errorf("a refused save gave %d bytes", len(data))
+	}
+	wantMessage(t, "SaveGraphs of a graph of an ordinary pool", err, cgc.ErrNotSavable, "cgc_graphs_save")
+	f.ok(g.Destroy())
+	f.ok(out.Free())
+	f.ok(ordinary.Close())
+
+	// At fixed addresses, but the kernel reads parameters of the device cache.
+	pool, err := f.ctx.NewPoolAt(base, 64<<20)
+	f.ok(err)
+	t.Cleanup(func() { _ = pool.Close() })
+	params := f.deviceBuffer(8, s)
+	f.ok(cgc.CopyHostToDevice(params.Ptr(), []float32{2, 1}, s))
+	var o *cgc.DeviceMemory
+	g, err = s.Capture(&cgc.CaptureOptions{Pool: pool}, func(cs *cgc.Stream) error {
+		input, err := f.ctx.Malloc(4*workCount, cs)
+		if err != nil {
+			return err
+		}
+		if o, err = f.ctx.Malloc(4*workCount, cs); err != nil {
+			return err
+		}
+		if err := cgc.Memset32(input.Ptr(), math.Float32bits(1.5), workCount, cs); err != nil {
+			return err
+		}
+		grid := cgc.Dim3{X: (workCount + workBlock - 1) / workBlock, Y: 1, Z: 1}
+		block := cgc.Dim3{X: workBlock, Y: 1, Z: 1}
+		if err := affine.Launch(grid, block, 0, cs, o, input, params, float32(0), uint32(workCount)); err != nil {
+			return err
+		}
+		return input.Free()
+	})
+	f.ok(err)
+	_, err = cgc.SaveGraphs([]*cgc.Graph{g}, nil)
+	wantMessage(t, "SaveGraphs of a kernel reading the device cache", err, cgc.ErrNotSavable, "cgc_graphs_save")
+	f.ok(g.Destroy())
+	f.ok(o.Free())
+	f.ok(params.Free())
+	f.ok(s.Synchronize())
+	f.ok(pool.Close())
+	f.ok(module.Close())
+	f.closeAll(true)
+}

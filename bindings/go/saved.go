@@ -1,0 +1,230 @@
+package cgc
+
+/*
+#include "shim.h"
+*/
+import "C"
+
+import (
+	"runtime"
+	"strings"
+	"unsafe"
+)
+
+// SavedInfo is what a saved buffer holds and needs (cgc_saved_info_t, 1.6), read by
+// ReadSavedInfo without touching the device.
+type SavedInfo struct {
+	FormatVersion uint32 // the version of the buffer's layout
+	ComputeMajor  int    // the architecture it was saved on (e.g. 9, 0)
+	ComputeMinor  int
+	DriverVersion int    // cuDriverGetVersion of the saving process, e.g. 13000
+	NGraphs       int    // the graphs Context.RestoreGraphs rebuilds
+	NPools        int    // the pools Context.RestoreGraphs creates, in this order
+	NModules      int    // module images, embedded or named by key (Context.AddModuleImage)
+	NNodes        int    // the graphs' nodes, all together
+	PoolBytes     uint64 // device memory the restored pools back: exactly their backed ranges
+	ImageBytes    uint64 // bytes of the embedded module images
+}
+
+// bytesFor is what C gets for data: its first byte, or a byte of its own for an empty slice, so
+// that the library judges the bytes (none: not a saved buffer) rather than refusing NULL.
+func bytesFor(data []byte) unsafe.Pointer {
+	if len(data) == 0 {
+		none := new(byte)
+		return unsafe.Pointer(none)
+	}
+	return unsafe.Pointer(&data[0])
+}
+
+// ReadSavedInfo (1.6) says what data (bytes of SaveGraphs) holds (cgc_saved_info). It needs no
+// driver and allocates nothing on the device, so a server can size the rest of its memory first.
+// ErrSavedMismatch for bytes that are not a saved buffer, are damaged or truncated, or of
+// another format version.
+func ReadSavedInfo(data []byte) (SavedInfo, error) {
+	if err := Load(); err != nil {
+		return SavedInfo{}, err
+	}
+	var i C.cgc_saved_info_t
+	var msg *C.char
+	p := bytesFor(data)
+	err := check(C.cgcgo_saved_info(p, C.size_t(len(data)), &i, &msg), msg)
+	runtime.KeepAlive(data)
+	if err != nil {
+		return SavedInfo{}, err
+	}
+	return SavedInfo{
+		FormatVersion: uint32(i.format_version),
+		ComputeMajor:  int(i.compute_major),
+		ComputeMinor:  int(i.compute_minor),
+		DriverVersion: int(i.driver_version),
+		NGraphs:       int(i.n_graphs),
+		NPools:        int(i.n_pools),
+		NModules:      int(i.n_modules),
+		NNodes:        int(i.n_nodes),
+		PoolBytes:     uint64(i.pool_bytes),
+		ImageBytes:    uint64(i.image_bytes),
+	}, nil
+}
+
+// SaveGraphs (1.6) writes graphs (captured by cgc, none reset) and what rebuilding them needs to
+// bytes (cgc_graphs_save, asked first for the size, then for the bytes): each graph's nodes and
+// edges; its kernels' module images (or the keys of Context.AddModuleImage), names, attributes
+// and argument bytes; the layout of every pool the graphs were captured into and of pools (more
+// pools at fixed addresses to save, after the graphs' own: the weights and inputs their kernels
+// read), namely base, capacity, how far it is backed and its blocks allocated now; the device's
+// architecture and the driver's version. Nothing is relocated: every address a graph uses must
+// lie in one of those pools, each made by Context.NewPoolAt. The memory's contents are not
+// saved. A pool named twice is saved once.
+//
+// ErrNotSavable when a graph holds what a saved buffer cannot rebuild (a pool not at fixed
+// addresses, an argument or operand in memory outside the pools, host or event nodes, memory
+// allocation or free nodes, child graphs, conditional nodes, memory operations, generator draws,
+// NCCL collectives, a kernel of a module cgc cannot name, an executable changed by per-node
+// updates): the message names the graph, the node, its kind, the kernel and the argument.
+// ErrInvalidArgument for no graphs or a nil one, or a pool in pools not at fixed addresses;
+// ErrInvalidState for a reset graph; ErrNotSupported before a CUDA 12.4 driver. Not while
+// another goroutine updates, resets or destroys one of the graphs.
+func SaveGraphs(graphs []*Graph, pools []*Pool) ([]byte, error) {
+	const op = "SaveGraphs"
+	if err := Load(); err != nil {
+		return nil, err
+	}
+	// One entry more than needed, so that C gets an array even for a count of 0: the library
+	// then refuses the count itself, not a NULL array.
+	gh := make([]C.cgc_graph_t, len(graphs)+1)
+	for i, g := range graphs {
+		h, err := g.handle(op)
+		if err != nil {
+			return nil, err
+		}
+		gh[i] = h
+	}
+	ph := make([]C.cgc_pool_t, len(pools)+1)
+	for i, p := range pools {
+		h, err := p.handle(op)
+		if err != nil {
+			return nil, err
+		}
+		ph[i] = h
+	}
+	defer runtime.KeepAlive(graphs)
+	defer runtime.KeepAlive(pools)
+	var size C.size_t
+	var msg *C.char
+	if err := check(C.cgcgo_graphs_save(&gh[0], C.size_t(len(graphs)), &ph[0], C.size_t(len(pools)), nil, 0, &size,
+		&msg), msg); err != nil {
+		return nil, err
+	}
+	for {
+		buffer := make([]byte, int(size))
+		capacity := size
+		var msg *C.char
+		st := C.cgcgo_graphs_save(&gh[0], C.size_t(len(graphs)), &ph[0], C.size_t(len(pools)), bytesFor(buffer),
+			capacity, &size, &msg)
+		if st == C.CGC_ERROR_INVALID_ARGUMENT && size > capacity {
+			C.free(unsafe.Pointer(msg))
+			continue // the pools' blocks grew in between: size says how much is needed now
+		}
+		if err := check(st, msg); err != nil {
+			return nil, err
+		}
+		return buffer[:int(size)], nil
+	}
+}
+
+// RestoreGraphs (1.6) rebuilds the graphs of data (bytes of SaveGraphs, from this process or
+// another on the same GPU architecture and driver version) on the context's device
+// (cgc_graphs_restore). Its pools are created again at their bases, as by NewPoolAt, with the
+// blocks allocated at save time claimed at their addresses: they are the application's to free
+// (DeviceMemoryAt(ptr, size) then Free, as in the saving process), and they hold their pool
+// until then; the rest
+// of the pools' backed memory is kept for the graphs. Modules are loaded again (embedded images,
+// or those added by key with AddModuleImage), each kernel is checked against its saved
+// attributes, and each graph is built and instantiated as a capture's, ready to Launch.
+//
+// It returns SavedInfo.NGraphs graphs and SavedInfo.NPools pools in the saved order, owned as a
+// capture's Graph and NewPoolAt's Pool are: Graph.Destroy destroys a graph, Pool.Close drops the
+// pool's one reference and gives its range back, refused (ErrInvalidState, the Pool stays open)
+// while a block of it is allocated or a graph holds it. The memory's contents are not restored:
+// write the inputs again.
+//
+// ErrSavedMismatch, naming what differs, for damaged bytes, another format version, another
+// architecture or driver version, a module key not added, or a kernel missing or with other
+// attributes; ErrInvalidState when a pool's range cannot be reserved here (e.g. the saved pools,
+// or other pools at fixed addresses, still hold it). On failure nothing is left: no graph, pool
+// or module.
+func (c *Context) RestoreGraphs(data []byte) ([]*Graph, []*Pool, error) {
+	const op = "Context.RestoreGraphs"
+	ch, err := c.handle(op)
+	if err != nil {
+		return nil, nil, err
+	}
+	info, err := ReadSavedInfo(data)
+	if err != nil {
+		return nil, nil, err
+	}
+	gh := make([]C.cgc_graph_t, info.NGraphs+1)
+	ph := make([]C.cgc_pool_t, info.NPools+1)
+	var msg *C.char
+	err = check(C.cgcgo_graphs_restore(ch, bytesFor(data), C.size_t(len(data)), &gh[0], C.size_t(info.NGraphs), &ph[0],
+		C.size_t(info.NPools), &msg), msg)
+	runtime.KeepAlive(c)
+	runtime.KeepAlive(data)
+	if err != nil {
+		return nil, nil, err
+	}
+	graphs := make([]*Graph, info.NGraphs)
+	for i := range graphs {
+		graphs[i] = newGraph(gh[i])
+	}
+	pools := make([]*Pool, info.NPools)
+	for i := range pools {
+		pools[i] = newPool(ph[i])
+	}
+	return graphs, pools, nil
+}
+
+// AddModuleImage (1.6) adds a module image under key (cgc_module_add_image; up to 255 bytes, no
+// NUL; the image is copied): SaveGraphs names a kernel of a module cgc did not load (the
+// application's own, a library's) by this key when the image has a kernel of that name with the
+// same attributes, and RestoreGraphs loads the image added under the key a saved buffer names,
+// so the restoring process adds the same image under the same key first. image is a fatbin, a
+// cubin, or PTX text, to which a NUL byte is added when it has none. Images stay for the life of
+// the process.
+//
+// ErrInvalidState for another image under a key already taken (the same image again is fine);
+// ErrCUDA when the driver cannot load the image; ErrInvalidArgument for a key with a NUL byte
+// (the binding's refusal) or one too long.
+func (c *Context) AddModuleImage(key string, image []byte) error {
+	const op = "Context.AddModuleImage"
+	if strings.IndexByte(key, 0) >= 0 {
+		return &Error{Status: ErrInvalidArgument, Message: "cgc (Go binding): " + op + ": the key contains a NUL byte"}
+	}
+	ch, err := c.handle(op)
+	if err != nil {
+		return err
+	}
+	if looksLikePTX(image) && image[len(image)-1] != 0 {
+		image = append(append(make([]byte, 0, len(image)+1), image...), 0)
+	}
+	ckey := C.CString(key)
+	defer C.free(unsafe.Pointer(ckey))
+	var msg *C.char
+	err = check(C.cgcgo_module_add_image(ch, ckey, bytesFor(image), C.size_t(len(image)), &msg), msg)
+	runtime.KeepAlive(c)
+	runtime.KeepAlive(image)
+	return err
+}
+
+// looksLikePTX tells PTX text from a fatbin or a cubin (which begin with their magic numbers), as
+// the library tells them.
+func looksLikePTX(image []byte) bool {
+	if len(image) == 0 {
+		return false
+	}
+	switch b := image[0]; {
+	case b == '/' || b == '.' || b == '\n' || b == '\t' || b == ' ' || b == '\r' || (b >= 'a' && b <= 'z'):
+		return true
+	}
+	return false
+}

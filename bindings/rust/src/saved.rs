@@ -1,0 +1,193 @@
+//! Saved graphs (1.6): [`save_graphs`] writes graphs and the pools they use to bytes,
+//! [`SavedInfo::read`] says what such bytes hold, [`Context::restore_graphs`] rebuilds them (in
+//! another process too, on the same GPU architecture and driver version), and
+//! [`Context::add_module_image`] names a module cgc did not load by a key.
+
+use super::*;
+
+/// What a saved buffer holds and needs (`cgc_saved_info_t`), read by [`SavedInfo::read`]
+/// without touching the device.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SavedInfo {
+    /// The version of the buffer's layout.
+    pub format_version: u32,
+    /// The architecture it was saved on (e.g. 9 for 9.0).
+    pub compute_major: i32,
+    /// The architecture's minor number (e.g. 0 for 9.0).
+    pub compute_minor: i32,
+    /// `cuDriverGetVersion` of the saving process, e.g. 13000.
+    pub driver_version: i32,
+    /// The graphs [`Context::restore_graphs`] rebuilds.
+    pub n_graphs: usize,
+    /// The pools [`Context::restore_graphs`] creates, in this order.
+    pub n_pools: usize,
+    /// Module images, embedded or named by key ([`Context::add_module_image`]).
+    pub n_modules: usize,
+    /// The graphs' nodes, all together.
+    pub n_nodes: usize,
+    /// Device memory the restored pools back: exactly their backed ranges.
+    pub pool_bytes: usize,
+    /// Bytes of the embedded module images.
+    pub image_bytes: usize,
+}
+
+impl SavedInfo {
+    /// What `data` (bytes of [`save_graphs`]) holds (`cgc_saved_info`). Needs no driver and
+    /// allocates nothing on the device, so a server can size the rest of its memory first.
+    /// [`Status::SavedMismatch`] for bytes that are not a saved buffer, are damaged or truncated,
+    /// or of another format version.
+    pub fn read(data: &[u8]) -> Result<SavedInfo> {
+        let api = api()?;
+        let mut i = sys::cgc_saved_info_t {
+            struct_size: std::mem::size_of::<sys::cgc_saved_info_t>(),
+            ..Default::default()
+        };
+        // SAFETY: `data` is data.len() readable bytes; valid out pointer with struct_size set.
+        check(api, unsafe {
+            (api.cgc_saved_info)(data.as_ptr() as *const c_void, data.len(), &mut i)
+        })?;
+        Ok(SavedInfo::from_raw(&i))
+    }
+
+    pub(crate) fn from_raw(i: &sys::cgc_saved_info_t) -> SavedInfo {
+        SavedInfo {
+            format_version: i.format_version,
+            compute_major: i.compute_major,
+            compute_minor: i.compute_minor,
+            driver_version: i.driver_version,
+            n_graphs: i.n_graphs,
+            n_pools: i.n_pools,
+            n_modules: i.n_modules,
+            n_nodes: i.n_nodes,
+            pool_bytes: i.pool_bytes,
+            image_bytes: i.image_bytes,
+        }
+    }
+}
+
+/// 1.6: `graphs` (captured by cgc, none reset) and what rebuilding them needs, as bytes
+/// (`cgc_graphs_save`, asked first for the size, then for the bytes): each graph's nodes and
+/// edges; its kernels' module images (or the keys of [`Context::add_module_image`]), names,
+/// attributes and argument bytes; the layout of every pool the graphs were captured into and of
+/// `pools` (more pools at fixed addresses to save, after the graphs' own, e.g. the weights and
+/// inputs their kernels read): base, capacity, how far it is backed, and its blocks allocated now;
+/// the device's architecture and the driver's version. Nothing is relocated: every address a
+/// graph uses must lie in one of those pools, each a pool at fixed addresses
+/// ([`Pool::create_at`]). The memory's contents are not saved.
+///
+/// Errors: [`Status::NotSavable`] when a graph holds what a saved buffer cannot rebuild (a pool
+/// not at fixed addresses, an argument or operand in memory outside the pools, host or event
+/// nodes, memory allocation or free nodes, child graphs, conditional nodes, memory operations,
+/// generator draws, NCCL collectives, a kernel of a module cgc cannot name, an executable
+/// changed by per-node updates): the message names the graph, the node, its kind, the kernel and
+/// the argument; [`Status::InvalidArgument`] for no graphs or an extra pool not at fixed
+/// addresses; [`Status::InvalidState`] for a reset graph; [`Status::NotSupported`] before a CUDA
+/// 12.4 driver. A pool named twice is saved once. Not while another thread
+/// updates, resets or destroys one of the graphs (the borrows rule out this process's own).
+pub fn save_graphs(graphs: &[&Graph], pools: &[&Pool]) -> Result<Vec<u8>> {
+    let api = api()?;
+    let raw_graphs: Vec<sys::cgc_graph_t> = graphs.iter().map(|g| g.raw).collect();
+    let raw_pools: Vec<sys::cgc_pool_t> = pools.iter().map(|p| p.raw).collect();
+    let options = sys::cgc_save_options_t {
+        struct_size: std::mem::size_of::<sys::cgc_save_options_t>(),
+        pools: if raw_pools.is_empty() { ptr::null() } else { raw_pools.as_ptr() },
+        n_pools: raw_pools.len(),
+    };
+    let graphs_ptr = if raw_graphs.is_empty() { ptr::null() } else { raw_graphs.as_ptr() };
+    let mut size = 0usize;
+    // SAFETY: the handles are live (borrowed Graphs and Pools); the arrays hold the counts
+    // given; a NULL buffer with capacity 0 asks for the size alone.
+    check(api, unsafe {
+        (api.cgc_graphs_save)(graphs_ptr, raw_graphs.len(), &options, ptr::null_mut(), 0, &mut size)
+    })?;
+    loop {
+        let mut buffer = vec![0u8; size];
+        let capacity = buffer.len();
+        // SAFETY: as above; `buffer` holds `capacity` writable bytes.
+        let st = unsafe {
+            (api.cgc_graphs_save)(graphs_ptr, raw_graphs.len(), &options, buffer.as_mut_ptr() as *mut c_void,
+                                  capacity, &mut size)
+        };
+        if st == sys::CGC_ERROR_INVALID_ARGUMENT && size > capacity {
+            continue; // the pools' blocks grew in between: *size says how much is needed now
+        }
+        check(api, st)?;
+        buffer.truncate(size);
+        return Ok(buffer);
+    }
+}
+
+impl Context {
+    /// 1.6: rebuilds the graphs of `data` (bytes of [`save_graphs`], from this process or
+    /// another on the same GPU architecture and driver version) on this device
+    /// (`cgc_graphs_restore`): its pools are created again at their bases (as
+    /// [`Pool::create_at`]) with the blocks allocated at save time claimed at their addresses,
+    /// the application's to free (e.g. [`DeviceBuffer::from_raw`] at the saved address, then
+    /// [`DeviceBuffer::free`]), as in the saving process; the rest of their backed memory is kept
+    /// for the graphs. Modules are loaded again (embedded images, or those added by key with
+    /// [`Context::add_module_image`]), each kernel checked against its saved attributes, and
+    /// each graph built and instantiated as a capture's, ready to [`Graph::launch`].
+    ///
+    /// Returns [`SavedInfo::n_graphs`] graphs and [`SavedInfo::n_pools`] pools, in the saved
+    /// order, each owned as a capture's graph and a created pool are: a graph is destroyed on
+    /// drop, a pool holds one reference, whose last release (refused while its blocks are
+    /// allocated or its graphs live, as for [`Pool::create_at`]'s: see [`Pool::try_release`])
+    /// gives its range back. The memory's contents are not restored: write the inputs again.
+    ///
+    /// Errors: [`Status::SavedMismatch`], naming what differs, for damaged bytes, another format
+    /// version, another architecture or driver version, a module key not added, or a kernel
+    /// missing or with other attributes; [`Status::InvalidState`] when a pool's range cannot be
+    /// reserved here (e.g. the saved pools, or other pools at fixed addresses, still hold it). On
+    /// failure nothing is left: no graph, pool or module.
+    pub fn restore_graphs(&self, data: &[u8]) -> Result<(Vec<Graph>, Vec<Pool>)> {
+        let info = SavedInfo::read(data)?;
+        let mut graphs: Vec<sys::cgc_graph_t> = vec![ptr::null_mut(); info.n_graphs];
+        let mut pools: Vec<sys::cgc_pool_t> = vec![ptr::null_mut(); info.n_pools];
+        let options = sys::cgc_restore_options_t {
+            struct_size: std::mem::size_of::<sys::cgc_restore_options_t>(),
+            flags: 0,
+        };
+        // SAFETY: live context; `data` is data.len() readable bytes; the out arrays hold the
+        // counts given.
+        check(self.api, unsafe {
+            (self.api.cgc_graphs_restore)(self.raw, data.as_ptr() as *const c_void, data.len(), &options,
+                                          graphs.as_mut_ptr(), graphs.len(), pools.as_mut_ptr(), pools.len())
+        })?;
+        // Each pool with the one reference the restore gave the caller.
+        let pools: Vec<Pool> = pools.into_iter().map(|raw| Pool { raw, api: self.api }).collect();
+        // New handles, registered as a capture's end registers them (Graph::adopt).
+        let owned: Vec<Graph> = graphs.iter().filter_map(|&raw| Graph::adopt(raw, self.api)).collect();
+        if owned.len() != graphs.len() || pools.iter().any(|p| p.raw.is_null()) {
+            // Dropping what was wrapped destroys and releases it.
+            return Err(Error::new(
+                Status::Internal,
+                "cgc_graphs_restore (Rust binding): the restore handed back a NULL or already owned handle",
+            ));
+        }
+        Ok((owned, pools))
+    }
+
+    /// 1.6: adds a module image under `key` (`cgc_module_add_image`; up to 255 bytes, no NUL;
+    /// the image is copied): [`save_graphs`] names a kernel of a module cgc did not load (the
+    /// application's own, a library's) by this key when the image has a kernel of that name with
+    /// the same attributes, and [`Context::restore_graphs`] loads the image added under the key a
+    /// saved buffer names, so the restoring process adds the same image under the same key first.
+    /// `image` is a fatbin, a cubin, or PTX text with its terminating NUL
+    /// (`CString::as_bytes_with_nul`). Images stay for the life of the process.
+    ///
+    /// Errors: [`Status::InvalidState`] for another image under a key already taken (the same
+    /// image again is fine); [`Status::Cuda`] when the driver cannot load the image;
+    /// [`Status::InvalidArgument`] for a key with a NUL byte (the binding's refusal) or too long.
+    pub fn add_module_image(&self, key: &str, image: &[u8]) -> Result<()> {
+        let c_key = CString::new(key).map_err(|_| {
+            Error::new(
+                Status::InvalidArgument,
+                format!("cgc_module_add_image: key {:?} contains a NUL byte", key),
+            )
+        })?;
+        // SAFETY: live context, valid C string, `image` is image.len() readable bytes (copied).
+        check(self.api, unsafe {
+            (self.api.cgc_module_add_image)(self.raw, c_key.as_ptr(), image.as_ptr() as *const c_void, image.len())
+        })
+    }
+}
