@@ -4,6 +4,7 @@
 // damaged bytes. The restore in another process is bench/saved_graphs's (cgc_bench saved).
 #include <gtest/gtest.h>
 
+#include <cstddef>
 #include <cstdio>
 #include <cstring>
 #include <random>
@@ -410,6 +411,70 @@ TEST_F(SavedTest, RestoringFlippedBitsEitherWorksOrLeavesNothingAndNeverCrashes)
   }
   EXPECT_GT(refused, 0);
   std::printf("flipped files: %d restored, %d refused\n", restored, refused);
+}
+
+// A header written by hand, field by field as src/saved_file.h lays it out, and an 8-byte body:
+// cgc_saved_info reads it without the driver, and names each thing it refuses.
+std::vector<uint8_t> HandMadeFile(uint32_t format, uint32_t byte_order, int64_t size_delta, bool good_checksum) {
+  std::vector<uint8_t> b;
+  auto put = [&b](uint64_t v, size_t n) {
+    for (size_t i = 0; i < n; i++) b.push_back(uint8_t(v >> (8 * i)));
+  };
+  for (char c : std::string("CGCGRAPH")) b.push_back(uint8_t(c));
+  put(format, 4);
+  put(byte_order, 4);
+  put(0, 8);  // the size, below
+  put(0, 8);  // the checksum, below
+  put(9, 4), put(0, 4), put(13000, 4), put(0, 4);  // compute 9.0, CUDA 13000, reserved
+  const uint64_t counts[] = {3, 2, 1, 4, 3000, 6 << 20, 12345};  // graphs, pools, modules, kernels, nodes, bytes
+  for (uint64_t c : counts) put(c, 8);
+  put(0x0123456789abcdefull, 8);  // the body
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (size_t i = b.size() - 8; i < b.size(); i++) h = (h ^ b[i]) * 0x100000001b3ull;
+  if (!good_checksum) h ^= 1;
+  uint64_t total = uint64_t(int64_t(b.size()) + size_delta);
+  for (size_t i = 0; i < 8; i++) b[16 + i] = uint8_t(total >> (8 * i)), b[24 + i] = uint8_t(h >> (8 * i));
+  return b;
+}
+
+TEST(SavedNoGpu, TheHeaderIsReadWithoutTheDriverAndEachRefusalSaysWhy) {
+  cgc_saved_info_t info{};
+  info.struct_size = sizeof info;
+  std::vector<uint8_t> good = HandMadeFile(1, 0x01020304, 0, true);
+  ASSERT_EQ(cgc_saved_info(good.data(), good.size(), &info), CGC_SUCCESS) << cgc_last_error();
+  EXPECT_EQ(info.format_version, 1u);
+  EXPECT_EQ(info.compute_major, 9);
+  EXPECT_EQ(info.compute_minor, 0);
+  EXPECT_EQ(info.driver_version, 13000);
+  EXPECT_EQ(info.n_graphs, 3u);
+  EXPECT_EQ(info.n_pools, 2u);
+  EXPECT_EQ(info.n_modules, 1u);
+  EXPECT_EQ(info.n_nodes, 3000u);
+  EXPECT_EQ(info.pool_bytes, size_t{6} << 20);
+  EXPECT_EQ(info.image_bytes, 12345u);
+  // An older caller's smaller struct is filled only as far as it reaches.
+  cgc_saved_info_t small{};
+  small.struct_size = offsetof(cgc_saved_info_t, n_pools);
+  small.n_pools = 77;
+  ASSERT_EQ(cgc_saved_info(good.data(), good.size(), &small), CGC_SUCCESS);
+  EXPECT_EQ(small.n_graphs, 3u);
+  EXPECT_EQ(small.n_pools, 77u);
+  struct Case {
+    std::vector<uint8_t> bytes;
+    const char* says;
+  } cases[] = {
+      {HandMadeFile(2, 0x01020304, 0, true), "format version 2"},
+      {HandMadeFile(1, 0x04030201, 0, true), "byte order"},
+      {HandMadeFile(1, 0x01020304, 8, true), "truncated"},
+      {HandMadeFile(1, 0x01020304, 0, false), "damaged"},
+  };
+  for (const Case& c : cases) {
+    EXPECT_EQ(cgc_saved_info(c.bytes.data(), c.bytes.size(), &info), CGC_ERROR_SAVED_MISMATCH) << c.says;
+    EXPECT_TRUE(Contains(cgc_last_error(), c.says)) << cgc_last_error();
+    EXPECT_TRUE(Contains(cgc_last_error(), "cgc_saved_info")) << cgc_last_error();
+  }
+  for (size_t cut = 0; cut < good.size(); cut += 7)  // every truncation is refused, none read past
+    EXPECT_EQ(cgc_saved_info(good.data(), cut, &info), CGC_ERROR_SAVED_MISMATCH) << cut;
 }
 
 TEST(SavedNoGpu, BytesThatAreNoSavedFileAreRefusedWithoutTheDriver) {
