@@ -54,9 +54,7 @@ class SavedTest : public GpuTest {
   // Captures into `pool`: a kernel fills a scratch block, a copy and a set work on more scratch,
   // a kernel writes `*out` (left allocated: the graph's output) from them.
   void CaptureWork(cgc_pool_t pool, cgc_graph_t* graph, void** out) {
-    cgc_capture_options_t options{};
-    options.struct_size = sizeof options;
-    options.pool = pool;
+    cgc_capture_options_t options = Into(pool);
     CGC_ASSERT_OK(cgc_capture_begin(stream, &options));
     void *in = Malloc(kN * 4, stream), *copy = Malloc(kN * 4, stream), *zeros = Malloc(kN * 4, stream);
     *out = Malloc(kN * 4, stream);
@@ -89,13 +87,37 @@ class SavedTest : public GpuTest {
     EXPECT_EQ(cgc_saved_info(bytes.data(), bytes.size(), &info), CGC_SUCCESS) << cgc_last_error();
     return info;
   }
+  // A pool at the tests' fixed base, and the capture options that record into it.
+  cgc_pool_t FixedPool() {
+    cgc_pool_t pool = nullptr;
+    EXPECT_EQ(cgc_pool_create_at(ctx, reinterpret_cast<void*>(kBase), 64 * kMiB, &pool), CGC_SUCCESS)
+        << cgc_last_error();
+    return pool;
+  }
+  static cgc_capture_options_t Into(cgc_pool_t pool) {
+    cgc_capture_options_t options{};
+    options.struct_size = sizeof options;
+    options.pool = pool;
+    return options;
+  }
+  // Everything of a graph goes: the graph, its output, its pool (whose range is given back).
+  void GiveBack(cgc_graph_t graph, void* out, cgc_pool_t pool) {
+    CGC_ASSERT_OK(cgc_graph_destroy(graph));
+    CGC_ASSERT_OK(cgc_free(out));
+    CGC_ASSERT_OK(cgc_stream_synchronize(stream));
+    CGC_ASSERT_OK(cgc_pool_release(pool));
+  }
+  // The one graph and pool of `bytes`, rebuilt.
+  void RestoreOne(const std::vector<uint8_t>& bytes, cgc_graph_t* graph, cgc_pool_t* pool) {
+    CGC_ASSERT_OK(cgc_graphs_restore(ctx, bytes.data(), bytes.size(), nullptr, graph, 1, pool, 1));
+  }
   cgc_module_t module = nullptr;
   cgc_function_t fill = nullptr, add = nullptr;
 };
 
 TEST_F(SavedTest, AGraphRestoredAfterItsPoolWasReleasedWritesTheSameBytesAtTheSameAddress) {
-  cgc_pool_t pool = nullptr;
-  CGC_ASSERT_OK(cgc_pool_create_at(ctx, reinterpret_cast<void*>(kBase), 64 * kMiB, &pool));
+  cgc_pool_t pool = FixedPool();
+  ASSERT_NE(pool, nullptr);
   cgc_graph_t graph = nullptr;
   void* out = nullptr;
   ASSERT_NO_FATAL_FAILURE(CaptureWork(pool, &graph, &out));
@@ -114,14 +136,10 @@ TEST_F(SavedTest, AGraphRestoredAfterItsPoolWasReleasedWritesTheSameBytesAtTheSa
   EXPECT_GT(info.image_bytes, 0u);
   EXPECT_EQ(info.compute_major >= 7, true);
 
-  // Everything of the first graph goes: graph, output, pool (its range is given back).
-  CGC_ASSERT_OK(cgc_graph_destroy(graph));
-  CGC_ASSERT_OK(cgc_free(out));
-  CGC_ASSERT_OK(cgc_pool_release(pool));
-
+  ASSERT_NO_FATAL_FAILURE(GiveBack(graph, out, pool));
   cgc_graph_t restored = nullptr;
   cgc_pool_t restored_pool = nullptr;
-  CGC_ASSERT_OK(cgc_graphs_restore(ctx, bytes.data(), bytes.size(), nullptr, &restored, 1, &restored_pool, 1));
+  ASSERT_NO_FATAL_FAILURE(RestoreOne(bytes, &restored, &restored_pool));
   // The output block is allocated again at its address: a claim of it is refused.
   EXPECT_EQ(cgc_pool_claim(restored_pool, out, kN * 4), CGC_ERROR_INVALID_STATE);
   CGC_ASSERT_OK(cgc_memset_d32_async(out, 0, kN, stream));
@@ -143,18 +161,13 @@ TEST_F(SavedTest, AGraphRestoredAfterItsPoolWasReleasedWritesTheSameBytesAtTheSa
   // A restored graph can be saved again.
   EXPECT_FALSE(Save({restored}).empty());
 
-  CGC_ASSERT_OK(cgc_graph_destroy(restored));
-  CGC_ASSERT_OK(cgc_free(out));
-  CGC_ASSERT_OK(cgc_stream_synchronize(stream));
-  CGC_ASSERT_OK(cgc_pool_release(restored_pool));
+  ASSERT_NO_FATAL_FAILURE(GiveBack(restored, out, restored_pool));
 }
 
 TEST_F(SavedTest, AKernelOfAModuleCgcDidNotLoadIsSavedByTheKeyOfAnAddedImage) {
-  cgc_pool_t pool = nullptr;
-  CGC_ASSERT_OK(cgc_pool_create_at(ctx, reinterpret_cast<void*>(kBase), 64 * kMiB, &pool));
-  cgc_capture_options_t options{};
-  options.struct_size = sizeof options;
-  options.pool = pool;
+  cgc_pool_t pool = FixedPool();
+  ASSERT_NE(pool, nullptr);
+  cgc_capture_options_t options = Into(pool);
   CGC_ASSERT_OK(cgc_capture_begin(stream, &options));
   void* out = Malloc(kN * 4, stream);
   Fill(stream, Dev(out), 7.0f, kN);  // the fixture's kernels: loaded through the driver, not cgc
@@ -174,27 +187,20 @@ TEST_F(SavedTest, AKernelOfAModuleCgcDidNotLoadIsSavedByTheKeyOfAnAddedImage) {
   ASSERT_FALSE(bytes.empty());
   EXPECT_EQ(Info(bytes).image_bytes, 0u) << "an image added by key is named, not written";
 
-  CGC_ASSERT_OK(cgc_graph_destroy(graph));
-  CGC_ASSERT_OK(cgc_free(out));
-  CGC_ASSERT_OK(cgc_pool_release(pool));
+  ASSERT_NO_FATAL_FAILURE(GiveBack(graph, out, pool));
   cgc_graph_t restored = nullptr;
   cgc_pool_t restored_pool = nullptr;
-  CGC_ASSERT_OK(cgc_graphs_restore(ctx, bytes.data(), bytes.size(), nullptr, &restored, 1, &restored_pool, 1));
+  ASSERT_NO_FATAL_FAILURE(RestoreOne(bytes, &restored, &restored_pool));
   CGC_ASSERT_OK(cgc_graph_launch(restored, stream));
   EXPECT_EQ(Download(Dev(out), kN)[kN - 1], 7.0f);
-  CGC_ASSERT_OK(cgc_graph_destroy(restored));
-  CGC_ASSERT_OK(cgc_free(out));
-  CGC_ASSERT_OK(cgc_stream_synchronize(stream));
-  CGC_ASSERT_OK(cgc_pool_release(restored_pool));
+  ASSERT_NO_FATAL_FAILURE(GiveBack(restored, out, restored_pool));
 }
 
 TEST_F(SavedTest, AKernelArgumentOutsideTheSavedPoolsIsRefusedNamingTheNodeAndArgument) {
   void* elsewhere = Malloc(kN * 4, stream);  // the device cache's: not at a fixed address
-  cgc_pool_t pool = nullptr;
-  CGC_ASSERT_OK(cgc_pool_create_at(ctx, reinterpret_cast<void*>(kBase), 64 * kMiB, &pool));
-  cgc_capture_options_t options{};
-  options.struct_size = sizeof options;
-  options.pool = pool;
+  cgc_pool_t pool = FixedPool();
+  ASSERT_NE(pool, nullptr);
+  cgc_capture_options_t options = Into(pool);
   CGC_ASSERT_OK(cgc_capture_begin(stream, &options));
   void* in = Malloc(kN * 4, stream);
   CgcFill(in, 1.0f);
@@ -224,11 +230,9 @@ TEST_F(SavedTest, AGraphOfAnOrdinaryPoolOrHoldingAHostFunctionIsRefused) {
   EXPECT_TRUE(Contains(cgc_last_error(), "not at fixed addresses")) << cgc_last_error();
   CGC_ASSERT_OK(cgc_graph_destroy(graph));
 
-  cgc_pool_t pool = nullptr;
-  CGC_ASSERT_OK(cgc_pool_create_at(ctx, reinterpret_cast<void*>(kBase), 64 * kMiB, &pool));
-  cgc_capture_options_t options{};
-  options.struct_size = sizeof options;
-  options.pool = pool;
+  cgc_pool_t pool = FixedPool();
+  ASSERT_NE(pool, nullptr);
+  cgc_capture_options_t options = Into(pool);
   CGC_ASSERT_OK(cgc_capture_begin(stream, &options));
   CGC_ASSERT_OK(cgc_launch_host_func(stream, [](void*) {}, nullptr, nullptr));
   CGC_ASSERT_OK(cgc_capture_end(stream, &graph));
@@ -256,8 +260,8 @@ TEST_F(SavedTest, AGraphOfAnOrdinaryPoolOrHoldingAHostFunctionIsRefused) {
 }
 
 TEST_F(SavedTest, DamagedForeignOrMismatchedBytesAreRefusedAndLeaveNothingBehind) {
-  cgc_pool_t pool = nullptr;
-  CGC_ASSERT_OK(cgc_pool_create_at(ctx, reinterpret_cast<void*>(kBase), 64 * kMiB, &pool));
+  cgc_pool_t pool = FixedPool();
+  ASSERT_NE(pool, nullptr);
   cgc_graph_t graph = nullptr;
   void* out = nullptr;
   ASSERT_NO_FATAL_FAILURE(CaptureWork(pool, &graph, &out));
@@ -287,9 +291,7 @@ TEST_F(SavedTest, DamagedForeignOrMismatchedBytesAreRefusedAndLeaveNothingBehind
   std::vector<uint8_t> small(16);
   EXPECT_EQ(cgc_graphs_save(&graph, 1, nullptr, small.data(), small.size(), &size), CGC_ERROR_INVALID_ARGUMENT);
   EXPECT_EQ(size, bytes.size());
-  CGC_ASSERT_OK(cgc_graph_destroy(graph));
-  CGC_ASSERT_OK(cgc_free(out));
-  CGC_ASSERT_OK(cgc_pool_release(pool));
+  ASSERT_NO_FATAL_FAILURE(GiveBack(graph, out, pool));
 }
 
 TEST_F(SavedTest, AKernelNodesPriorityIsKeptAndSetAgain) {
@@ -298,11 +300,9 @@ TEST_F(SavedTest, AKernelNodesPriorityIsKeptAndSetAgain) {
   if (least == greatest) GTEST_SKIP() << "the device has one stream priority";
   cgc_stream_t urgent = nullptr;
   CGC_ASSERT_OK(cgc_stream_create(ctx, CGC_STREAM_NON_BLOCKING, greatest, &urgent));
-  cgc_pool_t pool = nullptr;
-  CGC_ASSERT_OK(cgc_pool_create_at(ctx, reinterpret_cast<void*>(kBase), 64 * kMiB, &pool));
-  cgc_capture_options_t options{};
-  options.struct_size = sizeof options;
-  options.pool = pool;
+  cgc_pool_t pool = FixedPool();
+  ASSERT_NE(pool, nullptr);
+  cgc_capture_options_t options = Into(pool);
   CGC_ASSERT_OK(cgc_capture_begin(urgent, &options));
   void* out = Malloc(kN * 4, urgent);
   float v = 5.0f;
@@ -330,19 +330,14 @@ TEST_F(SavedTest, AKernelNodesPriorityIsKeptAndSetAgain) {
   ASSERT_EQ(captured, greatest) << "the premise: a captured kernel node keeps its stream's priority";
   std::vector<uint8_t> bytes = Save({graph});
   ASSERT_FALSE(bytes.empty());
-  CGC_ASSERT_OK(cgc_graph_destroy(graph));
-  CGC_ASSERT_OK(cgc_free(out));
-  CGC_ASSERT_OK(cgc_pool_release(pool));
+  ASSERT_NO_FATAL_FAILURE(GiveBack(graph, out, pool));
   cgc_graph_t restored = nullptr;
   cgc_pool_t restored_pool = nullptr;
-  CGC_ASSERT_OK(cgc_graphs_restore(ctx, bytes.data(), bytes.size(), nullptr, &restored, 1, &restored_pool, 1));
+  ASSERT_NO_FATAL_FAILURE(RestoreOne(bytes, &restored, &restored_pool));
   EXPECT_EQ(priority_of_first_kernel(restored), greatest);
   CGC_ASSERT_OK(cgc_graph_launch(restored, stream));
   EXPECT_EQ(Download(Dev(out), kN)[0], 5.0f);
-  CGC_ASSERT_OK(cgc_graph_destroy(restored));
-  CGC_ASSERT_OK(cgc_free(out));
-  CGC_ASSERT_OK(cgc_stream_synchronize(stream));
-  CGC_ASSERT_OK(cgc_pool_release(restored_pool));
+  ASSERT_NO_FATAL_FAILURE(GiveBack(restored, out, restored_pool));
   CGC_ASSERT_OK(cgc_stream_destroy(urgent));
 }
 
@@ -352,11 +347,9 @@ TEST_F(SavedTest, AKernelNodesPriorityIsKeptAndSetAgain) {
 // kernels are of an added image, so that no flip lands in an image the driver would parse.
 TEST_F(SavedTest, RestoringFlippedBitsEitherWorksOrLeavesNothingAndNeverCrashes) {
   CGC_ASSERT_OK(cgc_module_add_image(ctx, "cgc tests", cgc_test_kernels_fatbin, cgc_test_kernels_fatbin_size));
-  cgc_pool_t pool = nullptr;
-  CGC_ASSERT_OK(cgc_pool_create_at(ctx, reinterpret_cast<void*>(kBase), 64 * kMiB, &pool));
-  cgc_capture_options_t options{};
-  options.struct_size = sizeof options;
-  options.pool = pool;
+  cgc_pool_t pool = FixedPool();
+  ASSERT_NE(pool, nullptr);
+  cgc_capture_options_t options = Into(pool);
   CGC_ASSERT_OK(cgc_capture_begin(stream, &options));
   void *in = Malloc(kN * 4, stream), *out = Malloc(kN * 4, stream);
   Fill(stream, Dev(in), 2.0f, kN);
@@ -369,9 +362,7 @@ TEST_F(SavedTest, RestoringFlippedBitsEitherWorksOrLeavesNothingAndNeverCrashes)
   std::vector<uint8_t> bytes = Save({graph});
   ASSERT_FALSE(bytes.empty());
   ASSERT_EQ(Info(bytes).image_bytes, 0u);
-  CGC_ASSERT_OK(cgc_graph_destroy(graph));
-  CGC_ASSERT_OK(cgc_free(out));
-  CGC_ASSERT_OK(cgc_pool_release(pool));
+  ASSERT_NO_FATAL_FAILURE(GiveBack(graph, out, pool));
 
   // The header: magic, 2 x 32-bit, 2 x 64-bit (size, checksum at byte 24), 4 x 32-bit, 7 x 64-bit.
   const size_t header = 8 + 2 * 4 + 2 * 8 + 4 * 4 + 7 * 8, checksum_at = 24;
