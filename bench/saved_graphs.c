@@ -5,9 +5,13 @@
  *       captures N graphs (default 256) of K kernel nodes (default 1000) in 8 topologies, timing
  *       capture + instantiation (the anchor), replays each once and writes its output's checksum
  *       to FILE.ref, then times cgc_graphs_save into FILE.
- *   saved_graphs restore FILE
+ *   saved_graphs restore FILE [--families]
  *       in a fresh process: times file read + cgc_graphs_restore + the first launch's completion,
  *       then replays every graph and compares its output with FILE.ref (byte-equal, by checksum).
+ *       With --families the restore makes families (CGC_RESTORE_FAMILIES): it says how many
+ *       executables it made, and times the host side of launching every graph once (each launch
+ *       of a member its family's executable does not hold switches it) and of launching one
+ *       graph again (no switch).
  *
  * The kernels come from two modules: the benchmark's fatbin loaded with cgc_module_load (its
  * image goes into the file) and the same fatbin loaded through the driver and added by key with
@@ -132,7 +136,7 @@ static void* read_file(const char* path, size_t* size) {
   return data;
 }
 
-static int restore(const char* path) {
+static int restore(const char* path, bool families) {
   int64_t t_start = now_ns();
   cgc_context_t ctx;
   cgc_stream_t stream;
@@ -147,7 +151,8 @@ static int restore(const char* path) {
   CGC(cgc_saved_info(data, size, &info));
   cgc_graph_t* graphs = xmalloc(info.n_graphs * sizeof *graphs);
   cgc_pool_t* pools = xmalloc(info.n_pools * sizeof *pools);
-  CGC(cgc_graphs_restore(ctx, data, size, NULL, graphs, info.n_graphs, pools, info.n_pools));
+  cgc_restore_options_t options = {.struct_size = sizeof options, .flags = families ? CGC_RESTORE_FAMILIES : 0};
+  CGC(cgc_graphs_restore(ctx, data, size, &options, graphs, info.n_graphs, pools, info.n_pools));
   double restore_ms = ms_since(t0);
   CGC(cgc_graph_launch(graphs[0], stream));
   CGC(cgc_stream_synchronize(stream));
@@ -162,8 +167,20 @@ static int restore(const char* path) {
   if (ref_size != sizeof capture_ms + info.n_graphs * sizeof *ref) fail_with("%s does not match %s", ref_path, path);
   /* Every output is zeroed first, so only the restored graph's replay can make it right. */
   for (size_t g = 1; g < info.n_graphs; g++) CGC(cgc_memset_d32_async((void*)(uintptr_t)ref[g].out, 0, ref[g].bytes / 4, stream));
+  int64_t t_launch = now_ns();
   for (size_t g = 1; g < info.n_graphs; g++) CGC(cgc_graph_launch(graphs[g], stream));
+  double launches_ms = ms_since(t_launch);
   CGC(cgc_stream_synchronize(stream));
+  int64_t t_again = now_ns();
+  for (int i = 0; i < 100; i++) CGC(cgc_graph_launch(graphs[info.n_graphs - 1], stream));
+  double again_us = (double)(now_ns() - t_again) / 1e3 / 100;
+  CGC(cgc_stream_synchronize(stream));
+  size_t executables = 0;
+  for (size_t g = 0; g < info.n_graphs; g++) {
+    bool seen = false;
+    for (size_t h = 0; h < g && !seen; h++) seen = cgc_graph_native_exec(graphs[h]) == cgc_graph_native_exec(graphs[g]);
+    executables += !seen;
+  }
   int wrong = 0;
   for (size_t g = 0; g < info.n_graphs; g++) wrong += checksum_of(ref[g].out, ref[g].bytes) != ref[g].checksum;
   bench_failed_checks += wrong;
@@ -175,6 +192,10 @@ static int restore(const char* path) {
   printf("  the saving process's capture + instantiate: %.1f ms; restore to first launch / that: %.2f\n", capture_ms,
          first_launch_ms / capture_ms);
   printf("  outputs byte-equal to the saving process's: %zu of %zu\n", info.n_graphs - (size_t)wrong, info.n_graphs);
+  printf("  executables: %zu%s; launching the other %zu graphs once: %.1f ms on the host (%.3f ms a launch); one "
+         "graph launched again: %.1f us a launch\n",
+         executables, families ? " (families)" : "", info.n_graphs - 1, launches_ms,
+         launches_ms / (double)(info.n_graphs > 1 ? info.n_graphs - 1 : 1), again_us);
   for (size_t g = 0; g < info.n_graphs; g++) CGC(cgc_graph_destroy(graphs[g]));
   for (size_t g = 0; g < info.n_graphs; g++) CGC(cgc_free((void*)(uintptr_t)ref[g].out));
   for (size_t p = 0; p < info.n_pools; p++) CGC(cgc_pool_release(pools[p]));
@@ -189,12 +210,14 @@ int main(int argc, char** argv) {
   bench_tool = "saved_graphs";
   int n_graphs = 256, n_nodes = 1000;
   if (argc < 3 || (strcmp(argv[1], "save") != 0 && strcmp(argv[1], "restore") != 0)) {
-    fprintf(stderr, "usage: saved_graphs save FILE [--graphs N] [--nodes K] | saved_graphs restore FILE\n");
+    fprintf(stderr, "usage: saved_graphs save FILE [--graphs N] [--nodes K] | saved_graphs restore FILE [--families]\n");
     return 2;
   }
-  for (int i = 3; i + 1 < argc; i += 2) {
-    if (strcmp(argv[i], "--graphs") == 0) n_graphs = atoi(argv[i + 1]);
-    else if (strcmp(argv[i], "--nodes") == 0) n_nodes = atoi(argv[i + 1]);
+  bool families = false;
+  for (int i = 3; i < argc; i++) {
+    if (strcmp(argv[i], "--families") == 0) families = true;
+    else if (strcmp(argv[i], "--graphs") == 0 && i + 1 < argc) n_graphs = atoi(argv[++i]);
+    else if (strcmp(argv[i], "--nodes") == 0 && i + 1 < argc) n_nodes = atoi(argv[++i]);
     else {
       fprintf(stderr, "saved_graphs: unknown option %s\n", argv[i]);
       return 2;
@@ -214,5 +237,5 @@ int main(int argc, char** argv) {
   CU(cuDeviceGet(&dev, 0));
   CU(cuDevicePrimaryCtxRetain(&primary, dev));
   CU(cuCtxPushCurrent(primary));
-  return strcmp(argv[1], "save") == 0 ? save(argv[2], n_graphs, n_nodes) : restore(argv[2]);
+  return strcmp(argv[1], "save") == 0 ? save(argv[2], n_graphs, n_nodes) : restore(argv[2], families);
 }

@@ -386,6 +386,9 @@ typedef struct cgc_graph_info {
   /* the driver's CUgraphExecUpdateResult of the last update: 0 when the executable took the new
    * graph in place, else why it did not (e.g. 2 = CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED) */
   int last_update_result;
+  /* since 1.6: families (cgc_graph_share_executable) */
+  size_t family_size; /* graphs sharing its executable: 1 with its own, 0 after reset */
+  int family_result;  /* why its last join was refused (a CUgraphExecUpdateResult); 0 when none was */
 } cgc_graph_info_t;
 
 /* Replays `graph` on `stream` (any stream of the graph's device, the legacy default stream
@@ -432,7 +435,8 @@ CGC_API cgc_status_t cgc_graph_destroy(cgc_graph_t graph);
  * graph, not a status. */
 CGC_API void* cgc_graph_native(cgc_graph_t graph);
 
-/* The CUgraphExec behind the handle, as cgc_graph_native. */
+/* The CUgraphExec behind the handle, as cgc_graph_native. A family member's (1.6) is its family's,
+ * holding whichever member's nodes were launched last: launch members with cgc_graph_launch. */
 CGC_API void* cgc_graph_native_exec(cgc_graph_t graph);
 
 /* ==== 7. Memory and pools ====================================================================
@@ -1055,10 +1059,16 @@ typedef struct cgc_saved_info {
  * damaged or truncated, or of another format version. */
 CGC_API cgc_status_t cgc_saved_info(const void* data, size_t size, cgc_saved_info_t* info);
 
+/* Since 1.6. cgc_restore_options_t.flags: restored graphs of one structure (the same nodes of the
+ * same kinds and kernels, the same edges) join one family (cgc_graph_share_executable): one
+ * instantiation for each structure, an update for each other graph; a graph the driver refuses to
+ * share instantiates its own (cgc_graph_info's family_result says why). */
+#define CGC_RESTORE_FAMILIES 1u
+
 /* Since 1.6. Options of cgc_graphs_restore. */
 typedef struct cgc_restore_options {
   size_t struct_size;
-  unsigned flags; /* none yet: 0 */
+  unsigned flags; /* CGC_RESTORE_FAMILIES, or 0 */
 } cgc_restore_options_t;
 
 /* Since 1.6. Rebuilds the graphs of `data` (size bytes of cgc_graphs_save's output) on ctx's device:
@@ -1077,6 +1087,19 @@ typedef struct cgc_restore_options {
 CGC_API cgc_status_t cgc_graphs_restore(cgc_context_t ctx, const void* data, size_t size,
                                         const cgc_restore_options_t* options, cgc_graph_t* graphs, size_t n_graphs,
                                         cgc_pool_t* pools, size_t n_pools);
+
+/* Since 1.6. Families: `graph` gives up its own executable and shares `leader`'s, so that graphs
+ * of one topology that differ in their nodes' parameters (one per batch size) hold one
+ * executable (SEMANTICS 41). A launch or upload of a member the executable does not hold updates
+ * it in place to that member's nodes first (cuGraphExecUpdate: no device synchronisation; it
+ * costs a part of an instantiation), then launches. Members replay one at a time, in launch
+ * order, whatever their streams; a launch while another thread launches a member of the same
+ * family is refused (CGC_ERROR_INVALID_STATE), never waits. Members take no per-node updates and
+ * no updates by capture (CGC_ERROR_INVALID_STATE). The driver decides who can join: a refused
+ * update is CGC_ERROR_NOT_SUPPORTED, `graph` keeps its own executable and cgc_graph_info's
+ * family_result says why. The last member's reset frees the executable. Not while another thread
+ * launches, resets or destroys either graph. */
+CGC_API cgc_status_t cgc_graph_share_executable(cgc_graph_t graph, cgc_graph_t leader);
 
 /* Since 1.6. Adds a module image under `key` (a NUL-terminated name of up to 255 bytes; the image
  * is copied): cgc_graphs_save names a kernel of a module cgc did not load (the application's own,

@@ -171,6 +171,7 @@ extern "C" {
     (cgc_context_t ctx, const void* data, size_t size, const cgc_restore_options_t* options, cgc_graph_t* graphs,     \
      size_t n_graphs, cgc_pool_t* pools, size_t n_pools))                                                             \
   X(cgc_status_t, cgc_module_add_image, (cgc_context_t ctx, const char* key, const void* image, size_t size))         \
+  X(cgc_status_t, cgc_graph_share_executable, (cgc_graph_t graph, cgc_graph_t leader))                               \
 
 #define CGC_API_FIELD_(ret, name, params) ret(*name) params;
 typedef struct cgc_api {
@@ -235,7 +236,9 @@ CGC_API cgc_status_t cgc_get_api(uint32_t version, const cgc_api_t** out);
   X(size_t, other_nodes, )                                                                                            \
   X(uint64_t, update_count, )                                                                                         \
   X(cgc_graph_update_t, last_update, )                                                                                \
-  X(int, last_update_result, )
+  X(int, last_update_result, )                                                                                       \
+  X(size_t, family_size, )                                                                                            \
+  X(int, family_result, )
 #define CGC_MEMORY_STATS_FIELDS(X)                                                                                    \
   X(size_t, struct_size, )                                                                                            \
   X(size_t, bytes_reserved, )                                                                                         \

@@ -71,6 +71,13 @@ static cgc_status_t claim_update(cgc_stream_t stream, cgc_capture_options_t* opt
                      "own pool (leave options->pool NULL)",
                      (void*)g);
   }
+  if (g->family != NULL) {
+    atomic_store(&g->updating, false);
+    return cgc__fail(CGC_ERROR_INVALID_STATE, func,
+                     "options->update (graph %p) shares its family's executable (cgc_graph_share_executable): an "
+                     "update would change the other members' too; capture a new graph and let it join",
+                     (void*)g);
+  }
   opts->pool = g->pool;
   return CGC_SUCCESS;
 }

@@ -17,6 +17,8 @@
 
 #include "src/internal.h"
 
+static cgc_status_t ensure_counted(cgc_graph_t graph, const char* func);
+
 static void drop_uses(cgc_graph_t g) {
   cgc__release_taken(g->uses, g->n_uses);
   g->uses = NULL;
@@ -56,43 +58,63 @@ static void discard_new_graph(CUgraphExec exec, CUgraph graph, cgc__ctx_scope_t*
 cgc_status_t cgc__graph_create(struct cgc__device* dev, CUgraph graph, CUevent done, size_t node_count, cgc_pool_t pool,
                                struct cgc__use* uses, size_t n_uses, unsigned flags, CUstream upload_stream,
                                const char* func, cgc_graph_t* out) {
+  return cgc__graph_create_member(dev, graph, done, node_count, pool, uses, n_uses, flags, upload_stream, NULL, func,
+                                  out);
+}
+
+cgc_status_t cgc__graph_create_member(struct cgc__device* dev, CUgraph graph, CUevent done, size_t node_count,
+                                      cgc_pool_t pool, struct cgc__use* uses, size_t n_uses, unsigned flags,
+                                      CUstream upload_stream, cgc_graph_t leader, const char* func, cgc_graph_t* out) {
   *out = NULL;
   CUgraphExec exec = NULL;
   cgc__ctx_scope_t scope = {false};
-  cgc_status_t st = CGC_SUCCESS;
-  cgc_graph_t g = calloc(1, sizeof *g);
   cgc__graph_uses_t taken = {NULL, 0, 0, false};
+  cgc_graph_t g = calloc(1, sizeof *g);
   if (g == NULL || !cgc__take_uses(&taken, uses, n_uses)) {
     free(g);
-    g = NULL;
     cgc__release_uses(uses, n_uses);
-    st = cgc__fail(CGC_ERROR_OUT_OF_MEMORY, func, "out of host memory");
-    goto fail;
+    discard_new_graph(NULL, graph, &scope, &taken, done, true, pool);
+    return cgc__fail(CGC_ERROR_OUT_OF_MEMORY, func, "out of host memory");
   }
   g->uses = taken.uses;
   g->n_uses = taken.n_uses;
   g->n_prologue = taken.n_prologue;
   g->ordered = taken.ordered;
-  CGC_TRY_GOTO(st, cgc__ctx_enter(dev, &scope, func), fail);
-  CGC_TRY_GOTO(st, cgc__cu_fail(instantiate(graph, &exec), func, "cuGraphInstantiateWithFlags"), fail);
-  if (flags & CGC_CAPTURE_UPLOAD) {
-    CGC_TRY_GOTO(st, CGC_CU(func, cuGraphUpload(exec, upload_stream)), fail);
-    atomic_store(&g->uploaded, 1);
-  }
-  cgc__ctx_leave(&scope);
-  g->magic = CGC_MAGIC_GRAPH;
   g->dev = dev;
   g->graph = graph;
-  g->exec = exec;
   g->done = done;
   g->pool = pool;
   g->node_count = node_count;
   pthread_mutex_init(&g->inspect_lock, NULL);
   atomic_init(&g->updating, false);
+  cgc_status_t st;
+  CGC_TRY_GOTO(st, cgc__ctx_enter(dev, &scope, func), fail);
+  /* A member of `leader`'s family takes its executable, updated to its nodes, and is instantiated
+   * only if the driver refuses that (family_result then says why, and the call warns). The new
+   * graph is no one else's yet; the leader is the caller's own (a restore's). */
+  st = leader != NULL ? ensure_counted(g, func) : CGC_SUCCESS; /* (see cgc_graph_share_executable) */
+  if (st != CGC_SUCCESS) goto fail;
+  st = leader != NULL ? cgc__family_join(g, leader, func) : CGC_ERROR_NOT_SUPPORTED;
+  if (st != CGC_SUCCESS && st != CGC_ERROR_NOT_SUPPORTED) goto fail;
+  if (st != CGC_SUCCESS) {
+    CGC_TRY_GOTO(st, cgc__cu_fail(instantiate(graph, &exec), func, "cuGraphInstantiateWithFlags"), fail);
+    g->exec = exec;
+    if (leader != NULL)
+      cgc__warn(func, "a graph could not share graph %p's executable (update result %d): it has its own", (void*)leader,
+                g->family_result);
+  }
+  if ((flags & CGC_CAPTURE_UPLOAD) && g->family == NULL) { /* (a family's executable is uploaded at its use) */
+    CGC_TRY_GOTO(st, CGC_CU(func, cuGraphUpload(g->exec, upload_stream)), fail);
+    atomic_store(&g->uploaded, 1);
+  }
+  cgc__ctx_leave(&scope);
+  g->magic = CGC_MAGIC_GRAPH;
   *out = g;
   return CGC_SUCCESS;
 
 fail:
+  if (g->family != NULL) cgc__family_leave(g, func); /* never the last member: the leader is one */
+  pthread_mutex_destroy(&g->inspect_lock);
   free(g); /* its uses are `taken`'s */
   /* An upload may have started a replay's worth of work: the pool waits for `done` anyway. */
   discard_new_graph(exec, graph, &scope, &taken, done, true, pool);
@@ -151,6 +173,12 @@ static __attribute__((noinline)) cgc_status_t launch_slow(cgc_graph_t graph, cgc
   if (r != CUDA_SUCCESS) {
     stepped--; /* the failed step gave back its own */
     st = cgc__cu_fail(r, func, "the graph's objects' launch step (a generator's state, a communicator's order)");
+  } else if (graph->family != NULL) { /* its family's executable, switched to it first */
+    st = cgc__family_enter(graph, func);
+    if (st == CGC_SUCCESS) {
+      st = CGC_CU(func, cuGraphLaunch(graph->exec, stream->cu));
+      cgc__family_exit(graph);
+    }
   } else {
     st = CGC_CU(func, cuGraphLaunch(graph->exec, stream->cu));
   }
@@ -182,9 +210,15 @@ cgc_status_t cgc_graph_launch(cgc_graph_t graph, cgc_stream_t stream) {
                            graph->exec == NULL || stream->dev != graph->dev,
                        0))
     return launch_refused(graph, stream, __func__);
-  if (__builtin_expect(stream->special || graph->n_prologue != 0 || cgc__captures_underway() > 0, 0))
-    return launch_slow(graph, stream, __func__);
-  CUresult r = CGC_DRV(cuGraphLaunch)(graph->exec, stream->cu);
+  CUresult r;
+  if (__builtin_expect(stream->special || graph->n_prologue != 0 || graph->family != NULL || cgc__captures_underway() > 0, 0)) {
+    /* A family member its executable holds already launches here too (a claim more). */
+    if (graph->family == NULL || stream->special || graph->n_prologue != 0 || cgc__captures_underway() > 0 ||
+        !cgc__family_launch_held(graph, stream->cu, &r))
+      return launch_slow(graph, stream, __func__);
+  } else {
+    r = CGC_DRV(cuGraphLaunch)(graph->exec, stream->cu);
+  }
   if (__builtin_expect(r != CUDA_SUCCESS, 0)) return cgc__cu_fail(r, __func__, "cuGraphLaunch");
   atomic_fetch_add_explicit(&graph->replays, 1, memory_order_relaxed);
   return CGC_SUCCESS;
@@ -196,8 +230,15 @@ cgc_status_t cgc_graph_upload(cgc_graph_t graph, cgc_stream_t stream) {
   CGC_CHECK_HANDLE(stream, CGC_MAGIC_STREAM);
   if (graph->exec == NULL || stream->dev != graph->dev) return launch_refused(graph, stream, __func__);
   cgc__ctx_scope_t scope;
-  CGC_TRY(cgc__stream_enter(stream, &scope, __func__));
-  cgc_status_t st = CGC_CU(__func__, cuGraphUpload(graph->exec, stream->cu));
+  /* A family member's upload is of its family's executable, switched to it first (the context
+   * current for the switch). */
+  CGC_TRY(graph->family != NULL ? cgc__ctx_enter(graph->dev, &scope, __func__)
+                                : cgc__stream_enter(stream, &scope, __func__));
+  cgc_status_t st = graph->family != NULL ? cgc__family_enter(graph, __func__) : CGC_SUCCESS;
+  if (st == CGC_SUCCESS) {
+    st = CGC_CU(__func__, cuGraphUpload(graph->exec, stream->cu));
+    if (graph->family != NULL) cgc__family_exit(graph);
+  }
   cgc__ctx_leave(&scope);
   if (st == CGC_SUCCESS) atomic_store(&graph->uploaded, 1);
   return st;
@@ -303,6 +344,8 @@ cgc_status_t cgc_graph_info(cgc_graph_t graph, cgc_graph_info_t* info) {
   full.update_count = graph->update_count;
   full.last_update = graph->last_update;
   full.last_update_result = graph->last_update_result;
+  full.family_result = graph->family_result;
+  full.family_size = cgc__family_size(graph);
   if (info->struct_size > offsetof(cgc_graph_info_t, kernel_nodes) && graph->graph != NULL) {
     st = ensure_counted(graph, __func__);
     if (graph->counted) {
@@ -376,7 +419,8 @@ static cgc_status_t reset_claimed(cgc_graph_t graph, const char* func) {
    * by the driver when it completes. */
   CUstreamCaptureMode previous = cgc__relaxed_begin();
   cgc__mutex_lock(&graph->inspect_lock, CGC__LOCK_INSPECT); /* no per-node update or inspection meanwhile */
-  if (graph->exec != NULL) st = CGC_CU(func, cuGraphExecDestroy(graph->exec));
+  if (graph->family != NULL) st = cgc__family_leave(graph, func); /* the last member destroys it */
+  else if (graph->exec != NULL) st = CGC_CU(func, cuGraphExecDestroy(graph->exec));
   /* Every step runs; the first failure is the one returned. */
   cgc_status_t st2 = graph->graph != NULL ? CGC_CU(func, cuGraphDestroy(graph->graph)) : CGC_SUCCESS;
   if (st == CGC_SUCCESS) st = st2;
@@ -608,6 +652,10 @@ static cgc_status_t kernel_node(cgc_graph_t graph, size_t kernel_index, CUgraphN
                      (void*)graph);
   if (graph->exec == NULL)
     return cgc__fail(CGC_ERROR_INVALID_STATE, func, "graph %p was reset: nothing to update", (void*)graph);
+  if (graph->family != NULL)
+    return cgc__fail(CGC_ERROR_INVALID_STATE, func,
+                     "graph %p shares its family's executable: per-node updates would change the other members' too",
+                     (void*)graph);
   CGC_TRY(ensure_counted(graph, func));
   if (kernel_index >= graph->counts.kernel_nodes)
     return cgc__fail(CGC_ERROR_INVALID_ARGUMENT, func, "kernel_index %zu: graph %p has %zu kernel node%s", kernel_index,
@@ -653,5 +701,61 @@ cgc_status_t cgc_graph_kernel_node_set_args(cgc_graph_t graph, size_t kernel_ind
 out: /* a scope never entered is left alone */
   cgc__ctx_leave(&scope);
   cgc__mutex_unlock(&graph->inspect_lock, CGC__LOCK_INSPECT);
+  return st;
+}
+
+/* ---- families (1.6; the family itself: family.c) ---- */
+
+/* Why `g` cannot be part of a family now, or NULL (inspect_lock held). */
+static const char* not_shareable(cgc_graph_t g) {
+  if (g->exec == NULL) return "was reset";
+  if (g->any_disabled || g->args_changed) return "had its executable changed by per-node updates";
+  return NULL;
+}
+
+cgc_status_t cgc_graph_share_executable(cgc_graph_t graph, cgc_graph_t leader) {
+  CGC_REFUSE_IN_HOST_FUNCTION();
+  CGC_CHECK_HANDLE(graph, CGC_MAGIC_GRAPH);
+  CGC_CHECK_HANDLE(leader, CGC_MAGIC_GRAPH);
+  CGC_CHECK_ARG(graph != leader, "graph and leader are the same graph");
+  if (graph->dev != leader->dev)
+    return cgc__fail(CGC_ERROR_INVALID_ARGUMENT, __func__, "graph is on device %d, leader on device %d",
+                     graph->dev->ordinal, leader->dev->ordinal);
+  /* Both are taken as a capture takes a graph it updates: no reset, destroy, update by capture or
+   * per-node update (which refuses while `updating` is claimed) starts meanwhile. */
+  CGC_TRY(claim_for(graph, "sharing an executable with", __func__));
+  cgc_status_t st = claim_for(leader, "sharing its executable with", __func__);
+  if (st != CGC_SUCCESS) {
+    atomic_store(&graph->updating, false);
+    return st;
+  }
+  /* The leader: a per-node update under way (it holds the leader's inspect_lock throughout) ends
+   * before this goes on; its nodes are counted now, so that cgc_graph_info never reads its graph
+   * while a switch does. */
+  cgc__mutex_lock(&leader->inspect_lock, CGC__LOCK_INSPECT);
+  const char* why = not_shareable(leader);
+  if (why == NULL) st = ensure_counted(leader, __func__);
+  cgc__mutex_unlock(&leader->inspect_lock, CGC__LOCK_INSPECT);
+  cgc__ctx_scope_t scope = {false};
+  cgc__mutex_lock(&graph->inspect_lock, CGC__LOCK_INSPECT);
+  if (why != NULL) {
+    st = cgc__fail(CGC_ERROR_INVALID_STATE, __func__, "leader (graph %p) %s", (void*)leader, why);
+  } else if (st != CGC_SUCCESS) {
+    /* (counting the leader's nodes failed: its message stands) */
+  } else if ((why = not_shareable(graph)) != NULL) {
+    st = cgc__fail(CGC_ERROR_INVALID_STATE, __func__, "graph %p %s", (void*)graph, why);
+  } else if (graph->family != NULL && graph->family != leader->family) {
+    st = cgc__fail(CGC_ERROR_INVALID_STATE, __func__,
+                   "graph %p shares another family's executable already: reset it and capture it anew to move it",
+                   (void*)graph);
+  } else if (graph->family == NULL) { /* (a member of leader's family already: nothing to do) */
+    st = ensure_counted(graph, __func__);
+    if (st == CGC_SUCCESS) st = cgc__ctx_enter(graph->dev, &scope, __func__);
+    if (st == CGC_SUCCESS) st = cgc__family_join(graph, leader, __func__);
+    cgc__ctx_leave(&scope);
+  }
+  cgc__mutex_unlock(&graph->inspect_lock, CGC__LOCK_INSPECT);
+  atomic_store(&leader->updating, false);
+  atomic_store(&graph->updating, false);
   return st;
 }

@@ -651,6 +651,11 @@ struct cgc_graph_s {
    * its begin to its end (a compare-and-swap: one capture at a time); the counters are written
    * by that capture's end alone. */
   atomic_bool updating;
+  /* 1.6: the family whose executable `exec` is (family.c), NULL when it has its own; set by the
+   * join, which no launch of the graph may overlap. family_result: why its last join was refused
+   * (a CUgraphExecUpdateResult), 0 when none was. */
+  _Atomic(struct cgc__family*) family;
+  int family_result;
   uint64_t update_count;
   cgc_graph_update_t last_update;
   int last_update_result;
@@ -662,6 +667,11 @@ struct cgc_graph_s {
 cgc_status_t cgc__graph_create(struct cgc__device* dev, CUgraph graph, CUevent done, size_t node_count, cgc_pool_t pool,
                                struct cgc__use* uses, size_t n_uses, unsigned flags, CUstream upload_stream,
                                const char* func, cgc_graph_t* out);
+/* The same for a graph that shares `leader`'s executable (a family's, family.c) when the driver
+ * takes its nodes in an update, and is instantiated otherwise (a restore's, 1.6). */
+cgc_status_t cgc__graph_create_member(struct cgc__device* dev, CUgraph graph, CUevent done, size_t node_count,
+                                      cgc_pool_t pool, struct cgc__use* uses, size_t n_uses, unsigned flags,
+                                      CUstream upload_stream, cgc_graph_t leader, const char* func, cgc_graph_t* out);
 /* Applies an ended capture's graph to `g` (cgc_capture_options_t.update): the executable takes
  * it in place when the driver accepts it, else a new executable replaces the old one, and the
  * old graph, completion event and uses go (after the replays still using them). Takes ownership
@@ -670,6 +680,30 @@ cgc_status_t cgc__graph_create(struct cgc__device* dev, CUgraph graph, CUevent d
 cgc_status_t cgc__graph_update(cgc_graph_t g, CUgraph graph, CUevent done, size_t node_count, cgc_pool_t pool,
                                struct cgc__use* uses, size_t n_uses, unsigned flags, CUstream upload_stream,
                                const char* func);
+
+/* ---- families: graphs sharing one executable (family.c, 1.6) ---- */
+
+/* The launch of family member `g` when the executable holds its nodes already: true when it was
+ * launched (*r: cuGraphLaunch's result); false, doing nothing, when a switch is needed or another
+ * thread has the family (the caller takes the slow path). No context needed. */
+bool cgc__family_launch_held(cgc_graph_t g, CUstream stream, CUresult* r);
+/* Before a launch or upload of family member `g` (context current): claims the family (refused
+ * with INVALID_STATE while another thread launches one of its members: never waits) and updates
+ * the executable to `g`'s nodes if it holds another member's; cgc__family_exit gives it back. */
+cgc_status_t cgc__family_enter(cgc_graph_t g, const char* func);
+void cgc__family_exit(cgc_graph_t g);
+/* At a reset of member `g` (its inspect_lock held, context current): it leaves; if the executable
+ * held its nodes it takes another member's; the last member destroys it. Sets g->exec and
+ * g->family to NULL. */
+cgc_status_t cgc__family_leave(cgc_graph_t g, const char* func);
+/* `graph` (its inspect_lock held, both graphs claimed through `updating`, context current; an
+ * executable of its own or none, a restore's) joins `leader`'s family, which is made if the
+ * leader has none: a trial update of the executable to `graph`'s nodes. NOT_SUPPORTED when the
+ * driver refuses (graph->family_result says why; nothing changed). */
+cgc_status_t cgc__family_join(cgc_graph_t graph, cgc_graph_t leader, const char* func);
+/* The graphs sharing `g`'s executable (1 for a graph with its own, 0 after reset); `g`'s
+ * inspect_lock held. */
+size_t cgc__family_size(cgc_graph_t g);
 
 /* ---- generators (rng.c) ----
  * Generators and communicators hand graphs their cgc__use_ops_t through cgc__registry_add_use;

@@ -43,6 +43,11 @@ typedef struct restorer {
   void** claimed;            /* saved blocks claimed again, freed if the restore fails */
   size_t n_claimed;
   cgc_graph_t* graphs;       /* the caller's array */
+  /* CGC_RESTORE_FAMILIES: each graph's structure (a hash of its nodes' kinds and kernels and its
+   * edges) and the first graph restored of it, whose executable later ones share. */
+  bool families;
+  uint64_t* structures;
+  cgc_graph_t* leaders;
 } restorer_t;
 
 static cgc_status_t damaged(const char* func, const char* where) {
@@ -299,16 +304,17 @@ static cgc_status_t add_node(restorer_t* s, CUgraph graph, const CUgraphNode* de
   }
 }
 
-/* Skips a node record (kind already read is not: the whole record), for the first pass. */
-static void skip_node(restorer_t* s) {
-  uint32_t kind = cgc__get_u32(&s->r);
+/* Skips a node record, for the first pass; returns what it adds to the graph's structure: its
+ * kind, and for a kernel node which kernel. */
+static uint64_t skip_node(restorer_t* s) {
+  uint32_t kind = cgc__get_u32(&s->r), index = 0;
   if (kind == CGC__SAVED_KERNEL) {
-    uint32_t index = cgc__get_u32(&s->r);
+    index = cgc__get_u32(&s->r);
     for (int j = 0; j < 7; j++) cgc__get_u32(&s->r);
     uint32_t n_attributes = cgc__get_u32(&s->r);
     if (index >= s->h.n_kernels) {
       s->r.bad = true;
-      return;
+      return 0;
     }
     cgc__get_bytes(&s->r, s->kernels[index].param_bytes);
     if (n_attributes > 64) s->r.bad = true;
@@ -327,6 +333,7 @@ static void skip_node(restorer_t* s) {
   } else {
     s->r.bad = true;
   }
+  return (uint64_t)kind << 32 | index;
 }
 
 /* Graph `gi`: its record is read twice, once to find its edges (they follow its nodes), then to
@@ -340,7 +347,8 @@ static cgc_status_t restore_graph(restorer_t* s, size_t gi, const char* func) {
   if (s->r.bad || pool_index >= s->h.n_pools || n_nodes > remaining / 8 || n_edges > remaining / 8)
     return damaged(func, "a graph");
   size_t nodes_at = s->r.at;
-  for (uint64_t i = 0; i < n_nodes && !s->r.bad; i++) skip_node(s);
+  uint64_t structure = 0xcbf29ce484222325ull; /* FNV-1a over each node's kind and kernel, then the edges */
+  for (uint64_t i = 0; i < n_nodes && !s->r.bad; i++) structure = (structure ^ skip_node(s)) * 0x100000001b3ull;
   uint32_t* edges = calloc(2 * n_edges + 2, sizeof *edges);
   size_t* first_dep = calloc(n_nodes + 2, sizeof *first_dep);
   CUgraphNode* nodes = calloc(n_nodes + 1, sizeof *nodes);
@@ -366,6 +374,7 @@ static cgc_status_t restore_graph(restorer_t* s, size_t gi, const char* func) {
     if (s->r.bad) break;
     first_dep[edges[2 * e + 1] + 1]++;
     has_out[edges[2 * e]] = true;
+    structure = (structure ^ ((uint64_t)edges[2 * e] << 32 | edges[2 * e + 1])) * 0x100000001b3ull;
   }
   if (s->r.bad) {
     st = damaged(func, "a graph's nodes or edges");
@@ -406,7 +415,19 @@ static cgc_status_t restore_graph(restorer_t* s, size_t gi, const char* func) {
   }
   cgc_pool_t pool = s->pools[pool_index];
   cgc__pool_hold(pool);
-  st = cgc__graph_create(s->dev, graph, done, (size_t)n_nodes, pool, uses, n_uses, 0, NULL, func, &s->graphs[gi]);
+  /* With families, the latest graph of this structure with an executable of its own lends it (after
+   * a refused join the graph that instantiated its own is the one to try). */
+  cgc_graph_t leader = NULL;
+  for (size_t i = gi; s->families && i-- > 0 && leader == NULL;)
+    if (s->structures[i] == structure && s->leaders[i] == s->graphs[i]) leader = s->graphs[i];
+  st = cgc__graph_create_member(s->dev, graph, done, (size_t)n_nodes, pool, uses, n_uses, 0, NULL, leader, func,
+                                &s->graphs[gi]);
+  if (s->families && st == CGC_SUCCESS) {
+    /* Whose executable it runs: its leader's, or its own (a first of its structure, or one the
+     * driver would not let share), and then it can lead later ones. */
+    s->structures[gi] = structure;
+    s->leaders[gi] = leader != NULL && s->graphs[gi]->family != NULL ? leader : s->graphs[gi];
+  }
   graph = NULL; /* taken, with done, the pool's reference and the uses, in every case */
   done = NULL;
   if (st != CGC_SUCCESS) cgc__append(" (graph %zu)", gi);
@@ -454,14 +475,16 @@ cgc_status_t cgc_graphs_restore(cgc_context_t ctx, const void* data, size_t size
   if (options != NULL) {
     CGC_CHECK_ARG(options->struct_size >= sizeof(size_t), "options->struct_size is %zu", options->struct_size);
     CGC_CHECK_ARG(options->struct_size < offsetof(cgc_restore_options_t, flags) + sizeof options->flags ||
-                      options->flags == 0,
-                  "options->flags has unknown bits %#x", options->flags);
+                      (options->flags & ~CGC_RESTORE_FAMILIES) == 0,
+                  "options->flags has unknown bits %#x", options->flags & ~CGC_RESTORE_FAMILIES);
   }
   if (cgc__drv.cuFuncGetParamInfo == NULL)
     return cgc__fail(CGC_ERROR_NOT_SUPPORTED, __func__,
                      "the driver (CUDA %d) cannot describe kernels' parameters: restoring graphs needs CUDA 12.4 or "
                      "newer", cgc__drv.version);
   restorer_t s = {.dev = ctx->dev, .pools = pools, .graphs = graphs};
+  s.families = options != NULL && options->struct_size >= offsetof(cgc_restore_options_t, flags) + sizeof options->flags &&
+               (options->flags & CGC_RESTORE_FAMILIES) != 0;
   CGC_TRY(cgc__read_header(data, size, &s.h, &s.r, __func__));
   if (s.h.n_graphs != n_graphs || s.h.n_pools != n_pools)
     return cgc__fail(CGC_ERROR_INVALID_ARGUMENT, __func__,
@@ -486,9 +509,11 @@ cgc_status_t cgc_graphs_restore(cgc_context_t ctx, const void* data, size_t size
   s.layouts = calloc(s.h.n_pools + 1, sizeof *s.layouts);
   s.modules = calloc(s.h.n_modules + 1, sizeof *s.modules);
   s.kernels = calloc(s.h.n_kernels + 1, sizeof *s.kernels);
+  s.structures = calloc(s.h.n_graphs + 1, sizeof *s.structures);
+  s.leaders = calloc(s.h.n_graphs + 1, sizeof *s.leaders);
   cgc__ctx_scope_t scope = {false};
   cgc_status_t st = CGC_SUCCESS;
-  if (s.layouts == NULL || s.modules == NULL || s.kernels == NULL) {
+  if (s.layouts == NULL || s.modules == NULL || s.kernels == NULL || s.structures == NULL || s.leaders == NULL) {
     st = cgc__fail(CGC_ERROR_OUT_OF_MEMORY, __func__, "out of host memory");
     goto out;
   }
@@ -522,6 +547,8 @@ out:
   free(s.layouts);
   free(s.modules);
   free(s.kernels);
+  free(s.structures);
+  free(s.leaders);
   free(s.claimed);
   if (st != CGC_SUCCESS) {
     for (size_t i = 0; i < n_graphs; i++) graphs[i] = NULL;

@@ -117,7 +117,7 @@ if [ "$sanitize" -eq 1 ]; then
   # a test provokes on purpose (refused allocations, bad handles) are listed, not counted.
   command -v compute-sanitizer >/dev/null || { echo "compute-sanitizer is not on PATH"; exit 1; }
   # The suites that run on the GPU (the others make no CUDA call, which the sanitizer refuses).
-  for name in adopt_test alloc_test capture_test dlopen_test graph_test nccl_pool_test pool_test rng_test saved_test stream_event_test trust_test work_test update_test conditional_test; do
+  for name in adopt_test alloc_test capture_test dlopen_test family_test graph_test nccl_pool_test pool_test rng_test saved_test stream_event_test trust_test work_test update_test conditional_test; do
     bin="$here/bin/$name"
     [ -x "$bin" ] || continue
     # Every error printed (the default stops at 100, and NCCL's own API errors alone pass that in

@@ -173,8 +173,10 @@ var goAPIOfFunction = map[string]any{
 
 	"cgc_graphs_save":      cgc.SaveGraphs,
 	"cgc_saved_info":       cgc.ReadSavedInfo,
-	"cgc_graphs_restore":   (*cgc.Context).RestoreGraphs,
+	"cgc_graphs_restore":   (*cgc.Context).RestoreGraphsWith, // and RestoreGraphs, its defaults
 	"cgc_module_add_image": (*cgc.Context).AddModuleImage,
+
+	"cgc_graph_share_executable": (*cgc.Graph).ShareExecutable,
 }
 
 // goTypeOfHandle, goTypeOfStruct and goTypeOfCallback are the Go forms of the header's handle
@@ -201,10 +203,10 @@ var (
 		"cgc_segment_info_t":    reflect.TypeOf((*cgc.Segment)(nil)).Elem(),
 		"cgc_block_info_t":      reflect.TypeOf((*cgc.Block)(nil)).Elem(),
 		"cgc_saved_info_t":      reflect.TypeOf((*cgc.SavedInfo)(nil)).Elem(),
-		// 1.6's save and restore options are SaveGraphs's pools parameter and nothing (restore
-		// options have no flags yet): the shim builds both structs.
+		// 1.6's save options are SaveGraphs's pools parameter and its restore options
+		// RestoreOptions (Families is the flag CGC_RESTORE_FAMILIES): the shim builds both structs.
 		"cgc_save_options_t":    reflect.TypeOf(struct{ Pools []*cgc.Pool }{}),
-		"cgc_restore_options_t": reflect.TypeOf(struct{}{}),
+		"cgc_restore_options_t": reflect.TypeOf((*cgc.RestoreOptions)(nil)).Elem(),
 	}
 	goTypeOfCallback = map[string]reflect.Type{
 		"cgc_capture_fn": reflect.TypeOf(func(*cgc.Stream) error { return nil }), // Stream.Capture's body
@@ -350,6 +352,8 @@ func TestArrayAndOutParametersMatchTheHeader(t *testing.T) {
 			"options:ptr(struct:cgc_restore_options_t) graphs:ptr(handle:cgc_graph_t) n_graphs:usize " +
 			"pools:ptr(handle:cgc_pool_t) n_pools:usize",
 		"cgc_module_add_image": "i32 ctx:handle:cgc_context_t key:ptr(i8) image:ptr(void) size:usize",
+		// Graph.ShareExecutable (1.6): two graph handles, the graph first.
+		"cgc_graph_share_executable": "i32 graph:handle:cgc_graph_t leader:handle:cgc_graph_t",
 	}
 	found := 0
 	for _, f := range abiDescription(t) {
@@ -390,8 +394,8 @@ func TestStructsMatchTheHeader(t *testing.T) {
 		"cgc_segment_info_t.stream_id":   "StreamID",
 		"cgc_segment_info_t.first_block": "Blocks", // the segment's blocks themselves
 		"cgc_segment_info_t.n_blocks":    "Blocks",
-		"cgc_save_options_t.n_pools":     "Pools", // the slice's length
-		"cgc_restore_options_t.flags":    "",      // none yet: the shim passes 0
+		"cgc_save_options_t.n_pools":     "Pools",    // the slice's length
+		"cgc_restore_options_t.flags":    "Families", // its one flag, CGC_RESTORE_FAMILIES
 	}
 	sizes := map[string]uintptr{}
 	structs := 0

@@ -477,6 +477,42 @@ func TestSavedGraphsRefuseBadArguments(t *testing.T) {
 	named("Free of no block", m.Free(), cgc.ErrInvalidArgument, "cgc_free")
 }
 
+// 1.6 without a GPU: families. ShareExecutable refuses a nil graph or leader (ErrInvalidArgument,
+// naming the call and the graph, which it checks first) before it needs the driver; a restore
+// with families reads the bytes first as one without does; the flag is the header's.
+func TestShareExecutableRefusesNilGraphs(t *testing.T) {
+	if err := cgc.Load(); err != nil {
+		t.Fatal(err)
+	}
+	var g, leader *cgc.Graph
+	for _, c := range []struct {
+		what  string
+		err   error
+		named string
+	}{
+		{"ShareExecutable of a nil graph", g.ShareExecutable(leader), "graph is NULL"},
+		{"ShareExecutable of a nil graph, itself as leader", g.ShareExecutable(g), "graph is NULL"},
+	} {
+		e := asError(t, c.err, cgc.ErrInvalidArgument)
+		if !strings.Contains(e.Message, "cgc_graph_share_executable") || !strings.Contains(e.Message, c.named) {
+			t.Errorf("%s: %q, want cgc_graph_share_executable saying %q", c.what, e.Message, c.named)
+		}
+	}
+	garbage := make([]byte, 200)
+	for i := range garbage {
+		garbage[i] = byte(i*73 + 5)
+	}
+	var ctx *cgc.Context
+	for _, opts := range []*cgc.RestoreOptions{nil, {}, {Families: true}} {
+		graphs, pools, err := ctx.RestoreGraphsWith(garbage, opts)
+		if e := asError(t, err, cgc.ErrSavedMismatch); !strings.Contains(e.Message, "cgc_saved_info") ||
+			graphs != nil || pools != nil {
+			t.Errorf("RestoreGraphsWith(%+v) of garbage: %v %v %q, want cgc_saved_info's refusal", opts, graphs, pools,
+				e.Message)
+		}
+	}
+}
+
 // 1.6 without a GPU: the snapshot of a nil context is refused by the library, naming the call
 // (a closed one never reaches C: internal_test.go); the block states are the header's.
 func TestMemorySnapshotRefusesANilContext(t *testing.T) {

@@ -32,7 +32,7 @@ const (
 	ErrNCCLUnavailable     Status = C.CGC_ERROR_NCCL_UNAVAILABLE      // libnccl.so.2 could not be loaded
 	ErrNCCL                Status = C.CGC_ERROR_NCCL
 	ErrCUDA                Status = C.CGC_ERROR_CUDA          // any other driver error
-	ErrNotSupported        Status = C.CGC_ERROR_NOT_SUPPORTED // driver or device too old
+	ErrNotSupported        Status = C.CGC_ERROR_NOT_SUPPORTED // driver or device too old; 1.6: a join the driver refuses (Graph.ShareExecutable)
 	ErrInternal            Status = C.CGC_ERROR_INTERNAL
 	ErrNotSavable          Status = C.CGC_ERROR_NOT_SAVABLE    // 1.6: a graph holds what a saved buffer cannot rebuild
 	ErrSavedMismatch       Status = C.CGC_ERROR_SAVED_MISMATCH // 1.6: a saved buffer this process cannot restore

@@ -65,6 +65,12 @@ type GraphInfo struct {
 	// executable took the new graph in place, else why it did not (e.g. 2,
 	// CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED).
 	LastUpdateResult int
+
+	// Families (since 1.6, Graph.ShareExecutable).
+	FamilySize int // graphs sharing its executable: 1 with its own, 0 after Reset
+	// FamilyResult is why its last join (ShareExecutable) was refused: the driver's
+	// CUgraphExecUpdateResult (e.g. 2, topology changed); 0 when none was.
+	FamilyResult int
 }
 
 // GraphUpdate says how a capture with CaptureOptions.Update changed its graph
@@ -161,7 +167,43 @@ func (g *Graph) Info() (GraphInfo, error) {
 		UpdateCount:       uint64(info.update_count),
 		LastUpdate:        GraphUpdate(info.last_update),
 		LastUpdateResult:  int(info.last_update_result),
+		FamilySize:        int(info.family_size),
+		FamilyResult:      int(info.family_result),
 	}, nil
+}
+
+// ShareExecutable (1.6, families) makes g give up its own executable and share leader's
+// (cgc_graph_share_executable), so that graphs of one topology that differ in their nodes'
+// parameters (one per batch size: other buffers, values, grids) hold one executable. A Launch or
+// Upload of a member the executable does not hold updates it in place to that member's nodes
+// first (no device synchronisation), then launches. Members replay one at a time, in launch
+// order, whatever their streams; a Launch while another goroutine launches a member of the same
+// family is refused (ErrInvalidState), never waits. Members take no per-node updates
+// (SetKernelEnabled, SetKernelArgs) and no updates by capture (ErrInvalidState). Joining the
+// family g is in already does nothing. The last member's Reset or Destroy frees the executable;
+// GraphInfo.FamilySize counts the members.
+//
+// ErrNotSupported when the driver refuses to update the executable to g's nodes (another
+// topology, other kernels): g keeps its own executable and GraphInfo.FamilyResult says why.
+// ErrInvalidArgument for a nil graph or leader, g itself as leader, or graphs of two devices;
+// ErrInvalidState after a Reset or per-node updates of either graph, or when g shares another
+// family's executable already. Not while another goroutine launches, resets or destroys either
+// graph.
+func (g *Graph) ShareExecutable(leader *Graph) error {
+	const op = "Graph.ShareExecutable"
+	h, err := g.handle(op)
+	if err != nil {
+		return err
+	}
+	lh, err := leader.handle(op)
+	if err != nil {
+		return err
+	}
+	var msg *C.char
+	err = check(C.cgcgo_graph_share_executable(h, lh, &msg), msg)
+	runtime.KeepAlive(g)
+	runtime.KeepAlive(leader)
+	return err
 }
 
 // Pool returns the pool the graph allocated into, holding a reference of its own: Close the

@@ -246,3 +246,40 @@ func TestSavedGraphsForeignAndClosedHandles(t *testing.T) {
 		t.Errorf("AddModuleImage on a foreign context: %v, want ErrInvalidHandle naming cgc_module_add_image", err)
 	}
 }
+
+// 1.6: families. ShareExecutable with a closed graph or leader never reaches C; a pointer that is
+// no cgc graph is refused by the library (ErrInvalidHandle, naming the call), the graph before
+// the leader; RestoreGraphsWith on a closed context never reaches C either.
+func TestShareExecutableForeignAndClosedGraphs(t *testing.T) {
+	if err := Load(); err != nil {
+		t.Fatal(err)
+	}
+	var ce *Error
+	closed := func(what string, err error) {
+		t.Helper()
+		if !errors.As(err, &ce) || ce.Status != ErrInvalidHandle || !strings.Contains(ce.Message, "closed") ||
+			!strings.Contains(ce.Message, "Graph.ShareExecutable") {
+			t.Errorf("%s: %v, want ErrInvalidHandle naming Graph.ShareExecutable and the closed graph", what, err)
+		}
+	}
+	var memory [32]uint64
+	for i := range memory {
+		memory[i] = 0x5a5a5a5a5a5a5a5a
+	}
+	foreign := &Graph{}
+	*(*unsafe.Pointer)(unsafe.Pointer(&foreign.h)) = unsafe.Pointer(&memory[0])
+	closedGraph := &Graph{closed: true}
+	closed("ShareExecutable of a closed graph", closedGraph.ShareExecutable(foreign))
+	closed("ShareExecutable with a closed leader", foreign.ShareExecutable(closedGraph))
+	for _, leader := range []*Graph{nil, foreign} {
+		err := foreign.ShareExecutable(leader)
+		if !errors.As(err, &ce) || ce.Status != ErrInvalidHandle ||
+			!strings.Contains(ce.Message, "cgc_graph_share_executable") || !strings.Contains(ce.Message, "graph (0x") {
+			t.Errorf("ShareExecutable of a foreign graph (leader %v): %v, want ErrInvalidHandle naming the graph", leader, err)
+		}
+	}
+	_, _, err := (&Context{closed: true}).RestoreGraphsWith([]byte("not a saved graph"), &RestoreOptions{Families: true})
+	if !errors.As(err, &ce) || ce.Status != ErrInvalidHandle || !strings.Contains(ce.Message, "Context.RestoreGraphsWith") {
+		t.Errorf("RestoreGraphsWith on a closed context: %v, want ErrInvalidHandle naming Context.RestoreGraphsWith", err)
+	}
+}

@@ -132,6 +132,16 @@ func SaveGraphs(graphs []*Graph, pools []*Pool) ([]byte, error) {
 	}
 }
 
+// RestoreOptions are the options of Context.RestoreGraphsWith (cgc_restore_options_t, 1.6); a
+// nil *RestoreOptions means the defaults.
+type RestoreOptions struct {
+	// Families (CGC_RESTORE_FAMILIES): restored graphs of one structure (the same nodes of the
+	// same kinds and kernels, the same edges) join one family, as after Graph.ShareExecutable:
+	// one instantiation for each structure, an update for each other graph. A graph the driver
+	// refuses to share instantiates its own (GraphInfo.FamilyResult says why).
+	Families bool
+}
+
 // RestoreGraphs (1.6) rebuilds the graphs of data (bytes of SaveGraphs, from this process or
 // another on the same GPU architecture and driver version) on the context's device
 // (cgc_graphs_restore). Its pools are created again at their bases, as by NewPoolAt, with the
@@ -154,7 +164,21 @@ func SaveGraphs(graphs []*Graph, pools []*Pool) ([]byte, error) {
 // or other pools at fixed addresses, still hold it). On failure nothing is left: no graph, pool
 // or module.
 func (c *Context) RestoreGraphs(data []byte) ([]*Graph, []*Pool, error) {
-	const op = "Context.RestoreGraphs"
+	return c.restoreGraphs("Context.RestoreGraphs", data, nil)
+}
+
+// RestoreGraphsWith (1.6) is RestoreGraphs with options: with opts.Families, restored graphs of
+// one structure share one executable (GraphInfo.FamilySize counts them), which costs one
+// instantiation for each structure instead of one for each graph. A nil opts means the defaults.
+func (c *Context) RestoreGraphsWith(data []byte, opts *RestoreOptions) ([]*Graph, []*Pool, error) {
+	return c.restoreGraphs("Context.RestoreGraphsWith", data, opts)
+}
+
+func (c *Context) restoreGraphs(op string, data []byte, opts *RestoreOptions) ([]*Graph, []*Pool, error) {
+	var flags C.uint
+	if opts != nil && opts.Families {
+		flags |= C.CGC_RESTORE_FAMILIES
+	}
 	ch, err := c.handle(op)
 	if err != nil {
 		return nil, nil, err
@@ -166,8 +190,8 @@ func (c *Context) RestoreGraphs(data []byte) ([]*Graph, []*Pool, error) {
 	gh := make([]C.cgc_graph_t, info.NGraphs+1)
 	ph := make([]C.cgc_pool_t, info.NPools+1)
 	var msg *C.char
-	err = check(C.cgcgo_graphs_restore(ch, bytesFor(data), C.size_t(len(data)), &gh[0], C.size_t(info.NGraphs), &ph[0],
-		C.size_t(info.NPools), &msg), msg)
+	err = check(C.cgcgo_graphs_restore(ch, bytesFor(data), C.size_t(len(data)), flags, &gh[0], C.size_t(info.NGraphs),
+		&ph[0], C.size_t(info.NPools), &msg), msg)
 	runtime.KeepAlive(c)
 	runtime.KeepAlive(data)
 	if err != nil {

@@ -54,7 +54,12 @@ addresses. Graphs of such pools can be saved: ``data = cgc.save_graphs(graphs, p
 them, with their kernels and the layout of their pools, to bytes that ``cgc.saved_info(data)``
 describes without a driver and ``ctx.restore_graphs(data)`` rebuilds (in another process on the
 same architecture and driver version) into new Graphs and Pools at the same addresses, ready to
-launch; ``ctx.add_module_image(key, image)`` names a module cgc did not load by a key.
+launch; ``ctx.add_module_image(key, image)`` names a module cgc did not load by a key. Graphs of
+one topology that differ in their nodes' parameters (one per batch size) can share one executable
+(families): ``g.share_executable(leader)`` makes g a member of leader's family, the executable
+updated in place to a member's nodes before its launch (``info().family_size``,
+``info().family_result``), and ``ctx.restore_graphs(data, families=True)`` makes restored graphs of
+one structure share theirs.
 
 Errors are ``cgc.Error`` (``.status`` is a ``cgc.Status`` or, for a code this module does not
 know, the raw int; ``.message`` is cgc_last_error() copied right after the failing call, on the
@@ -97,8 +102,9 @@ __all__ = [
     # 1.5: pools of memory registered with a communicator, eager allocation from a pool
     "NcclMemory",
     # 1.6: the status that goes with the last message; the device's segments and blocks; saved
-    # graphs
+    # graphs; families (Graph.share_executable, restore_graphs(families=True))
     "last_status", "memory_snapshot", "Segment", "Block", "BlockState", "save_graphs", "saved_info", "SavedInfo",
+    "RESTORE_FAMILIES",
 ]
 
 # The header's CGC_VERSION that this module was written against: cgc_get_api hands an older
@@ -110,6 +116,8 @@ STREAM_NON_BLOCKING = 0x1
 EVENT_TIMING = 0x1
 CAPTURE_UPLOAD = 0x1
 CAPTURE_AUTO_FREE_ON_LAUNCH = 0x2
+# 1.6: restore_options_t.flags: restored graphs of one structure share one executable (a family)
+RESTORE_FAMILIES = 0x1
 # 1.1: page-locked host memory (HostBuffer) ...
 HOST_WRITE_COMBINED = 0x1  # allocate: fast for the GPU to read, very slow for the CPU to read
 HOST_READ_ONLY = 0x2  # register: the device only reads it
@@ -159,7 +167,7 @@ class Status(enum.IntEnum):
     NCCL_UNAVAILABLE = 11
     NCCL = 12
     CUDA = 13
-    NOT_SUPPORTED = 14
+    NOT_SUPPORTED = 14  # the driver or device is too old; 1.6: a join the driver refuses (share_executable)
     INTERNAL = 15
     NOT_SAVABLE = 16  # 1.6: a graph holds what a saved buffer cannot rebuild (save_graphs)
     SAVED_MISMATCH = 17  # 1.6: a saved buffer this process cannot restore (damaged, another format,
@@ -338,7 +346,9 @@ class graph_info_t(_Sized):
                 ("pool_bytes_reserved", ctypes.c_size_t)] + [
         (kind, ctypes.c_size_t) for kind in GRAPH_NODE_KINDS + ("other_nodes",)] + [
         # 1.2: updates by capture
-        ("update_count", ctypes.c_uint64), ("last_update", ctypes.c_int), ("last_update_result", ctypes.c_int)]
+        ("update_count", ctypes.c_uint64), ("last_update", ctypes.c_int), ("last_update_result", ctypes.c_int),
+        # 1.6: families (cgc_graph_share_executable)
+        ("family_size", ctypes.c_size_t), ("family_result", ctypes.c_int)]
 
 
 class memory_stats_t(_Sized):
@@ -396,7 +406,7 @@ class saved_info_t(_Sized):
 
 
 class restore_options_t(_Sized):
-    """cgc_restore_options_t (1.6): no flags yet (0)."""
+    """cgc_restore_options_t (1.6): flags RESTORE_FAMILIES, or 0."""
 
     _fields_ = [("struct_size", ctypes.c_size_t), ("flags", ctypes.c_uint)]
 
@@ -405,9 +415,12 @@ class restore_options_t(_Sized):
 # not list). cgc's own completion record is in none of them. update_count counts the captures
 # that updated the graph (update=True), last_update (a GraphUpdate) says how the last one did,
 # last_update_result is the driver's CUgraphExecUpdateResult of it (0 in place; 2 = topology
-# changed).
+# changed). 1.6: family_size counts the graphs sharing its executable (Graph.share_executable: 1
+# with its own), family_result is why its last join was refused (a CUgraphExecUpdateResult; 0 when
+# none was).
 GraphInfo = namedtuple("GraphInfo", ("node_count", "replay_count", "uploaded", "pool_bytes_reserved")
-                       + GRAPH_NODE_KINDS + ("other_nodes", "update_count", "last_update", "last_update_result"))
+                       + GRAPH_NODE_KINDS + ("other_nodes", "update_count", "last_update", "last_update_result",
+                                             "family_size", "family_result"))
 MemoryStats = namedtuple("MemoryStats", "bytes_reserved bytes_allocated peak_bytes_allocated "
                          "peak_bytes_reserved num_driver_allocs num_driver_frees")
 # 1.6: memory_snapshot's segments (driver allocations) and their blocks, by address. A Segment's
@@ -584,6 +597,9 @@ _PROTOTYPES = [
     ("cgc_saved_info", _st, (_h, _sz, ctypes.POINTER(saved_info_t))),
     ("cgc_graphs_restore", _st, (_h, _h, _sz, ctypes.POINTER(restore_options_t), _hp, _sz, _hp, _sz)),
     ("cgc_module_add_image", _st, (_h, ctypes.c_char_p, _h, _sz)),
+    # 1.6: families: `graph` gives up its own executable and shares `leader`'s (NOT_SUPPORTED when
+    # the driver refuses the update; cgc_graph_info's family_result says why)
+    ("cgc_graph_share_executable", _st, (_h, _h)),
 ]
 
 
@@ -1074,7 +1090,7 @@ class Context(_Handle):
     def malloc(self, size, stream):
         return malloc(self, size, stream)
 
-    def restore_graphs(self, data, stream=None):
+    def restore_graphs(self, data, stream=None, families=False):
         """1.6: rebuilds the graphs of `data` (the bytes of save_graphs, or the path of a file
         holding them, from this process or another on the same GPU architecture and driver
         version) on this device (cgc_graphs_restore). Its pools are created again at their bases,
@@ -1093,6 +1109,11 @@ class Context(_Handle):
         Stream of this device), which replay() then uses. The memory's contents are not
         restored: write the inputs again.
 
+        families=True (RESTORE_FAMILIES): restored graphs of one structure (the same nodes of the
+        same kinds and kernels, the same edges) join one family, as after Graph.share_executable:
+        one instantiation for each structure, an update for each other graph; a graph the driver
+        refuses to share instantiates its own (info().family_result says why).
+
         Raises SavedMismatchError, naming what differs, for damaged bytes, another format
         version, another architecture or driver version, a module key not added, or a kernel
         missing or with other attributes; InvalidStateError when a pool's range cannot be reserved
@@ -1105,7 +1126,7 @@ class Context(_Handle):
         n_graphs, n_pools = info.n_graphs, info.n_pools
         graphs = (ctypes.c_void_p * max(n_graphs, 1))()
         pools = (ctypes.c_void_p * max(n_pools, 1))()
-        opts = restore_options_t()
+        opts = restore_options_t(flags=RESTORE_FAMILIES if families else 0)
         _check(api().cgc_graphs_restore(handle, address, size, ctypes.byref(opts), graphs, n_graphs, pools, n_pools))
         del keep
         restored_pools = []
@@ -1931,13 +1952,39 @@ class Graph(_Handle):
 
     def info(self):
         """GraphInfo: the captured nodes (node_count, and by kind: kernel_nodes, memcpy_nodes, ...),
-        replays so far, whether it is uploaded, and the bytes its pool holds."""
+        replays so far, whether it is uploaded, the bytes its pool holds, its updates by capture and
+        (1.6) its family: family_size graphs share its executable, family_result says why its last
+        join (share_executable) was refused."""
         i = graph_info_t()
         _check(api().cgc_graph_info(self.handle, ctypes.byref(i)))
         fields = {name: getattr(i, name) for name in GraphInfo._fields}
         fields["uploaded"] = bool(i.uploaded)
         fields["last_update"] = _member_or_int(GraphUpdate, i.last_update)
         return GraphInfo(**fields)
+
+    def share_executable(self, leader):
+        """1.6, families (cgc_graph_share_executable): this graph gives up its own executable and
+        shares `leader`'s (a Graph), so that graphs of one topology that differ in their nodes'
+        parameters (one per batch size: other buffers, values, grids) hold one executable. A
+        launch or upload of a member the executable does not hold updates it in place to that
+        member's nodes first (no device synchronisation), then launches. Members replay one at a
+        time, in launch order, whatever their streams; a launch while another thread launches a
+        member of the same family is refused (InvalidStateError), never waits. Members take no
+        per-node updates (set_kernel_enabled, set_kernel_args) and no updates by capture
+        (InvalidStateError). Joining the family it is in already does nothing. The last member's
+        reset or close frees the executable; info().family_size counts the members.
+
+        Raises NotSupportedError when the driver refuses to update the executable to this graph's
+        nodes (another topology, other kernels): the graph keeps its own executable and
+        info().family_result says why. InvalidArgumentError for a leader that is no Graph, the
+        graph itself as leader, or graphs of two devices; InvalidStateError for an empty (reset)
+        Graph, after per-node updates of either graph, or when this graph shares another
+        family's executable already. Not while another thread launches, resets or closes either
+        graph."""
+        func = "cgc_graph_share_executable"
+        if not isinstance(leader, Graph):
+            raise _bad_argument(func, "leader is a %s, not a cgc.Graph", type(leader).__name__)
+        _check(api().cgc_graph_share_executable(self.handle, leader.handle))
 
     # ---- per-node updates (1.2) ----
     # Kernel nodes are numbered 0 .. info().kernel_nodes - 1 in the order the capture launched

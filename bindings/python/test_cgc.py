@@ -198,7 +198,7 @@ class LoadingTest(unittest.TestCase):
         lib = cgc.api()
         self.assertGreaterEqual(lib.table.contents.struct_size, ctypes.sizeof(cgc.api_t))
         # 1.0's, then 1.1's, 1.2's, 1.3's, 1.4's, 1.5's and 1.6's
-        self.assertEqual(len(cgc._PROTOTYPES), 63 + 29 + 4 + 1 + 3 + 2 + 8)
+        self.assertEqual(len(cgc._PROTOTYPES), 63 + 29 + 4 + 1 + 3 + 2 + 9)
         for name, _, _ in cgc._PROTOTYPES:
             via_table = ctypes.cast(getattr(lib, name), ctypes.c_void_p).value
             via_dlsym = ctypes.cast(getattr(lib.dll, name), ctypes.c_void_p).value
@@ -283,7 +283,8 @@ class LastStatusTest(unittest.TestCase):
     def test_the_table_ends_with_the_1_6_functions(self):
         self.assertEqual([p[0] for p in cgc._PROTOTYPES[63 + 29 + 4 + 1 + 3 + 2:]],
                          ["cgc_last_status", "cgc_memory_snapshot", "cgc_pool_claim", "cgc_pool_create_at",
-                          "cgc_graphs_save", "cgc_saved_info", "cgc_graphs_restore", "cgc_module_add_image"])
+                          "cgc_graphs_save", "cgc_saved_info", "cgc_graphs_restore", "cgc_module_add_image",
+                          "cgc_graph_share_executable"])
         self.assertEqual((cgc.VERSION_MAJOR, cgc.VERSION_MINOR), (1, 6))
         self.assertIn("last_status", cgc.__all__)
 
@@ -646,7 +647,7 @@ class WorkBadCallTest(ExpectMixin, unittest.TestCase):
         self.assertEqual(cgc.MemOp.barrier(gpu_scope=True), (cgc.MemOpKind.BARRIER, None, 0, cgc.BARRIER_GPU))
         self.assertEqual(ctypes.sizeof(cgc.mem_op_t), 24)
         self.assertEqual(cgc.access_policy_t().struct_size, ctypes.sizeof(cgc.access_policy_t))
-        self.assertEqual(cgc.graph_info_t().struct_size, 160)
+        self.assertEqual(cgc.graph_info_t().struct_size, 176)  # 1.6 appended family_size and family_result
         # The enums carry the header's values (CUDA's own).
         self.assertEqual([int(m) for m in cgc.MemOpKind], [1, 2, 3, 4, 5, 6])
         self.assertEqual(cgc.FunctionAttribute.PREFERRED_SHARED_MEMORY_CARVEOUT, 9)
@@ -732,7 +733,8 @@ class UpdateBadCallTest(ExpectMixin, unittest.TestCase):
         self.assertEqual(cgc.capture_options_t().update, None)  # NULL: a new graph
         self.assertEqual(ctypes.sizeof(cgc.capture_options_t), 40)
         self.assertEqual([int(m) for m in cgc.GraphUpdate], [0, 1, 2])
-        self.assertEqual(cgc.GraphInfo._fields[-3:], ("update_count", "last_update", "last_update_result"))
+        # 1.2's fields, then 1.6's (families)
+        self.assertEqual(cgc.GraphInfo._fields[-5:-2], ("update_count", "last_update", "last_update_result"))
 
 
 class AdoptedCaptureBadCallTest(ExpectMixin, unittest.TestCase):
@@ -1074,6 +1076,65 @@ class SavedGraphsBadCallTest(ExpectMixin, unittest.TestCase):
             with open(path, "wb") as f:
                 f.write(self.GARBAGE)
             self.expect_raise(cgc.SavedMismatchError, "cgc_saved_info", lambda: cgc.saved_info(path))
+
+
+class FamiliesBadCallTest(ExpectMixin, unittest.TestCase):
+    """1.6 without a GPU: cgc_graph_share_executable refuses a NULL graph or leader
+    (INVALID_ARGUMENT) and a foreign one (INVALID_HANDLE) by name, the graph before the leader,
+    before it needs the driver; the binding refuses a leader that is no Graph and an empty Graph
+    itself; a restore with families=True reads the bytes first, as one without does."""
+
+    GARBAGE = SavedGraphsBadCallTest.GARBAGE
+
+    def test_null_and_foreign_graphs_are_refused_by_name(self):
+        lib, func = cgc.api(), "cgc_graph_share_executable"
+        for graph, leader, status, words in (
+                (None, None, cgc.Status.INVALID_ARGUMENT, "graph is NULL"),
+                (None, FOREIGN, cgc.Status.INVALID_ARGUMENT, "graph is NULL"),
+                (FOREIGN, None, cgc.Status.INVALID_HANDLE, "not a live cgc graph handle"),
+                (FOREIGN, FOREIGN, cgc.Status.INVALID_HANDLE, "not a live cgc graph handle")):
+            self.expect(status, func, lambda: lib.cgc_graph_share_executable(graph, leader), words)
+
+    def test_the_binding_refuses_by_name(self):
+        func = "cgc_graph_share_executable"
+        graph, leader = cgc.Graph(), cgc.Graph()
+        graph._h = FOREIGN
+        try:
+            self.expect_raise(cgc.InvalidArgumentError, func, lambda: graph.share_executable(object()),
+                              "leader is a object")
+            self.expect_raise(cgc.InvalidArgumentError, func, lambda: graph.share_executable(None), "leader")
+            with self.assertRaises(cgc.InvalidStateError):  # an empty leader never reaches C
+                graph.share_executable(leader)
+            with self.assertRaises(cgc.InvalidStateError):  # nor an empty graph
+                leader.share_executable(graph)
+            leader._h = FOREIGN
+            self.expect_raise(cgc.InvalidHandleError, func, lambda: graph.share_executable(leader), "graph")
+            self.expect_raise(cgc.InvalidHandleError, func, lambda: graph.share_executable(graph), "graph")
+        finally:
+            forget(graph, leader)
+
+    def test_restore_with_families(self):
+        self.assertEqual(cgc.RESTORE_FAMILIES, 1)
+        self.assertIn("RESTORE_FAMILIES", cgc.__all__)
+        self.assertEqual(cgc.GraphInfo._fields[-2:], ("family_size", "family_result"))
+        self.assertIsInstance(cgc.Error(cgc.Status.NOT_SUPPORTED, "x"), cgc.NotSupportedError)
+        lib = cgc.api()
+        opts = cgc.restore_options_t(flags=cgc.RESTORE_FAMILIES)
+        self.assertEqual((opts.struct_size, opts.flags), (ctypes.sizeof(cgc.restore_options_t), 1))
+        for ctx, status in ((None, cgc.Status.INVALID_ARGUMENT), (FOREIGN, cgc.Status.INVALID_HANDLE)):
+            graphs, pools = (ctypes.c_void_p * 1)(FOREIGN), (ctypes.c_void_p * 1)(FOREIGN)
+            self.expect(status, "cgc_graphs_restore",
+                        lambda: lib.cgc_graphs_restore(ctx, self.GARBAGE, len(self.GARBAGE), ctypes.byref(opts),
+                                                       graphs, 1, pools, 1))
+            self.assertEqual((graphs[0], pools[0]), (None, None), "a refused restore hands out no handle")
+        with self.assertRaises(cgc.InvalidHandleError):  # a closed context never reaches C
+            cgc.Context.__new__(cgc.Context).restore_graphs(self.GARBAGE, families=True)
+        ctx = foreign(cgc.Context)
+        try:
+            self.expect_raise(cgc.SavedMismatchError, "cgc_saved_info",
+                              lambda: ctx.restore_graphs(self.GARBAGE, families=True))
+        finally:
+            forget(ctx)
 
 
 class ConditionalBadCallTest(ExpectMixin, unittest.TestCase):
@@ -1710,10 +1771,9 @@ class GpuWorkTest(ExpectMixin, unittest.TestCase):
         module.close()
 
 
-class GpuUpdateTest(ExpectMixin, unittest.TestCase):
-    """1.2 on a GPU: a recapture that updates a Graph in place or instantiates it anew, and
-    per-node updates of its kernels, with the examples' kernel scale_add (out = in * params[0] +
-    params[1])."""
+class ScaleAddGpuCase(ExpectMixin, unittest.TestCase):
+    """What GpuUpdateTest and GpuFamiliesTest share: a context, a stream and the examples' kernel
+    scale_add (out = in * params[0] + params[1]) over quarters below 25. No tests of its own."""
 
     def setUp(self):
         require_gpu(self)
@@ -1765,6 +1825,25 @@ class GpuUpdateTest(ExpectMixin, unittest.TestCase):
         want = array.array("f", [x * scale + shift for x in self.inputs])
         bad = [(i, out[i], want[i]) for i in range(self.n) if out[i] != want[i]]
         self.assertEqual(bad[:3], [], what)
+
+    def launch_n(self, out, params, n):
+        """scale_add over the first `n` floats only: a grid of n / 256 blocks (rounded up)."""
+        args = [ctypes.c_void_p(out), ctypes.c_void_p(self.input), ctypes.c_void_p(params), ctypes.c_uint32(n)]
+        self.scale_add.launch((n + 255) // 256, 256, args, self.stream)
+
+    def expect_prefix(self, buf, n, scale, shift, what):
+        """buf's first `n` floats are in * scale + shift, the rest 0."""
+        out = (ctypes.c_float * self.n)()
+        self.stream.memcpy_dtoh(out, buf)
+        self.stream.synchronize()
+        want = array.array("f", [x * scale + shift if i < n else 0.0 for i, x in enumerate(self.inputs)])
+        bad = [(i, out[i], want[i]) for i in range(self.n) if out[i] != want[i]]
+        self.assertEqual(bad[:3], [], what)
+
+
+class GpuUpdateTest(ScaleAddGpuCase):
+    """1.2 on a GPU: a recapture that updates a Graph in place or instantiates it anew, and
+    per-node updates of its kernels, with scale_add."""
 
     def test_the_same_topology_updates_in_place(self):
         a, b = self.zeroed(), self.zeroed()
@@ -1863,6 +1942,89 @@ class GpuUpdateTest(ExpectMixin, unittest.TestCase):
         with self.assertRaises(cgc.InvalidStateError):
             g.set_kernel_enabled(0, False)
         g.close()
+
+
+class GpuFamiliesTest(ScaleAddGpuCase):
+    """1.6 on a GPU: graphs of one structure (scale_add, with other buffers, parameters and grid)
+    share one executable after share_executable, each launch running the launched graph's own
+    nodes; a graph of another structure (one kernel more) is refused and keeps its own."""
+
+    def launch_and_expect(self, g, out, n, scale, shift, what):
+        self.stream.memset_d32(out, 0, self.n)
+        g.launch(self.stream)
+        self.expect_prefix(out, n, scale, shift, what)
+
+    def family(self, g):
+        info = g.info()
+        return info.family_size, info.family_result
+
+    def test_graphs_of_one_structure_share_one_executable(self):
+        a, b = self.zeroed(), self.zeroed()
+        other_params = self.params_of(3.0, -1.0)
+        na, nb = self.n, self.n // 2
+        leader, member = cgc.Graph(), cgc.Graph()
+        with cgc.graph(leader, stream=self.stream):
+            self.launch_n(a, self.params, na)
+        with cgc.graph(member, stream=self.stream):
+            self.launch_n(b, other_params, nb)
+        self.assertEqual(self.family(leader), (1, 0), "a graph with its own executable")
+        self.assertNotEqual(leader.native_exec, member.native_exec)
+
+        member.share_executable(leader)
+        self.assertEqual(self.family(leader), (2, 0), "the leader")
+        self.assertEqual(self.family(member), (2, 0), "the member")
+        self.assertEqual(leader.native_exec, member.native_exec, "one executable")
+        for round_ in range(3):
+            self.launch_and_expect(member, b, nb, 3.0, -1.0, "the member, round %d" % round_)
+            self.launch_and_expect(leader, a, na, 2.0, 1.0, "the leader, round %d" % round_)
+        leader.replay()  # on its capture stream: the executable holds its nodes already
+        self.expect_prefix(a, na, 2.0, 1.0, "the leader replayed again")
+        member.upload()
+        self.launch_and_expect(member, b, nb, 3.0, -1.0, "the member after its upload")
+        self.assertEqual((leader.info().replay_count, member.info().replay_count), (4, 4))
+        member.share_executable(leader)  # the family it is in already: nothing changes
+        self.assertEqual(self.family(member), (2, 0))
+
+        # Refusals: itself as leader; per-node updates and updates by capture of a member.
+        self.expect_raise(cgc.InvalidArgumentError, "cgc_graph_share_executable",
+                          lambda: leader.share_executable(leader))
+        self.expect_raise(cgc.InvalidStateError, "cgc_graph_kernel_node_set_enabled",
+                          lambda: member.set_kernel_enabled(0, False), "family")
+        with self.assertRaises(cgc.InvalidStateError) as cm:
+            with cgc.graph(member, stream=self.stream, update=True):
+                self.launch_n(b, self.params, nb)
+        self.assertIn("cgc_capture_begin", cm.exception.message)
+        self.assertIn("family", cm.exception.message)
+        self.assertFalse(self.stream.is_capturing())
+        self.launch_and_expect(member, b, nb, 3.0, -1.0, "the member after the refusals")
+
+        # The leader goes first: the member keeps the executable.
+        leader.reset()
+        self.assertEqual(self.family(member), (1, 0), "the member after the leader's reset")
+        self.launch_and_expect(member, b, nb, 3.0, -1.0, "the member after the leader's reset")
+        member.close()
+        leader.close()
+
+    def test_a_graph_of_another_structure_cannot_share(self):
+        a, b, c = self.zeroed(), self.zeroed(), self.zeroed()
+        other_params = self.params_of(3.0, -1.0)
+        leader, other = cgc.Graph(), cgc.Graph()
+        with cgc.graph(leader, stream=self.stream):
+            self.launch_n(a, self.params, self.n)
+        with cgc.graph(other, stream=self.stream):
+            self.launch_n(b, other_params, self.n)
+            self.launch_n(c, self.params, self.n)  # one kernel more
+        self.expect_raise(cgc.NotSupportedError, "cgc_graph_share_executable", lambda: other.share_executable(leader))
+        size, result = self.family(other)
+        self.assertEqual(size, 1)
+        self.assertNotEqual(result, 0, "family_result says why")
+        self.assertEqual(self.family(leader), (1, 0))
+        self.assertNotEqual(leader.native_exec, other.native_exec)
+        self.launch_and_expect(other, b, self.n, 3.0, -1.0, "b, of the refused graph")
+        self.expect_values(c, 2.0, 1.0, "c, of the refused graph")
+        self.launch_and_expect(leader, a, self.n, 2.0, 1.0, "a, of the leader")
+        other.close()
+        leader.close()
 
 
 class GpuConditionalTest(ExpectMixin, unittest.TestCase):
@@ -2262,6 +2424,7 @@ class GpuSavedGraphsTest(unittest.TestCase):
     # ever share a process.
     BASE = 0x6A0000000000
     OTHER_BASE = 0x6A4000000000
+    FAMILY_BASE = 0x6A8000000000
     CAPACITY = 64 << 20
     N = 4096
 
@@ -2395,6 +2558,43 @@ class GpuSavedGraphsTest(unittest.TestCase):
         gc.collect()
         pool = cgc.Pool.at(self.ctx, base, capacity)  # the range was given back
         pool.close()
+
+    def test_a_restore_with_families_shares_one_executable(self):
+        # 1.6: two graphs of one structure captured into a pool at fixed addresses, saved, and
+        # restored with families=True: the restored graphs share one executable (a family of 2)
+        # and each launch writes the launched graph's own output.
+        s = self.stream
+        pool = cgc.Pool.at(self.ctx, self.FAMILY_BASE, self.CAPACITY)
+        (g0, out0), (g1, out1) = self.capture_in(pool), self.capture_in(pool)
+        outs = (out0, out1)
+        data = cgc.save_graphs([g0, g1])
+        g0.close()
+        g1.close()
+        for out in outs:
+            cgc.free(out)
+        s.synchronize()
+        pool.close()
+        self.module.close()
+
+        graphs, pools = self.ctx.restore_graphs(data, stream=s, families=True)
+        self.assertEqual((len(graphs), len(pools)), (2, 1))
+        for i, g in enumerate(graphs):
+            info = g.info()
+            self.assertEqual((info.family_size, info.family_result), (2, 0), "restored graph %d" % i)
+        self.assertEqual(graphs[0].native_exec, graphs[1].native_exec, "one executable")
+        for round_ in range(2):
+            for i in (1, 0):
+                for out in outs:
+                    s.memset_d32(out, 0, self.N)
+                graphs[i].replay()
+                self.assertEqual(set(self.read(outs[i])), {5.5}, "round %d, graph %d" % (round_, i))
+                self.assertEqual(set(self.read(outs[1 - i])), {0.0}, "round %d: graph %d wrote the other's" % (round_, i))
+        for g in graphs:
+            g.close()
+        for out in outs:
+            cgc.free(out)
+        s.synchronize()
+        pools[0].close()
 
     def test_a_graph_of_an_ordinary_pool_is_not_savable(self):
         # A graph captured into an ordinary pool (its memory not at fixed addresses) is refused

@@ -34,6 +34,12 @@ pub struct GraphInfo {
     /// The driver's `CUgraphExecUpdateResult` of the last update: 0 when the executable took
     /// the new graph in place, else why it did not (e.g. 2, `CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED`).
     pub last_update_result: i32,
+    /// Graphs sharing its executable ([`Graph::share_executable`], since 1.6): 1 with its own,
+    /// 0 after reset.
+    pub family_size: usize,
+    /// Why its last join ([`Graph::share_executable`]) was refused: the driver's
+    /// `CUgraphExecUpdateResult` (e.g. 2, topology changed); 0 when none was.
+    pub family_result: i32,
 }
 
 /// How a [`Stream::capture_update`] changed its graph (`cgc_graph_update_t`).
@@ -219,6 +225,8 @@ impl Graph {
             update_count: i.update_count,
             last_update: GraphUpdate::from_raw(i.last_update),
             last_update_result: i.last_update_result,
+            family_size: i.family_size,
+            family_result: i.family_result,
         })
     }
 
@@ -303,6 +311,31 @@ impl Graph {
                 self.api,
                 (self.api.cgc_graph_kernel_node_set_args)(self.raw, kernel_index, params),
             )
+        })
+    }
+
+    /// 1.6: families (`cgc_graph_share_executable`): this graph gives up its own executable and
+    /// shares `leader`'s, so that graphs of one topology that differ in their nodes' parameters
+    /// (one per batch size) hold one executable. A launch or upload of a member the executable
+    /// does not hold updates it in place to that member's nodes first (no device
+    /// synchronisation), then launches. Members replay one at a time, in launch order, whatever
+    /// their streams; a launch while another thread launches a member of the same family is
+    /// refused ([`Status::InvalidState`]), never waits. Members take no per-node updates
+    /// ([`Graph::set_kernel_enabled`], [`Graph::set_kernel_args`]) and no updates by capture
+    /// ([`Status::InvalidState`]). Joining a family the graph is already in does nothing. The last
+    /// member's reset or drop frees the executable; [`GraphInfo::family_size`] counts the members.
+    ///
+    /// Errors: [`Status::NotSupported`] when the driver refuses to update the executable to this
+    /// graph's nodes (another topology, other kernels): the graph keeps its own executable and
+    /// [`GraphInfo::family_result`] says why; [`Status::InvalidArgument`] for the graph itself as
+    /// its leader or graphs of two devices; [`Status::InvalidState`] after a reset or per-node
+    /// updates of either graph, or for a graph of another family already.
+    pub fn share_executable(&self, leader: &Graph) -> Result<()> {
+        // SAFETY: live handles. Graph is not Sync, so no other thread launches, resets or
+        // destroys either of them meanwhile (another member of leader's family launched
+        // elsewhere is refused by the library, which never waits for it).
+        check(self.api, unsafe {
+            (self.api.cgc_graph_share_executable)(self.raw, leader.raw)
         })
     }
 

@@ -18,7 +18,7 @@ use crate::{
     api, sys, AccessPolicy, AccessProperty, BarrierScope, BlockState, CaptureMode,
     CaptureOptions, Comm, ConditionalBodies, ConditionalKind, Context, DeviceBuffer, Error, Function, FunctionAttribute, Graph, GraphInfo,
     GraphUpdate, HostBuffer, HostRegistration, KernelArg, LaunchConfig, MemOp, Module, NcclMemory, Pool, PoolId,
-    Result, Status, Stream, WaitCondition, WAIT_FLUSH,
+    RestoreOptions, Result, Status, Stream, WaitCondition, WAIT_FLUSH,
 };
 
 fn loaded_api() -> &'static sys::cgc_api_t {
@@ -799,6 +799,44 @@ fn saved_graphs_refuse_bad_arguments_by_name() {
     let e = ctx.add_module_image("a\0b", &garbage).expect_err("a key with a NUL byte");
     assert_eq!(e.status(), Some(Status::InvalidArgument), "{}", e);
     assert!(e.message().contains("cgc_module_add_image") && e.message().contains("NUL"), "{}", e);
+}
+
+/// 1.6: families: share_executable refuses a NULL graph or leader (INVALID_ARGUMENT) and a
+/// pointer that is no cgc graph (INVALID_HANDLE) by name, the graph checked before the leader,
+/// before it needs the driver; the families flag of a restore is the header's, and a restore
+/// with it reads the bytes first as one without does.
+#[test]
+fn share_executable_refuses_null_and_foreign_graphs_by_name() {
+    let null = null_graph();
+    let mut not_an_object = [0x5a5a_5a5a_5a5a_5a5a_u64; 32];
+    let foreign = Graph {
+        raw: not_an_object.as_mut_ptr() as sys::cgc_graph_t,
+        api: loaded_api(),
+    };
+    let function = "cgc_graph_share_executable";
+    assert_refused(null.share_executable(&null), Status::InvalidArgument, function);
+    assert_refused(null.share_executable(&foreign), Status::InvalidArgument, function);
+    assert_refused(foreign.share_executable(&null), Status::InvalidHandle, function);
+    assert_refused(foreign.share_executable(&foreign), Status::InvalidHandle, function);
+    // The refused handle is named (the graph: it is checked first).
+    let e = null.share_executable(&foreign).expect_err("a NULL graph");
+    assert!(e.message().contains("graph is NULL"), "{}", e);
+    let e = foreign.share_executable(&null).expect_err("a foreign graph");
+    assert!(e.message().contains("graph (0x"), "{}", e);
+    // Not destroyed: the library would only refuse it (it is no graph of its).
+    std::mem::forget(foreign);
+
+    let info = GraphInfo::default();
+    assert_eq!((info.family_size, info.family_result), (0, 0));
+    assert_eq!(sys::CGC_RESTORE_FAMILIES, 1);
+    assert_eq!(RestoreOptions::new().to_raw().flags, 0);
+    let raw = RestoreOptions::new().with_families(true).to_raw();
+    assert_eq!((raw.struct_size, raw.flags), (std::mem::size_of::<sys::cgc_restore_options_t>(), 1));
+    assert_eq!(RestoreOptions::new().with_families(true).with_families(false), RestoreOptions::default());
+    let garbage: Vec<u8> = (0..200u32).map(|i| (i * 73 + 5) as u8).collect();
+    let ctx = null_context();
+    assert_refused(ctx.restore_graphs_with(&garbage, &RestoreOptions::new().with_families(true)),
+                   Status::SavedMismatch, "cgc_saved_info");
 }
 
 /// 1.6's statuses of saved graphs are the header's, in code order after INTERNAL.

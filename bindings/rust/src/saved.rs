@@ -1,7 +1,9 @@
 //! Saved graphs (1.6): [`save_graphs`] writes graphs and the pools they use to bytes,
 //! [`SavedInfo::read`] says what such bytes hold, [`Context::restore_graphs`] rebuilds them (in
-//! another process too, on the same GPU architecture and driver version), and
-//! [`Context::add_module_image`] names a module cgc did not load by a key.
+//! another process too, on the same GPU architecture and driver version; with
+//! [`Context::restore_graphs_with`] and [`RestoreOptions::with_families`], graphs of one structure
+//! share one executable), and [`Context::add_module_image`] names a module cgc did not load by a
+//! key.
 
 use super::*;
 
@@ -117,6 +119,37 @@ pub fn save_graphs(graphs: &[&Graph], pools: &[&Pool]) -> Result<Vec<u8>> {
     }
 }
 
+/// Options of [`Context::restore_graphs_with`] (`cgc_restore_options_t`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RestoreOptions {
+    /// Restored graphs of one structure (the same nodes of the same kinds and kernels, the same
+    /// edges) join one family ([`Graph::share_executable`]): one instantiation for each
+    /// structure, an update for each other graph; a graph the driver refuses to share
+    /// instantiates its own ([`GraphInfo::family_result`] says why). `CGC_RESTORE_FAMILIES`.
+    pub families: bool,
+}
+
+impl RestoreOptions {
+    /// The defaults: every graph instantiated on its own.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// With graphs of one structure sharing one executable (`CGC_RESTORE_FAMILIES`).
+    pub fn with_families(mut self, families: bool) -> Self {
+        self.families = families;
+        self
+    }
+
+    /// The C struct.
+    pub fn to_raw(&self) -> sys::cgc_restore_options_t {
+        sys::cgc_restore_options_t {
+            struct_size: std::mem::size_of::<sys::cgc_restore_options_t>(),
+            flags: if self.families { sys::CGC_RESTORE_FAMILIES } else { 0 },
+        }
+    }
+}
+
 impl Context {
     /// 1.6: rebuilds the graphs of `data` (bytes of [`save_graphs`], from this process or
     /// another on the same GPU architecture and driver version) on this device
@@ -140,13 +173,19 @@ impl Context {
     /// reserved here (e.g. the saved pools, or other pools at fixed addresses, still hold it). On
     /// failure nothing is left: no graph, pool or module.
     pub fn restore_graphs(&self, data: &[u8]) -> Result<(Vec<Graph>, Vec<Pool>)> {
+        self.restore_graphs_with(data, &RestoreOptions::new())
+    }
+
+    /// 1.6: [`Context::restore_graphs`] with options: with [`RestoreOptions::with_families`],
+    /// restored graphs of one structure share one executable (as after
+    /// [`Graph::share_executable`]: the first of each structure leads, and
+    /// [`GraphInfo::family_size`] counts the members), which costs one instantiation for each
+    /// structure instead of one for each graph.
+    pub fn restore_graphs_with(&self, data: &[u8], options: &RestoreOptions) -> Result<(Vec<Graph>, Vec<Pool>)> {
         let info = SavedInfo::read(data)?;
         let mut graphs: Vec<sys::cgc_graph_t> = vec![ptr::null_mut(); info.n_graphs];
         let mut pools: Vec<sys::cgc_pool_t> = vec![ptr::null_mut(); info.n_pools];
-        let options = sys::cgc_restore_options_t {
-            struct_size: std::mem::size_of::<sys::cgc_restore_options_t>(),
-            flags: 0,
-        };
+        let options = options.to_raw();
         // SAFETY: live context; `data` is data.len() readable bytes; the out arrays hold the
         // counts given.
         check(self.api, unsafe {

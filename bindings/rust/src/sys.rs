@@ -63,7 +63,8 @@ macro_rules! with_status_list {
             Nccl = 12, CGC_ERROR_NCCL;
             /// Any other CUDA driver error (the message names it).
             Cuda = 13, CGC_ERROR_CUDA;
-            /// The driver or device is too old for the request.
+            /// The driver or device is too old for the request; since 1.6 also a graph whose nodes
+            /// the driver refuses to put in another's executable (`cgc_graph_share_executable`).
             NotSupported = 14, CGC_ERROR_NOT_SUPPORTED;
             /// An internal error in cgc.
             Internal = 15, CGC_ERROR_INTERNAL;
@@ -197,6 +198,11 @@ pub struct cgc_graph_info_t {
     pub last_update: cgc_graph_update_t,
     /// The driver's CUgraphExecUpdateResult of the last update (2: topology changed).
     pub last_update_result: c_int,
+    // Since 1.6: families (cgc_graph_share_executable).
+    /// Graphs sharing its executable: 1 with its own, 0 after reset.
+    pub family_size: usize,
+    /// Why its last join was refused (a CUgraphExecUpdateResult); 0 when none was.
+    pub family_result: c_int,
 }
 
 // ---- pools -------------------------------------------------------------------------------------
@@ -298,9 +304,15 @@ pub struct cgc_saved_info_t {
 #[derive(Clone, Copy, Debug, Default)]
 pub struct cgc_restore_options_t {
     pub struct_size: usize,
-    /// None yet: 0.
+    /// [`CGC_RESTORE_FAMILIES`], or 0.
     pub flags: c_uint,
 }
+
+/// 1.6, a flag of `cgc_restore_options_t.flags`: restored graphs of one structure (the same
+/// nodes of the same kinds and kernels, the same edges) join one family
+/// (`cgc_graph_share_executable`): one instantiation for each structure, an update for each other
+/// graph; a graph the driver refuses to share instantiates its own (`family_result` says why).
+pub const CGC_RESTORE_FAMILIES: c_uint = 1;
 
 // ---- NCCL --------------------------------------------------------------------------------------
 
@@ -640,6 +652,9 @@ api_table! {
                           -> cgc_status_t;
     fn cgc_module_add_image(ctx: cgc_context_t, key: *const c_char, image: *const c_void, size: usize)
                             -> cgc_status_t;
+    // 1.6: families: `graph` gives up its own executable and shares `leader`'s (NOT_SUPPORTED
+    // when the driver refuses the update; cgc_graph_info's family_result says why)
+    fn cgc_graph_share_executable(graph: cgc_graph_t, leader: cgc_graph_t) -> cgc_status_t;
 }
 
 /// `cgc_get_api`, the one symbol resolved with `dlsym`.

@@ -478,11 +478,12 @@ fn the_1_2_functions_refuse_null_and_foreign_graphs_by_name() {
             "cgc_graphs_save",
             "cgc_saved_info",
             "cgc_graphs_restore",
-            "cgc_module_add_image"
+            "cgc_module_add_image",
+            "cgc_graph_share_executable"
         ]
     );
-    // 1.0's 63 functions, 1.1's 29, 1.2's 4, 1.3's 1, 1.4's 3, 1.5's 2 and 1.6's 8.
-    assert_eq!(names.len(), 63 + 29 + 4 + 1 + 3 + 2 + 8);
+    // 1.0's 63 functions, 1.1's 29, 1.2's 4, 1.3's 1, 1.4's 3, 1.5's 2 and 1.6's 9.
+    assert_eq!(names.len(), 63 + 29 + 4 + 1 + 3 + 2 + 9);
 }
 
 /// 1.2's conditional nodes refuse a NULL stream (INVALID_ARGUMENT) and a pointer that is no cgc
@@ -801,6 +802,50 @@ fn saved_info_restore_and_add_image_refuse_bad_arguments_by_name() {
     }
 }
 
+/// 1.6: cgc_graph_share_executable refuses a NULL graph or leader (INVALID_ARGUMENT) and a
+/// pointer that is no cgc graph (INVALID_HANDLE) by name, the graph before the leader, before it
+/// needs the driver; a restore with CGC_RESTORE_FAMILIES refuses a NULL or foreign context as one
+/// without it does.
+#[test]
+fn share_executable_and_families_refuse_null_and_foreign_handles_by_name() {
+    let api = cgc::api().unwrap();
+    let mut not_an_object = [0x5a5a_5a5a_5a5a_5a5a_u64; 32];
+    let foreign = not_an_object.as_mut_ptr() as sys::cgc_graph_t;
+    let null: sys::cgc_graph_t = ptr::null_mut();
+    // SAFETY: NULL and the foreign pointer are documented inputs (refused by a check of the
+    // handle, which only reads the foreign memory).
+    unsafe {
+        for (graph, leader, want, named) in [
+            (null, null, Status::InvalidArgument, "graph is NULL"),
+            (null, foreign, Status::InvalidArgument, "graph is NULL"),
+            (foreign, null, Status::InvalidHandle, "graph (0x"),
+            (foreign, foreign, Status::InvalidHandle, "graph (0x"),
+        ] {
+            let st = (api.cgc_graph_share_executable)(graph, leader);
+            let message = std::ffi::CStr::from_ptr((api.cgc_last_error)()).to_string_lossy().into_owned();
+            assert_named_refusal(api, st, want, "cgc_graph_share_executable");
+            assert!(message.contains(named), "{:?}: {}", named, message);
+        }
+    }
+    assert_eq!(sys::CGC_RESTORE_FAMILIES, 1);
+    let garbage = [0x11u8; 64];
+    let options = sys::cgc_restore_options_t {
+        struct_size: std::mem::size_of::<sys::cgc_restore_options_t>(),
+        flags: sys::CGC_RESTORE_FAMILIES,
+    };
+    let foreign_ctx = not_an_object.as_mut_ptr() as sys::cgc_context_t;
+    // SAFETY: as above; the data is readable and the out arrays hold one handle each.
+    unsafe {
+        for (ctx, want) in [(ptr::null_mut(), Status::InvalidArgument), (foreign_ctx, Status::InvalidHandle)] {
+            let (mut graphs, mut pools) = ([foreign], [foreign as sys::cgc_pool_t]);
+            let st = (api.cgc_graphs_restore)(ctx, garbage.as_ptr() as *const c_void, garbage.len(), &options,
+                                              graphs.as_mut_ptr(), 1, pools.as_mut_ptr(), 1);
+            assert_named_refusal(api, st, want, "cgc_graphs_restore");
+            assert!(graphs[0].is_null() && pools[0].is_null(), "a refused restore hands out no handle");
+        }
+    }
+}
+
 #[test]
 fn function_table_matches_the_library() {
     use std::mem::size_of;
@@ -1024,7 +1069,7 @@ fn struct_layouts_match_the_header() {
                                    event_wait_nodes, event_record_nodes, mem_alloc_nodes,
                                    mem_free_nodes, mem_op_nodes, conditional_nodes,
                                    other_nodes, update_count, last_update,
-                                   last_update_result }),
+                                   last_update_result, family_size, family_result }),
         layout!(cgc_memory_stats_t { struct_size, bytes_reserved, bytes_allocated,
                                      peak_bytes_allocated, peak_bytes_reserved,
                                      num_driver_allocs, num_driver_frees }),

@@ -1746,3 +1746,262 @@ fn a_graph_of_an_ordinary_pool_is_not_savable() {
     stream.destroy().unwrap();
     ctx.destroy().unwrap();
 }
+
+// ---- 1.6: families (graphs of one structure sharing one executable) -----------------------------
+
+/// Launches scale_add over the first `n` floats: out = input * params[0] + params[1], a grid of
+/// n / 256 blocks (rounded up).
+fn scale_add_n(
+    scale_add: &Function<'_>,
+    out: &DeviceBuffer,
+    input: &DeviceBuffer,
+    params: &DeviceBuffer,
+    n: u32,
+    stream: &Stream,
+) -> Result<(), Error> {
+    // SAFETY: the kernel's four parameters in order; out and input hold at least n floats,
+    // params 2; all outlive the graphs that replay the launch.
+    unsafe { scale_add.launch(&LaunchConfig::linear(n, 256), &[out, input, params, &n], stream) }
+}
+
+/// Zeroes `out`, launches `graph` and checks `out`: its first `n` floats inputs * scale + shift,
+/// the rest untouched (0).
+#[track_caller]
+#[allow(clippy::too_many_arguments)]
+fn launch_and_check(
+    graph: &cgc::Graph,
+    stream: &Stream,
+    out: &DeviceBuffer,
+    inputs: &[f32],
+    n: usize,
+    scale: f32,
+    shift: f32,
+    what: &str,
+) {
+    stream.memset_d32(out, 0, UPDATE_COUNT).unwrap();
+    graph.launch(stream).unwrap_or_else(|e| panic!("{}: launch: {}", what, e));
+    let want: Vec<f32> = inputs
+        .iter()
+        .enumerate()
+        .map(|(i, &x)| if i < n { x * scale + shift } else { 0.0 })
+        .collect();
+    let got = read_back::<f32>(stream, out, UPDATE_COUNT);
+    let wrong: Vec<(usize, f32, f32)> = got
+        .iter()
+        .zip(&want)
+        .enumerate()
+        .filter(|&(_, (y, w))| y != w)
+        .map(|(i, (&y, &w))| (i, y, w))
+        .take(3)
+        .collect();
+    assert!(wrong.is_empty(), "{}: (index, got, want) {:?}", what, wrong);
+}
+
+/// 1.6: two graphs of one structure (scale_add, with other buffers, parameters and grid) share
+/// one executable after share_executable: both count a family of 2, and each launch runs the
+/// launched graph's own nodes, in any order. A member takes no per-node updates nor updates by
+/// capture; joining again does nothing; the leader's reset leaves the executable to the member.
+#[test]
+fn graphs_of_one_structure_share_one_executable() {
+    const TEST: &str = "graphs_of_one_structure_share_one_executable";
+    let _serial = serial();
+    let ctx = match gpu(TEST) {
+        Some(c) => c,
+        None => return,
+    };
+    let stream = Stream::new(&ctx).unwrap();
+    let ptx = CString::new(SCALE_ADD_PTX).unwrap();
+    let module = Module::from_ptx(&ctx, &ptx).unwrap();
+    let scale_add = module.function("scale_add").unwrap();
+    let inputs = update_inputs();
+    let input = DeviceBuffer::alloc(&ctx, UPDATE_COUNT * 4, &stream).unwrap();
+    stream.copy_to_device(&input, &inputs).unwrap();
+    let params = scale_add_params(&ctx, &stream, 2.0, 1.0);
+    let other_params = scale_add_params(&ctx, &stream, 3.0, -1.0);
+    let (a, b) = (zeroed(&ctx, &stream), zeroed(&ctx, &stream));
+    let (n_a, n_b) = (UPDATE_COUNT, UPDATE_COUNT / 2);
+
+    let mut leader = stream
+        .capture(&CaptureOptions::default(), |s| scale_add_n(&scale_add, &a, &input, &params, n_a as u32, s))
+        .expect("capture writing a");
+    let mut member = stream
+        .capture(&CaptureOptions::default(), |s| {
+            scale_add_n(&scale_add, &b, &input, &other_params, n_b as u32, s)
+        })
+        .expect("capture writing half of b");
+    assert_eq!(leader.info().unwrap().family_size, 1, "a graph with its own executable");
+    assert_ne!(leader.native_exec(), member.native_exec());
+
+    member.share_executable(&leader).expect("cgc_graph_share_executable");
+    for (graph, what) in [(&leader, "leader"), (&member, "member")] {
+        let info = graph.info().unwrap();
+        assert_eq!((info.family_size, info.family_result), (2, 0), "{}: {:?}", what, info);
+    }
+    assert_eq!(leader.native_exec(), member.native_exec(), "one executable");
+    for round in 0..3 {
+        launch_and_check(&member, &stream, &b, &inputs, n_b, 3.0, -1.0, &format!("member, round {}", round));
+        launch_and_check(&leader, &stream, &a, &inputs, n_a, 2.0, 1.0, &format!("leader, round {}", round));
+    }
+    launch_and_check(&leader, &stream, &a, &inputs, n_a, 2.0, 1.0, "leader again (no switch)");
+    member.upload(&stream).expect("upload of a member");
+    launch_and_check(&member, &stream, &b, &inputs, n_b, 3.0, -1.0, "member after its upload");
+    assert_eq!((leader.info().unwrap().replay_count, member.info().unwrap().replay_count), (4, 4));
+    // Joining a family it is in already: nothing changes.
+    member.share_executable(&leader).expect("a member joins again");
+    assert_eq!(member.info().unwrap().family_size, 2);
+
+    // Refusals: itself as leader; per-node updates and updates by capture of a member.
+    let e = leader.share_executable(&leader).expect_err("the graph itself as its leader");
+    assert_error(&e, Status::InvalidArgument, "cgc_graph_share_executable");
+    let e = member.set_kernel_enabled(0, false).expect_err("a per-node update of a member");
+    assert_error(&e, Status::InvalidState, "family");
+    let e = stream
+        .capture_update(&mut member, &CaptureOptions::default(), |s| {
+            scale_add_n(&scale_add, &b, &input, &params, n_b as u32, s)
+        })
+        .expect_err("an update by capture of a member");
+    assert_error(&e, Status::InvalidState, "family");
+    launch_and_check(&member, &stream, &b, &inputs, n_b, 3.0, -1.0, "member after the refusals");
+
+    // The leader goes first: the member keeps the executable.
+    leader.reset().unwrap();
+    assert_eq!(leader.info().unwrap().family_size, 0);
+    assert_eq!(member.info().unwrap().family_size, 1);
+    launch_and_check(&member, &stream, &b, &inputs, n_b, 3.0, -1.0, "member after the leader's reset");
+    let e = member.share_executable(&leader).expect_err("a reset leader");
+    assert_error(&e, Status::InvalidState, "cgc_graph_share_executable");
+
+    member.destroy().unwrap();
+    leader.destroy().unwrap();
+    stream.synchronize().unwrap();
+    module.unload().unwrap();
+    for buffer in [input, params, other_params, a, b] {
+        buffer.free().unwrap();
+    }
+    stream.destroy().unwrap();
+    ctx.destroy().unwrap();
+}
+
+/// 1.6: a graph of another structure (one kernel more) cannot join: NOT_SUPPORTED, naming the
+/// call; it keeps its own executable, its family_result says why (not 0) and both graphs still
+/// run their own nodes.
+#[test]
+fn a_graph_of_another_structure_cannot_share() {
+    const TEST: &str = "a_graph_of_another_structure_cannot_share";
+    let _serial = serial();
+    let ctx = match gpu(TEST) {
+        Some(c) => c,
+        None => return,
+    };
+    let stream = Stream::new(&ctx).unwrap();
+    let ptx = CString::new(SCALE_ADD_PTX).unwrap();
+    let module = Module::from_ptx(&ctx, &ptx).unwrap();
+    let scale_add = module.function("scale_add").unwrap();
+    let inputs = update_inputs();
+    let input = DeviceBuffer::alloc(&ctx, UPDATE_COUNT * 4, &stream).unwrap();
+    stream.copy_to_device(&input, &inputs).unwrap();
+    let params = scale_add_params(&ctx, &stream, 2.0, 1.0);
+    let other_params = scale_add_params(&ctx, &stream, 3.0, -1.0);
+    let (a, b, c) = (zeroed(&ctx, &stream), zeroed(&ctx, &stream), zeroed(&ctx, &stream));
+    let n = UPDATE_COUNT as u32;
+
+    let leader = stream
+        .capture(&CaptureOptions::default(), |s| scale_add_n(&scale_add, &a, &input, &params, n, s))
+        .expect("capture of one kernel");
+    let other = stream
+        .capture(&CaptureOptions::default(), |s| {
+            scale_add_n(&scale_add, &b, &input, &other_params, n, s)?;
+            scale_add_n(&scale_add, &c, &input, &params, n, s) // one kernel more
+        })
+        .expect("capture of two kernels");
+    let e = other.share_executable(&leader).expect_err("a graph of another structure");
+    assert_error(&e, Status::NotSupported, "cgc_graph_share_executable");
+    let info = other.info().unwrap();
+    assert_ne!(info.family_result, 0, "{:?}", info);
+    assert_eq!(info.family_size, 1, "{:?}", info);
+    assert_eq!(leader.info().unwrap().family_result, 0);
+    assert_ne!(leader.native_exec(), other.native_exec());
+    launch_and_check(&other, &stream, &b, &inputs, UPDATE_COUNT, 3.0, -1.0, "b, of the refused graph");
+    assert_scale_add(&stream, &c, &inputs, 2.0, 1.0, "c, of the refused graph");
+    launch_and_check(&leader, &stream, &a, &inputs, UPDATE_COUNT, 2.0, 1.0, "a, of the leader");
+
+    other.destroy().unwrap();
+    leader.destroy().unwrap();
+    stream.synchronize().unwrap();
+    module.unload().unwrap();
+    for buffer in [input, params, other_params, a, b, c] {
+        buffer.free().unwrap();
+    }
+    stream.destroy().unwrap();
+    ctx.destroy().unwrap();
+}
+
+/// 1.6: two graphs of one structure captured into a pool at fixed addresses, saved, and restored
+/// with RestoreOptions::with_families: the restored graphs share one executable (a family of 2)
+/// and each launch writes the launched graph's own output. The base is the Rust binding's own.
+#[test]
+fn a_restore_with_families_shares_one_executable() {
+    const TEST: &str = "a_restore_with_families_shares_one_executable";
+    const BASE: usize = 0x6880_0000_0000;
+    const CAPACITY: usize = 64 << 20;
+    let _serial = serial();
+    let ctx = match gpu(TEST) {
+        Some(c) => c,
+        None => return,
+    };
+    let stream = Stream::new(&ctx).unwrap();
+    let ptx = CString::new(SCALE_ADD_PTX).unwrap();
+    let module = Module::from_ptx(&ctx, &ptx).unwrap();
+    let scale_add = module.function("scale_add").unwrap();
+    let pool = Pool::create_at(&ctx, BASE as *mut std::ffi::c_void, CAPACITY)
+        .unwrap_or_else(|e| panic!("cgc_pool_create_at({:#x}, {}): {}", BASE, CAPACITY, e));
+    let (first, out0) = capture_scale_add_in_the_pool(&ctx, &stream, &scale_add, &pool).expect("first capture");
+    let (second, out1) = capture_scale_add_in_the_pool(&ctx, &stream, &scale_add, &pool).expect("second capture");
+    let at = [out0.as_ptr(), out1.as_ptr()];
+    assert_ne!(at[0], at[1]);
+    let data = cgc::save_graphs(&[&first, &second], &[]).expect("cgc_graphs_save");
+    first.destroy().unwrap();
+    second.destroy().unwrap();
+    out0.free().unwrap();
+    out1.free().unwrap();
+    stream.synchronize().unwrap();
+    pool.try_release().map_err(|(e, _)| e).expect("cgc_pool_release of the saved pool");
+    module.unload().unwrap();
+
+    let options = cgc::RestoreOptions::new().with_families(true);
+    let (graphs, mut pools) = ctx.restore_graphs_with(&data, &options).expect("cgc_graphs_restore with families");
+    assert_eq!((graphs.len(), pools.len()), (2, 1));
+    for (i, graph) in graphs.iter().enumerate() {
+        let info = graph.info().unwrap();
+        assert_eq!((info.family_size, info.family_result), (2, 0), "restored graph {}: {:?}", i, info);
+    }
+    assert_eq!(graphs[0].native_exec(), graphs[1].native_exec(), "one executable");
+    // SAFETY: the restore claimed the blocks at `at` for the application, and nothing else
+    // frees them.
+    let outs: Vec<DeviceBuffer> =
+        at.iter().map(|&p| unsafe { DeviceBuffer::from_raw(p, UPDATE_COUNT * 4) }.unwrap()).collect();
+    for round in 0..2 {
+        for (i, graph) in graphs.iter().enumerate().rev() {
+            for out in &outs {
+                stream.memset_d32(out, 0, UPDATE_COUNT).unwrap();
+            }
+            graph.launch(&stream).unwrap();
+            let (mine, theirs) = (&outs[i], &outs[1 - i]);
+            let got = read_back::<f32>(&stream, mine, UPDATE_COUNT);
+            assert!(got.iter().all(|&x| x == 5.0), "round {}, graph {}: {:?}", round, i, &got[..4]);
+            let other = read_back::<f32>(&stream, theirs, UPDATE_COUNT);
+            assert!(other.iter().all(|&x| x == 0.0), "round {}: graph {} wrote the other's output", round, i);
+        }
+    }
+
+    for graph in graphs {
+        graph.destroy().unwrap();
+    }
+    for out in outs {
+        out.free().unwrap();
+    }
+    stream.synchronize().unwrap();
+    pools.pop().unwrap().try_release().map_err(|(e, _)| e).expect("cgc_pool_release of the restored pool");
+    stream.destroy().unwrap();
+    ctx.destroy().unwrap();
+}

@@ -1,0 +1,210 @@
+// Families (1.6, SEMANTICS 41): graphs of one structure sharing one executable, switched to a
+// member at its launch; refusals; resets in any order; members launched from two threads; and a
+// restore that makes families (CGC_RESTORE_FAMILIES).
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "tests/gpu_test_util.h"
+
+namespace {
+
+using cgc_test::Dev;
+using cgc_test::GpuTest;
+
+bool Contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
+constexpr size_t kMiB = size_t{1} << 20;
+constexpr uintptr_t kBase = 0x6d0000000000ull;  // far from the other tests' pools
+
+class FamilyTest : public GpuTest {
+ protected:
+  void SetUp() override {
+    GpuTest::SetUp();
+    if (IsSkipped() || HasFatalFailure()) return;
+    CGC_ASSERT_OK(cgc_module_load(ctx, cgc_test_kernels_fatbin, &module));
+    CGC_ASSERT_OK(cgc_module_get_function(module, "cgc_test_fill", &fill));
+    CGC_ASSERT_OK(cgc_module_get_function(module, "cgc_test_add", &add));
+  }
+  void TearDown() override {
+    for (void* p : outputs) EXPECT_EQ(cgc_free(p), CGC_SUCCESS) << cgc_last_error();
+    if (module != nullptr) {
+      EXPECT_EQ(cgc_module_unload(module), CGC_SUCCESS) << cgc_last_error();
+    }
+    GpuTest::TearDown();
+  }
+  // A graph of `n` floats: fill with v, then add 1 (two kernels); with `extra`, a third kernel
+  // (another structure). Its output is kept in `outputs`.
+  cgc_graph_t Capture(unsigned n, float v, bool extra = false, cgc_pool_t pool = nullptr) {
+    cgc_capture_options_t options{};
+    options.struct_size = sizeof options;
+    options.pool = pool;
+    EXPECT_EQ(cgc_capture_begin(stream, &options), CGC_SUCCESS) << cgc_last_error();
+    void* out = Malloc(n * 4, stream);
+    outputs.push_back(out);
+    void* fill_args[] = {&out, &v, &n};
+    EXPECT_EQ(cgc_launch_kernel(fill, (n + 255) / 256, 1, 1, 256, 1, 1, 0, stream, fill_args), CGC_SUCCESS);
+    float one = 1.0f;
+    void* add_args[] = {&out, &out, &one, &n};
+    EXPECT_EQ(cgc_launch_kernel(add, (n + 255) / 256, 1, 1, 256, 1, 1, 0, stream, add_args), CGC_SUCCESS);
+    if (extra) {
+      EXPECT_EQ(cgc_launch_kernel(add, (n + 255) / 256, 1, 1, 256, 1, 1, 0, stream, add_args), CGC_SUCCESS);
+    }
+    cgc_graph_t g = nullptr;
+    EXPECT_EQ(cgc_capture_end(stream, &g), CGC_SUCCESS) << cgc_last_error();
+    return g;
+  }
+  // Zeroes graph i's output, launches it and checks every float is `want`.
+  void LaunchAndCheck(cgc_graph_t g, size_t i, unsigned n, float want) {
+    CGC_ASSERT_OK(cgc_memset_d32_async(outputs[i], 0, n, stream));
+    CGC_ASSERT_OK(cgc_graph_launch(g, stream));
+    std::vector<float> got = Download(Dev(outputs[i]), n);
+    for (unsigned k = 0; k < n; k += 61) ASSERT_EQ(got[k], want) << "graph " << i << " float " << k;
+  }
+  cgc_graph_info_t Info(cgc_graph_t g) {
+    cgc_graph_info_t info{};
+    info.struct_size = sizeof info;
+    EXPECT_EQ(cgc_graph_info(g, &info), CGC_SUCCESS) << cgc_last_error();
+    return info;
+  }
+  cgc_module_t module = nullptr;
+  cgc_function_t fill = nullptr, add = nullptr;
+  std::vector<void*> outputs;
+};
+
+TEST_F(FamilyTest, MembersShareOneExecutableAndEachLaunchRunsItsOwnNodes) {
+  cgc_graph_t a = Capture(1024, 1.0f), b = Capture(4096, 5.0f), c = Capture(256, 9.0f);
+  CGC_ASSERT_OK(cgc_graph_share_executable(b, a));
+  CGC_ASSERT_OK(cgc_graph_share_executable(c, a));
+  CGC_EXPECT_OK(cgc_graph_share_executable(c, b));  // a member of that family already
+  EXPECT_EQ(cgc_graph_native_exec(a), cgc_graph_native_exec(b));
+  EXPECT_EQ(cgc_graph_native_exec(a), cgc_graph_native_exec(c));
+  EXPECT_EQ(Info(a).family_size, 3u);
+  EXPECT_EQ(Info(c).family_size, 3u);
+  for (int round = 0; round < 3; round++) {
+    ASSERT_NO_FATAL_FAILURE(LaunchAndCheck(b, 1, 4096, 6.0f));
+    ASSERT_NO_FATAL_FAILURE(LaunchAndCheck(a, 0, 1024, 2.0f));
+    ASSERT_NO_FATAL_FAILURE(LaunchAndCheck(c, 2, 256, 10.0f));
+    ASSERT_NO_FATAL_FAILURE(LaunchAndCheck(c, 2, 256, 10.0f));  // unchanged member: no switch
+  }
+  CGC_ASSERT_OK(cgc_graph_upload(b, stream));
+  ASSERT_NO_FATAL_FAILURE(LaunchAndCheck(b, 1, 4096, 6.0f));
+  // The leader goes first; the members keep the executable.
+  CGC_ASSERT_OK(cgc_graph_destroy(a));
+  EXPECT_EQ(Info(b).family_size, 2u);
+  ASSERT_NO_FATAL_FAILURE(LaunchAndCheck(c, 2, 256, 10.0f));
+  ASSERT_NO_FATAL_FAILURE(LaunchAndCheck(b, 1, 4096, 6.0f));
+  CGC_ASSERT_OK(cgc_graph_reset(b));
+  EXPECT_EQ(Info(b).family_size, 0u);
+  ASSERT_NO_FATAL_FAILURE(LaunchAndCheck(c, 2, 256, 10.0f));
+  EXPECT_EQ(Info(c).family_size, 1u);
+  CGC_ASSERT_OK(cgc_graph_destroy(c));
+  CGC_ASSERT_OK(cgc_graph_destroy(b));
+  CGC_ASSERT_OK(cgc_stream_synchronize(stream));
+}
+
+TEST_F(FamilyTest, AGraphOfAnotherStructureKeepsItsOwnAndSaysWhy) {
+  cgc_graph_t a = Capture(1024, 1.0f), other = Capture(1024, 3.0f, true);
+  EXPECT_EQ(cgc_graph_share_executable(other, a), CGC_ERROR_NOT_SUPPORTED);
+  EXPECT_TRUE(Contains(cgc_last_error(), "cuGraphExecUpdate")) << cgc_last_error();
+  cgc_graph_info_t info = Info(other);
+  EXPECT_NE(info.family_result, 0);
+  EXPECT_EQ(info.family_size, 1u);
+  EXPECT_NE(cgc_graph_native_exec(a), cgc_graph_native_exec(other));
+  // Both still run their own nodes (the leader's executable is updated back at its launch).
+  ASSERT_NO_FATAL_FAILURE(LaunchAndCheck(other, 1, 1024, 5.0f));
+  ASSERT_NO_FATAL_FAILURE(LaunchAndCheck(a, 0, 1024, 2.0f));
+  // Refusals: itself, per-node updates and updates by capture of a member.
+  EXPECT_EQ(cgc_graph_share_executable(a, a), CGC_ERROR_INVALID_ARGUMENT);
+  cgc_graph_t b = Capture(2048, 4.0f);
+  CGC_ASSERT_OK(cgc_graph_share_executable(b, a));
+  EXPECT_EQ(cgc_graph_kernel_node_set_enabled(b, 0, 0), CGC_ERROR_INVALID_STATE);
+  EXPECT_TRUE(Contains(cgc_last_error(), "family")) << cgc_last_error();
+  cgc_capture_options_t update{};
+  update.struct_size = sizeof update;
+  update.update = b;
+  EXPECT_EQ(cgc_capture_begin(stream, &update), CGC_ERROR_INVALID_STATE);
+  EXPECT_TRUE(Contains(cgc_last_error(), "family")) << cgc_last_error();
+  ASSERT_NO_FATAL_FAILURE(LaunchAndCheck(b, 2, 2048, 5.0f));
+  CGC_ASSERT_OK(cgc_graph_destroy(b));
+  CGC_ASSERT_OK(cgc_graph_destroy(other));
+  CGC_ASSERT_OK(cgc_graph_destroy(a));
+  CGC_ASSERT_OK(cgc_stream_synchronize(stream));
+}
+
+TEST_F(FamilyTest, MembersLaunchedFromTwoThreadsRunOneAtATimeOrAreRefused) {
+  cgc_graph_t a = Capture(1024, 1.0f), b = Capture(1024, 7.0f);
+  CGC_ASSERT_OK(cgc_graph_share_executable(b, a));
+  cgc_stream_t other = nullptr;
+  CGC_ASSERT_OK(cgc_stream_create(ctx, CGC_STREAM_NON_BLOCKING, 0, &other));
+  std::atomic<int> launched{0}, refused{0}, unexpected{0};
+  auto run = [&](cgc_graph_t g, cgc_stream_t s) {
+    CUcontext c = primary;
+    cgc__drv.cuCtxPushCurrent(c);
+    for (int i = 0; i < 2000; i++) {
+      cgc_status_t st = cgc_graph_launch(g, s);
+      if (st == CGC_SUCCESS) {
+        launched++;
+      } else if (st == CGC_ERROR_INVALID_STATE) {
+        refused++;
+      } else {
+        unexpected++;
+      }
+    }
+    cgc__drv.cuCtxPopCurrent(&c);
+  };
+  std::thread t1(run, a, stream), t2(run, b, other);
+  t1.join();
+  t2.join();
+  EXPECT_EQ(unexpected.load(), 0);
+  EXPECT_EQ(launched + refused, 4000);
+  CGC_ASSERT_OK(cgc_stream_synchronize(other));
+  ASSERT_NO_FATAL_FAILURE(LaunchAndCheck(a, 0, 1024, 2.0f));
+  ASSERT_NO_FATAL_FAILURE(LaunchAndCheck(b, 1, 1024, 8.0f));
+  std::printf("launches from two threads: %d run, %d refused\n", launched.load(), refused.load());
+  CGC_ASSERT_OK(cgc_graph_destroy(a));
+  CGC_ASSERT_OK(cgc_graph_destroy(b));
+  CGC_ASSERT_OK(cgc_stream_synchronize(stream));
+  CGC_ASSERT_OK(cgc_stream_destroy(other));
+}
+
+TEST_F(FamilyTest, ARestoreMakesOneExecutableForEachStructure) {
+  cgc_pool_t pool = nullptr;
+  CGC_ASSERT_OK(cgc_pool_create_at(ctx, reinterpret_cast<void*>(kBase), 64 * kMiB, &pool));
+  const unsigned sizes[] = {1024, 2048, 512, 4096};
+  std::vector<cgc_graph_t> graphs;
+  for (int i = 0; i < 4; i++) graphs.push_back(Capture(sizes[i], float(i), i % 2 == 1, pool));
+  size_t size = 0;
+  CGC_ASSERT_OK(cgc_graphs_save(graphs.data(), graphs.size(), nullptr, nullptr, 0, &size));
+  std::vector<uint8_t> bytes(size);
+  CGC_ASSERT_OK(cgc_graphs_save(graphs.data(), graphs.size(), nullptr, bytes.data(), size, &size));
+  for (cgc_graph_t g : graphs) CGC_ASSERT_OK(cgc_graph_destroy(g));
+  std::vector<void*> kept = outputs;
+  for (void* p : kept) CGC_ASSERT_OK(cgc_free(p));
+  CGC_ASSERT_OK(cgc_pool_release(pool));
+  cgc_restore_options_t options{};
+  options.struct_size = sizeof options;
+  options.flags = CGC_RESTORE_FAMILIES;
+  cgc_graph_t restored[4] = {};
+  cgc_pool_t restored_pool = nullptr;
+  CGC_ASSERT_OK(cgc_graphs_restore(ctx, bytes.data(), bytes.size(), &options, restored, 4, &restored_pool, 1));
+  EXPECT_EQ(cgc_graph_native_exec(restored[0]), cgc_graph_native_exec(restored[2]));
+  EXPECT_EQ(cgc_graph_native_exec(restored[1]), cgc_graph_native_exec(restored[3]));
+  EXPECT_NE(cgc_graph_native_exec(restored[0]), cgc_graph_native_exec(restored[1]));
+  for (int i = 0; i < 4; i++) EXPECT_EQ(Info(restored[i]).family_size, 2u) << i;
+  for (int round = 0; round < 2; round++)
+    for (int i = 3; i >= 0; i--)
+      ASSERT_NO_FATAL_FAILURE(LaunchAndCheck(restored[i], size_t(i), sizes[i], float(i) + (i % 2 == 1 ? 2.0f : 1.0f)));
+  for (cgc_graph_t g : restored) CGC_ASSERT_OK(cgc_graph_destroy(g));
+  for (void* p : kept) CGC_ASSERT_OK(cgc_free(p));
+  outputs.clear();
+  CGC_ASSERT_OK(cgc_stream_synchronize(stream));
+  CGC_ASSERT_OK(cgc_pool_release(restored_pool));
+}
+
+}  // namespace
