@@ -1068,7 +1068,11 @@ CGC_API cgc_status_t cgc_saved_info(const void* data, size_t size, cgc_saved_inf
 /* Since 1.6. Options of cgc_graphs_restore. */
 typedef struct cgc_restore_options {
   size_t struct_size;
-  unsigned flags; /* CGC_RESTORE_FAMILIES, or 0 */
+  unsigned flags;   /* CGC_RESTORE_FAMILIES, or 0 */
+  unsigned threads; /* host threads that instantiate the graphs and join them to families, the
+                     * calling thread one of them (at most 64; the graphs are built on the calling
+                     * thread): 0 lets cgc choose (up to 4, as many as there are CPUs), 1 restores
+                     * on the calling thread alone */
 } cgc_restore_options_t;
 
 /* Since 1.6. Rebuilds the graphs of `data` (size bytes of cgc_graphs_save's output) on ctx's device:

@@ -45,6 +45,9 @@ cgc_status_t cgc__fail(cgc_status_t status, const char* func, const char* fmt, .
 /* Sets the last error to a warning from a call that succeeds (e.g. an empty capture), and the last
  * status to CGC_SUCCESS: never on a path that returns a failure (cgc__append adds to its message). */
 void cgc__warn(const char* func, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Makes another thread's failure this thread's: its message as that thread's last error held it
+ * (a call's worker threads, whose caller returns their first failure), and `status`. */
+cgc_status_t cgc__carry_failure(cgc_status_t status, const char* message);
 /* Appends to the current last error (used to add detail after cgc__cu_fail); the status stays. */
 void cgc__append(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
 /* Opt-in debug logging to stderr: CGC_LOG=debug. */

@@ -54,6 +54,12 @@ void cgc__warn(const char* func, const char* fmt, ...) {
   cgc__log("%s", last_error);
 }
 
+cgc_status_t cgc__carry_failure(cgc_status_t status, const char* message) {
+  snprintf(last_error, kMessageSize, "%s", message);
+  last_status = status;
+  return status;
+}
+
 void cgc__append(const char* fmt, ...) {
   size_t n = strlen(last_error);
   if (n + 1 >= kMessageSize) return;

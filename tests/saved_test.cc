@@ -4,6 +4,8 @@
 // damaged bytes. The restore in another process is bench/saved_graphs's (cgc_bench saved).
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include <cstddef>
 #include <cstdio>
 #include <cstring>
@@ -402,6 +404,95 @@ TEST_F(SavedTest, RestoringFlippedBitsEitherWorksOrLeavesNothingAndNeverCrashes)
   }
   EXPECT_GT(refused, 0);
   std::printf("flipped files: %d restored, %d refused\n", restored, refused);
+}
+
+// Twelve graphs of two structures, restored on one thread and on several, with and without
+// families, each replay writing what its original wrote; and a failure inside a pass (the last
+// graph's edge made to point backwards, found only while that graph is built, after the others)
+// is the call's failure, with its message, and leaves nothing.
+TEST_F(SavedTest, GraphsRestoredOnSeveralThreadsRunAsOnOneAndAFailureInAPassLeavesNothing) {
+  constexpr int kGraphs = 12;
+  cgc_pool_t pool = FixedPool();
+  ASSERT_NE(pool, nullptr);
+  std::vector<cgc_graph_t> graphs(kGraphs);
+  std::vector<void*> outs(kGraphs);
+  for (int i = 0; i < kGraphs; i++) {
+    cgc_capture_options_t options = Into(pool);
+    CGC_ASSERT_OK(cgc_capture_begin(stream, &options));
+    outs[i] = Malloc(kN * 4, stream);
+    CgcFill(outs[i], float(i));
+    CgcAdd(outs[i], outs[i], 1.0f);
+    if (i % 2 == 1) CgcAdd(outs[i], outs[i], 1.0f);  // the second structure
+    CGC_ASSERT_OK(cgc_capture_end(stream, &graphs[i]));
+  }
+  std::vector<uint8_t> bytes = Save(graphs);
+  ASSERT_FALSE(bytes.empty());
+  for (int i = 0; i < kGraphs; i++) CGC_ASSERT_OK(cgc_graph_destroy(graphs[i]));
+  for (int i = 0; i < kGraphs; i++) CGC_ASSERT_OK(cgc_free(outs[i]));
+  CGC_ASSERT_OK(cgc_stream_synchronize(stream));
+  CGC_ASSERT_OK(cgc_pool_release(pool));
+  const size_t reserved_before = Stats().bytes_reserved;
+
+  for (unsigned threads : {1u, 3u, 16u}) {
+    for (bool families : {false, true}) {
+      SCOPED_TRACE("threads " + std::to_string(threads) + (families ? ", families" : ""));
+      cgc_restore_options_t options{};
+      options.struct_size = sizeof options;
+      options.flags = families ? CGC_RESTORE_FAMILIES : 0;
+      options.threads = threads;
+      std::vector<cgc_graph_t> restored(kGraphs);
+      cgc_pool_t p = nullptr;
+      CGC_ASSERT_OK(cgc_graphs_restore(ctx, bytes.data(), bytes.size(), &options, restored.data(), kGraphs, &p, 1));
+      std::vector<CUgraphExec> executables;
+      for (int i = kGraphs - 1; i >= 0; i--) {
+        CGC_ASSERT_OK(cgc_memset_d32_async(outs[i], 0, kN, stream));
+        CGC_ASSERT_OK(cgc_graph_launch(restored[i], stream));
+        std::vector<float> got = Download(Dev(outs[i]), kN);
+        float want = float(i) + (i % 2 == 1 ? 2.0f : 1.0f);
+        for (unsigned k = 0; k < kN; k += 97) ASSERT_EQ(got[k], want) << "graph " << i << " float " << k;
+        CUgraphExec e = static_cast<CUgraphExec>(cgc_graph_native_exec(restored[i]));
+        if (std::find(executables.begin(), executables.end(), e) == executables.end()) executables.push_back(e);
+      }
+      EXPECT_EQ(executables.size(), families ? 2u : size_t{kGraphs});
+      for (cgc_graph_t g : restored) CGC_ASSERT_OK(cgc_graph_destroy(g));
+      for (void* out : outs) CGC_ASSERT_OK(cgc_free(out));
+      CGC_ASSERT_OK(cgc_stream_synchronize(stream));
+      CGC_ASSERT_OK(cgc_pool_release(p));
+      ASSERT_EQ(Stats().bytes_reserved, reserved_before);
+    }
+  }
+
+  // The graphs' section is the file's last: its last 8 bytes are the last graph's last edge.
+  std::vector<uint8_t> b = bytes;
+  uint32_t backwards[2] = {1, 0};
+  std::memcpy(&b[b.size() - 8], backwards, 8);
+  const size_t header = 8 + 2 * 4 + 2 * 8 + 4 * 4 + 7 * 8, checksum_at = 24;
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (size_t i = header; i < b.size(); i++) h = (h ^ b[i]) * 0x100000001b3ull;
+  std::memcpy(&b[checksum_at], &h, sizeof h);
+  for (bool families : {false, true}) {
+    cgc_restore_options_t options{};
+    options.struct_size = sizeof options;
+    options.flags = families ? CGC_RESTORE_FAMILIES : 0;
+    options.threads = 4;
+    std::vector<cgc_graph_t> restored(kGraphs);
+    cgc_pool_t p = nullptr;
+    EXPECT_EQ(cgc_graphs_restore(ctx, b.data(), b.size(), &options, restored.data(), kGraphs, &p, 1),
+              CGC_ERROR_SAVED_MISMATCH);
+    EXPECT_TRUE(Contains(cgc_last_error(), "cgc_graphs_restore: the file is damaged")) << cgc_last_error();
+    EXPECT_EQ(cgc_last_status(), CGC_ERROR_SAVED_MISMATCH);
+    for (cgc_graph_t g : restored) EXPECT_EQ(g, nullptr);
+    EXPECT_EQ(p, nullptr);
+    EXPECT_EQ(Stats().bytes_reserved, reserved_before);
+  }
+  cgc_restore_options_t too_many{};
+  too_many.struct_size = sizeof too_many;
+  too_many.threads = 65;
+  std::vector<cgc_graph_t> restored(kGraphs);
+  cgc_pool_t p = nullptr;
+  EXPECT_EQ(cgc_graphs_restore(ctx, bytes.data(), bytes.size(), &too_many, restored.data(), kGraphs, &p, 1),
+            CGC_ERROR_INVALID_ARGUMENT);
+  EXPECT_TRUE(Contains(cgc_last_error(), "options->threads is 65")) << cgc_last_error();
 }
 
 // A header written by hand, field by field as src/saved_file.h lays it out, and an 8-byte body:
