@@ -204,7 +204,8 @@ var (
 		"cgc_block_info_t":      reflect.TypeOf((*cgc.Block)(nil)).Elem(),
 		"cgc_saved_info_t":      reflect.TypeOf((*cgc.SavedInfo)(nil)).Elem(),
 		// 1.6's save options are SaveGraphs's pools parameter and its restore options
-		// RestoreOptions (Families is the flag CGC_RESTORE_FAMILIES): the shim builds both structs.
+		// RestoreOptions (Families is the flag CGC_RESTORE_FAMILIES, Threads the field threads): the
+		// shim builds both structs.
 		"cgc_save_options_t":    reflect.TypeOf(struct{ Pools []*cgc.Pool }{}),
 		"cgc_restore_options_t": reflect.TypeOf((*cgc.RestoreOptions)(nil)).Elem(),
 	}

@@ -479,7 +479,9 @@ func TestSavedGraphsRefuseBadArguments(t *testing.T) {
 
 // 1.6 without a GPU: families. ShareExecutable refuses a nil graph or leader (ErrInvalidArgument,
 // naming the call and the graph, which it checks first) before it needs the driver; a restore
-// with families reads the bytes first as one without does; the flag is the header's.
+// with families or threads reads the bytes first as one without does (more than 64 threads are
+// the library's refusal, on a GPU: gpu_family_test.go), a negative Threads is the binding's
+// ErrInvalidArgument; the flag is the header's.
 func TestShareExecutableRefusesNilGraphs(t *testing.T) {
 	if err := cgc.Load(); err != nil {
 		t.Fatal(err)
@@ -503,13 +505,18 @@ func TestShareExecutableRefusesNilGraphs(t *testing.T) {
 		garbage[i] = byte(i*73 + 5)
 	}
 	var ctx *cgc.Context
-	for _, opts := range []*cgc.RestoreOptions{nil, {}, {Families: true}} {
+	for _, opts := range []*cgc.RestoreOptions{nil, {}, {Families: true}, {Threads: 1}, {Families: true, Threads: 65}} {
 		graphs, pools, err := ctx.RestoreGraphsWith(garbage, opts)
 		if e := asError(t, err, cgc.ErrSavedMismatch); !strings.Contains(e.Message, "cgc_saved_info") ||
 			graphs != nil || pools != nil {
 			t.Errorf("RestoreGraphsWith(%+v) of garbage: %v %v %q, want cgc_saved_info's refusal", opts, graphs, pools,
 				e.Message)
 		}
+	}
+	graphs, pools, err := ctx.RestoreGraphsWith(garbage, &cgc.RestoreOptions{Threads: -1})
+	if e := asError(t, err, cgc.ErrInvalidArgument); !strings.Contains(e.Message, "Context.RestoreGraphsWith") ||
+		!strings.Contains(e.Message, "opts.Threads is -1") || graphs != nil || pools != nil {
+		t.Errorf("RestoreGraphsWith with Threads -1: %v %v %q, want the binding's refusal", graphs, pools, e.Message)
 	}
 }
 

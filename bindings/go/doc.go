@@ -14,7 +14,8 @@
 // bytes (SaveGraphs, ReadSavedInfo) and rebuilt from them, in another process too, at the same
 // addresses (Context.RestoreGraphs, Context.AddModuleImage), and families: graphs of one
 // topology that differ in their nodes' parameters sharing one executable (Graph.ShareExecutable,
-// GraphInfo.FamilySize, RestoreOptions.Families).
+// GraphInfo.FamilySize, RestoreOptions.Families); RestoreOptions.Threads sets how many host
+// threads a restore builds and instantiates the graphs on.
 //
 // # Importing
 //

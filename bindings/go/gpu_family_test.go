@@ -3,9 +3,10 @@ package cgc_test
 // GPU tests of 1.6's families: graphs of one structure share one executable
 // (Graph.ShareExecutable), each launch running the launched graph's own nodes; a graph of
 // another structure is refused and keeps its own; a restore with RestoreOptions.Families makes
-// the family itself.
+// the family itself (on cgc's choice of threads and on one).
 
 import (
+	"strings"
 	"testing"
 
 	cgc "cgc/bindings/go"
@@ -161,7 +162,8 @@ func TestGPUAGraphOfAnotherStructureCannotShare(t *testing.T) {
 
 // Two graphs of one structure captured into a pool at fixed addresses, saved, and restored with
 // RestoreOptions.Families: the restored graphs share one executable (a family of 2) and each
-// launch writes the launched graph's own output. The base is the Go binding's own.
+// launch writes the launched graph's own output; so again with Threads: 1, and Threads: 65 is
+// refused. The base is the Go binding's own.
 func TestGPURestoreWithFamiliesSharesOneExecutable(t *testing.T) {
 	const (
 		base     = cgc.DevicePtr(0x698000000000)
@@ -234,6 +236,33 @@ func TestGPURestoreWithFamiliesSharesOneExecutable(t *testing.T) {
 	}
 	for _, m := range outs {
 		f.ok(m.Free())
+	}
+	f.ok(s.Synchronize())
+	f.ok(pools[0].Close())
+
+	// On the calling thread alone (Threads: 1) the restore makes the same family and outputs; more
+	// than 64 threads are the library's ErrInvalidArgument, refused before anything is made.
+	_, _, err = f.ctx.RestoreGraphsWith(data, &cgc.RestoreOptions{Families: true, Threads: 65})
+	if e := asError(t, err, cgc.ErrInvalidArgument); !strings.Contains(e.Message, "options->threads is 65") {
+		t.Errorf("a restore on 65 threads: %q, want cgc_graphs_restore refusing options->threads", e.Message)
+	}
+	graphs, pools, err = f.ctx.RestoreGraphsWith(data, &cgc.RestoreOptions{Families: true, Threads: 1})
+	f.ok(err)
+	for i, g := range graphs {
+		familyOf(t, g, 2, "a graph restored on one thread")
+		f.ok(cgc.Memset32(at[i], 0, workCount, s))
+		f.ok(g.Launch(s))
+		for k, x := range readFloats(f, s, at[i]) {
+			if x != 5.5 {
+				t.Fatalf("graph %d restored on one thread: [%d] = %v, want 5.5", i, k, x)
+			}
+		}
+	}
+	for i, g := range graphs {
+		f.ok(g.Destroy())
+		outs[i], err = cgc.DeviceMemoryAt(at[i], 4*workCount)
+		f.ok(err)
+		f.ok(outs[i].Free())
 	}
 	f.ok(s.Synchronize())
 	f.ok(pools[0].Close())

@@ -6,6 +6,8 @@ package cgc
 import "C"
 
 import (
+	"fmt"
+	"math"
 	"runtime"
 	"strings"
 	"unsafe"
@@ -140,6 +142,11 @@ type RestoreOptions struct {
 	// one instantiation for each structure, an update for each other graph. A graph the driver
 	// refuses to share instantiates its own (GraphInfo.FamilyResult says why).
 	Families bool
+	// Threads (cgc_restore_options_t.threads): the host threads that build and instantiate the
+	// graphs, the calling thread one of them. 0, the default, lets cgc choose (up to 4, as many
+	// as there are CPUs); 1 restores on the calling thread alone. More than 64 is the library's
+	// ErrInvalidArgument, a negative count the binding's.
+	Threads int
 }
 
 // RestoreGraphs (1.6) rebuilds the graphs of data (bytes of SaveGraphs, from this process or
@@ -169,15 +176,24 @@ func (c *Context) RestoreGraphs(data []byte) ([]*Graph, []*Pool, error) {
 
 // RestoreGraphsWith (1.6) is RestoreGraphs with options: with opts.Families, restored graphs of
 // one structure share one executable (GraphInfo.FamilySize counts them), which costs one
-// instantiation for each structure instead of one for each graph. A nil opts means the defaults.
+// instantiation for each structure instead of one for each graph; opts.Threads sets how many host
+// threads build and instantiate the graphs (0 lets cgc choose, at most 64). A nil opts means the
+// defaults.
 func (c *Context) RestoreGraphsWith(data []byte, opts *RestoreOptions) ([]*Graph, []*Pool, error) {
 	return c.restoreGraphs("Context.RestoreGraphsWith", data, opts)
 }
 
 func (c *Context) restoreGraphs(op string, data []byte, opts *RestoreOptions) ([]*Graph, []*Pool, error) {
-	var flags C.uint
+	var flags, threads C.uint
 	if opts != nil && opts.Families {
 		flags |= C.CGC_RESTORE_FAMILIES
+	}
+	if opts != nil {
+		if opts.Threads < 0 || uint64(opts.Threads) > math.MaxUint32 {
+			return nil, nil, &Error{Status: ErrInvalidArgument, Message: fmt.Sprintf(
+				"cgc (Go binding): %s: opts.Threads is %d (0 lets cgc choose, at most 64)", op, opts.Threads)}
+		}
+		threads = C.uint(opts.Threads)
 	}
 	ch, err := c.handle(op)
 	if err != nil {
@@ -190,8 +206,8 @@ func (c *Context) restoreGraphs(op string, data []byte, opts *RestoreOptions) ([
 	gh := make([]C.cgc_graph_t, info.NGraphs+1)
 	ph := make([]C.cgc_pool_t, info.NPools+1)
 	var msg *C.char
-	err = check(C.cgcgo_graphs_restore(ch, bytesFor(data), C.size_t(len(data)), flags, &gh[0], C.size_t(info.NGraphs),
-		&ph[0], C.size_t(info.NPools), &msg), msg)
+	err = check(C.cgcgo_graphs_restore(ch, bytesFor(data), C.size_t(len(data)), flags, threads, &gh[0],
+		C.size_t(info.NGraphs), &ph[0], C.size_t(info.NPools), &msg), msg)
 	runtime.KeepAlive(c)
 	runtime.KeepAlive(data)
 	if err != nil {

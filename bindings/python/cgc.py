@@ -59,7 +59,7 @@ one topology that differ in their nodes' parameters (one per batch size) can sha
 (families): ``g.share_executable(leader)`` makes g a member of leader's family, the executable
 updated in place to a member's nodes before its launch (``info().family_size``,
 ``info().family_result``), and ``ctx.restore_graphs(data, families=True)`` makes restored graphs of
-one structure share theirs.
+one structure share theirs (``threads=`` sets how many host threads build and instantiate them).
 
 Errors are ``cgc.Error`` (``.status`` is a ``cgc.Status`` or, for a code this module does not
 know, the raw int; ``.message`` is cgc_last_error() copied right after the failing call, on the
@@ -406,9 +406,11 @@ class saved_info_t(_Sized):
 
 
 class restore_options_t(_Sized):
-    """cgc_restore_options_t (1.6): flags RESTORE_FAMILIES, or 0."""
+    """cgc_restore_options_t (1.6): flags RESTORE_FAMILIES, or 0; threads, the host threads that
+    build and instantiate the graphs (the calling thread one of them, at most 64): 0 lets cgc
+    choose (up to 4, as many as there are CPUs), 1 restores on the calling thread alone."""
 
-    _fields_ = [("struct_size", ctypes.c_size_t), ("flags", ctypes.c_uint)]
+    _fields_ = [("struct_size", ctypes.c_size_t), ("flags", ctypes.c_uint), ("threads", ctypes.c_uint)]
 
 
 # node_count counts every captured node; the kinds split it (other_nodes: kinds the header does
@@ -1090,7 +1092,7 @@ class Context(_Handle):
     def malloc(self, size, stream):
         return malloc(self, size, stream)
 
-    def restore_graphs(self, data, stream=None, families=False):
+    def restore_graphs(self, data, stream=None, families=False, threads=0):
         """1.6: rebuilds the graphs of `data` (the bytes of save_graphs, or the path of a file
         holding them, from this process or another on the same GPU architecture and driver
         version) on this device (cgc_graphs_restore). Its pools are created again at their bases,
@@ -1114,6 +1116,11 @@ class Context(_Handle):
         one instantiation for each structure, an update for each other graph; a graph the driver
         refuses to share instantiates its own (info().family_result says why).
 
+        threads (restore_options_t.threads): the host threads that build and instantiate the
+        graphs, the calling thread one of them: 0, the default, lets cgc choose (up to 4, as many
+        as there are CPUs), 1 restores on the calling thread alone. More than 64 is the library's
+        InvalidArgumentError; a negative count or one that is no integer is the binding's.
+
         Raises SavedMismatchError, naming what differs, for damaged bytes, another format
         version, another architecture or driver version, a module key not added, or a kernel
         missing or with other attributes; InvalidStateError when a pool's range cannot be reserved
@@ -1121,12 +1128,13 @@ class Context(_Handle):
         nothing is left: no graph, pool or module."""
         func = "cgc_graphs_restore"
         handle = self.handle
+        threads = _unsigned(threads, 32, func, "threads")
         address, size, keep = _saved_bytes(data, func)
         info = _saved_info(address, size)
         n_graphs, n_pools = info.n_graphs, info.n_pools
         graphs = (ctypes.c_void_p * max(n_graphs, 1))()
         pools = (ctypes.c_void_p * max(n_pools, 1))()
-        opts = restore_options_t(flags=RESTORE_FAMILIES if families else 0)
+        opts = restore_options_t(flags=RESTORE_FAMILIES if families else 0, threads=threads)
         _check(api().cgc_graphs_restore(handle, address, size, ctypes.byref(opts), graphs, n_graphs, pools, n_pools))
         del keep
         restored_pools = []

@@ -1082,7 +1082,8 @@ class FamiliesBadCallTest(ExpectMixin, unittest.TestCase):
     """1.6 without a GPU: cgc_graph_share_executable refuses a NULL graph or leader
     (INVALID_ARGUMENT) and a foreign one (INVALID_HANDLE) by name, the graph before the leader,
     before it needs the driver; the binding refuses a leader that is no Graph and an empty Graph
-    itself; a restore with families=True reads the bytes first, as one without does."""
+    itself; a restore with families=True or threads reads the bytes first, as one without does,
+    and a threads count ctypes would cut is refused by the binding."""
 
     GARBAGE = SavedGraphsBadCallTest.GARBAGE
 
@@ -1120,7 +1121,8 @@ class FamiliesBadCallTest(ExpectMixin, unittest.TestCase):
         self.assertIsInstance(cgc.Error(cgc.Status.NOT_SUPPORTED, "x"), cgc.NotSupportedError)
         lib = cgc.api()
         opts = cgc.restore_options_t(flags=cgc.RESTORE_FAMILIES)
-        self.assertEqual((opts.struct_size, opts.flags), (ctypes.sizeof(cgc.restore_options_t), 1))
+        self.assertEqual((opts.struct_size, opts.flags, opts.threads), (ctypes.sizeof(cgc.restore_options_t), 1, 0))
+        self.assertEqual(cgc.restore_options_t(threads=3).threads, 3)
         for ctx, status in ((None, cgc.Status.INVALID_ARGUMENT), (FOREIGN, cgc.Status.INVALID_HANDLE)):
             graphs, pools = (ctypes.c_void_p * 1)(FOREIGN), (ctypes.c_void_p * 1)(FOREIGN)
             self.expect(status, "cgc_graphs_restore",
@@ -1133,6 +1135,14 @@ class FamiliesBadCallTest(ExpectMixin, unittest.TestCase):
         try:
             self.expect_raise(cgc.SavedMismatchError, "cgc_saved_info",
                               lambda: ctx.restore_graphs(self.GARBAGE, families=True))
+            # threads goes to the library as given (it refuses more than 64, with a context: on a
+            # GPU), after the bytes are read; one ctypes would cut is the binding's refusal.
+            for threads in (1, 65):
+                self.expect_raise(cgc.SavedMismatchError, "cgc_saved_info",
+                                  lambda: ctx.restore_graphs(self.GARBAGE, families=True, threads=threads))
+            for threads, words in ((-1, "does not fit"), (1 << 32, "does not fit"), (1.5, "must be an integer")):
+                self.expect_raise(cgc.InvalidArgumentError, "cgc_graphs_restore",
+                                  lambda: ctx.restore_graphs(self.GARBAGE, threads=threads), "threads", words)
         finally:
             forget(ctx)
 
@@ -2562,7 +2572,8 @@ class GpuSavedGraphsTest(unittest.TestCase):
     def test_a_restore_with_families_shares_one_executable(self):
         # 1.6: two graphs of one structure captured into a pool at fixed addresses, saved, and
         # restored with families=True: the restored graphs share one executable (a family of 2)
-        # and each launch writes the launched graph's own output.
+        # and each launch writes the launched graph's own output; so again with threads=1, and
+        # threads=65 is refused.
         s = self.stream
         pool = cgc.Pool.at(self.ctx, self.FAMILY_BASE, self.CAPACITY)
         (g0, out0), (g1, out1) = self.capture_in(pool), self.capture_in(pool)
@@ -2589,6 +2600,24 @@ class GpuSavedGraphsTest(unittest.TestCase):
                 graphs[i].replay()
                 self.assertEqual(set(self.read(outs[i])), {5.5}, "round %d, graph %d" % (round_, i))
                 self.assertEqual(set(self.read(outs[1 - i])), {0.0}, "round %d: graph %d wrote the other's" % (round_, i))
+        for g in graphs:
+            g.close()
+        for out in outs:
+            cgc.free(out)
+        s.synchronize()
+        pools[0].close()
+
+        # On the calling thread alone (threads=1) the restore makes the same family and outputs;
+        # more than 64 threads are the library's InvalidArgumentError, before anything is made.
+        with self.assertRaises(cgc.InvalidArgumentError) as cm:
+            self.ctx.restore_graphs(data, families=True, threads=65)
+        self.assertIn("options->threads is 65", cm.exception.message)
+        graphs, pools = self.ctx.restore_graphs(data, stream=s, families=True, threads=1)
+        for i, g in enumerate(graphs):
+            self.assertEqual(g.info().family_size, 2, "graph %d restored on one thread" % i)
+            s.memset_d32(outs[i], 0, self.N)
+            g.replay()
+            self.assertEqual(set(self.read(outs[i])), {5.5}, "graph %d restored on one thread" % i)
         for g in graphs:
             g.close()
         for out in outs:

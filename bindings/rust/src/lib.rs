@@ -69,7 +69,8 @@
 //! per batch size) can share one executable: [`Graph::share_executable`] makes a graph a member
 //! of another's family, updated in place to each member's nodes before its launch
 //! ([`GraphInfo::family_size`], [`GraphInfo::family_result`]), and
-//! [`RestoreOptions::with_families`] makes restored graphs of one structure share theirs.
+//! [`RestoreOptions::with_families`] makes restored graphs of one structure share theirs
+//! ([`RestoreOptions::with_threads`]: how many host threads build and instantiate them).
 //!
 //! Objects own their handle and destroy it on `Drop` (errors there are ignored); each also has
 //! a `destroy(self)` (or `free`, `release`) that reports the library's status. Objects made from

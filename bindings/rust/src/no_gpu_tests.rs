@@ -803,8 +803,9 @@ fn saved_graphs_refuse_bad_arguments_by_name() {
 
 /// 1.6: families: share_executable refuses a NULL graph or leader (INVALID_ARGUMENT) and a
 /// pointer that is no cgc graph (INVALID_HANDLE) by name, the graph checked before the leader,
-/// before it needs the driver; the families flag of a restore is the header's, and a restore
-/// with it reads the bytes first as one without does.
+/// before it needs the driver; the families flag of a restore is the header's, the threads
+/// option goes to the struct as given, and a restore with them reads the bytes first as one
+/// without does.
 #[test]
 fn share_executable_refuses_null_and_foreign_graphs_by_name() {
     let null = null_graph();
@@ -833,9 +834,17 @@ fn share_executable_refuses_null_and_foreign_graphs_by_name() {
     let raw = RestoreOptions::new().with_families(true).to_raw();
     assert_eq!((raw.struct_size, raw.flags), (std::mem::size_of::<sys::cgc_restore_options_t>(), 1));
     assert_eq!(RestoreOptions::new().with_families(true).with_families(false), RestoreOptions::default());
+    // threads: 0 (cgc chooses) by default, passed as given (the library refuses more than 64).
+    assert_eq!((RestoreOptions::new().threads, RestoreOptions::new().to_raw().threads), (0, 0));
+    let raw = RestoreOptions::new().with_families(true).with_threads(3).to_raw();
+    assert_eq!((raw.flags, raw.threads), (1, 3));
+    assert_eq!(RestoreOptions::new().with_threads(65).to_raw().threads, 65);
+    assert_eq!(RestoreOptions::new().with_threads(2).with_threads(0), RestoreOptions::default());
     let garbage: Vec<u8> = (0..200u32).map(|i| (i * 73 + 5) as u8).collect();
     let ctx = null_context();
     assert_refused(ctx.restore_graphs_with(&garbage, &RestoreOptions::new().with_families(true)),
+                   Status::SavedMismatch, "cgc_saved_info");
+    assert_refused(ctx.restore_graphs_with(&garbage, &RestoreOptions::new().with_threads(1)),
                    Status::SavedMismatch, "cgc_saved_info");
 }
 

@@ -2,8 +2,8 @@
 //! [`SavedInfo::read`] says what such bytes hold, [`Context::restore_graphs`] rebuilds them (in
 //! another process too, on the same GPU architecture and driver version; with
 //! [`Context::restore_graphs_with`] and [`RestoreOptions::with_families`], graphs of one structure
-//! share one executable), and [`Context::add_module_image`] names a module cgc did not load by a
-//! key.
+//! share one executable; [`RestoreOptions::with_threads`] sets how many host threads build and
+//! instantiate them), and [`Context::add_module_image`] names a module cgc did not load by a key.
 
 use super::*;
 
@@ -127,10 +127,15 @@ pub struct RestoreOptions {
     /// structure, an update for each other graph; a graph the driver refuses to share
     /// instantiates its own ([`GraphInfo::family_result`] says why). `CGC_RESTORE_FAMILIES`.
     pub families: bool,
+    /// Host threads that build and instantiate the graphs, the calling thread one of them (at
+    /// most 64: more is refused with [`Status::InvalidArgument`]): 0, the default, lets cgc
+    /// choose (up to 4, as many as there are CPUs), 1 restores on the calling thread alone.
+    /// `cgc_restore_options_t.threads`.
+    pub threads: u32,
 }
 
 impl RestoreOptions {
-    /// The defaults: every graph instantiated on its own.
+    /// The defaults: every graph instantiated on its own, on threads cgc chooses.
     pub fn new() -> Self {
         Self::default()
     }
@@ -141,11 +146,19 @@ impl RestoreOptions {
         self
     }
 
+    /// With `threads` host threads building and instantiating the graphs, the calling thread
+    /// one of them (at most 64): 0 lets cgc choose, 1 restores on the calling thread alone.
+    pub fn with_threads(mut self, threads: u32) -> Self {
+        self.threads = threads;
+        self
+    }
+
     /// The C struct.
     pub fn to_raw(&self) -> sys::cgc_restore_options_t {
         sys::cgc_restore_options_t {
             struct_size: std::mem::size_of::<sys::cgc_restore_options_t>(),
             flags: if self.families { sys::CGC_RESTORE_FAMILIES } else { 0 },
+            threads: self.threads,
         }
     }
 }
@@ -180,7 +193,9 @@ impl Context {
     /// restored graphs of one structure share one executable (as after
     /// [`Graph::share_executable`]: the first of each structure leads, and
     /// [`GraphInfo::family_size`] counts the members), which costs one instantiation for each
-    /// structure instead of one for each graph.
+    /// structure instead of one for each graph; [`RestoreOptions::with_threads`] sets how many
+    /// host threads build and instantiate the graphs (at most 64, else
+    /// [`Status::InvalidArgument`]; 0, the default, lets cgc choose).
     pub fn restore_graphs_with(&self, data: &[u8], options: &RestoreOptions) -> Result<(Vec<Graph>, Vec<Pool>)> {
         let info = SavedInfo::read(data)?;
         let mut graphs: Vec<sys::cgc_graph_t> = vec![ptr::null_mut(); info.n_graphs];

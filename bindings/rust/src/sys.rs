@@ -306,6 +306,10 @@ pub struct cgc_restore_options_t {
     pub struct_size: usize,
     /// [`CGC_RESTORE_FAMILIES`], or 0.
     pub flags: c_uint,
+    /// Host threads that build and instantiate the graphs, the calling thread one of them (at
+    /// most 64, more is INVALID_ARGUMENT): 0 lets cgc choose (up to 4, as many as there are
+    /// CPUs), 1 restores on the calling thread alone.
+    pub threads: c_uint,
 }
 
 /// 1.6, a flag of `cgc_restore_options_t.flags`: restored graphs of one structure (the same

@@ -1937,8 +1937,9 @@ fn a_graph_of_another_structure_cannot_share() {
 }
 
 /// 1.6: two graphs of one structure captured into a pool at fixed addresses, saved, and restored
-/// with RestoreOptions::with_families: the restored graphs share one executable (a family of 2)
-/// and each launch writes the launched graph's own output. The base is the Rust binding's own.
+/// with RestoreOptions::with_families (on cgc's choice of threads, then with_threads(1)): the
+/// restored graphs share one executable (a family of 2) and each launch writes the launched
+/// graph's own output; with_threads(65) is refused. The base is the Rust binding's own.
 #[test]
 fn a_restore_with_families_shares_one_executable() {
     const TEST: &str = "a_restore_with_families_shares_one_executable";
@@ -1968,40 +1969,48 @@ fn a_restore_with_families_shares_one_executable() {
     pool.try_release().map_err(|(e, _)| e).expect("cgc_pool_release of the saved pool");
     module.unload().unwrap();
 
-    let options = cgc::RestoreOptions::new().with_families(true);
-    let (graphs, mut pools) = ctx.restore_graphs_with(&data, &options).expect("cgc_graphs_restore with families");
-    assert_eq!((graphs.len(), pools.len()), (2, 1));
-    for (i, graph) in graphs.iter().enumerate() {
-        let info = graph.info().unwrap();
-        assert_eq!((info.family_size, info.family_result), (2, 0), "restored graph {}: {:?}", i, info);
-    }
-    assert_eq!(graphs[0].native_exec(), graphs[1].native_exec(), "one executable");
-    // SAFETY: the restore claimed the blocks at `at` for the application, and nothing else
-    // frees them.
-    let outs: Vec<DeviceBuffer> =
-        at.iter().map(|&p| unsafe { DeviceBuffer::from_raw(p, UPDATE_COUNT * 4) }.unwrap()).collect();
-    for round in 0..2 {
-        for (i, graph) in graphs.iter().enumerate().rev() {
-            for out in &outs {
-                stream.memset_d32(out, 0, UPDATE_COUNT).unwrap();
-            }
-            graph.launch(&stream).unwrap();
-            let (mine, theirs) = (&outs[i], &outs[1 - i]);
-            let got = read_back::<f32>(&stream, mine, UPDATE_COUNT);
-            assert!(got.iter().all(|&x| x == 5.0), "round {}, graph {}: {:?}", round, i, &got[..4]);
-            let other = read_back::<f32>(&stream, theirs, UPDATE_COUNT);
-            assert!(other.iter().all(|&x| x == 0.0), "round {}: graph {} wrote the other's output", round, i);
+    // More than 64 threads are refused before anything is made; on the calling thread alone
+    // (with_threads(1)) the restore gives the same family and outputs as on cgc's choice.
+    let families = cgc::RestoreOptions::new().with_families(true);
+    let e = ctx.restore_graphs_with(&data, &families.with_threads(65)).expect_err("a restore on 65 threads");
+    assert_eq!(e.status(), Some(Status::InvalidArgument), "{}", e);
+    assert!(e.message().contains("options->threads is 65"), "{}", e);
+    for options in [families, families.with_threads(1)] {
+        let (graphs, mut pools) = ctx.restore_graphs_with(&data, &options)
+            .unwrap_or_else(|e| panic!("cgc_graphs_restore with {:?}: {}", options, e));
+        assert_eq!((graphs.len(), pools.len()), (2, 1));
+        for (i, graph) in graphs.iter().enumerate() {
+            let info = graph.info().unwrap();
+            assert_eq!((info.family_size, info.family_result), (2, 0), "restored graph {}: {:?}", i, info);
         }
-    }
+        assert_eq!(graphs[0].native_exec(), graphs[1].native_exec(), "one executable");
+        // SAFETY: the restore claimed the blocks at `at` for the application, and nothing else
+        // frees them.
+        let outs: Vec<DeviceBuffer> =
+            at.iter().map(|&p| unsafe { DeviceBuffer::from_raw(p, UPDATE_COUNT * 4) }.unwrap()).collect();
+        for round in 0..2 {
+            for (i, graph) in graphs.iter().enumerate().rev() {
+                for out in &outs {
+                    stream.memset_d32(out, 0, UPDATE_COUNT).unwrap();
+                }
+                graph.launch(&stream).unwrap();
+                let (mine, theirs) = (&outs[i], &outs[1 - i]);
+                let got = read_back::<f32>(&stream, mine, UPDATE_COUNT);
+                assert!(got.iter().all(|&x| x == 5.0), "round {}, graph {}: {:?}", round, i, &got[..4]);
+                let other = read_back::<f32>(&stream, theirs, UPDATE_COUNT);
+                assert!(other.iter().all(|&x| x == 0.0), "round {}: graph {} wrote the other's output", round, i);
+            }
+        }
 
-    for graph in graphs {
-        graph.destroy().unwrap();
+        for graph in graphs {
+            graph.destroy().unwrap();
+        }
+        for out in outs {
+            out.free().unwrap();
+        }
+        stream.synchronize().unwrap();
+        pools.pop().unwrap().try_release().map_err(|(e, _)| e).expect("cgc_pool_release of the restored pool");
     }
-    for out in outs {
-        out.free().unwrap();
-    }
-    stream.synchronize().unwrap();
-    pools.pop().unwrap().try_release().map_err(|(e, _)| e).expect("cgc_pool_release of the restored pool");
     stream.destroy().unwrap();
     ctx.destroy().unwrap();
 }
