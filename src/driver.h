@@ -128,6 +128,8 @@ extern "C" {
   X(cuGraphMemsetNodeGetParams, PFN_cuGraphMemsetNodeGetParams_v10000, 10000)                \
   X(cuGraphMemcpyNodeGetParams, PFN_cuGraphMemcpyNodeGetParams_v10000, 10000)                \
   X(cuGraphEventRecordNodeGetEvent, PFN_cuGraphEventRecordNodeGetEvent_v11010, 11010)        \
+  /* 1.6: families switched node by node (family.c) */                                       \
+  X(cuGraphExecEventRecordNodeSetEvent, PFN_cuGraphExecEventRecordNodeSetEvent_v11010, 11010) \
   X(cuGraphKernelNodeGetAttribute, PFN_cuGraphKernelNodeGetAttribute_v11000, 11000)          \
   X(cuGraphKernelNodeSetAttribute, PFN_cuGraphKernelNodeSetAttribute_v11000, 11000)          \
   X(cuFuncGetModule, PFN_cuFuncGetModule_v11000, 11000)                                      \

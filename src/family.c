@@ -7,6 +7,14 @@
  * launches run one after another on the device, as every executable's do, so members replay one
  * at a time, in launch order, whatever their streams.
  *
+ * A switch touches only the nodes that differ where it can: a member whose graph pairs node by
+ * node with the executable's source graph (the same kinds in the same order, the same edges, the
+ * same launch attributes, copies and sets) differs from it in some kernel nodes' parameters and
+ * event nodes' events; switching from one such member to another sets the nodes either differs in
+ * (cuGraphExecKernelNodeSetParams, cuGraphExecEventRecordNodeSetEvent), each from the member's own
+ * node. Otherwise, or when most nodes differ anyway, the whole executable is updated. The pairing
+ * is found at a member's first switch, so joins and restores do not pay for it.
+ *
  * State: `busy` is claimed (compare-and-swap) by the one call that switches and launches,
  * uploads, joins or leaves; it guards `holder` and the member list. The launch path never waits
  * for it: a launch that finds it taken is refused (the holder may be inside cuGraphLaunch, which
@@ -16,16 +24,38 @@
  * here calls graph.c. */
 #include <sched.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "src/internal.h"
+
+/* A member, and how its nodes pair with the executable's (found at its first switch). */
+struct member {
+  cgc_graph_t graph;
+  enum { NOT_PAIRED_YET, PAIRED, NOT_PAIRED } pairing;
+  CUgraphNode* nodes; /* PAIRED: its graph's nodes, node i paired with the source's node i */
+  uint32_t* differs;  /* PAIRED: the indices whose parameters differ from the source's, ascending */
+  size_t n_differs;
+};
 
 struct cgc__family {
   CUgraphExec exec;
   atomic_bool busy;
-  cgc_graph_t holder;   /* the member whose nodes the executable has now; NULL: not said (busy) */
-  cgc_graph_t* members; /* (busy) */
-  atomic_int n_members; /* written under busy */
+  cgc_graph_t holder;     /* the member whose nodes the executable has now; NULL: not said (busy) */
+  struct member* members; /* (busy) */
+  atomic_int n_members;   /* written under busy */
   int cap_members;
+  /* The graph the executable was instantiated from, whose nodes a per-node switch names: its
+   * graph's (the first leader's exec_graph or graph) while that graph is a member, the family's
+   * own (source_owned) once it has left. Its nodes, their kinds and its edges are read at the
+   * first switch that pairs a member (busy). */
+  CUgraph source;
+  bool source_owned;
+  bool source_read;
+  size_t n_nodes;
+  CUgraphNode* source_nodes;
+  CUgraphNodeType* source_types;
+  size_t n_edges;
+  uint64_t* source_edges; /* (from << 32 | to) by node index, sorted; edges with data: not paired */
 };
 
 static bool claim(struct cgc__family* f) {
@@ -40,9 +70,245 @@ static void claim_waiting(struct cgc__family* f) {
 
 static void unclaim(struct cgc__family* f) { atomic_store_explicit(&f->busy, false, memory_order_release); }
 
-/* The executable takes `g`'s nodes (claimed, context current). */
+static struct member* member_of(struct cgc__family* f, cgc_graph_t g) {
+  int n = atomic_load(&f->n_members);
+  for (int i = 0; i < n; i++)
+    if (f->members[i].graph == g) return &f->members[i];
+  return NULL;
+}
+
+static void forget_pairing(struct member* m) {
+  free(m->nodes);
+  free(m->differs);
+  m->nodes = NULL;
+  m->differs = NULL;
+  m->n_differs = 0;
+  m->pairing = NOT_PAIRED_YET;
+}
+
+/* ---- pairing a member's nodes with the source's (claimed, context current) ---- */
+
+/* The launch attributes a kernel node may carry, all of which a per-node switch leaves as the
+ * source has them: a member pairs only if each reads the same (or fails to read on both). */
+enum { kFirstLaunchAttribute = 1, kLastLaunchAttribute = 16 };
+
+static int by_value(const void* a, const void* b) {
+  uint64_t x = *(const uint64_t*)a, y = *(const uint64_t*)b;
+  return x < y ? -1 : x > y;
+}
+
+typedef struct node_index {
+  CUgraphNode node;
+  uint32_t index;
+} node_index_t;
+
+static int by_node(const void* a, const void* b) {
+  uintptr_t x = (uintptr_t)((const node_index_t*)a)->node, y = (uintptr_t)((const node_index_t*)b)->node;
+  return x < y ? -1 : x > y;
+}
+
+/* `graph`'s nodes (*nodes, n) and its edges as sorted (from << 32 | to) index pairs (*edges).
+ * false when the driver cannot say, or an edge carries data (a programmatic dependency): such a
+ * graph is switched by whole updates only. */
+static bool read_graph(CUgraph graph, CUgraphNode** nodes, size_t* n, uint64_t** edges, size_t* n_edges) {
+  *nodes = NULL;
+  *edges = NULL;
+  *n = *n_edges = 0;
+  if (cgc__drv.cuGraphGetEdges == NULL || CGC_DRV(cuGraphGetNodes)(graph, NULL, n) != CUDA_SUCCESS ||
+      CGC_DRV(cuGraphGetEdges)(graph, NULL, NULL, NULL, n_edges) != CUDA_SUCCESS)
+    return false;
+  *nodes = calloc(*n + 1, sizeof **nodes);
+  *edges = calloc(*n_edges + 1, sizeof **edges);
+  CUgraphNode* from = calloc(*n_edges + 1, sizeof *from);
+  CUgraphNode* to = calloc(*n_edges + 1, sizeof *to);
+  CUgraphEdgeData* data = calloc(*n_edges + 1, sizeof *data);
+  node_index_t* index = calloc(*n + 1, sizeof *index);
+  bool ok = *nodes && *edges && from && to && data && index &&
+            CGC_DRV(cuGraphGetNodes)(graph, *nodes, n) == CUDA_SUCCESS &&
+            CGC_DRV(cuGraphGetEdges)(graph, from, to, data, n_edges) == CUDA_SUCCESS;
+  for (size_t i = 0; ok && i < *n; i++) index[i] = (node_index_t){(*nodes)[i], (uint32_t)i};
+  if (ok) qsort(index, *n, sizeof *index, by_node);
+  static const CUgraphEdgeData kPlain;
+  for (size_t e = 0; ok && e < *n_edges; e++) {
+    node_index_t key_from = {from[e], 0}, key_to = {to[e], 0};
+    const node_index_t* a = bsearch(&key_from, index, *n, sizeof *index, by_node);
+    const node_index_t* b = bsearch(&key_to, index, *n, sizeof *index, by_node);
+    ok = a != NULL && b != NULL && memcmp(&data[e], &kPlain, sizeof kPlain) == 0;
+    if (ok) (*edges)[e] = (uint64_t)a->index << 32 | b->index;
+  }
+  if (ok) qsort(*edges, *n_edges, sizeof **edges, by_value);
+  free(from);
+  free(to);
+  free(data);
+  free(index);
+  if (!ok) {
+    free(*nodes);
+    free(*edges);
+    *nodes = NULL;
+    *edges = NULL;
+  }
+  return ok;
+}
+
+static bool read_source(struct cgc__family* f) {
+  if (f->source_read) return f->source_nodes != NULL;
+  f->source_read = true;
+  if (!read_graph(f->source, &f->source_nodes, &f->n_nodes, &f->source_edges, &f->n_edges)) return false;
+  f->source_types = calloc(f->n_nodes + 1, sizeof *f->source_types);
+  bool ok = f->source_types != NULL;
+  for (size_t i = 0; ok && i < f->n_nodes; i++)
+    ok = CGC_DRV(cuGraphNodeGetType)(f->source_nodes[i], &f->source_types[i]) == CUDA_SUCCESS;
+  if (!ok) {
+    free(f->source_nodes);
+    f->source_nodes = NULL;
+  }
+  return ok;
+}
+
+/* The bytes of a kernel node's arguments are the same in both (a kernel of one layout). */
+static bool same_arguments(CUfunction fn, const CUDA_KERNEL_NODE_PARAMS* a, const CUDA_KERNEL_NODE_PARAMS* b) {
+  if (a->kernelParams == NULL || b->kernelParams == NULL || a->extra != NULL || b->extra != NULL) return false;
+  for (size_t j = 0;; j++) {
+    size_t offset = 0, size = 0;
+    if (CGC_DRV(cuFuncGetParamInfo)(fn, j, &offset, &size) != CUDA_SUCCESS) return true;
+    if (memcmp(a->kernelParams[j], b->kernelParams[j], size) != 0) return false;
+  }
+}
+
+/* Node i of the member (m) against the source's (s), both of kind `type`: *differs when a
+ * per-node switch must set it; false when one cannot switch it (the member does not pair). */
+static bool compare_node(CUgraphNodeType type, CUgraphNode m, CUgraphNode s, bool* differs) {
+  *differs = false;
+  switch (type) {
+    case CU_GRAPH_NODE_TYPE_EMPTY: return true;
+    case CU_GRAPH_NODE_TYPE_EVENT_RECORD: {
+      CUevent a = NULL, b = NULL;
+      if (CGC_DRV(cuGraphEventRecordNodeGetEvent)(m, &a) != CUDA_SUCCESS ||
+          CGC_DRV(cuGraphEventRecordNodeGetEvent)(s, &b) != CUDA_SUCCESS)
+        return false;
+      *differs = a != b;
+      return true;
+    }
+    case CU_GRAPH_NODE_TYPE_MEMSET: {
+      CUDA_MEMSET_NODE_PARAMS a, b;
+      memset(&a, 0, sizeof a);
+      memset(&b, 0, sizeof b);
+      return CGC_DRV(cuGraphMemsetNodeGetParams)(m, &a) == CUDA_SUCCESS &&
+             CGC_DRV(cuGraphMemsetNodeGetParams)(s, &b) == CUDA_SUCCESS && memcmp(&a, &b, sizeof a) == 0;
+    }
+    case CU_GRAPH_NODE_TYPE_MEMCPY: {
+      CUDA_MEMCPY3D a, b;
+      memset(&a, 0, sizeof a);
+      memset(&b, 0, sizeof b);
+      return CGC_DRV(cuGraphMemcpyNodeGetParams)(m, &a) == CUDA_SUCCESS &&
+             CGC_DRV(cuGraphMemcpyNodeGetParams)(s, &b) == CUDA_SUCCESS && memcmp(&a, &b, sizeof a) == 0;
+    }
+    case CU_GRAPH_NODE_TYPE_KERNEL: break;
+    default: return false;
+  }
+  CUDA_KERNEL_NODE_PARAMS a, b;
+  memset(&a, 0, sizeof a);
+  memset(&b, 0, sizeof b);
+  if (CGC_DRV(cuGraphKernelNodeGetParams)(m, &a) != CUDA_SUCCESS ||
+      CGC_DRV(cuGraphKernelNodeGetParams)(s, &b) != CUDA_SUCCESS || a.func == NULL || b.func == NULL)
+    return false;
+  *differs = a.func != b.func || a.gridDimX != b.gridDimX || a.gridDimY != b.gridDimY || a.gridDimZ != b.gridDimZ ||
+             a.blockDimX != b.blockDimX || a.blockDimY != b.blockDimY || a.blockDimZ != b.blockDimZ ||
+             a.sharedMemBytes != b.sharedMemBytes || !same_arguments(a.func, &a, &b);
+  for (int id = kFirstLaunchAttribute; id <= kLastLaunchAttribute; id++) {
+    CUlaunchAttributeValue x, y;
+    memset(&x, 0, sizeof x);
+    memset(&y, 0, sizeof y);
+    CUresult rx = CGC_DRV(cuGraphKernelNodeGetAttribute)(m, (CUlaunchAttributeID)id, &x);
+    CUresult ry = CGC_DRV(cuGraphKernelNodeGetAttribute)(s, (CUlaunchAttributeID)id, &y);
+    if ((rx == CUDA_SUCCESS) != (ry == CUDA_SUCCESS) || (rx == CUDA_SUCCESS && memcmp(&x, &y, sizeof x) != 0))
+      return false;
+  }
+  return true;
+}
+
+/* Finds how member m pairs with the source (its first switch). */
+static void pair(struct cgc__family* f, struct member* m) {
+  m->pairing = NOT_PAIRED;
+  if (cgc__drv.cuFuncGetParamInfo == NULL || !read_source(f)) return;
+  CUgraphNode* nodes = NULL;
+  uint64_t* edges = NULL;
+  size_t n = 0, n_edges = 0;
+  uint32_t* differs = NULL;
+  size_t n_differs = 0;
+  bool ok = read_graph(m->graph->graph, &nodes, &n, &edges, &n_edges) && n == f->n_nodes && n_edges == f->n_edges &&
+            memcmp(edges, f->source_edges, n_edges * sizeof *edges) == 0;
+  if (ok) differs = calloc(n + 1, sizeof *differs);
+  ok = ok && differs != NULL;
+  for (size_t i = 0; ok && i < n; i++) {
+    CUgraphNodeType type;
+    bool node_differs = false;
+    ok = CGC_DRV(cuGraphNodeGetType)(nodes[i], &type) == CUDA_SUCCESS && type == f->source_types[i] &&
+         compare_node(type, nodes[i], f->source_nodes[i], &node_differs);
+    if (ok && node_differs) differs[n_differs++] = (uint32_t)i;
+    /* A member differing in more than half the nodes is always switched whole (switch_to): not
+     * worth pairing further. */
+    if (n_differs > n / 2) ok = false;
+  }
+  free(edges);
+  if (!ok) {
+    free(nodes);
+    free(differs);
+    return;
+  }
+  m->nodes = nodes;
+  m->differs = differs;
+  m->n_differs = n_differs;
+  m->pairing = PAIRED;
+}
+
+/* ---- switching ---- */
+
+/* Sets node i of the executable to member `to`'s. */
+static CUresult set_node(struct cgc__family* f, const struct member* to, uint32_t i) {
+  if (f->source_types[i] == CU_GRAPH_NODE_TYPE_EVENT_RECORD) {
+    CUevent event = NULL;
+    CUresult r = CGC_DRV(cuGraphEventRecordNodeGetEvent)(to->nodes[i], &event);
+    return r != CUDA_SUCCESS ? r : CGC_DRV(cuGraphExecEventRecordNodeSetEvent)(f->exec, f->source_nodes[i], event);
+  }
+  CUDA_KERNEL_NODE_PARAMS p;
+  memset(&p, 0, sizeof p);
+  CUresult r = CGC_DRV(cuGraphKernelNodeGetParams)(to->nodes[i], &p);
+  return r != CUDA_SUCCESS ? r : CGC_DRV(cuGraphExecKernelNodeSetParams)(f->exec, f->source_nodes[i], &p);
+}
+
+/* The nodes `from` or `to` differ in from the source, each set to `to`'s; false when a node
+ * could not be (the executable then holds a mix, and is updated whole). */
+static bool switch_nodes(struct cgc__family* f, const struct member* from, const struct member* to) {
+  size_t a = 0, b = 0;
+  while (a < from->n_differs || b < to->n_differs) {
+    uint32_t i;
+    if (b == to->n_differs || (a < from->n_differs && from->differs[a] < to->differs[b])) i = from->differs[a++];
+    else if (a == from->n_differs || to->differs[b] < from->differs[a]) i = to->differs[b++];
+    else i = (a++, to->differs[b++]);
+    if (set_node(f, to, i) != CUDA_SUCCESS) return false;
+  }
+  return true;
+}
+
+/* The executable takes `g`'s nodes (claimed, context current): node by node when both members
+ * pair with the source and together differ in at most half its nodes (past that, setting nodes
+ * one at a time costs more than the driver's whole update), else by cuGraphExecUpdate. */
 static cgc_status_t switch_to(struct cgc__family* f, cgc_graph_t g, const char* func) {
   if (f->holder == g) return CGC_SUCCESS;
+  struct member* to = member_of(f, g);
+  struct member* from = f->holder != NULL ? member_of(f, f->holder) : NULL;
+  if (to != NULL && to->pairing == NOT_PAIRED_YET) pair(f, to);
+  if (from != NULL && to != NULL && from->pairing == PAIRED && to->pairing == PAIRED &&
+      from->n_differs + to->n_differs <= f->n_nodes / 2) {
+    bool done;
+    CGC_RELAXED(done = switch_nodes(f, from, to));
+    if (done) {
+      f->holder = g;
+      return CGC_SUCCESS;
+    }
+    f->holder = NULL; /* a mix of both: the whole update below sets every node */
+  }
   CUgraphExecUpdateResultInfo result = {CU_GRAPH_EXEC_UPDATE_SUCCESS, NULL, NULL};
   CUresult r;
   CGC_RELAXED(r = CGC_DRV(cuGraphExecUpdate)(f->exec, g->graph, &result));
@@ -81,28 +347,52 @@ cgc_status_t cgc__family_enter(cgc_graph_t g, const char* func) {
 
 void cgc__family_exit(cgc_graph_t g) { unclaim(g->family); }
 
+static void free_family(struct cgc__family* f) {
+  if (f->source_owned) CGC_DRV(cuGraphDestroy)(f->source);
+  free(f->source_nodes);
+  free(f->source_types);
+  free(f->source_edges);
+  free(f->members);
+  free(f);
+}
+
 cgc_status_t cgc__family_leave(cgc_graph_t g, const char* func) {
   struct cgc__family* f = g->family;
   cgc_status_t st = CGC_SUCCESS;
   claim_waiting(f);
-  int n = atomic_load(&f->n_members), at = 0;
-  while (at < n && f->members[at] != g) at++;
-  if (at < n) f->members[at] = f->members[n - 1];
-  atomic_store(&f->n_members, at < n ? n - 1 : n);
-  n = atomic_load(&f->n_members);
   /* The executable must not keep the nodes of a graph that goes: their kernels' modules may be
    * unloaded with it. It takes another member's, whose launch would have switched it anyway. */
+  int n = atomic_load(&f->n_members);
   if (f->holder == g) {
-    f->holder = NULL;
-    if (n > 0) st = switch_to(f, f->members[0], func);
+    cgc_graph_t next = NULL;
+    for (int i = 0; i < n && next == NULL; i++)
+      if (f->members[i].graph != g) next = f->members[i].graph;
+    if (next != NULL) st = switch_to(f, next, func);
+    else f->holder = NULL;
+    if (f->holder == g) f->holder = NULL;
+  }
+  struct member* m = member_of(f, g);
+  if (m != NULL) {
+    forget_pairing(m);
+    *m = f->members[n - 1];
+    atomic_store(&f->n_members, n - 1);
+    n--;
+  }
+  /* The source graph stays, the family's now, while members remain: per-node switches name its
+   * nodes (the graph's reset destroys what is left of it). */
+  if (!f->source_owned && f->source == g->exec_graph) {
+    g->exec_graph = NULL;
+    f->source_owned = true;
+  } else if (!f->source_owned && f->source == g->graph) {
+    g->graph = NULL;
+    f->source_owned = true;
   }
   unclaim(f);
   g->family = NULL;
   g->exec = NULL;
   if (n > 0) return st;
   CGC_RELAXED(st = CGC_CU(func, cuGraphExecDestroy(f->exec)));
-  free(f->members);
-  free(f);
+  free_family(f);
   return st;
 }
 
@@ -110,12 +400,12 @@ static bool add_member(struct cgc__family* f, cgc_graph_t g) {
   int n = atomic_load(&f->n_members);
   if (n == f->cap_members) {
     int cap = f->cap_members ? 2 * f->cap_members : 8;
-    cgc_graph_t* grown = realloc(f->members, (size_t)cap * sizeof *grown);
+    struct member* grown = realloc(f->members, (size_t)cap * sizeof *grown);
     if (grown == NULL) return false;
     f->members = grown;
     f->cap_members = cap;
   }
-  f->members[n] = g;
+  f->members[n] = (struct member){.graph = g, .pairing = NOT_PAIRED_YET};
   atomic_store(&f->n_members, n + 1);
   return true;
 }
@@ -127,6 +417,7 @@ cgc_status_t cgc__family_join(cgc_graph_t graph, cgc_graph_t leader, const char*
     made = calloc(1, sizeof *made);
     if (made == NULL) return cgc__fail(CGC_ERROR_OUT_OF_MEMORY, func, "out of host memory");
     made->exec = leader->exec;
+    made->source = leader->exec_graph != NULL ? leader->exec_graph : leader->graph;
     made->holder = leader;
     atomic_init(&made->busy, false);
     atomic_init(&made->n_members, 0);
@@ -168,10 +459,7 @@ cgc_status_t cgc__family_join(cgc_graph_t graph, cgc_graph_t leader, const char*
     made = NULL;
   }
   if (made == NULL) unclaim(f);
-  if (made != NULL) { /* refused, the executable unchanged: the leader stays as it was */
-    free(made->members);
-    free(made);
-  }
+  if (made != NULL) free_family(made); /* refused, the executable unchanged: the leader stays as it was */
   return st;
 }
 

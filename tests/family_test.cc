@@ -108,6 +108,64 @@ TEST_F(FamilyTest, MembersShareOneExecutableAndEachLaunchRunsItsOwnNodes) {
   CGC_ASSERT_OK(cgc_stream_synchronize(stream));
 }
 
+// Members that differ in a few nodes (one buffer for all, as a server's static inputs are; one
+// kernel's value differs) are switched node by node; one whose set node differs too is switched
+// by whole updates; every launch runs its own member's nodes, also after the leader, whose graph
+// the executable was instantiated from, has gone.
+TEST_F(FamilyTest, MembersThatDifferInAFewNodesRunTheirOwnInAnyOrderAndAfterTheLeaderLeaves) {
+  constexpr unsigned kN = 2048;
+  constexpr int kAdds = 30;
+  void* buf = Malloc(kN * 4, stream);
+  void* scratch = Malloc(kN * 4, stream);
+  outputs.push_back(buf);
+  outputs.push_back(scratch);
+  auto capture = [&](float v, unsigned set_to) {
+    cgc_capture_options_t options{};
+    options.struct_size = sizeof options;
+    EXPECT_EQ(cgc_capture_begin(stream, &options), CGC_SUCCESS) << cgc_last_error();
+    EXPECT_EQ(cgc_memset_d32_async(scratch, set_to, kN, stream), CGC_SUCCESS) << cgc_last_error();
+    unsigned n = kN;
+    void* fill_args[] = {&buf, &v, &n};
+    EXPECT_EQ(cgc_launch_kernel(fill, kN / 256, 1, 1, 256, 1, 1, 0, stream, fill_args), CGC_SUCCESS);
+    float one = 1.0f;
+    void* add_args[] = {&buf, &buf, &one, &n};
+    for (int i = 0; i < kAdds; i++)
+      EXPECT_EQ(cgc_launch_kernel(add, kN / 256, 1, 1, 256, 1, 1, 0, stream, add_args), CGC_SUCCESS);
+    cgc_graph_t g = nullptr;
+    EXPECT_EQ(cgc_capture_end(stream, &g), CGC_SUCCESS) << cgc_last_error();
+    return g;
+  };
+  const float values[] = {1.0f, 2.0f, 3.0f, 4.0f};
+  const unsigned sets[] = {0, 0, 0, 7};  // the last member's set differs: it does not pair
+  cgc_graph_t g[4];
+  for (int i = 0; i < 4; i++) g[i] = capture(values[i], sets[i]);
+  for (int i = 1; i < 4; i++) CGC_ASSERT_OK(cgc_graph_share_executable(g[i], g[0]));
+  EXPECT_EQ(Info(g[3]).family_size, 4u);
+  auto run = [&](int i) {
+    CGC_ASSERT_OK(cgc_memset_d32_async(buf, 0, kN, stream));
+    CGC_ASSERT_OK(cgc_memset_d32_async(scratch, 1, kN, stream));
+    CGC_ASSERT_OK(cgc_graph_launch(g[i], stream));
+    std::vector<float> got = Download(Dev(buf), kN);
+    std::vector<uint32_t> set = DownloadWords(Dev(scratch), kN);
+    for (unsigned k = 0; k < kN; k += 67) {
+      ASSERT_EQ(got[k], values[i] + kAdds) << "member " << i << " float " << k;
+      ASSERT_EQ(set[k], sets[i]) << "member " << i << " word " << k;
+    }
+  };
+  const int order[] = {1, 2, 0, 3, 2, 1, 3, 0, 0, 2, 3, 3, 1};
+  for (int i : order) ASSERT_NO_FATAL_FAILURE(run(i));
+  CGC_ASSERT_OK(cgc_graph_destroy(g[0]));
+  EXPECT_EQ(Info(g[1]).family_size, 3u);
+  const int after[] = {2, 1, 3, 1, 2, 2, 3};
+  for (int i : after) ASSERT_NO_FATAL_FAILURE(run(i));
+  CGC_ASSERT_OK(cgc_graph_destroy(g[2]));
+  for (int i : {1, 3, 1}) ASSERT_NO_FATAL_FAILURE(run(i));
+  CGC_ASSERT_OK(cgc_graph_destroy(g[1]));
+  ASSERT_NO_FATAL_FAILURE(run(3));
+  CGC_ASSERT_OK(cgc_graph_destroy(g[3]));
+  CGC_ASSERT_OK(cgc_stream_synchronize(stream));
+}
+
 TEST_F(FamilyTest, AGraphOfAnotherStructureKeepsItsOwnAndSaysWhy) {
   cgc_graph_t a = Capture(1024, 1.0f), other = Capture(1024, 3.0f, true);
   EXPECT_EQ(cgc_graph_share_executable(other, a), CGC_ERROR_NOT_SUPPORTED);
