@@ -5,13 +5,14 @@
  *       captures N graphs (default 256) of K kernel nodes (default 1000) in 8 topologies, timing
  *       capture + instantiation (the anchor), replays each once and writes its output's checksum
  *       to FILE.ref, then times cgc_graphs_save into FILE.
- *   saved_graphs restore FILE [--families]
+ *   saved_graphs restore FILE [--families] [--threads T]
  *       in a fresh process: times file read + cgc_graphs_restore + the first launch's completion,
  *       then replays every graph and compares its output with FILE.ref (byte-equal, by checksum).
  *       With --families the restore makes families (CGC_RESTORE_FAMILIES): it says how many
  *       executables it made, and times the host side of launching every graph once (each launch
  *       of a member its family's executable does not hold switches it) and of launching one
- *       graph again (no switch).
+ *       graph again (no switch). --threads sets cgc_restore_options_t.threads (0, the default: cgc
+ *       chooses; 1: the calling thread alone).
  *
  * The kernels come from two modules: the benchmark's fatbin loaded with cgc_module_load (its
  * image goes into the file) and the same fatbin loaded through the driver and added by key with
@@ -136,7 +137,7 @@ static void* read_file(const char* path, size_t* size) {
   return data;
 }
 
-static int restore(const char* path, bool families) {
+static int restore(const char* path, bool families, unsigned threads) {
   int64_t t_start = now_ns();
   cgc_context_t ctx;
   cgc_stream_t stream;
@@ -151,7 +152,8 @@ static int restore(const char* path, bool families) {
   CGC(cgc_saved_info(data, size, &info));
   cgc_graph_t* graphs = xmalloc(info.n_graphs * sizeof *graphs);
   cgc_pool_t* pools = xmalloc(info.n_pools * sizeof *pools);
-  cgc_restore_options_t options = {.struct_size = sizeof options, .flags = families ? CGC_RESTORE_FAMILIES : 0};
+  cgc_restore_options_t options = {
+      .struct_size = sizeof options, .flags = families ? CGC_RESTORE_FAMILIES : 0, .threads = threads};
   CGC(cgc_graphs_restore(ctx, data, size, &options, graphs, info.n_graphs, pools, info.n_pools));
   double restore_ms = ms_since(t0);
   CGC(cgc_graph_launch(graphs[0], stream));
@@ -184,8 +186,9 @@ static int restore(const char* path, bool families) {
   int wrong = 0;
   for (size_t g = 0; g < info.n_graphs; g++) wrong += checksum_of(ref[g].out, ref[g].bytes) != ref[g].checksum;
   bench_failed_checks += wrong;
-  printf("saved_graphs restore: %zu graphs, %zu nodes, %.1f MiB file (%.2f MiB of embedded images), pools %.1f MiB\n",
-         info.n_graphs, info.n_nodes, (double)size / MIB, (double)info.image_bytes / MIB, (double)info.pool_bytes / MIB);
+  printf("saved_graphs restore%s (threads option %u): %zu graphs, %zu nodes, %.1f MiB file (%.2f MiB of embedded "
+         "images), pools %.1f MiB\n",
+         families ? " --families" : "", threads, info.n_graphs, info.n_nodes, (double)size / MIB, (double)info.image_bytes / MIB, (double)info.pool_bytes / MIB);
   printf("  context + stream + added image (not counted): %.1f ms\n", setup_ms);
   printf("  read + restore: %.1f ms (%.3f ms a graph)\n", restore_ms, restore_ms / info.n_graphs);
   printf("  read + restore + first launch done: %.1f ms\n", first_launch_ms);
@@ -210,12 +213,14 @@ int main(int argc, char** argv) {
   bench_tool = "saved_graphs";
   int n_graphs = 256, n_nodes = 1000;
   if (argc < 3 || (strcmp(argv[1], "save") != 0 && strcmp(argv[1], "restore") != 0)) {
-    fprintf(stderr, "usage: saved_graphs save FILE [--graphs N] [--nodes K] | saved_graphs restore FILE [--families]\n");
+    fprintf(stderr, "usage: saved_graphs save FILE [--graphs N] [--nodes K] | saved_graphs restore FILE [--families] [--threads T]\n");
     return 2;
   }
   bool families = false;
+  unsigned threads = 0;
   for (int i = 3; i < argc; i++) {
     if (strcmp(argv[i], "--families") == 0) families = true;
+    else if (strcmp(argv[i], "--threads") == 0 && i + 1 < argc) threads = (unsigned)atoi(argv[++i]);
     else if (strcmp(argv[i], "--graphs") == 0 && i + 1 < argc) n_graphs = atoi(argv[++i]);
     else if (strcmp(argv[i], "--nodes") == 0 && i + 1 < argc) n_nodes = atoi(argv[++i]);
     else {
@@ -237,5 +242,5 @@ int main(int argc, char** argv) {
   CU(cuDeviceGet(&dev, 0));
   CU(cuDevicePrimaryCtxRetain(&primary, dev));
   CU(cuCtxPushCurrent(primary));
-  return strcmp(argv[1], "save") == 0 ? save(argv[2], n_graphs, n_nodes) : restore(argv[2], families);
+  return strcmp(argv[1], "save") == 0 ? save(argv[2], n_graphs, n_nodes) : restore(argv[2], families, threads);
 }
