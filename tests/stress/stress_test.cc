@@ -26,8 +26,9 @@
 // device's stats must read bytes_allocated == 0 and, after cgc_empty_cache, bytes_reserved == 0.
 // With NCCL, one more thread makes and releases one-rank communicators and NCCL pools beside the
 // captures (a capture begun meanwhile that NCCL's setup or teardown would break is refused).
-// A saver thread captures into a pool at fixed addresses, saves the graph, gives everything back
-// and restores and checks it, over and over (1.6).
+// A saver thread captures two graphs of one structure into a pool at fixed addresses, makes them a
+// family and launches both, saves them, gives everything back, restores them (as a family every
+// other round, on one, two or cgc's choice of threads) and checks them, over and over (1.6).
 //
 // Exit status: 0 when every check held (or there is no GPU: "skipped"), 1 otherwise. The last
 // line is a summary the bundle's runner reads: "STRESS: ok|FAILED ...".
@@ -856,47 +857,66 @@ void Saver(std::atomic<bool>* stop, std::atomic<long>* rounds) {
     options.struct_size = sizeof options;
     options.mode = CGC_CAPTURE_MODE_THREAD_LOCAL;
     options.pool = pool;
-    void *in = nullptr, *out = nullptr;
-    float v = float(round % 1000);
+    // Two graphs of one structure (fill, add), each with its own output: a family before the
+    // save, and after the restore in every other round.
+    void* out[2] = {nullptr, nullptr};
+    cgc_graph_t graph[2] = {nullptr, nullptr};
+    const float v[2] = {float(round % 1000), float(round % 1000) + 0.5f};
     unsigned count = n;
-    cgc_graph_t graph = nullptr;
-    // Refused while another thread's device-wide call is under way (an NCCL pool's release).
-    bool captured = Expect("cgc_capture_begin (saved)", cgc_capture_begin(s, &options),
-                           {CGC_SUCCESS, CGC_ERROR_CAPTURE_UNSUPPORTED});
-    if (captured) {
+    bool captured = true;
+    for (int k = 0; k < 2 && captured; k++) {
+      void* in = nullptr;
+      // Refused while another thread's device-wide call is under way (an NCCL pool's release).
+      captured = Expect("cgc_capture_begin (saved)", cgc_capture_begin(s, &options),
+                        {CGC_SUCCESS, CGC_ERROR_CAPTURE_UNSUPPORTED});
+      if (!captured) break;
       Expect("cgc_malloc", cgc_malloc(ctx, n * 4, s, &in), {CGC_SUCCESS});
-      Expect("cgc_malloc", cgc_malloc(ctx, n * 4, s, &out), {CGC_SUCCESS});
-      void* fill_args[] = {&in, &v, &count};
+      Expect("cgc_malloc", cgc_malloc(ctx, n * 4, s, &out[k]), {CGC_SUCCESS});
+      float value = v[k];
+      void* fill_args[] = {&in, &value, &count};
       Expect("cgc_launch_kernel", cgc_launch_kernel(fill, n / 256, 1, 1, 256, 1, 1, 0, s, fill_args), {CGC_SUCCESS});
       float one = 1.0f;
-      void* add_args[] = {&out, &in, &one, &count};
+      void* add_args[] = {&out[k], &in, &one, &count};
       Expect("cgc_launch_kernel", cgc_launch_kernel(add, n / 256, 1, 1, 256, 1, 1, 0, s, add_args), {CGC_SUCCESS});
       Expect("cgc_free", cgc_free(in), {CGC_SUCCESS});
-      captured = Expect("cgc_capture_end (saved)", cgc_capture_end(s, &graph), {CGC_SUCCESS});
+      captured = Expect("cgc_capture_end (saved)", cgc_capture_end(s, &graph[k]), {CGC_SUCCESS});
     }
     std::vector<uint8_t> bytes;
     size_t size = 0;
-    if (captured && Expect("cgc_graph_launch", cgc_graph_launch(graph, s), {CGC_SUCCESS})) {
-      check(out, v + 1.0f);
-      if (Expect("cgc_graphs_save", cgc_graphs_save(&graph, 1, nullptr, nullptr, 0, &size), {CGC_SUCCESS})) {
+    if (captured && Expect("cgc_graph_share_executable", cgc_graph_share_executable(graph[1], graph[0]), {CGC_SUCCESS})) {
+      for (int k : {1, 0, 1}) {
+        if (!Expect("cgc_graph_launch (family)", cgc_graph_launch(graph[k], s), {CGC_SUCCESS})) break;
+        check(out[k], v[k] + 1.0f);
+      }
+      if (Expect("cgc_graphs_save", cgc_graphs_save(graph, 2, nullptr, nullptr, 0, &size), {CGC_SUCCESS})) {
         bytes.resize(size);
-        Expect("cgc_graphs_save", cgc_graphs_save(&graph, 1, nullptr, bytes.data(), size, &size), {CGC_SUCCESS});
+        Expect("cgc_graphs_save", cgc_graphs_save(graph, 2, nullptr, bytes.data(), size, &size), {CGC_SUCCESS});
       }
     }
-    if (graph != nullptr) Expect("cgc_graph_destroy", cgc_graph_destroy(graph), {CGC_SUCCESS});
-    if (out != nullptr) Expect("cgc_free", cgc_free(out), {CGC_SUCCESS});
+    for (int k = 0; k < 2; k++) {
+      if (graph[k] != nullptr) Expect("cgc_graph_destroy", cgc_graph_destroy(graph[k]), {CGC_SUCCESS});
+      if (out[k] != nullptr) Expect("cgc_free", cgc_free(out[k]), {CGC_SUCCESS});
+    }
     if (!release(pool)) break;
     if (bytes.empty()) continue; /* the capture was refused meanwhile: another round */
-    cgc_graph_t restored = nullptr;
+    cgc_graph_t restored[2] = {nullptr, nullptr};
     cgc_pool_t restored_pool = nullptr;
+    cgc_restore_options_t restore_options{};
+    restore_options.struct_size = sizeof restore_options;
+    restore_options.flags = round % 2 == 1 ? CGC_RESTORE_FAMILIES : 0;
+    restore_options.threads = unsigned(round % 3);  // cgc's choice, one thread, two
     if (!Expect("cgc_graphs_restore",
-                cgc_graphs_restore(ctx, bytes.data(), bytes.size(), nullptr, &restored, 1, &restored_pool, 1),
+                cgc_graphs_restore(ctx, bytes.data(), bytes.size(), &restore_options, restored, 2, &restored_pool, 1),
                 {CGC_SUCCESS}))
       break;
-    Expect("cgc_memset_d32_async", cgc_memset_d32_async(out, 0, n, s), {CGC_SUCCESS});
-    if (Expect("cgc_graph_launch (restored)", cgc_graph_launch(restored, s), {CGC_SUCCESS})) check(out, v + 1.0f);
-    Expect("cgc_graph_destroy", cgc_graph_destroy(restored), {CGC_SUCCESS});
-    Expect("cgc_free", cgc_free(out), {CGC_SUCCESS});
+    for (int k : {1, 0}) {
+      Expect("cgc_memset_d32_async", cgc_memset_d32_async(out[k], 0, n, s), {CGC_SUCCESS});
+      if (Expect("cgc_graph_launch (restored)", cgc_graph_launch(restored[k], s), {CGC_SUCCESS})) check(out[k], v[k] + 1.0f);
+    }
+    for (int k = 0; k < 2; k++) {
+      Expect("cgc_graph_destroy", cgc_graph_destroy(restored[k]), {CGC_SUCCESS});
+      Expect("cgc_free", cgc_free(out[k]), {CGC_SUCCESS});
+    }
     if (!release(restored_pool)) break;
     (*rounds)++;
   }
