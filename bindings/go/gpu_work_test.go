@@ -309,7 +309,8 @@ func TestGPUGraphWork(t *testing.T) {
 	t.Logf("graph info: %+v", info)
 	// The events add edges, not nodes.
 	want := cgc.GraphInfo{NodeCount: 7, ReplayCount: 3, PoolBytesReserved: info.PoolBytesReserved, Uploaded: info.Uploaded,
-		KernelNodes: 1, MemcpyNodes: 2, MemsetNodes: 1, HostNodes: 1, MemOpNodes: 2}
+		KernelNodes: 1, MemcpyNodes: 2, MemsetNodes: 1, HostNodes: 1, MemOpNodes: 2,
+		FamilySize: 1} // an executable of its own: a family of one
 	if info != want {
 		t.Errorf("graph info %+v, want %+v", info, want)
 	}
