@@ -96,36 +96,43 @@ static void run_kind(kind_t kind, int n_members, int n_nodes, int rounds, void* 
   size_t after_own = free_bytes();
   summary_t instantiate = summarize(samples, (size_t)n_members);
 
-  /* The raw side of a launch: an executable of its own, kBurst launches back to back after the
-   * stream drained, the mean of each burst. */
-  double* held = new_samples((size_t)rounds);
-  for (int r = 0; r < rounds; r++) {
-    CGC(cgc_stream_synchronize(stream));
-    int64_t t0 = now_ns();
-    for (int b = 0; b < kBurst; b++) CU(cuGraphLaunch(own[0], native));
-    samples[r] = us_since(t0) / kBurst;
-  }
-  summary_t raw_launch = summarize(samples, (size_t)rounds);
+  /* The executables of their own go but the first, the raw side of a launch: timed in the same
+   * rounds as the member held, so that both meet the same device and driver state. */
   CGC(cgc_stream_synchronize(stream));
-  for (int m = 0; m < n_members; m++) CU(cuGraphExecDestroy(own[m]));
+  for (int m = 1; m < n_members; m++) CU(cuGraphExecDestroy(own[m]));
 
   for (int m = 1; m < n_members; m++) CGC(cgc_graph_share_executable(g[m], g[0]));
 
   /* Every member once (each first switch also finds how the member pairs), then timed rounds:
-   * a switching launch (the member after the one launched last), then a burst of launches of it. */
+   * a switching launch (the member after the one launched last), then a burst of launches of it
+   * and a burst of cuGraphLaunch of the first member's own executable, in turn which first, each
+   * after the stream drained (the mean of each burst). */
   for (int m = 0; m < n_members; m++) CGC(cgc_graph_launch(g[m], stream));
   double* switched = new_samples((size_t)rounds);
+  double* raw = new_samples((size_t)rounds);
+  double* held = new_samples((size_t)rounds);
   for (int r = 0; r < rounds; r++) {
     cgc_graph_t next = g[r % n_members];
     CGC(cgc_stream_synchronize(stream));
     int64_t t0 = now_ns();
     CGC(cgc_graph_launch(next, stream));
     switched[r] = us_since(t0);
-    CGC(cgc_stream_synchronize(stream));
-    t0 = now_ns();
-    for (int b = 0; b < kBurst; b++) CGC(cgc_graph_launch(next, stream));
-    held[r] = us_since(t0) / kBurst;
+    for (int turn = 0; turn < 2; turn++) {
+      bool family_turn = (turn == 0) == (r % 2 == 0);
+      CGC(cgc_stream_synchronize(stream));
+      t0 = now_ns();
+      if (family_turn) {
+        for (int b = 0; b < kBurst; b++) CGC(cgc_graph_launch(next, stream));
+        held[r] = us_since(t0) / kBurst;
+      } else {
+        for (int b = 0; b < kBurst; b++) CU(cuGraphLaunch(own[0], native));
+        raw[r] = us_since(t0) / kBurst;
+      }
+    }
   }
+  CGC(cgc_stream_synchronize(stream));
+  CU(cuGraphExecDestroy(own[0]));
+  summary_t raw_launch = summarize(raw, (size_t)rounds);
   summary_t switching = summarize(switched, (size_t)rounds), holding = summarize(held, (size_t)rounds);
 
   int wrong = 0;
@@ -162,6 +169,7 @@ static void run_kind(kind_t kind, int n_members, int n_nodes, int rounds, void* 
   free(samples);
   free(switched);
   free(held);
+  free(raw);
 }
 
 int main(int argc, char** argv) {
