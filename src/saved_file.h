@@ -4,8 +4,9 @@
  *
  * A fixed header, then the sections in this order: pools, modules, kernels, graphs. Everything is
  * written as 32- and 64-bit little-endian fields (the byte order is checked), and byte strings are
- * padded to 8 bytes. A checksum (64-bit FNV-1a) of everything after the header catches a damaged
- * or truncated file before anything is read from it; every read is bounded all the same. */
+ * padded to 8 bytes. A checksum of everything after the header (saved_file.c says how it is made)
+ * catches a damaged or truncated file before anything is read from it; every read is bounded all
+ * the same. */
 #ifndef CGC_SAVED_FILE_H_
 #define CGC_SAVED_FILE_H_
 
@@ -15,7 +16,8 @@
 
 #include "src/internal.h"
 
-enum { CGC__SAVED_FORMAT = 1, CGC__SAVED_BYTE_ORDER = 0x01020304 };
+/* Format 2: the checksum reads 8-byte words (format 1, byte by byte, was never in a release). */
+enum { CGC__SAVED_FORMAT = 2, CGC__SAVED_BYTE_ORDER = 0x01020304 };
 #define CGC__SAVED_MAGIC "CGCGRAPH"
 
 /* The header's fields, X(type, name), in file order; all are 32- or 64-bit. */
