@@ -147,3 +147,15 @@ CUresult cgc__relaxed_mem_free(CUdeviceptr p) {
   CGC_RELAXED(r = CGC_DRV(cuMemFree)(p));
   return r;
 }
+
+/* Node priorities exist since CUDA 11.7 and an older driver rejects the flag: retried without. */
+CUresult cgc__instantiate(CUgraph graph, CUgraphExec* exec) {
+  CUresult r = CUDA_SUCCESS;
+  CGC_RELAXED({
+    r = CGC_DRV(cuGraphInstantiateWithFlags)(
+        exec, graph, CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH | CUDA_GRAPH_INSTANTIATE_FLAG_USE_NODE_PRIORITY);
+    if (r == CUDA_ERROR_INVALID_VALUE)
+      r = CGC_DRV(cuGraphInstantiateWithFlags)(exec, graph, CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH);
+  });
+  return r;
+}

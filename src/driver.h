@@ -198,6 +198,10 @@ void cgc__relaxed_end(CUstreamCaptureMode previous);
 /* cuMemAlloc / cuMemFree in Relaxed mode (the context must be current). */
 CUresult cgc__relaxed_mem_alloc(CUdeviceptr* p, size_t size);
 CUresult cgc__relaxed_mem_free(CUdeviceptr p);
+/* A graph instantiated as PyTorch instantiates (AutoFreeOnLaunch, SEMANTICS 7) with its nodes'
+ * priorities, in Relaxed mode: instantiation allocates device memory, which would break a Global
+ * capture under way on any thread. The context current. */
+CUresult cgc__instantiate(CUgraph graph, CUgraphExec* exec);
 
 /* Every driver call of the library goes through one of two macros, so that the lock check
  * (lockcheck.h) sees it and the call's name is written once:

@@ -15,13 +15,20 @@
  * node. Otherwise, or when most nodes differ anyway, the whole executable is updated. The pairing
  * is found at a member's first switch, so joins and restores do not pay for it.
  *
+ * A restore's members join unbuilt (graph->deferred): no CUgraph, no trial update. A member's
+ * first use (launch, upload, info, dump, save, native) builds its graph here, under the claim;
+ * its first switch is its trial. If the driver refuses that update the member is instantiated
+ * alone (`own`): it stays a member, launches its own executable, and says why (family_result).
+ *
  * State: `busy` is claimed (compare-and-swap) by the one call that switches and launches,
- * uploads, joins or leaves; it guards `holder` and the member list. The launch path never waits
- * for it: a launch that finds it taken is refused (the holder may be inside cuGraphLaunch, which
- * can wait for the GPU). Joins and leaves, which are not on the launch path, wait for it, yielding.
- * `n_members` is also read without the claim (cgc_graph_info), under a member's inspect_lock,
- * which keeps the family alive: a member leaves only under its own. graph.c calls in here; nothing
- * here calls graph.c. */
+ * uploads, joins or leaves; it guards `holder`, the member list, and each member's `deferred`,
+ * `graph` while unbuilt and `family_result` after its join. The launch path never waits for it:
+ * a launch that finds it taken is refused (the holder may be inside cuGraphLaunch, which can wait
+ * for the GPU). Joins, leaves, builds for an inspection and cgc_graph_info, which are not on the
+ * launch path, wait for it, yielding; they hold the member's inspect_lock first (which keeps the
+ * family alive: a member leaves only under its own), and nothing holding the claim takes an
+ * inspect_lock. graph.c calls in here; nothing here calls graph.c (a build goes through the
+ * member's cgc__deferred_t). */
 #include <sched.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,6 +42,8 @@ struct member {
   CUgraphNode* nodes; /* PAIRED: its graph's nodes, node i paired with the source's node i */
   uint32_t* differs;  /* PAIRED: the indices whose parameters differ from the source's, ascending */
   size_t n_differs;
+  bool tried;         /* the executable took its nodes once (a join's trial, or a switch) */
+  CUgraphExec own;    /* the driver refused its first switch (it joined unbuilt): its own */
 };
 
 struct cgc__family {
@@ -44,12 +53,17 @@ struct cgc__family {
   struct member* members; /* (busy) */
   atomic_int n_members;   /* written under busy */
   int cap_members;
+  int n_own;              /* members with an executable of their own (busy) */
   /* The graph the executable was instantiated from, whose nodes a per-node switch names: its
    * graph's (the first leader's exec_graph or graph) while that graph is a member, the family's
    * own (source_owned) once it has left. Its nodes, their kinds and its edges are read at the
    * first switch that pairs a member (busy). */
   CUgraph source;
   bool source_owned;
+  /* Once it is the family's, the modules of its graph's kernels, held: reading its nodes names
+   * their functions (their graph released its own references when it left). */
+  struct cgc__use* source_uses;
+  size_t n_source_uses;
   bool source_read;
   size_t n_nodes;
   CUgraphNode* source_nodes;
@@ -291,12 +305,47 @@ static bool switch_nodes(struct cgc__family* f, const struct member* from, const
   return true;
 }
 
-/* The executable takes `g`'s nodes (claimed, context current): node by node when both members
- * pair with the source and together differ in at most half its nodes (past that, setting nodes
- * one at a time costs more than the driver's whole update), else by cuGraphExecUpdate. */
-static cgc_status_t switch_to(struct cgc__family* f, cgc_graph_t g, const char* func) {
-  if (f->holder == g) return CGC_SUCCESS;
+/* Builds member `g`'s graph if it joined unbuilt (claimed, context current). A failure leaves
+ * it unbuilt: the next use tries again. */
+static cgc_status_t build_member(cgc_graph_t g, const char* func) {
+  cgc__deferred_t* d = g->deferred;
+  if (d == NULL) return CGC_SUCCESS;
+  CUgraph built = NULL;
+  cgc_status_t st = d->build(d, g->done, &built, func);
+  if (st != CGC_SUCCESS) {
+    cgc__append(" (building graph %p, restored as a family member, at its first use)", (void*)g);
+    return st;
+  }
+  g->graph = built;
+  g->deferred = NULL;
+  d->drop(d);
+  return CGC_SUCCESS;
+}
+
+/* The driver refused to switch the executable to member `to`, whose join had no trial (claimed,
+ * context current): it is instantiated alone, as a join's refusal would have left it. */
+static cgc_status_t instantiate_own(struct cgc__family* f, struct member* to, int update_result, const char* func) {
+  CUgraphExec own = NULL;
+  CGC_TRY(cgc__cu_fail(cgc__instantiate(to->graph->graph, &own), func, "cuGraphInstantiateWithFlags"));
+  cgc__append(" (graph %p, whose family's executable could not take its nodes)", (void*)to->graph);
+  to->own = own;
+  to->tried = true;
+  f->n_own++;
+  to->graph->family_result = update_result;
+  cgc__warn(func, "graph %p could not share its family's executable (update result %d): it has its own",
+            (void*)to->graph, update_result);
+  return CGC_SUCCESS;
+}
+
+/* The executable takes `g`'s nodes (claimed, context current), and *exec is what to launch: the
+ * family's, or the member's own. Node by node when both members pair with the source and
+ * together differ in at most half its nodes (past that, setting nodes one at a time costs more
+ * than the driver's whole update), else by cuGraphExecUpdate. */
+static cgc_status_t switch_to(struct cgc__family* f, cgc_graph_t g, CUgraphExec* exec, const char* func) {
   struct member* to = member_of(f, g);
+  *exec = to != NULL && to->own != NULL ? to->own : f->exec;
+  if (f->holder == g || *exec != f->exec) return CGC_SUCCESS;
+  CGC_TRY(build_member(g, func));
   struct member* from = f->holder != NULL ? member_of(f, f->holder) : NULL;
   if (to != NULL && to->pairing == NOT_PAIRED_YET) pair(f, to);
   if (from != NULL && to != NULL && from->pairing == PAIRED && to->pairing == PAIRED &&
@@ -312,6 +361,12 @@ static cgc_status_t switch_to(struct cgc__family* f, cgc_graph_t g, const char* 
   CUgraphExecUpdateResultInfo result = {CU_GRAPH_EXEC_UPDATE_SUCCESS, NULL, NULL};
   CUresult r;
   CGC_RELAXED(r = CGC_DRV(cuGraphExecUpdate)(f->exec, g->graph, &result));
+  if (r == CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE && to != NULL && !to->tried) {
+    /* Its trial, refused (nothing changed): it runs alone from now on. */
+    CGC_TRY(instantiate_own(f, to, (int)result.result, func));
+    *exec = to->own;
+    return CGC_SUCCESS;
+  }
   if (r != CUDA_SUCCESS) {
     /* A refused update changes nothing (CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE); after another
      * error what the executable holds is not said, and the next launch updates it again. */
@@ -320,6 +375,7 @@ static cgc_status_t switch_to(struct cgc__family* f, cgc_graph_t g, const char* 
     cgc__append(" (switching graph %p's family executable to it: update result %d)", (void*)g, (int)result.result);
     return st;
   }
+  if (to != NULL) to->tried = true;
   f->holder = g;
   return CGC_SUCCESS;
 }
@@ -333,22 +389,80 @@ bool cgc__family_launch_held(cgc_graph_t g, CUstream stream, CUresult* r) {
   return held;
 }
 
-cgc_status_t cgc__family_enter(cgc_graph_t g, const char* func) {
+cgc_status_t cgc__family_enter(cgc_graph_t g, CUgraphExec* exec, const char* func) {
   struct cgc__family* f = g->family;
   if (!claim(f))
     return cgc__fail(CGC_ERROR_INVALID_STATE, func,
                      "another thread is launching, uploading or joining a graph of graph %p's family: members of a "
                      "family launch one at a time (they share one executable)",
                      (void*)g);
-  cgc_status_t st = switch_to(f, g, func);
+  cgc_status_t st = switch_to(f, g, exec, func);
   if (st != CGC_SUCCESS) unclaim(f);
   return st;
 }
 
 void cgc__family_exit(cgc_graph_t g) { unclaim(g->family); }
 
+cgc_status_t cgc__family_hold(cgc_graph_t g, const char* func) {
+  struct cgc__family* f = g->family;
+  claim_waiting(f);
+  cgc_status_t st = build_member(g, func);
+  if (st != CGC_SUCCESS) unclaim(f);
+  return st;
+}
+
+void* cgc__family_exec(cgc_graph_t g) {
+  struct cgc__family* f = g->family;
+  if (f == NULL) return g->exec;
+  claim_waiting(f);
+  struct member* m = member_of(f, g);
+  CUgraphExec exec = m != NULL && m->own != NULL ? m->own : f->exec;
+  unclaim(f);
+  return exec;
+}
+
+/* The source graph is no more (its modules could not be held when its graph left): members are
+ * switched by whole updates from now on (claimed). */
+static void drop_source(struct cgc__family* f) {
+  int n = atomic_load(&f->n_members);
+  for (int i = 0; i < n; i++) {
+    forget_pairing(&f->members[i]);
+    f->members[i].pairing = NOT_PAIRED;
+  }
+  if (f->source_owned) CGC_DRV(cuGraphDestroy)(f->source);
+  free(f->source_nodes);
+  free(f->source_types);
+  free(f->source_edges);
+  f->source = NULL;
+  f->source_owned = false;
+  f->source_read = true;
+  f->source_nodes = NULL;
+  f->source_types = NULL;
+  f->source_edges = NULL;
+}
+
+/* The source graph becomes the family's as `g`, its graph's, leaves (claimed): with the modules
+ * of g's kernels held, else dropped. */
+static void take_source(struct cgc__family* f, cgc_graph_t g) {
+  f->source_owned = true;
+  size_t n = 0;
+  for (size_t i = 0; i < g->n_uses; i++) n += strcmp(g->uses[i].ops->kind, "module") == 0;
+  f->source_uses = calloc(n + 1, sizeof *f->source_uses);
+  if (f->source_uses == NULL) {
+    drop_source(f);
+    return;
+  }
+  for (size_t i = 0; i < g->n_uses; i++)
+    if (strcmp(g->uses[i].ops->kind, "module") == 0) {
+      f->source_uses[f->n_source_uses++] = g->uses[i];
+      g->uses[i].ops->retain(g->uses[i].object);
+    }
+}
+
 static void free_family(struct cgc__family* f) {
   if (f->source_owned) CGC_DRV(cuGraphDestroy)(f->source);
+  for (size_t i = 0; i < f->n_source_uses; i++) f->source_uses[i].ops->release(f->source_uses[i].object);
+  free(f->source_uses);
   free(f->source_nodes);
   free(f->source_types);
   free(f->source_edges);
@@ -364,28 +478,39 @@ cgc_status_t cgc__family_leave(cgc_graph_t g, const char* func) {
    * unloaded with it. It takes another member's, whose launch would have switched it anyway. */
   int n = atomic_load(&f->n_members);
   if (f->holder == g) {
+    /* A member that shares and is built, else one that shares (built now). */
     cgc_graph_t next = NULL;
-    for (int i = 0; i < n && next == NULL; i++)
-      if (f->members[i].graph != g) next = f->members[i].graph;
-    if (next != NULL) st = switch_to(f, next, func);
-    else f->holder = NULL;
+    for (int pass = 0; pass < 2 && next == NULL; pass++)
+      for (int i = 0; i < n && next == NULL; i++) {
+        const struct member* o = &f->members[i];
+        if (o->graph != g && o->own == NULL && (pass == 1 || o->graph->deferred == NULL)) next = o->graph;
+      }
+    CUgraphExec unused;
+    if (next != NULL && switch_to(f, next, &unused, func) != CGC_SUCCESS)
+      /* The graph goes all the same; the next launch of a member updates the executable whole. */
+      cgc__warn(func, "graph %p leaves its family, whose executable could not take another member's nodes now: %s",
+                (void*)g, cgc_last_error());
     if (f->holder == g) f->holder = NULL;
   }
   struct member* m = member_of(f, g);
   if (m != NULL) {
     forget_pairing(m);
+    if (m->own != NULL) {
+      CGC_RELAXED(CGC_DRV(cuGraphExecDestroy)(m->own)); /* a replay still running keeps it */
+      f->n_own--;
+    }
     *m = f->members[n - 1];
     atomic_store(&f->n_members, n - 1);
     n--;
   }
   /* The source graph stays, the family's now, while members remain: per-node switches name its
    * nodes (the graph's reset destroys what is left of it). */
-  if (!f->source_owned && f->source == g->exec_graph) {
+  if (!f->source_owned && f->source != NULL && f->source == g->exec_graph) {
     g->exec_graph = NULL;
-    f->source_owned = true;
-  } else if (!f->source_owned && f->source == g->graph) {
+    take_source(f, g);
+  } else if (!f->source_owned && f->source != NULL && f->source == g->graph) {
     g->graph = NULL;
-    f->source_owned = true;
+    take_source(f, g);
   }
   unclaim(f);
   g->family = NULL;
@@ -396,7 +521,7 @@ cgc_status_t cgc__family_leave(cgc_graph_t g, const char* func) {
   return st;
 }
 
-static bool add_member(struct cgc__family* f, cgc_graph_t g) {
+static bool add_member(struct cgc__family* f, cgc_graph_t g, bool tried) {
   int n = atomic_load(&f->n_members);
   if (n == f->cap_members) {
     int cap = f->cap_members ? 2 * f->cap_members : 8;
@@ -405,7 +530,7 @@ static bool add_member(struct cgc__family* f, cgc_graph_t g) {
     f->members = grown;
     f->cap_members = cap;
   }
-  f->members[n] = (struct member){.graph = g, .pairing = NOT_PAIRED_YET};
+  f->members[n] = (struct member){.graph = g, .pairing = NOT_PAIRED_YET, .tried = tried};
   atomic_store(&f->n_members, n + 1);
   return true;
 }
@@ -421,7 +546,7 @@ cgc_status_t cgc__family_join(cgc_graph_t graph, cgc_graph_t leader, const char*
     made->holder = leader;
     atomic_init(&made->busy, false);
     atomic_init(&made->n_members, 0);
-    if (!add_member(made, leader)) {
+    if (!add_member(made, leader, true)) {
       free(made);
       return cgc__fail(CGC_ERROR_OUT_OF_MEMORY, func, "out of host memory");
     }
@@ -430,13 +555,16 @@ cgc_status_t cgc__family_join(cgc_graph_t graph, cgc_graph_t leader, const char*
     claim_waiting(f);
   }
   cgc_status_t st = CGC_SUCCESS;
-  /* The trial: the executable takes the graph's nodes, or the driver says why it cannot. */
+  /* The trial: the executable takes the graph's nodes, or the driver says why it cannot. An
+   * unbuilt graph has its trial at its first switch. */
+  bool unbuilt = graph->deferred != NULL;
+  cgc_graph_t before = f->holder;
   CUgraphExecUpdateResultInfo result = {CU_GRAPH_EXEC_UPDATE_SUCCESS, NULL, NULL};
-  CUresult r;
-  CGC_RELAXED(r = CGC_DRV(cuGraphExecUpdate)(f->exec, graph->graph, &result));
-  if (r == CUDA_SUCCESS && !add_member(f, graph)) {
+  CUresult r = CUDA_SUCCESS;
+  if (!unbuilt) CGC_RELAXED(r = CGC_DRV(cuGraphExecUpdate)(f->exec, graph->graph, &result));
+  if (r == CUDA_SUCCESS && !add_member(f, graph, !unbuilt)) {
     st = cgc__fail(CGC_ERROR_OUT_OF_MEMORY, func, "out of host memory");
-    f->holder = NULL; /* it holds the graph's nodes, which is no member's */
+    if (!unbuilt) f->holder = NULL; /* it holds the graph's nodes, which is no member's */
   } else if (r != CUDA_SUCCESS) {
     graph->family_result = (int)result.result;
     if (r != CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE) f->holder = NULL; /* see switch_to */
@@ -445,7 +573,7 @@ cgc_status_t cgc__family_join(cgc_graph_t graph, cgc_graph_t leader, const char*
                    "it keeps its own (cgc_graph_info's family_result says why)",
                    (void*)graph, (void*)leader, (int)result.result);
   } else {
-    f->holder = graph;
+    if (!unbuilt) f->holder = graph;
     CUgraphExec own = graph->exec; /* NULL for a graph made to join (a restore's) */
     graph->family_result = 0;
     graph->exec = f->exec;
@@ -453,6 +581,14 @@ cgc_status_t cgc__family_join(cgc_graph_t graph, cgc_graph_t leader, const char*
     atomic_store(&graph->uploaded, 0);
     /* A replay of its own executable still running keeps it until it completes. */
     if (own != NULL) CGC_RELAXED(CGC_DRV(cuGraphExecDestroy)(own));
+  }
+  if (st != CGC_SUCCESS && f->holder == NULL && before != NULL) {
+    /* The trial left the executable holding the graph's nodes, or nothing said: it takes the
+     * holder's back now (a refused join changes nothing), else its next launch updates it. */
+    CUgraphExecUpdateResultInfo ignored = {CU_GRAPH_EXEC_UPDATE_SUCCESS, NULL, NULL};
+    CUresult back;
+    CGC_RELAXED(back = CGC_DRV(cuGraphExecUpdate)(f->exec, before->graph, &ignored));
+    if (back == CUDA_SUCCESS) f->holder = before;
   }
   if (made != NULL && (f->holder == NULL || st == CGC_SUCCESS)) {
     leader->family = made; /* a family now (of one, when the executable must be updated back) */
@@ -463,7 +599,14 @@ cgc_status_t cgc__family_join(cgc_graph_t graph, cgc_graph_t leader, const char*
   return st;
 }
 
-size_t cgc__family_size(cgc_graph_t g) {
-  if (g->family == NULL) return g->exec != NULL ? 1 : 0;
-  return (size_t)atomic_load(&g->family->n_members);
+size_t cgc__family_size(cgc_graph_t g, int* result) {
+  struct cgc__family* f = g->family;
+  *result = g->family_result;
+  if (f == NULL) return g->exec != NULL ? 1 : 0;
+  claim_waiting(f);
+  const struct member* m = member_of(f, g);
+  size_t size = m != NULL && m->own != NULL ? 1 : (size_t)(atomic_load(&f->n_members) - f->n_own);
+  *result = g->family_result;
+  unclaim(f);
+  return size;
 }

@@ -26,21 +26,6 @@ static void drop_uses(cgc_graph_t g) {
   g->ordered = false;
 }
 
-/* AutoFreeOnLaunch, as PyTorch instantiates (SEMANTICS 7); node priorities exist since CUDA
- * 11.7 and an older driver rejects the flag, so retry without it. Instantiation allocates
- * device memory, which would break a Global capture under way on any thread: Relaxed mode. The
- * device's context is current. */
-static CUresult instantiate(CUgraph graph, CUgraphExec* exec) {
-  CUresult r = CUDA_SUCCESS;
-  CGC_RELAXED({
-    r = CGC_DRV(cuGraphInstantiateWithFlags)(
-        exec, graph, CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH | CUDA_GRAPH_INSTANTIATE_FLAG_USE_NODE_PRIORITY);
-    if (r == CUDA_ERROR_INVALID_VALUE)
-      r = CGC_DRV(cuGraphInstantiateWithFlags)(exec, graph, CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH);
-  });
-  return r;
-}
-
 /* What a failed create or update gives back, in this order: the executable it made (destroying
  * one would break a Global capture under way on another thread: Relaxed mode), the captured
  * graph, the context, the uses it took. Then `done`: with `done_to_pool` it goes to the pool as a
@@ -48,7 +33,7 @@ static CUresult instantiate(CUgraph graph, CUgraphExec* exec) {
 static void discard_new_graph(CUgraphExec exec, CUgraph graph, cgc__ctx_scope_t* scope, cgc__graph_uses_t* taken,
                               CUevent done, bool done_to_pool, cgc_pool_t pool) {
   if (exec != NULL) CGC_RELAXED(CGC_DRV(cuGraphExecDestroy)(exec));
-  CGC_DRV(cuGraphDestroy)(graph);
+  if (graph != NULL) CGC_DRV(cuGraphDestroy)(graph);
   cgc__ctx_leave(scope);
   cgc__release_taken(taken->uses, taken->n_uses);
   if (!done_to_pool && done != NULL) CGC_DRV(cuEventDestroy)(done);
@@ -58,13 +43,14 @@ static void discard_new_graph(CUgraphExec exec, CUgraph graph, cgc__ctx_scope_t*
 cgc_status_t cgc__graph_create(struct cgc__device* dev, CUgraph graph, CUevent done, size_t node_count, cgc_pool_t pool,
                                struct cgc__use* uses, size_t n_uses, unsigned flags, CUstream upload_stream,
                                const char* func, cgc_graph_t* out) {
-  return cgc__graph_create_member(dev, graph, done, node_count, pool, uses, n_uses, flags, upload_stream, NULL, func,
-                                  out);
+  return cgc__graph_create_member(dev, graph, done, node_count, pool, uses, n_uses, flags, upload_stream, NULL, NULL,
+                                  func, out);
 }
 
 cgc_status_t cgc__graph_create_member(struct cgc__device* dev, CUgraph graph, CUevent done, size_t node_count,
                                       cgc_pool_t pool, struct cgc__use* uses, size_t n_uses, unsigned flags,
-                                      CUstream upload_stream, cgc_graph_t leader, const char* func, cgc_graph_t* out) {
+                                      CUstream upload_stream, cgc_graph_t leader, cgc__deferred_t* deferred,
+                                      const char* func, cgc_graph_t* out) {
   *out = NULL;
   CUgraphExec exec = NULL;
   cgc__ctx_scope_t scope = {false};
@@ -72,6 +58,7 @@ cgc_status_t cgc__graph_create_member(struct cgc__device* dev, CUgraph graph, CU
   cgc_graph_t g = calloc(1, sizeof *g);
   if (g == NULL || !cgc__take_uses(&taken, uses, n_uses)) {
     free(g);
+    if (deferred != NULL) deferred->drop(deferred);
     cgc__release_uses(uses, n_uses);
     discard_new_graph(NULL, graph, &scope, &taken, done, true, pool);
     return cgc__fail(CGC_ERROR_OUT_OF_MEMORY, func, "out of host memory");
@@ -82,6 +69,7 @@ cgc_status_t cgc__graph_create_member(struct cgc__device* dev, CUgraph graph, CU
   g->ordered = taken.ordered;
   g->dev = dev;
   g->graph = graph;
+  g->deferred = deferred;
   g->done = done;
   g->pool = pool;
   g->node_count = node_count;
@@ -92,12 +80,12 @@ cgc_status_t cgc__graph_create_member(struct cgc__device* dev, CUgraph graph, CU
   /* A member of `leader`'s family takes its executable, updated to its nodes, and is instantiated
    * only if the driver refuses that (family_result then says why, and the call warns). The new
    * graph is no one else's yet; the leader is the caller's own (a restore's). */
-  st = leader != NULL ? ensure_counted(g, func) : CGC_SUCCESS; /* (see cgc_graph_share_executable) */
+  st = leader != NULL && graph != NULL ? ensure_counted(g, func) : CGC_SUCCESS; /* (see cgc_graph_share_executable) */
   if (st != CGC_SUCCESS) goto fail;
   st = leader != NULL ? cgc__family_join(g, leader, func) : CGC_ERROR_NOT_SUPPORTED;
-  if (st != CGC_SUCCESS && st != CGC_ERROR_NOT_SUPPORTED) goto fail;
+  if (st != CGC_SUCCESS && (st != CGC_ERROR_NOT_SUPPORTED || graph == NULL)) goto fail; /* (an unbuilt join has no trial) */
   if (st != CGC_SUCCESS) {
-    CGC_TRY_GOTO(st, cgc__cu_fail(instantiate(graph, &exec), func, "cuGraphInstantiateWithFlags"), fail);
+    CGC_TRY_GOTO(st, cgc__cu_fail(cgc__instantiate(graph, &exec), func, "cuGraphInstantiateWithFlags"), fail);
     g->exec = exec;
     if (leader != NULL)
       cgc__warn(func, "a graph could not share graph %p's executable (update result %d): it has its own", (void*)leader,
@@ -114,6 +102,7 @@ cgc_status_t cgc__graph_create_member(struct cgc__device* dev, CUgraph graph, CU
 
 fail:
   if (g->family != NULL) cgc__family_leave(g, func); /* never the last member: the leader is one */
+  if (g->deferred != NULL) g->deferred->drop(g->deferred);
   pthread_mutex_destroy(&g->inspect_lock);
   free(g); /* its uses are `taken`'s */
   /* An upload may have started a replay's worth of work: the pool waits for `done` anyway. */
@@ -174,9 +163,10 @@ static __attribute__((noinline)) cgc_status_t launch_slow(cgc_graph_t graph, cgc
     stepped--; /* the failed step gave back its own */
     st = cgc__cu_fail(r, func, "the graph's objects' launch step (a generator's state, a communicator's order)");
   } else if (graph->family != NULL) { /* its family's executable, switched to it first */
-    st = cgc__family_enter(graph, func);
+    CUgraphExec exec = NULL;
+    st = cgc__family_enter(graph, &exec, func);
     if (st == CGC_SUCCESS) {
-      st = CGC_CU(func, cuGraphLaunch(graph->exec, stream->cu));
+      st = CGC_CU(func, cuGraphLaunch(exec, stream->cu));
       cgc__family_exit(graph);
     }
   } else {
@@ -234,9 +224,10 @@ cgc_status_t cgc_graph_upload(cgc_graph_t graph, cgc_stream_t stream) {
    * current for the switch). */
   CGC_TRY(graph->family != NULL ? cgc__ctx_enter(graph->dev, &scope, __func__)
                                 : cgc__stream_enter(stream, &scope, __func__));
-  cgc_status_t st = graph->family != NULL ? cgc__family_enter(graph, __func__) : CGC_SUCCESS;
+  CUgraphExec exec = graph->exec;
+  cgc_status_t st = graph->family != NULL ? cgc__family_enter(graph, &exec, __func__) : CGC_SUCCESS;
   if (st == CGC_SUCCESS) {
-    st = CGC_CU(__func__, cuGraphUpload(graph->exec, stream->cu));
+    st = CGC_CU(__func__, cuGraphUpload(exec, stream->cu));
     if (graph->family != NULL) cgc__family_exit(graph);
   }
   cgc__ctx_leave(&scope);
@@ -325,6 +316,23 @@ static cgc_status_t ensure_counted(cgc_graph_t graph, const char* func) {
   return st;
 }
 
+/* ensure_counted for any graph (inspect_lock held): a family member's nodes are counted under its
+ * family's claim, so that no switch reads its graph meanwhile (the driver allows one thread in a
+ * graph), after its graph is built if it joined unbuilt. */
+static cgc_status_t count_any(cgc_graph_t graph, const char* func) {
+  if (graph->counted || graph->exec == NULL) return CGC_SUCCESS;
+  if (graph->family == NULL) return graph->graph != NULL ? ensure_counted(graph, func) : CGC_SUCCESS;
+  cgc__ctx_scope_t scope;
+  CGC_TRY(cgc__ctx_enter(graph->dev, &scope, func));
+  cgc_status_t st = cgc__family_hold(graph, func);
+  if (st == CGC_SUCCESS) {
+    st = ensure_counted(graph, func);
+    cgc__family_exit(graph);
+  }
+  cgc__ctx_leave(&scope);
+  return st;
+}
+
 cgc_status_t cgc_graph_info(cgc_graph_t graph, cgc_graph_info_t* info) {
   CGC_CHECK_ARG(info != NULL, "info is NULL");
   CGC_CHECK_HANDLE(graph, CGC_MAGIC_GRAPH);
@@ -344,10 +352,9 @@ cgc_status_t cgc_graph_info(cgc_graph_t graph, cgc_graph_info_t* info) {
   full.update_count = graph->update_count;
   full.last_update = graph->last_update;
   full.last_update_result = graph->last_update_result;
-  full.family_result = graph->family_result;
-  full.family_size = cgc__family_size(graph);
-  if (info->struct_size > offsetof(cgc_graph_info_t, kernel_nodes) && graph->graph != NULL) {
-    st = ensure_counted(graph, __func__);
+  full.family_size = cgc__family_size(graph, &full.family_result);
+  if (info->struct_size > offsetof(cgc_graph_info_t, kernel_nodes) && graph->exec != NULL) {
+    st = count_any(graph, __func__);
     if (graph->counted) {
 #define COPY_NODE_KIND_(field, node_type) full.field = graph->counts.field;
       GRAPH_NODE_KINDS(COPY_NODE_KIND_)
@@ -376,10 +383,20 @@ cgc_status_t cgc_graph_debug_dump(cgc_graph_t graph, const char* dot_path) {
   CGC_REFUSE_IN_HOST_FUNCTION();
   CGC_CHECK_HANDLE(graph, CGC_MAGIC_GRAPH);
   CGC_CHECK_ARG(dot_path != NULL && dot_path[0] != '\0', "dot_path is NULL or empty");
-  if (graph->graph == NULL)
-    return cgc__fail(CGC_ERROR_INVALID_STATE, __func__, "graph %p was reset: nothing to dump", (void*)graph);
   cgc__mutex_lock(&graph->inspect_lock, CGC__LOCK_INSPECT);
-  cgc_status_t st = CGC_CU(__func__, cuGraphDebugDotPrint(graph->graph, dot_path, CU_GRAPH_DEBUG_DOT_FLAGS_VERBOSE));
+  /* A family member's graph is read under its family's claim (a switch may read it), built
+   * first if it joined unbuilt. */
+  cgc__ctx_scope_t scope = {false};
+  cgc_status_t st = CGC_SUCCESS;
+  bool held = false;
+  if (graph->exec == NULL)
+    st = cgc__fail(CGC_ERROR_INVALID_STATE, __func__, "graph %p was reset: nothing to dump", (void*)graph);
+  else if (graph->family != NULL && (st = cgc__ctx_enter(graph->dev, &scope, __func__)) == CGC_SUCCESS)
+    held = (st = cgc__family_hold(graph, __func__)) == CGC_SUCCESS;
+  if (st == CGC_SUCCESS)
+    st = CGC_CU(__func__, cuGraphDebugDotPrint(graph->graph, dot_path, CU_GRAPH_DEBUG_DOT_FLAGS_VERBOSE));
+  if (held) cgc__family_exit(graph);
+  cgc__ctx_leave(&scope);
   cgc__mutex_unlock(&graph->inspect_lock, CGC__LOCK_INSPECT);
   if (st != CGC_SUCCESS) cgc__append(" (writing '%s')", dot_path);
   return st;
@@ -421,6 +438,10 @@ static cgc_status_t reset_claimed(cgc_graph_t graph, const char* func) {
   cgc__mutex_lock(&graph->inspect_lock, CGC__LOCK_INSPECT); /* no per-node update or inspection meanwhile */
   if (graph->family != NULL) st = cgc__family_leave(graph, func); /* the last member destroys it */
   else if (graph->exec != NULL) st = CGC_CU(func, cuGraphExecDestroy(graph->exec));
+  if (graph->deferred != NULL) { /* a restore's member never built: out of its family now */
+    graph->deferred->drop(graph->deferred);
+    graph->deferred = NULL;
+  }
   /* Every step runs; the first failure is the one returned. */
   cgc_status_t st2 = graph->graph != NULL ? CGC_CU(func, cuGraphDestroy(graph->graph)) : CGC_SUCCESS;
   if (st == CGC_SUCCESS) st = st2;
@@ -469,11 +490,33 @@ cgc_status_t cgc_graph_destroy(cgc_graph_t graph) {
 }
 
 void* cgc_graph_native(cgc_graph_t graph) {
-  return cgc__is_live(graph, CGC_MAGIC_GRAPH) ? (void*)graph->graph : NULL;
+  if (!cgc__is_live(graph, CGC_MAGIC_GRAPH)) return NULL;
+  if (graph->family == NULL) return graph->graph;
+  /* A family member: built first if it joined unbuilt (NULL, the message said, if that fails). */
+  cgc__mutex_lock(&graph->inspect_lock, CGC__LOCK_INSPECT);
+  CUgraph built = NULL;
+  cgc__ctx_scope_t scope;
+  if (graph->family != NULL && cgc__ctx_enter(graph->dev, &scope, "cgc_graph_native") == CGC_SUCCESS) {
+    if (cgc__family_hold(graph, "cgc_graph_native") == CGC_SUCCESS) {
+      built = graph->graph;
+      cgc__family_exit(graph);
+    }
+    cgc__ctx_leave(&scope);
+  } else if (graph->family == NULL) {
+    built = graph->graph;
+  }
+  cgc__mutex_unlock(&graph->inspect_lock, CGC__LOCK_INSPECT);
+  return built;
 }
 
 void* cgc_graph_native_exec(cgc_graph_t graph) {
-  return cgc__is_live(graph, CGC_MAGIC_GRAPH) ? (void*)graph->exec : NULL;
+  if (!cgc__is_live(graph, CGC_MAGIC_GRAPH)) return NULL;
+  if (graph->family == NULL) return graph->exec;
+  /* A family member launches its family's executable, or its own (family.c). */
+  cgc__mutex_lock(&graph->inspect_lock, CGC__LOCK_INSPECT);
+  void* exec = graph->family != NULL ? cgc__family_exec(graph) : graph->exec;
+  cgc__mutex_unlock(&graph->inspect_lock, CGC__LOCK_INSPECT);
+  return exec;
 }
 
 /* ---- graphs that change without recapture (1.2) ---- */
@@ -526,7 +569,7 @@ cgc_status_t cgc__graph_update(cgc_graph_t g, CUgraph graph, CUevent done, size_
   cgc_graph_update_t how = CGC_GRAPH_UPDATE_IN_PLACE;
   if (r == CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE) {
     how = CGC_GRAPH_UPDATE_REINSTANTIATED;
-    CGC_TRY_GOTO(st, cgc__cu_fail(instantiate(graph, &fresh), func, "cuGraphInstantiateWithFlags"), fail);
+    CGC_TRY_GOTO(st, cgc__cu_fail(cgc__instantiate(graph, &fresh), func, "cuGraphInstantiateWithFlags"), fail);
   } else {
     CGC_TRY_GOTO(st, cgc__cu_fail(r, func, "cuGraphExecUpdate"), fail);
   }
@@ -734,7 +777,7 @@ cgc_status_t cgc_graph_share_executable(cgc_graph_t graph, cgc_graph_t leader) {
    * while a switch does. */
   cgc__mutex_lock(&leader->inspect_lock, CGC__LOCK_INSPECT);
   const char* why = not_shareable(leader);
-  if (why == NULL) st = ensure_counted(leader, __func__);
+  if (why == NULL) st = count_any(leader, __func__); /* (built first if it joined unbuilt) */
   cgc__mutex_unlock(&leader->inspect_lock, CGC__LOCK_INSPECT);
   cgc__ctx_scope_t scope = {false};
   cgc__mutex_lock(&graph->inspect_lock, CGC__LOCK_INSPECT);

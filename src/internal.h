@@ -617,6 +617,15 @@ void cgc__alloc_wait_fencing(struct cgc__device* dev);
 
 /* ---- graphs (graph.c) ---- */
 
+/* 1.6: how a graph restored as a family member without its CUgraph gets one at its first use.
+ * restore.c makes it; family.c calls it under the family's claim, the context current. `build`
+ * makes the graph, its last node recording `done` (the graph's completion event); `drop` frees
+ * what is left, once, whether it was built or not. */
+typedef struct cgc__deferred {
+  cgc_status_t (*build)(struct cgc__deferred* d, CUevent done, CUgraph* graph, const char* func);
+  void (*drop)(struct cgc__deferred* d);
+} cgc__deferred_t;
+
 struct cgc_graph_s {
   uint32_t magic;
   struct cgc__device* dev;
@@ -659,6 +668,9 @@ struct cgc_graph_s {
    * (a CUgraphExecUpdateResult), 0 when none was. */
   _Atomic(struct cgc__family*) family;
   int family_result;
+  /* 1.6: a restore's family member not built yet (NULL once built, or for any other graph):
+   * `graph` is NULL until its first use builds it (family.c, under the family's claim). */
+  struct cgc__deferred* deferred;
   uint64_t update_count;
   cgc_graph_update_t last_update;
   int last_update_result;
@@ -671,10 +683,13 @@ cgc_status_t cgc__graph_create(struct cgc__device* dev, CUgraph graph, CUevent d
                                struct cgc__use* uses, size_t n_uses, unsigned flags, CUstream upload_stream,
                                const char* func, cgc_graph_t* out);
 /* The same for a graph that shares `leader`'s executable (a family's, family.c) when the driver
- * takes its nodes in an update, and is instantiated otherwise (a restore's, 1.6). */
+ * takes its nodes in an update, and is instantiated otherwise (a restore's, 1.6). With `deferred`
+ * (and no `graph`) it joins unbuilt, without a trial: its first use builds it. Takes `deferred`
+ * too, in every case. */
 cgc_status_t cgc__graph_create_member(struct cgc__device* dev, CUgraph graph, CUevent done, size_t node_count,
                                       cgc_pool_t pool, struct cgc__use* uses, size_t n_uses, unsigned flags,
-                                      CUstream upload_stream, cgc_graph_t leader, const char* func, cgc_graph_t* out);
+                                      CUstream upload_stream, cgc_graph_t leader, cgc__deferred_t* deferred,
+                                      const char* func, cgc_graph_t* out);
 /* Applies an ended capture's graph to `g` (cgc_capture_options_t.update): the executable takes
  * it in place when the driver accepts it, else a new executable replaces the old one, and the
  * old graph, completion event and uses go (after the replays still using them). Takes ownership
@@ -691,10 +706,18 @@ cgc_status_t cgc__graph_update(cgc_graph_t g, CUgraph graph, CUevent done, size_
  * thread has the family (the caller takes the slow path). No context needed. */
 bool cgc__family_launch_held(cgc_graph_t g, CUstream stream, CUresult* r);
 /* Before a launch or upload of family member `g` (context current): claims the family (refused
- * with INVALID_STATE while another thread launches one of its members: never waits) and updates
- * the executable to `g`'s nodes if it holds another member's; cgc__family_exit gives it back. */
-cgc_status_t cgc__family_enter(cgc_graph_t g, const char* func);
+ * with INVALID_STATE while another thread launches one of its members: never waits), builds `g`
+ * if it is unbuilt, and updates the executable to `g`'s nodes if it holds another member's;
+ * *exec is what to launch (the family's, or `g`'s own when the driver refused it). cgc__family_exit
+ * gives the family back. */
+cgc_status_t cgc__family_enter(cgc_graph_t g, CUgraphExec* exec, const char* func);
 void cgc__family_exit(cgc_graph_t g);
+/* Claims member `g`'s family for a use that reads its CUgraph, which no switch reads meanwhile
+ * (its inspect_lock held, context current; waits for the family), and builds `g` if it is
+ * unbuilt; cgc__family_exit gives the family back. On failure nothing is held. */
+cgc_status_t cgc__family_hold(cgc_graph_t g, const char* func);
+/* What a launch of `g` runs: its family's executable, or its own (waits for the family). */
+void* cgc__family_exec(cgc_graph_t g);
 /* At a reset of member `g` (its inspect_lock held, context current): it leaves; if the executable
  * held its nodes it takes another member's; the last member destroys it. Sets g->exec and
  * g->family to NULL. */
@@ -704,9 +727,9 @@ cgc_status_t cgc__family_leave(cgc_graph_t g, const char* func);
  * leader has none: a trial update of the executable to `graph`'s nodes. NOT_SUPPORTED when the
  * driver refuses (graph->family_result says why; nothing changed). */
 cgc_status_t cgc__family_join(cgc_graph_t graph, cgc_graph_t leader, const char* func);
-/* The graphs sharing `g`'s executable (1 for a graph with its own, 0 after reset); `g`'s
- * inspect_lock held. */
-size_t cgc__family_size(cgc_graph_t g);
+/* The graphs sharing `g`'s executable (1 for a graph with its own, 0 after reset), and
+ * *result its family_result; `g`'s inspect_lock held (waits for the family). */
+size_t cgc__family_size(cgc_graph_t g, int* result);
 
 /* ---- generators (rng.c) ----
  * Generators and communicators hand graphs their cgc__use_ops_t through cgc__registry_add_use;

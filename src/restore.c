@@ -53,6 +53,7 @@ typedef struct restorer {
   size_t n_claimed;
   cgc_graph_t* graphs;       /* the caller's array */
   bool families;             /* CGC_RESTORE_FAMILIES */
+  struct unbuilt_set* unbuilt; /* families: what the members built at their first use share */
   size_t threads;            /* that build and make the graphs, the calling thread one of them */
 } restorer_t;
 
@@ -354,6 +355,7 @@ typedef struct graph_record {
   bool first_alike;          /* no graph before it has its structure */
   CUgraph graph;             /* built */
   CUevent done;
+  bool* modules;             /* built: which of the file's modules its kernels are of */
   struct cgc__use* uses;
   size_t n_uses;
 } graph_record_t;
@@ -393,7 +395,8 @@ static cgc_status_t index_graphs(restorer_t* s, graph_record_t* records, const c
 }
 
 /* Builds graph `gi`'s CUgraph from the file: its nodes, each after its dependencies, its edges,
- * and cgc's completion record after every sink; and the modules its kernels are of (uses). */
+ * and cgc's completion record of g->done after every sink; g->modules says which modules its
+ * kernels are of. What it made stays in `g` on failure too. */
 static cgc_status_t build_graph(restorer_t* s, graph_record_t* g, size_t gi, const char* func) {
   uint64_t n_nodes = g->n_nodes, n_edges = g->n_edges;
   uint32_t* edges = calloc(2 * n_edges + 2, sizeof *edges);
@@ -402,12 +405,11 @@ static cgc_status_t build_graph(restorer_t* s, graph_record_t* g, size_t gi, con
   /* A node's dependencies, then the sinks: at most max(n_edges, n_nodes) of either. */
   CUgraphNode* deps = calloc((n_edges > n_nodes ? n_edges : n_nodes) + 1, sizeof *deps);
   bool* has_out = calloc(n_nodes + 1, sizeof *has_out);
-  bool* uses_module = calloc(s->h.n_modules + 1, sizeof *uses_module);
+  bool* uses_module = g->modules = calloc(s->h.n_modules + 1, sizeof *uses_module);
   size_t* fill = calloc(n_nodes + 1, sizeof *fill);
   uint32_t* dep_index = calloc(n_edges + 1, sizeof *dep_index);
-  g->uses = calloc(s->h.n_modules + 1, sizeof *g->uses);
   cgc_status_t st = CGC_SUCCESS;
-  if (!edges || !first_dep || !nodes || !deps || !has_out || !uses_module || !fill || !dep_index || !g->uses) {
+  if (!edges || !first_dep || !nodes || !deps || !has_out || !uses_module || !fill || !dep_index) {
     st = cgc__fail(CGC_ERROR_OUT_OF_MEMORY, func, "out of host memory");
     goto out;
   }
@@ -443,27 +445,33 @@ static cgc_status_t build_graph(restorer_t* s, graph_record_t* g, size_t gi, con
   size_t n_sinks = 0;
   for (uint64_t i = 0; i < n_nodes && st == CGC_SUCCESS; i++)
     if (!has_out[i]) deps[n_sinks++] = nodes[i];
-  if (st == CGC_SUCCESS) st = CGC_CU(func, cuEventCreate(&g->done, CU_EVENT_DISABLE_TIMING));
   CUgraphNode record = NULL;
   if (st == CGC_SUCCESS) st = CGC_CU(func, cuGraphAddEventRecordNode(&record, g->graph, deps, n_sinks, g->done));
   cgc__relaxed_end(mode);
-  /* The graph holds each module its kernels are of, as a captured graph does. */
-  for (uint64_t m = 0; m < s->h.n_modules && st == CGC_SUCCESS; m++) {
-    if (!uses_module[m]) continue;
-    g->uses[g->n_uses] = cgc__module_code_use(s->modules[m].code);
-    g->uses[g->n_uses].ops->retain(g->uses[g->n_uses].object);
-    g->n_uses++;
-  }
 out:
   free(edges);
   free(first_dep);
   free(nodes);
   free(deps);
   free(has_out);
-  free(uses_module);
   free(fill);
   free(dep_index);
   return st;
+}
+
+/* The modules `modules` says (a built graph's) as uses: each one reference more. */
+static cgc_status_t module_uses(restorer_t* s, const bool* modules, struct cgc__use** uses, size_t* n_uses,
+                                const char* func) {
+  *n_uses = 0;
+  *uses = calloc(s->h.n_modules + 1, sizeof **uses);
+  if (*uses == NULL) return cgc__fail(CGC_ERROR_OUT_OF_MEMORY, func, "out of host memory");
+  for (uint64_t m = 0; m < s->h.n_modules; m++) {
+    if (!modules[m]) continue;
+    struct cgc__use* u = &(*uses)[(*n_uses)++];
+    *u = cgc__module_code_use(s->modules[m].code);
+    u->ops->retain(u->object);
+  }
+  return CGC_SUCCESS;
 }
 
 /* What build_graph made and make_graph did not take. */
@@ -472,7 +480,97 @@ static void drop_built(graph_record_t* g) {
   if (g->done != NULL) CGC_DRV(cuEventDestroy)(g->done);
   for (size_t i = 0; i < g->n_uses; i++) g->uses[i].ops->release(g->uses[i].object);
   free(g->uses);
+  free(g->modules);
   memset(g, 0, sizeof *g);
+}
+
+/* ---- members built at their first use (families) ---- */
+
+/* What a restore's unbuilt members share: a copy of the file's bytes and the kernels found for
+ * it (their functions stay loaded: every member holds its kernels' modules). The last member to
+ * be built or reset frees it. */
+typedef struct unbuilt_set {
+  atomic_size_t refs;
+  struct cgc__device* dev;
+  cgc__saved_header_t h;
+  unsigned char* bytes;
+  size_t size;
+  struct restored_kernel* kernels;
+} unbuilt_set_t;
+
+typedef struct unbuilt_member {
+  cgc__deferred_t deferred; /* first: what family.c calls */
+  unbuilt_set_t* set;
+  graph_record_t record;    /* where its nodes and edges lie */
+  size_t index;             /* in the file */
+} unbuilt_member_t;
+
+static void release_set(unbuilt_set_t* set) {
+  if (set == NULL || atomic_fetch_sub(&set->refs, 1) != 1) return;
+  for (uint64_t i = 0; i < set->h.n_kernels; i++) {
+    free(set->kernels[i].name);
+    free(set->kernels[i].params);
+  }
+  free(set->kernels);
+  free(set->bytes);
+  free(set);
+}
+
+static cgc_status_t build_unbuilt(cgc__deferred_t* d, CUevent done, CUgraph* graph, const char* func) {
+  unbuilt_member_t* u = (unbuilt_member_t*)d;
+  restorer_t s = {.dev = u->set->dev, .h = u->set->h, .kernels = u->set->kernels};
+  s.r = (cgc__reader_t){u->set->bytes, u->set->size, 0, false};
+  graph_record_t g = u->record;
+  g.done = done;
+  cgc_status_t st = build_graph(&s, &g, u->index, func);
+  free(g.modules);
+  if (st != CGC_SUCCESS && g.graph != NULL) CGC_DRV(cuGraphDestroy)(g.graph);
+  if (st == CGC_SUCCESS) *graph = g.graph;
+  return st;
+}
+
+static void drop_unbuilt(cgc__deferred_t* d) {
+  unbuilt_member_t* u = (unbuilt_member_t*)d;
+  release_set(u->set);
+  free(u);
+}
+
+typedef struct file_copy {
+  void* to;
+  const void* from;
+  size_t size;
+  pthread_t thread;
+  bool on_thread;
+} file_copy_t;
+
+static void* copy_file(void* arg) {
+  file_copy_t* c = arg;
+  memcpy(c->to, c->from, c->size);
+  return NULL;
+}
+
+/* The set a restore's unbuilt members share: the kernels of `s`, and the file copied on a thread
+ * of its own while the restore goes on (a 33 MiB file took about 10 ms: its pages are new);
+ * *copy is joined before the restore returns. */
+static cgc_status_t make_unbuilt_set(restorer_t* s, unbuilt_set_t** out, file_copy_t* copy, const char* func) {
+  unbuilt_set_t* set = calloc(1, sizeof *set);
+  unsigned char* bytes = malloc(s->r.size + 1);
+  if (set == NULL || bytes == NULL) {
+    free(set);
+    free(bytes);
+    return cgc__fail(CGC_ERROR_OUT_OF_MEMORY, func, "out of host memory");
+  }
+  *copy = (file_copy_t){bytes, s->r.data, s->r.size};
+  copy->on_thread = pthread_create(&copy->thread, NULL, copy_file, copy) == 0;
+  if (!copy->on_thread) copy_file(copy);
+  atomic_init(&set->refs, 1); /* the restore's own, until its end */
+  set->dev = s->dev;
+  set->h = s->h;
+  set->bytes = bytes;
+  set->size = s->r.size;
+  set->kernels = s->kernels; /* the set's (the restore uses them until its end) */
+  *out = set;
+  return CGC_SUCCESS;
 }
 
 /* Graph `gi` made of its built CUgraph: instantiated, or sharing `leader`'s executable (a
@@ -482,7 +580,7 @@ static cgc_status_t make_graph(restorer_t* s, graph_record_t* g, size_t gi, cgc_
   cgc_pool_t pool = s->pools[g->pool_index];
   cgc__pool_hold(pool);
   cgc_status_t st = cgc__graph_create_member(s->dev, g->graph, g->done, (size_t)g->n_nodes, pool, g->uses, g->n_uses,
-                                             0, NULL, leader, func, &s->graphs[gi]);
+                                             0, NULL, leader, NULL, func, &s->graphs[gi]);
   free(g->uses);
   g->graph = NULL;
   g->done = NULL;
@@ -492,28 +590,59 @@ static cgc_status_t make_graph(restorer_t* s, graph_record_t* g, size_t gi, cgc_
   return st;
 }
 
-/* The second pass, over graphs, on threads: each graph is made (instantiated) unless it is to
- * join a family, which waits for the third (a family's first graph is made here). */
-/* The first pass, over graphs, on the calling thread: each graph's CUgraph is built. */
-static cgc_status_t build_step(restorer_t* s, graph_record_t* records, size_t gi, const char* func) {
-  return build_graph(s, &records[gi], gi, func);
+/* Graph `gi`, of the structure of `first` (built), made a member of `leader`'s family unbuilt:
+ * its event, its kernels' modules and its pool now, its CUgraph at its first use. */
+static cgc_status_t make_unbuilt(restorer_t* s, graph_record_t* records, size_t gi, size_t first, cgc_graph_t leader,
+                                 const char* func) {
+  graph_record_t* g = &records[gi];
+  unbuilt_member_t* u = calloc(1, sizeof *u);
+  if (u == NULL) return cgc__fail(CGC_ERROR_OUT_OF_MEMORY, func, "out of host memory");
+  u->deferred = (cgc__deferred_t){build_unbuilt, drop_unbuilt};
+  u->set = s->unbuilt;
+  atomic_fetch_add(&u->set->refs, 1);
+  u->record = *g;
+  u->index = gi;
+  cgc_status_t st = CGC_CU(func, cuEventCreate(&g->done, CU_EVENT_DISABLE_TIMING));
+  if (st == CGC_SUCCESS) st = module_uses(s, records[first].modules, &g->uses, &g->n_uses, func);
+  if (st != CGC_SUCCESS) {
+    drop_unbuilt(&u->deferred);
+    return st;
+  }
+  cgc_pool_t pool = s->pools[g->pool_index];
+  cgc__pool_hold(pool);
+  st = cgc__graph_create_member(s->dev, NULL, g->done, (size_t)g->n_nodes, pool, g->uses, g->n_uses, 0, NULL, leader,
+                                &u->deferred, func, &s->graphs[gi]);
+  free(g->uses);
+  g->done = NULL;
+  g->uses = NULL;
+  g->n_uses = 0;
+  if (st != CGC_SUCCESS) cgc__append(" (graph %zu)", gi);
+  return st;
 }
 
+/* The first pass, over graphs, on the calling thread: each graph's CUgraph is built, but a
+ * family member's after the first of its structure (at its first use). */
+static cgc_status_t build_step(restorer_t* s, graph_record_t* records, size_t gi, const char* func) {
+  graph_record_t* g = &records[gi];
+  if (s->families && !g->first_alike) return CGC_SUCCESS;
+  CGC_TRY(CGC_CU(func, cuEventCreate(&g->done, CU_EVENT_DISABLE_TIMING)));
+  CGC_TRY(build_graph(s, g, gi, func));
+  /* The graph holds each module its kernels are of, as a captured graph does. */
+  return module_uses(s, g->modules, &g->uses, &g->n_uses, func);
+}
+
+/* The second pass, over graphs, on threads: each graph built is made (instantiated). */
 static cgc_status_t make_step(restorer_t* s, graph_record_t* records, size_t gi, const char* func) {
   if (s->families && !records[gi].first_alike) return CGC_SUCCESS;
   return make_graph(s, &records[gi], gi, NULL, func);
 }
 
 /* The third pass (families), over structures, one thread each, in file order: each graph joins
- * the latest graph of its structure with an executable of its own (the first, or one the driver
- * would not let share). */
+ * the family of the first of its structure, unbuilt. */
 static cgc_status_t family_step(restorer_t* s, graph_record_t* records, size_t first, const char* func) {
   if (!records[first].first_alike) return CGC_SUCCESS;
-  cgc_graph_t leader = s->graphs[first];
-  for (size_t gi = records[first].next_alike; gi < s->h.n_graphs; gi = records[gi].next_alike) {
-    CGC_TRY(make_graph(s, &records[gi], gi, leader, func));
-    if (s->graphs[gi]->family == NULL) leader = s->graphs[gi];
-  }
+  for (size_t gi = records[first].next_alike; gi < s->h.n_graphs; gi = records[gi].next_alike)
+    CGC_TRY(make_unbuilt(s, records, gi, first, s->graphs[first], func));
   return CGC_SUCCESS;
 }
 
@@ -579,18 +708,28 @@ static cgc_status_t restore_graphs(restorer_t* s, const char* func) {
    * driver (on driver 580 four threads building took longer together than one); instantiating and
    * joining scale. */
   cgc_status_t st = index_graphs(s, records, func);
+  struct timespec t_indexed;
+  clock_gettime(CLOCK_MONOTONIC, &t_indexed);
+  bool any_unbuilt = false;
+  for (size_t gi = 0; s->families && gi < n_graphs; gi++) any_unbuilt = any_unbuilt || !records[gi].first_alike;
+  file_copy_t copy = {NULL, NULL, 0, 0, false};
+  if (st == CGC_SUCCESS && any_unbuilt) st = make_unbuilt_set(s, &s->unbuilt, &copy, func);
   if (st == CGC_SUCCESS) st = run_pass(s, records, build_step, n_graphs, 1, func);
   clock_gettime(CLOCK_MONOTONIC, &t1);
   if (st == CGC_SUCCESS) st = run_pass(s, records, make_step, n_graphs, s->threads, func);
   clock_gettime(CLOCK_MONOTONIC, &t2);
   if (st == CGC_SUCCESS && s->families) st = run_pass(s, records, family_step, n_graphs, s->threads, func);
   clock_gettime(CLOCK_MONOTONIC, &t3);
-  cgc__log("%s: %zu graphs, up to %zu threads: built in %.1f ms, instantiated in %.1f ms, joined to families in %.1f ms",
-           func, n_graphs, s->threads, ms_between(&t0, &t1), ms_between(&t1, &t2), ms_between(&t2, &t3));
+  cgc__log("%s: %zu graphs, up to %zu threads: indexed in %.1f ms, built in %.1f ms, instantiated in %.1f ms, the "
+           "other members made (unbuilt) in %.1f ms",
+           func, n_graphs, s->threads, ms_between(&t0, &t_indexed), ms_between(&t_indexed, &t1), ms_between(&t1, &t2),
+           ms_between(&t2, &t3));
+  if (copy.on_thread) pthread_join(copy.thread, NULL);
   for (size_t gi = 0; gi < n_graphs; gi++) drop_built(&records[gi]);
   free(records);
   return st;
 }
+
 
 /* ---- the call ---- */
 
@@ -641,6 +780,8 @@ cgc_status_t cgc_graphs_restore(cgc_context_t ctx, const void* data, size_t size
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
     s.threads = cpus > 0 && cpus < kDefaultRestoreThreads ? (size_t)cpus : kDefaultRestoreThreads;
   }
+  struct timespec t_start, t_read, t_pools, t_kernels;
+  clock_gettime(CLOCK_MONOTONIC, &t_start);
   CGC_TRY(cgc__read_header(data, size, &s.h, &s.r, __func__));
   if (s.h.n_graphs != n_graphs || s.h.n_pools != n_pools)
     return cgc__fail(CGC_ERROR_INVALID_ARGUMENT, __func__,
@@ -682,9 +823,16 @@ cgc_status_t cgc_graphs_restore(cgc_context_t ctx, const void* data, size_t size
     goto out;
   }
   CGC_TRY_GOTO(st, cgc__ctx_enter(s.dev, &scope, __func__), out);
+  clock_gettime(CLOCK_MONOTONIC, &t_read);
   for (size_t i = 0; i < n_pools && st == CGC_SUCCESS; i++) st = restore_pool(&s, ctx, i, __func__);
+  clock_gettime(CLOCK_MONOTONIC, &t_pools);
   for (size_t i = 0; i < s.h.n_modules && st == CGC_SUCCESS; i++) st = load_module(&s, i, __func__);
   for (size_t i = 0; i < s.h.n_kernels && st == CGC_SUCCESS; i++) st = find_kernel(&s, i, __func__);
+  clock_gettime(CLOCK_MONOTONIC, &t_kernels);
+  if (st == CGC_SUCCESS)
+    cgc__log("%s: header, checksum and sections read in %.1f ms, pools restored in %.1f ms, modules loaded and "
+             "kernels checked in %.1f ms", __func__, ms_between(&t_start, &t_read), ms_between(&t_read, &t_pools),
+             ms_between(&t_pools, &t_kernels));
   if (st == CGC_SUCCESS) st = restore_graphs(&s, __func__);
   if (st != CGC_SUCCESS) undo(&s, n_graphs, n_pools);
 out:
@@ -694,6 +842,10 @@ out:
     free((void*)s.modules[i].key);
   }
   for (size_t i = 0; s.layouts != NULL && i < s.h.n_pools; i++) free(s.layouts[i].blocks);
+  if (s.unbuilt != NULL) { /* the kernels are the unbuilt members' set's: the restore's reference goes */
+    release_set(s.unbuilt);
+    s.kernels = NULL;
+  }
   for (size_t i = 0; s.kernels != NULL && i < s.h.n_kernels; i++) {
     free(s.kernels[i].name);
     free(s.kernels[i].params);

@@ -670,11 +670,14 @@ cgc_status_t cgc_graphs_save(const cgc_graph_t* graphs, size_t n_graphs, const c
     cgc__mutex_lock(&g->inspect_lock, CGC__LOCK_INSPECT);
     char why[256];
     const char* refusal = graph_refusal(g, why, sizeof why); /* again: it may have changed meanwhile */
+    bool held = false;
     if (refusal != NULL)
       st = cgc__fail(g->exec == NULL ? CGC_ERROR_INVALID_STATE : CGC_ERROR_NOT_SAVABLE, __func__, "graph %zu (%p): %s",
                      i, (void*)g, refusal);
-    else
-      st = save_graph(&s, g, __func__);
+    else if (g->family != NULL) /* no switch reads its graph meanwhile; built if it is not yet */
+      held = (st = cgc__family_hold(g, __func__)) == CGC_SUCCESS;
+    if (st == CGC_SUCCESS) st = save_graph(&s, g, __func__);
+    if (held) cgc__family_exit(g);
     cgc__mutex_unlock(&g->inspect_lock, CGC__LOCK_INSPECT);
   }
   if (st != CGC_SUCCESS) goto out;
