@@ -57,8 +57,8 @@ count() {
       if grep -q '^STRESS: ok' "$log"; then pass=1
       elif grep -q '^STRESS: skipped' "$log"; then skip=1
       else fail=1; fi ;;
-    tsan) # the stress test's own verdict, and no ThreadSanitizer report at all
-      count stress "$log"
+    tsan | tsan_gtest) # the stress test's or GoogleTest's verdict, and no ThreadSanitizer report at all
+      if [ "$kind" = tsan ]; then count stress "$log"; else count gtest "$log"; fi
       local reports
       reports=$(grep -c '^WARNING: ThreadSanitizer' "$log")
       tsan_reports=$((tsan_reports + reports))
@@ -129,6 +129,11 @@ if [ "$sanitize" -eq 1 ]; then
     run_one "tsan_stress_8_threads" tsan env LD_LIBRARY_PATH="$here/tsan" \
       TSAN_OPTIONS="halt_on_error=0 report_signal_unsafe=0 history_size=4 suppressions=$here/tsan/tsan_suppressions.txt" \
       "$here/tsan/stress_test" --seconds "$((stress_seconds / 2))" --threads 8 --seed 7
+  fi
+  if [ -x "$here/tsan/family_test" ]; then # families: launches, leaves and builds from several threads
+    run_one "tsan_family_test" tsan_gtest env LD_LIBRARY_PATH="$here/tsan" CGC_TEST_DATA="$here/data" \
+      TSAN_OPTIONS="halt_on_error=0 report_signal_unsafe=0 history_size=4 suppressions=$here/tsan/tsan_suppressions.txt" \
+      "$here/tsan/family_test"
   fi
   echo "== memcheck per binary: errors other than API errors, leaked bytes, API errors (provoked on purpose)"
   for c in "$logs"/memcheck_*.log.counts; do
