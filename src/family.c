@@ -21,15 +21,17 @@
  * alone (`own`): it stays a member, launches its own executable, and says why (family_result).
  *
  * State: `busy` is claimed (compare-and-swap) by the one call that switches and launches,
- * uploads, joins or leaves; it guards `holder`, the member list, and each member's `deferred`,
- * `graph` while unbuilt and `family_result` after its join. The launch path never waits for it:
+ * uploads, joins or leaves; it guards `holder`, the member list, each member's `deferred` and
+ * `graph` while unbuilt, and the writes of `n_own` and a member's `family_own` (atomics, read
+ * without it by cgc_graph_info and cgc_graph_native_exec). The launch path never waits for it:
  * a launch that finds it taken is refused (the holder may be inside cuGraphLaunch, which can wait
- * for the GPU). Joins, leaves, builds for an inspection and cgc_graph_info, which are not on the
- * launch path, wait for it, yielding; they hold the member's inspect_lock first (which keeps the
- * family alive: a member leaves only under its own), and nothing holding the claim takes an
- * inspect_lock. graph.c calls in here; nothing here calls graph.c (a build goes through the
- * member's cgc__deferred_t). */
+ * for the GPU). Joins, leaves, and inspections that read a member's graph (its first count, a
+ * dump, a save, the native graph), which are not on the launch path, wait for it, yielding; they
+ * hold the member's inspect_lock first (which keeps the family alive: a member leaves only under
+ * its own), and nothing holding the claim takes an inspect_lock. graph.c calls in here; nothing
+ * here calls graph.c (a build goes through the member's cgc__deferred_t). */
 #include <sched.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -53,7 +55,7 @@ struct cgc__family {
   struct member* members; /* (busy) */
   atomic_int n_members;   /* written under busy */
   int cap_members;
-  int n_own;              /* members with an executable of their own (busy) */
+  atomic_int n_own;       /* members with an executable of their own (written under busy) */
   /* The graph the executable was instantiated from, whose nodes a per-node switch names: its
    * graph's (the first leader's exec_graph or graph) while that graph is a member, the family's
    * own (source_owned) once it has left. Its nodes, their kinds and its edges are read at the
@@ -79,7 +81,7 @@ static bool claim(struct cgc__family* f) {
 }
 
 static void claim_waiting(struct cgc__family* f) {
-  while (!claim(f)) sched_yield(); /* a launch of another member: over in microseconds */
+  while (!claim(f)) sched_yield(); /* a launch (microseconds), or a member's build (milliseconds) */
 }
 
 static void unclaim(struct cgc__family* f) { atomic_store_explicit(&f->busy, false, memory_order_release); }
@@ -102,9 +104,26 @@ static void forget_pairing(struct member* m) {
 
 /* ---- pairing a member's nodes with the source's (claimed, context current) ---- */
 
-/* The launch attributes a kernel node may carry, all of which a per-node switch leaves as the
- * source has them: a member pairs only if each reads the same (or fails to read on both). */
-enum { kFirstLaunchAttribute = 1, kLastLaunchAttribute = 16 };
+/* The launch attributes a kernel node may carry (CUDA 13.0's, those valid for graph nodes), all
+ * of which a per-node switch leaves as the source has them: a member pairs only if each reads the
+ * same (or fails to read on both). The others are for streams or launches alone, and a node
+ * refuses to be asked for them. */
+#define NODE_LAUNCH_ATTRIBUTES(X)                       \
+  X(CU_LAUNCH_ATTRIBUTE_ACCESS_POLICY_WINDOW)           \
+  X(CU_LAUNCH_ATTRIBUTE_COOPERATIVE)                    \
+  X(CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION)              \
+  X(CU_LAUNCH_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE) \
+  X(CU_LAUNCH_ATTRIBUTE_PRIORITY)                       \
+  X(CU_LAUNCH_ATTRIBUTE_MEM_SYNC_DOMAIN_MAP)            \
+  X(CU_LAUNCH_ATTRIBUTE_MEM_SYNC_DOMAIN)                \
+  X(CU_LAUNCH_ATTRIBUTE_PREFERRED_CLUSTER_DIMENSION)    \
+  X(CU_LAUNCH_ATTRIBUTE_DEVICE_UPDATABLE_KERNEL_NODE)   \
+  X(CU_LAUNCH_ATTRIBUTE_NVLINK_UTIL_CENTRIC_SCHEDULING)
+static const CUlaunchAttributeID kNodeLaunchAttributes[] = {
+#define NODE_LAUNCH_ATTRIBUTE_(id) id,
+    NODE_LAUNCH_ATTRIBUTES(NODE_LAUNCH_ATTRIBUTE_)
+#undef NODE_LAUNCH_ATTRIBUTE_
+};
 
 static int by_value(const void* a, const void* b) {
   uint64_t x = *(const uint64_t*)a, y = *(const uint64_t*)b;
@@ -229,7 +248,8 @@ static bool compare_node(CUgraphNodeType type, CUgraphNode m, CUgraphNode s, boo
   *differs = a.func != b.func || a.gridDimX != b.gridDimX || a.gridDimY != b.gridDimY || a.gridDimZ != b.gridDimZ ||
              a.blockDimX != b.blockDimX || a.blockDimY != b.blockDimY || a.blockDimZ != b.blockDimZ ||
              a.sharedMemBytes != b.sharedMemBytes || !same_arguments(a.func, &a, &b);
-  for (int id = kFirstLaunchAttribute; id <= kLastLaunchAttribute; id++) {
+  for (size_t a = 0; a < sizeof kNodeLaunchAttributes / sizeof *kNodeLaunchAttributes; a++) {
+    CUlaunchAttributeID id = kNodeLaunchAttributes[a];
     CUlaunchAttributeValue x, y;
     memset(&x, 0, sizeof x);
     memset(&y, 0, sizeof y);
@@ -326,12 +346,17 @@ static cgc_status_t build_member(cgc_graph_t g, const char* func) {
  * context current): it is instantiated alone, as a join's refusal would have left it. */
 static cgc_status_t instantiate_own(struct cgc__family* f, struct member* to, int update_result, const char* func) {
   CUgraphExec own = NULL;
-  CGC_TRY(cgc__cu_fail(cgc__instantiate(to->graph->graph, &own), func, "cuGraphInstantiateWithFlags"));
-  cgc__append(" (graph %p, whose family's executable could not take its nodes)", (void*)to->graph);
+  cgc_status_t st = cgc__cu_fail(cgc__instantiate(to->graph->graph, &own), func, "cuGraphInstantiateWithFlags");
+  if (st != CGC_SUCCESS) {
+    cgc__append(" (graph %p, whose family's executable could not take its nodes: update result %d)",
+                (void*)to->graph, update_result);
+    return st;
+  }
   to->own = own;
   to->tried = true;
-  f->n_own++;
-  to->graph->family_result = update_result;
+  atomic_fetch_add(&f->n_own, 1);
+  atomic_store(&to->graph->family_result, update_result);
+  atomic_store(&to->graph->family_own, own);
   cgc__warn(func, "graph %p could not share its family's executable (update result %d): it has its own",
             (void*)to->graph, update_result);
   return CGC_SUCCESS;
@@ -353,6 +378,7 @@ static cgc_status_t switch_to(struct cgc__family* f, cgc_graph_t g, CUgraphExec*
     bool done;
     CGC_RELAXED(done = switch_nodes(f, from, to));
     if (done) {
+      to->tried = true;
       f->holder = g;
       return CGC_SUCCESS;
     }
@@ -412,13 +438,8 @@ cgc_status_t cgc__family_hold(cgc_graph_t g, const char* func) {
 }
 
 void* cgc__family_exec(cgc_graph_t g) {
-  struct cgc__family* f = g->family;
-  if (f == NULL) return g->exec;
-  claim_waiting(f);
-  struct member* m = member_of(f, g);
-  CUgraphExec exec = m != NULL && m->own != NULL ? m->own : f->exec;
-  unclaim(f);
-  return exec;
+  CUgraphExec own = atomic_load(&g->family_own);
+  return own != NULL ? own : g->exec;
 }
 
 /* The source graph is no more (its modules could not be held when its graph left): members are
@@ -478,18 +499,22 @@ cgc_status_t cgc__family_leave(cgc_graph_t g, const char* func) {
    * unloaded with it. It takes another member's, whose launch would have switched it anyway. */
   int n = atomic_load(&f->n_members);
   if (f->holder == g) {
-    /* A member that shares and is built, else one that shares (built now). */
+    /* A built member that shares. When only unbuilt ones remain (a restore's, holding the same
+     * modules as the graph that goes), none is built for it: the next launch updates the
+     * executable whole. */
     cgc_graph_t next = NULL;
-    for (int pass = 0; pass < 2 && next == NULL; pass++)
-      for (int i = 0; i < n && next == NULL; i++) {
-        const struct member* o = &f->members[i];
-        if (o->graph != g && o->own == NULL && (pass == 1 || o->graph->deferred == NULL)) next = o->graph;
-      }
+    for (int i = 0; i < n && next == NULL; i++) {
+      const struct member* o = &f->members[i];
+      if (o->graph != g && o->own == NULL && o->graph->deferred == NULL) next = o->graph;
+    }
     CUgraphExec unused;
-    if (next != NULL && switch_to(f, next, &unused, func) != CGC_SUCCESS)
+    if (next != NULL && switch_to(f, next, &unused, func) != CGC_SUCCESS) {
       /* The graph goes all the same; the next launch of a member updates the executable whole. */
+      char why[512];
+      snprintf(why, sizeof why, "%s", cgc_last_error());
       cgc__warn(func, "graph %p leaves its family, whose executable could not take another member's nodes now: %s",
-                (void*)g, cgc_last_error());
+                (void*)g, why);
+    }
     if (f->holder == g) f->holder = NULL;
   }
   struct member* m = member_of(f, g);
@@ -497,7 +522,8 @@ cgc_status_t cgc__family_leave(cgc_graph_t g, const char* func) {
     forget_pairing(m);
     if (m->own != NULL) {
       CGC_RELAXED(CGC_DRV(cuGraphExecDestroy)(m->own)); /* a replay still running keeps it */
-      f->n_own--;
+      atomic_fetch_sub(&f->n_own, 1);
+      atomic_store(&g->family_own, NULL);
     }
     *m = f->members[n - 1];
     atomic_store(&f->n_members, n - 1);
@@ -546,6 +572,7 @@ cgc_status_t cgc__family_join(cgc_graph_t graph, cgc_graph_t leader, const char*
     made->holder = leader;
     atomic_init(&made->busy, false);
     atomic_init(&made->n_members, 0);
+    atomic_init(&made->n_own, 0);
     if (!add_member(made, leader, true)) {
       free(made);
       return cgc__fail(CGC_ERROR_OUT_OF_MEMORY, func, "out of host memory");
@@ -566,7 +593,7 @@ cgc_status_t cgc__family_join(cgc_graph_t graph, cgc_graph_t leader, const char*
     st = cgc__fail(CGC_ERROR_OUT_OF_MEMORY, func, "out of host memory");
     if (!unbuilt) f->holder = NULL; /* it holds the graph's nodes, which is no member's */
   } else if (r != CUDA_SUCCESS) {
-    graph->family_result = (int)result.result;
+    atomic_store(&graph->family_result, (int)result.result);
     if (r != CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE) f->holder = NULL; /* see switch_to */
     st = cgc__fail(r == CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE ? CGC_ERROR_NOT_SUPPORTED : cgc__status_from_cu(r), func,
                    "graph %p cannot share leader %p's executable: cuGraphExecUpdate refused it (update result %d); "
@@ -575,7 +602,7 @@ cgc_status_t cgc__family_join(cgc_graph_t graph, cgc_graph_t leader, const char*
   } else {
     if (!unbuilt) f->holder = graph;
     CUgraphExec own = graph->exec; /* NULL for a graph made to join (a restore's) */
-    graph->family_result = 0;
+    atomic_store(&graph->family_result, 0);
     graph->exec = f->exec;
     graph->family = f;
     atomic_store(&graph->uploaded, 0);
@@ -601,12 +628,8 @@ cgc_status_t cgc__family_join(cgc_graph_t graph, cgc_graph_t leader, const char*
 
 size_t cgc__family_size(cgc_graph_t g, int* result) {
   struct cgc__family* f = g->family;
-  *result = g->family_result;
+  *result = atomic_load(&g->family_result);
   if (f == NULL) return g->exec != NULL ? 1 : 0;
-  claim_waiting(f);
-  const struct member* m = member_of(f, g);
-  size_t size = m != NULL && m->own != NULL ? 1 : (size_t)(atomic_load(&f->n_members) - f->n_own);
-  *result = g->family_result;
-  unclaim(f);
-  return size;
+  if (atomic_load(&g->family_own) != NULL) return 1;
+  return (size_t)(atomic_load(&f->n_members) - atomic_load(&f->n_own));
 }

@@ -80,10 +80,12 @@ cgc_status_t cgc__graph_create_member(struct cgc__device* dev, CUgraph graph, CU
   /* A member of `leader`'s family takes its executable, updated to its nodes, and is instantiated
    * only if the driver refuses that (family_result then says why, and the call warns). The new
    * graph is no one else's yet; the leader is the caller's own (a restore's). */
-  st = leader != NULL && graph != NULL ? ensure_counted(g, func) : CGC_SUCCESS; /* (see cgc_graph_share_executable) */
+  /* (see cgc_graph_share_executable) */
+  st = leader != NULL && graph != NULL ? ensure_counted(g, func) : CGC_SUCCESS;
   if (st != CGC_SUCCESS) goto fail;
   st = leader != NULL ? cgc__family_join(g, leader, func) : CGC_ERROR_NOT_SUPPORTED;
-  if (st != CGC_SUCCESS && (st != CGC_ERROR_NOT_SUPPORTED || graph == NULL)) goto fail; /* (an unbuilt join has no trial) */
+  /* (An unbuilt graph's join has no trial: it cannot be refused.) */
+  if (st != CGC_SUCCESS && (st != CGC_ERROR_NOT_SUPPORTED || graph == NULL)) goto fail;
   if (st != CGC_SUCCESS) {
     CGC_TRY_GOTO(st, cgc__cu_fail(cgc__instantiate(graph, &exec), func, "cuGraphInstantiateWithFlags"), fail);
     g->exec = exec;

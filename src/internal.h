@@ -667,7 +667,10 @@ struct cgc_graph_s {
    * join, which no launch of the graph may overlap. family_result: why its last join was refused
    * (a CUgraphExecUpdateResult), 0 when none was. */
   _Atomic(struct cgc__family*) family;
-  int family_result;
+  atomic_int family_result;
+  /* 1.6: the executable of its own a member launches when the driver refused its first switch
+   * (family.c; written under the family's claim, read without it). */
+  _Atomic(CUgraphExec) family_own;
   /* 1.6: a restore's family member not built yet (NULL once built, or for any other graph):
    * `graph` is NULL until its first use builds it (family.c, under the family's claim). */
   struct cgc__deferred* deferred;
@@ -716,7 +719,7 @@ void cgc__family_exit(cgc_graph_t g);
  * (its inspect_lock held, context current; waits for the family), and builds `g` if it is
  * unbuilt; cgc__family_exit gives the family back. On failure nothing is held. */
 cgc_status_t cgc__family_hold(cgc_graph_t g, const char* func);
-/* What a launch of `g` runs: its family's executable, or its own (waits for the family). */
+/* What a launch of `g` runs: its family's executable, or its own (never waits). */
 void* cgc__family_exec(cgc_graph_t g);
 /* At a reset of member `g` (its inspect_lock held, context current): it leaves; if the executable
  * held its nodes it takes another member's; the last member destroys it. Sets g->exec and
@@ -728,7 +731,7 @@ cgc_status_t cgc__family_leave(cgc_graph_t g, const char* func);
  * driver refuses (graph->family_result says why; nothing changed). */
 cgc_status_t cgc__family_join(cgc_graph_t graph, cgc_graph_t leader, const char* func);
 /* The graphs sharing `g`'s executable (1 for a graph with its own, 0 after reset), and
- * *result its family_result; `g`'s inspect_lock held (waits for the family). */
+ * *result its family_result; `g`'s inspect_lock held (never waits for the family). */
 size_t cgc__family_size(cgc_graph_t g, int* result);
 
 /* ---- generators (rng.c) ----

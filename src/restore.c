@@ -309,9 +309,10 @@ static cgc_status_t add_node(restorer_t* s, CUgraph graph, const CUgraphNode* de
   }
 }
 
-/* Skips a node record, for the first pass; returns what it adds to the graph's structure: its
- * kind, and for a kernel node which kernel. */
-static uint64_t skip_node(restorer_t* s) {
+/* Skips a node record, for the first pass, checking what a build reads of it (a member built
+ * at its first use is refused here already); returns what it adds to the graph's structure: its
+ * kind, and for a kernel node which kernel, whose module it marks in `modules`. */
+static uint64_t skip_node(restorer_t* s, bool* modules) {
   uint32_t kind = cgc__get_u32(&s->r), index = 0;
   if (kind == CGC__SAVED_KERNEL) {
     index = cgc__get_u32(&s->r);
@@ -321,11 +322,17 @@ static uint64_t skip_node(restorer_t* s) {
       s->r.bad = true;
       return 0;
     }
-    cgc__get_bytes(&s->r, s->kernels[index].param_bytes);
+    modules[s->kernels[index].module] = true;
+    if (cgc__get_bytes(&s->r, s->kernels[index].param_bytes) == NULL) s->r.bad = true;
     if (n_attributes > 64) s->r.bad = true;
     for (uint32_t a = 0; a < n_attributes && !s->r.bad; a++) {
-      cgc__get_u64(&s->r);
-      cgc__get_bytes(&s->r, sizeof(CUlaunchAttributeValue));
+      uint32_t id = cgc__get_u32(&s->r);
+      cgc__get_u32(&s->r);
+      bool known = false;
+#define KNOWN_ATTRIBUTE(a) known = known || id == a;
+      CGC_SAVED_KERNEL_ATTRIBUTES(KNOWN_ATTRIBUTE)
+#undef KNOWN_ATTRIBUTE
+      if (cgc__get_bytes(&s->r, sizeof(CUlaunchAttributeValue)) == NULL || !known) s->r.bad = true;
     }
   } else if (kind == CGC__SAVED_MEMSET) {
     cgc__get_u32(&s->r);
@@ -355,7 +362,7 @@ typedef struct graph_record {
   bool first_alike;          /* no graph before it has its structure */
   CUgraph graph;             /* built */
   CUevent done;
-  bool* modules;             /* built: which of the file's modules its kernels are of */
+  bool* modules;             /* indexed: which of the file's modules its kernels are of */
   struct cgc__use* uses;
   size_t n_uses;
 } graph_record_t;
@@ -373,11 +380,16 @@ static cgc_status_t index_graphs(restorer_t* s, graph_record_t* records, const c
     if (s->r.bad || g->pool_index >= s->h.n_pools || g->n_nodes > remaining / 8 || g->n_edges > remaining / 8)
       return damaged(func, "a graph");
     g->nodes_at = s->r.at;
+    g->modules = calloc(s->h.n_modules + 1, sizeof *g->modules);
+    if (g->modules == NULL) return cgc__fail(CGC_ERROR_OUT_OF_MEMORY, func, "out of host memory");
     uint64_t structure = 0xcbf29ce484222325ull;
-    for (uint64_t i = 0; i < g->n_nodes && !s->r.bad; i++) structure = (structure ^ skip_node(s)) * 0x100000001b3ull;
+    for (uint64_t i = 0; i < g->n_nodes && !s->r.bad; i++)
+      structure = (structure ^ skip_node(s, g->modules)) * 0x100000001b3ull;
     g->edges_at = s->r.at;
     for (uint64_t e = 0; e < g->n_edges && !s->r.bad; e++) {
       uint64_t from = cgc__get_u32(&s->r), to = cgc__get_u32(&s->r);
+      /* Saved in an order where every node follows its dependencies. */
+      if (from >= to || to >= g->n_nodes) s->r.bad = true;
       structure = (structure ^ (from << 32 | to)) * 0x100000001b3ull;
     }
     if (s->r.bad) return damaged(func, "a graph's nodes or edges");
@@ -385,7 +397,8 @@ static cgc_status_t index_graphs(restorer_t* s, graph_record_t* records, const c
     g->next_alike = s->h.n_graphs;
     g->first_alike = true;
     for (uint64_t before = gi; before-- > 0;)
-      if (records[before].structure == structure) { /* the latest of its structure so far */
+      if (records[before].structure == structure && records[before].n_nodes == g->n_nodes &&
+          records[before].n_edges == g->n_edges) { /* the latest of its structure so far */
         records[before].next_alike = gi;
         g->first_alike = false;
         break;
@@ -405,7 +418,8 @@ static cgc_status_t build_graph(restorer_t* s, graph_record_t* g, size_t gi, con
   /* A node's dependencies, then the sinks: at most max(n_edges, n_nodes) of either. */
   CUgraphNode* deps = calloc((n_edges > n_nodes ? n_edges : n_nodes) + 1, sizeof *deps);
   bool* has_out = calloc(n_nodes + 1, sizeof *has_out);
-  bool* uses_module = g->modules = calloc(s->h.n_modules + 1, sizeof *uses_module);
+  if (g->modules == NULL) g->modules = calloc(s->h.n_modules + 1, sizeof *g->modules);
+  bool* uses_module = g->modules;
   size_t* fill = calloc(n_nodes + 1, sizeof *fill);
   uint32_t* dep_index = calloc(n_edges + 1, sizeof *dep_index);
   cgc_status_t st = CGC_SUCCESS;
@@ -590,9 +604,9 @@ static cgc_status_t make_graph(restorer_t* s, graph_record_t* g, size_t gi, cgc_
   return st;
 }
 
-/* Graph `gi`, of the structure of `first` (built), made a member of `leader`'s family unbuilt:
- * its event, its kernels' modules and its pool now, its CUgraph at its first use. */
-static cgc_status_t make_unbuilt(restorer_t* s, graph_record_t* records, size_t gi, size_t first, cgc_graph_t leader,
+/* Graph `gi` made a member of `leader`'s family unbuilt: its event, its kernels' modules and
+ * its pool now, its CUgraph at its first use. */
+static cgc_status_t make_unbuilt(restorer_t* s, graph_record_t* records, size_t gi, cgc_graph_t leader,
                                  const char* func) {
   graph_record_t* g = &records[gi];
   unbuilt_member_t* u = calloc(1, sizeof *u);
@@ -601,9 +615,10 @@ static cgc_status_t make_unbuilt(restorer_t* s, graph_record_t* records, size_t 
   u->set = s->unbuilt;
   atomic_fetch_add(&u->set->refs, 1);
   u->record = *g;
+  u->record.modules = NULL; /* (the restore's records' own) */
   u->index = gi;
   cgc_status_t st = CGC_CU(func, cuEventCreate(&g->done, CU_EVENT_DISABLE_TIMING));
-  if (st == CGC_SUCCESS) st = module_uses(s, records[first].modules, &g->uses, &g->n_uses, func);
+  if (st == CGC_SUCCESS) st = module_uses(s, g->modules, &g->uses, &g->n_uses, func);
   if (st != CGC_SUCCESS) {
     drop_unbuilt(&u->deferred);
     return st;
@@ -642,7 +657,7 @@ static cgc_status_t make_step(restorer_t* s, graph_record_t* records, size_t gi,
 static cgc_status_t family_step(restorer_t* s, graph_record_t* records, size_t first, const char* func) {
   if (!records[first].first_alike) return CGC_SUCCESS;
   for (size_t gi = records[first].next_alike; gi < s->h.n_graphs; gi = records[gi].next_alike)
-    CGC_TRY(make_unbuilt(s, records, gi, first, s->graphs[first], func));
+    CGC_TRY(make_unbuilt(s, records, gi, s->graphs[first], func));
   return CGC_SUCCESS;
 }
 

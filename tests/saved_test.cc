@@ -365,7 +365,8 @@ TEST_F(SavedTest, AKernelNodesPriorityIsKeptAndSetAgain) {
 
 // Saved bytes are input from outside the process: a file with bits flipped anywhere after its
 // header, and its checksum made to match again (so every section's reads are exercised, not only
-// the checksum), must be restored or refused, never crash, and a refusal must leave nothing. The
+// the checksum), must be restored or refused, never crash, and a refusal must leave nothing (every
+// other round as a family, whose second member is built at its first use or refused then). The
 // kernels are of an added image, so that no flip lands in an image the driver would parse.
 TEST_F(SavedTest, RestoringFlippedBitsEitherWorksOrLeavesNothingAndNeverCrashes) {
   CGC_ASSERT_OK(cgc_module_add_image(ctx, "cgc tests", cgc_test_kernels_fatbin, cgc_test_kernels_fatbin_size));
@@ -381,7 +382,8 @@ TEST_F(SavedTest, RestoringFlippedBitsEitherWorksOrLeavesNothingAndNeverCrashes)
   CGC_ASSERT_OK(cgc_free(in));
   cgc_graph_t graph = nullptr;
   CGC_ASSERT_OK(cgc_capture_end(stream, &graph));
-  std::vector<uint8_t> bytes = Save({graph});
+  // The graph twice: restored as a family every other round, the second built at its first use.
+  std::vector<uint8_t> bytes = Save({graph, graph});
   ASSERT_FALSE(bytes.empty());
   ASSERT_EQ(Info(bytes).image_bytes, 0u);
   ASSERT_NO_FATAL_FAILURE(GiveBack(graph, out, pool));
@@ -391,24 +393,39 @@ TEST_F(SavedTest, RestoringFlippedBitsEitherWorksOrLeavesNothingAndNeverCrashes)
   ASSERT_GT(bytes.size(), header);
   const size_t reserved_before = Stats().bytes_reserved;
   std::mt19937 rng(7);
-  int restored = 0, refused = 0;
+  int restored = 0, refused = 0, built_later = 0, refused_later = 0;
   for (int round = 0; round < 400; round++) {
     std::vector<uint8_t> b = bytes;
     for (int flips = 1 + int(rng() % 3); flips > 0; flips--) b[header + rng() % (b.size() - header)] ^= uint8_t(1u << (rng() % 8));
     uint64_t h = Checksum(&b[header], b.size() - header);
     std::memcpy(&b[checksum_at], &h, sizeof h);
-    cgc_graph_t g = nullptr;
+    cgc_graph_t g[2] = {};
     cgc_pool_t p = nullptr;
-    cgc_status_t st = cgc_graphs_restore(ctx, b.data(), b.size(), nullptr, &g, 1, &p, 1);
+    cgc_restore_options_t families{};
+    families.struct_size = sizeof families;
+    families.flags = CGC_RESTORE_FAMILIES;
+    cgc_status_t st = cgc_graphs_restore(ctx, b.data(), b.size(), round % 2 == 1 ? &families : nullptr, g, 2, &p, 1);
     if (st != CGC_SUCCESS) {
       refused++;
-      ASSERT_EQ(g, nullptr) << "round " << round;
+      ASSERT_EQ(g[0], nullptr) << "round " << round;
+      ASSERT_EQ(g[1], nullptr) << "round " << round;
       ASSERT_EQ(p, nullptr) << "round " << round;
       ASSERT_EQ(Stats().bytes_reserved, reserved_before) << "round " << round << ": " << cgc_last_error();
       continue;
     }
     restored++;  // not launched: flipped arguments may point anywhere
-    CGC_ASSERT_OK(cgc_graph_destroy(g));
+    if (round % 2 == 1) {  // the family's second member is built now, or says why it cannot be
+      cgc_graph_info_t info{};
+      info.struct_size = sizeof info;
+      if (cgc_graph_info(g[1], &info) == CGC_SUCCESS) {
+        built_later++;
+      } else {
+        refused_later++;
+        EXPECT_TRUE(Contains(cgc_last_error(), "at its first use")) << cgc_last_error();
+      }
+    }
+    CGC_ASSERT_OK(cgc_graph_destroy(g[0]));
+    CGC_ASSERT_OK(cgc_graph_destroy(g[1]));
     cgc_segment_info_t segments[64];
     cgc_block_info_t blocks[256];
     size_t n_segments = 0, n_blocks = 0;
@@ -422,7 +439,8 @@ TEST_F(SavedTest, RestoringFlippedBitsEitherWorksOrLeavesNothingAndNeverCrashes)
     ASSERT_EQ(Stats().bytes_reserved, reserved_before) << "round " << round;
   }
   EXPECT_GT(refused, 0);
-  std::printf("flipped files: %d restored, %d refused\n", restored, refused);
+  std::printf("flipped files: %d restored, %d refused; as families, the second member built at its first use: %d, "
+              "refused then: %d\n", restored, refused, built_later, refused_later);
 }
 
 // Twelve graphs of two structures, restored on one thread and on several, with and without
