@@ -432,11 +432,14 @@ CGC_API cgc_status_t cgc_graph_destroy(cgc_graph_t graph);
 /* The CUgraph behind the handle, owned by it (NULL after reset or for a bad handle). Valid until
  * reset or destroy. Besides the captured nodes the graph ends with one event record node of
  * cgc's, which tells when the last replay is over (cgc_graph_info does not count it). Returns the
- * graph, not a status. */
+ * graph, not a status. A family member restored unbuilt (1.6, CGC_RESTORE_FAMILIES) is built
+ * first (NULL, cgc_last_error saying why, if that fails). Do not read it while another thread
+ * launches a member of its family: the driver allows one thread in a graph at once. */
 CGC_API void* cgc_graph_native(cgc_graph_t graph);
 
 /* The CUgraphExec behind the handle, as cgc_graph_native. A family member's (1.6) is its family's,
- * holding whichever member's nodes were launched last: launch members with cgc_graph_launch. */
+ * holding whichever member's nodes were launched last (or its own, when the driver refused it at
+ * its first switch): launch members with cgc_graph_launch. */
 CGC_API void* cgc_graph_native_exec(cgc_graph_t graph);
 
 /* ==== 7. Memory and pools ====================================================================
@@ -1060,16 +1063,18 @@ typedef struct cgc_saved_info {
 CGC_API cgc_status_t cgc_saved_info(const void* data, size_t size, cgc_saved_info_t* info);
 
 /* Since 1.6. cgc_restore_options_t.flags: restored graphs of one structure (the same nodes of the
- * same kinds and kernels, the same edges) join one family (cgc_graph_share_executable): one
- * instantiation for each structure, an update for each other graph; a graph the driver refuses to
- * share instantiates its own (cgc_graph_info's family_result says why). */
+ * same kinds and kernels, the same edges) join one family (cgc_graph_share_executable): the first
+ * of each structure is built and instantiated, the others join unbuilt and are built at their
+ * first use (launch, upload, info, dump, native graph, save), from a copy of the bytes cgc keeps
+ * until then; a member the driver refuses to switch to then gets an executable of its own
+ * (cgc_graph_info's family_result says why). */
 #define CGC_RESTORE_FAMILIES 1u
 
 /* Since 1.6. Options of cgc_graphs_restore. */
 typedef struct cgc_restore_options {
   size_t struct_size;
   unsigned flags;   /* CGC_RESTORE_FAMILIES, or 0 */
-  unsigned threads; /* host threads that instantiate the graphs and join them to families, the
+  unsigned threads; /* host threads that instantiate the graphs and make family members, the
                      * calling thread one of them (at most 64; the graphs are built on the calling
                      * thread): 0 lets cgc choose (up to 4, as many as there are CPUs), 1 restores
                      * on the calling thread alone */
