@@ -1020,7 +1020,19 @@ typedef struct cgc_save_options {
    * no graph allocated: weights, inputs, a KV cache), in this order after the graphs' pools. */
   const cgc_pool_t* pools;
   size_t n_pools;
+  unsigned flags; /* CGC_SAVE_VERIFY, or 0 */
 } cgc_save_options_t;
+
+/* Since 1.6. cgc_save_options_t.flags: after the bytes are written, each graph is rebuilt from
+ * them in this process (its modules loaded again from the bytes or by key) and replayed beside
+ * the graph itself from the same contents of the saved pools; their replays must leave the pools
+ * byte-equal, or the save fails with CGC_ERROR_NOT_SAVABLE naming the graph, the pool and the
+ * first differing offset. It catches what the checks cannot see (a launch attribute the driver
+ * does not report, an image under a key that builds another kernel). Each graph is replayed
+ * twice, and the pools are left as the graph's own replay left them; the saved pools' backed
+ * bytes are copied to host memory three times over. Only with a buffer, and only while nothing
+ * else runs on the saved pools' memory; graphs whose replays are not deterministic fail it. */
+#define CGC_SAVE_VERIFY 1u
 
 /* Since 1.6. Writes `graphs` (n_graphs of them, captured by cgc, none reset) with what rebuilding
  * them needs into `buffer` (capacity bytes), and the bytes written into *size. With buffer NULL
@@ -1036,8 +1048,10 @@ typedef struct cgc_save_options {
  * collectives, and an executable changed by per-node updates are refused with
  * CGC_ERROR_NOT_SAVABLE, the message naming the graph, the node, its kind, the kernel and the
  * argument. CGC_ERROR_INVALID_ARGUMENT when capacity is too small (*size says how much is
- * needed). Needs a CUDA 12.4 driver (CGC_ERROR_NOT_SUPPORTED before). Not while another thread
- * updates, resets or destroys one of the graphs. */
+ * needed). With CGC_SAVE_VERIFY in options->flags each graph is then replayed beside its rebuild
+ * from the bytes (CGC_ERROR_NOT_SAVABLE when they write different bytes). Needs a CUDA 12.4 driver
+ * (CGC_ERROR_NOT_SUPPORTED before). Not while another thread updates, resets or destroys one of
+ * the graphs. */
 CGC_API cgc_status_t cgc_graphs_save(const cgc_graph_t* graphs, size_t n_graphs, const cgc_save_options_t* options,
                                      void* buffer, size_t capacity, size_t* size);
 

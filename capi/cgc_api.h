@@ -278,7 +278,8 @@ CGC_API cgc_status_t cgc_get_api(uint32_t version, const cgc_api_t** out);
 #define CGC_SAVE_OPTIONS_FIELDS(X)                                                                                    \
   X(size_t, struct_size, )                                                                                            \
   X(const cgc_pool_t*, pools, )                                                                                       \
-  X(size_t, n_pools, )
+  X(size_t, n_pools, )                                                                                                \
+  X(unsigned, flags, )
 #define CGC_SAVED_INFO_FIELDS(X)                                                                                      \
   X(size_t, struct_size, )                                                                                            \
   X(uint32_t, format_version, )                                                                                       \

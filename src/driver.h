@@ -74,6 +74,7 @@ extern "C" {
   X(cuMemcpyHtoDAsync, PFN_cuMemcpyHtoDAsync_v3020, 3020)                                    \
   X(cuMemcpyDtoDAsync, PFN_cuMemcpyDtoDAsync_v3020, 3020)                                    \
   X(cuMemcpyDtoH, PFN_cuMemcpyDtoH_v3020, 3020)                                              \
+  X(cuMemcpyHtoD, PFN_cuMemcpyHtoD_v3020, 3020)                                              \
   X(cuMemcpyDtoHAsync, PFN_cuMemcpyDtoHAsync_v3020, 3020)                                    \
   X(cuMemsetD32Async, PFN_cuMemsetD32Async_v3020, 3020)                                      \
   X(cuModuleLoadData, PFN_cuModuleLoadData_v2000, 2000)                                      \

@@ -762,6 +762,64 @@ static void undo(restorer_t* s, size_t n_graphs, size_t n_pools) {
       cgc__log("a failed restore could not release its pool %zu", i);
 }
 
+/* The file's header checked against this device and driver, and its pools', modules' and
+ * kernels' sections read into `s` (allocated: close_saved frees them, also on failure). */
+static cgc_status_t open_saved(restorer_t* s, const void* data, size_t size, const char* func) {
+  CGC_TRY(cgc__read_header(data, size, &s->h, &s->r, func));
+  int major = 0, minor = 0;
+  CGC_TRY(CGC_CU(func, cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, s->dev->cu_device)));
+  CGC_TRY(CGC_CU(func, cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, s->dev->cu_device)));
+  if (major != s->h.compute_major || minor != s->h.compute_minor)
+    return cgc__fail(CGC_ERROR_SAVED_MISMATCH, func,
+                     "the file was saved on a device of compute capability %d.%d; device %d is %d.%d",
+                     s->h.compute_major, s->h.compute_minor, s->dev->ordinal, major, minor);
+  if (s->h.driver_version != cgc__drv.version)
+    return cgc__fail(CGC_ERROR_SAVED_MISMATCH, func,
+                     "the file was saved with a driver of CUDA %d; this one is CUDA %d (kernels and executables are "
+                     "kept only within one driver version)",
+                     s->h.driver_version, cgc__drv.version);
+  size_t left = s->r.size - s->r.at;
+  if (s->h.n_pools > left / 32 || s->h.n_modules > left / 16 || s->h.n_kernels > left / 64 ||
+      s->h.n_graphs > left / 24)
+    return damaged(func, "the header's counts");
+  s->layouts = calloc(s->h.n_pools + 1, sizeof *s->layouts);
+  s->modules = calloc(s->h.n_modules + 1, sizeof *s->modules);
+  s->kernels = calloc(s->h.n_kernels + 1, sizeof *s->kernels);
+  if (s->layouts == NULL || s->modules == NULL || s->kernels == NULL)
+    return cgc__fail(CGC_ERROR_OUT_OF_MEMORY, func, "out of host memory");
+  CGC_TRY(read_pools(s, func));
+  CGC_TRY(read_modules(s, func));
+  return read_kernels(s, func);
+}
+
+/* The file's modules loaded and its kernels found and checked (the context current). */
+static cgc_status_t load_code(restorer_t* s, const char* func) {
+  for (size_t i = 0; i < s->h.n_modules; i++) CGC_TRY(load_module(s, i, func));
+  for (size_t i = 0; i < s->h.n_kernels; i++) CGC_TRY(find_kernel(s, i, func));
+  return CGC_SUCCESS;
+}
+
+/* What open_saved and load_code allocated and loaded (graphs hold their own modules). */
+static void close_saved(restorer_t* s) {
+  for (size_t i = 0; s->modules != NULL && i < s->h.n_modules; i++) {
+    if (s->modules[i].code != NULL) cgc__module_code_release(s->modules[i].code);
+    free((void*)s->modules[i].key);
+  }
+  for (size_t i = 0; s->layouts != NULL && i < s->h.n_pools; i++) free(s->layouts[i].blocks);
+  if (s->unbuilt != NULL) { /* the kernels are the unbuilt members' set's: the restore's reference goes */
+    release_set(s->unbuilt);
+    s->kernels = NULL;
+  }
+  for (size_t i = 0; s->kernels != NULL && i < s->h.n_kernels; i++) {
+    free(s->kernels[i].name);
+    free(s->kernels[i].params);
+  }
+  free(s->layouts);
+  free(s->modules);
+  free(s->kernels);
+  free(s->claimed);
+}
+
 cgc_status_t cgc_graphs_restore(cgc_context_t ctx, const void* data, size_t size,
                                 const cgc_restore_options_t* options, cgc_graph_t* graphs, size_t n_graphs,
                                 cgc_pool_t* pools, size_t n_pools) {
@@ -797,39 +855,14 @@ cgc_status_t cgc_graphs_restore(cgc_context_t ctx, const void* data, size_t size
   }
   struct timespec t_start, t_read, t_pools, t_kernels;
   clock_gettime(CLOCK_MONOTONIC, &t_start);
-  CGC_TRY(cgc__read_header(data, size, &s.h, &s.r, __func__));
-  if (s.h.n_graphs != n_graphs || s.h.n_pools != n_pools)
-    return cgc__fail(CGC_ERROR_INVALID_ARGUMENT, __func__,
-                     "the file holds %llu graphs and %llu pools; room was given for %zu and %zu (cgc_saved_info tells "
-                     "the counts)",
-                     (unsigned long long)s.h.n_graphs, (unsigned long long)s.h.n_pools, n_graphs, n_pools);
-  int major = 0, minor = 0;
-  CGC_TRY(CGC_CU(__func__, cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, s.dev->cu_device)));
-  CGC_TRY(CGC_CU(__func__, cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, s.dev->cu_device)));
-  if (major != s.h.compute_major || minor != s.h.compute_minor)
-    return cgc__fail(CGC_ERROR_SAVED_MISMATCH, __func__,
-                     "the file was saved on a device of compute capability %d.%d; device %d is %d.%d",
-                     s.h.compute_major, s.h.compute_minor, s.dev->ordinal, major, minor);
-  if (s.h.driver_version != cgc__drv.version)
-    return cgc__fail(CGC_ERROR_SAVED_MISMATCH, __func__,
-                     "the file was saved with a driver of CUDA %d; this one is CUDA %d (kernels and executables are "
-                     "kept only within one driver version)",
-                     s.h.driver_version, cgc__drv.version);
-  size_t left = s.r.size - s.r.at;
-  if (s.h.n_pools > left / 32 || s.h.n_modules > left / 16 || s.h.n_kernels > left / 64 || s.h.n_graphs > left / 24)
-    return damaged(__func__, "the header's counts");
-  s.layouts = calloc(s.h.n_pools + 1, sizeof *s.layouts);
-  s.modules = calloc(s.h.n_modules + 1, sizeof *s.modules);
-  s.kernels = calloc(s.h.n_kernels + 1, sizeof *s.kernels);
   cgc__ctx_scope_t scope = {false};
-  cgc_status_t st = CGC_SUCCESS;
-  if (s.layouts == NULL || s.modules == NULL || s.kernels == NULL) {
-    st = cgc__fail(CGC_ERROR_OUT_OF_MEMORY, __func__, "out of host memory");
-    goto out;
-  }
-  CGC_TRY_GOTO(st, read_pools(&s, __func__), out);
-  CGC_TRY_GOTO(st, read_modules(&s, __func__), out);
-  CGC_TRY_GOTO(st, read_kernels(&s, __func__), out);
+  cgc_status_t st = open_saved(&s, data, size, __func__);
+  if (st == CGC_SUCCESS && (s.h.n_graphs != n_graphs || s.h.n_pools != n_pools))
+    st = cgc__fail(CGC_ERROR_INVALID_ARGUMENT, __func__,
+                   "the file holds %llu graphs and %llu pools; room was given for %zu and %zu (cgc_saved_info tells "
+                   "the counts)",
+                   (unsigned long long)s.h.n_graphs, (unsigned long long)s.h.n_pools, n_graphs, n_pools);
+  if (st != CGC_SUCCESS) goto out;
   size_t n_blocks = 0;
   for (size_t i = 0; i < n_pools; i++) n_blocks += s.layouts[i].n_blocks;
   s.claimed = calloc(n_blocks + 1, sizeof *s.claimed);
@@ -841,8 +874,7 @@ cgc_status_t cgc_graphs_restore(cgc_context_t ctx, const void* data, size_t size
   clock_gettime(CLOCK_MONOTONIC, &t_read);
   for (size_t i = 0; i < n_pools && st == CGC_SUCCESS; i++) st = restore_pool(&s, ctx, i, __func__);
   clock_gettime(CLOCK_MONOTONIC, &t_pools);
-  for (size_t i = 0; i < s.h.n_modules && st == CGC_SUCCESS; i++) st = load_module(&s, i, __func__);
-  for (size_t i = 0; i < s.h.n_kernels && st == CGC_SUCCESS; i++) st = find_kernel(&s, i, __func__);
+  if (st == CGC_SUCCESS) st = load_code(&s, __func__);
   clock_gettime(CLOCK_MONOTONIC, &t_kernels);
   if (st == CGC_SUCCESS)
     cgc__log("%s: header, checksum and sections read in %.1f ms, pools restored in %.1f ms, modules loaded and "
@@ -852,26 +884,62 @@ cgc_status_t cgc_graphs_restore(cgc_context_t ctx, const void* data, size_t size
   if (st != CGC_SUCCESS) undo(&s, n_graphs, n_pools);
 out:
   cgc__ctx_leave(&scope);
-  for (size_t i = 0; s.modules != NULL && i < s.h.n_modules; i++) {
-    if (s.modules[i].code != NULL) cgc__module_code_release(s.modules[i].code); /* graphs hold their own */
-    free((void*)s.modules[i].key);
-  }
-  for (size_t i = 0; s.layouts != NULL && i < s.h.n_pools; i++) free(s.layouts[i].blocks);
-  if (s.unbuilt != NULL) { /* the kernels are the unbuilt members' set's: the restore's reference goes */
-    release_set(s.unbuilt);
-    s.kernels = NULL;
-  }
-  for (size_t i = 0; s.kernels != NULL && i < s.h.n_kernels; i++) {
-    free(s.kernels[i].name);
-    free(s.kernels[i].params);
-  }
-  free(s.layouts);
-  free(s.modules);
-  free(s.kernels);
-  free(s.claimed);
+  close_saved(&s);
   if (st != CGC_SUCCESS) {
     for (size_t i = 0; i < n_graphs; i++) graphs[i] = NULL;
     for (size_t i = 0; i < n_pools; i++) pools[i] = NULL;
   }
   return st;
+}
+
+/* ---- rebuilding in the saving process (a verifying save, verify.c) ---- */
+
+cgc_status_t cgc__graphs_rebuild(struct cgc__device* dev, const void* data, size_t size, cgc__rebuilt_t* out,
+                                 const char* func) {
+  memset(out, 0, sizeof *out);
+  restorer_t s = {.dev = dev};
+  graph_record_t* records = NULL;
+  cgc_status_t st = open_saved(&s, data, size, func);
+  if (st == CGC_SUCCESS) st = load_code(&s, func);
+  if (st == CGC_SUCCESS) {
+    records = calloc(s.h.n_graphs + 1, sizeof *records);
+    out->graphs = calloc(s.h.n_graphs + 1, sizeof *out->graphs);
+    out->done = calloc(s.h.n_graphs + 1, sizeof *out->done);
+    out->codes = calloc(s.h.n_modules + 1, sizeof *out->codes);
+    if (records == NULL || out->graphs == NULL || out->done == NULL || out->codes == NULL)
+      st = cgc__fail(CGC_ERROR_OUT_OF_MEMORY, func, "out of host memory");
+  }
+  if (st == CGC_SUCCESS) st = index_graphs(&s, records, func);
+  for (size_t gi = 0; st == CGC_SUCCESS && gi < s.h.n_graphs; gi++) {
+    graph_record_t* g = &records[gi];
+    st = CGC_CU(func, cuEventCreate(&g->done, CU_EVENT_DISABLE_TIMING));
+    if (st == CGC_SUCCESS) st = build_graph(&s, g, gi, func);
+    out->graphs[gi] = g->graph; /* the rebuilt set's now, built or not */
+    out->done[gi] = g->done;
+    g->graph = NULL;
+    g->done = NULL;
+    out->n_graphs = gi + 1;
+  }
+  /* The modules stay loaded while the rebuilt graphs run: the restore's references move. */
+  for (size_t i = 0; st == CGC_SUCCESS && i < s.h.n_modules; i++) {
+    out->codes[out->n_codes++] = s.modules[i].code;
+    s.modules[i].code = NULL;
+  }
+  for (size_t gi = 0; records != NULL && gi < s.h.n_graphs; gi++) drop_built(&records[gi]);
+  free(records);
+  close_saved(&s);
+  if (st != CGC_SUCCESS) cgc__graphs_rebuilt_free(out);
+  return st;
+}
+
+void cgc__graphs_rebuilt_free(cgc__rebuilt_t* r) {
+  for (size_t i = 0; i < r->n_graphs; i++) {
+    if (r->graphs[i] != NULL) CGC_DRV(cuGraphDestroy)(r->graphs[i]);
+    if (r->done[i] != NULL) CGC_DRV(cuEventDestroy)(r->done[i]);
+  }
+  for (size_t i = 0; i < r->n_codes; i++) cgc__module_code_release(r->codes[i]);
+  free(r->graphs);
+  free(r->done);
+  free(r->codes);
+  memset(r, 0, sizeof *r);
 }

@@ -608,12 +608,14 @@ cgc_status_t cgc_graphs_save(const cgc_graph_t* graphs, size_t n_graphs, const c
   *size = 0;
   CGC_CHECK_ARG(graphs != NULL && n_graphs > 0, "graphs is NULL or n_graphs is 0");
   CGC_CHECK_ARG(buffer != NULL || capacity == 0, "buffer is NULL with capacity %zu", capacity);
-  cgc_save_options_t opts = {sizeof opts, NULL, 0};
+  cgc_save_options_t opts = {sizeof opts, NULL, 0, 0};
   if (options != NULL) {
     CGC_CHECK_ARG(options->struct_size >= sizeof(size_t) && options->struct_size <= 4096,
                   "options->struct_size is %zu", options->struct_size);
     memcpy(&opts, options, options->struct_size < sizeof opts ? options->struct_size : sizeof opts);
     CGC_CHECK_ARG(opts.pools != NULL || opts.n_pools == 0, "options->pools is NULL with n_pools %zu", opts.n_pools);
+    CGC_CHECK_ARG((opts.flags & ~CGC_SAVE_VERIFY) == 0, "options->flags has unknown bits %#x",
+                  opts.flags & ~CGC_SAVE_VERIFY);
   }
   for (size_t i = 0; i < n_graphs; i++) {
     cgc_status_t st = cgc__check_handle(graphs[i], CGC_MAGIC_GRAPH, __func__, "graphs[i]");
@@ -708,6 +710,9 @@ cgc_status_t cgc_graphs_save(const cgc_graph_t* graphs, size_t n_graphs, const c
       goto out;
     }
     memcpy(buffer, file.data, file.size);
+    /* The pools are held until the end: their layouts are those written. */
+    if (opts.flags & CGC_SAVE_VERIFY)
+      st = cgc__verify_saved(s.dev, graphs, n_graphs, s.layouts, s.n_pools, file.data, file.size, __func__);
   }
 out:
   cgc__ctx_leave(&scope);

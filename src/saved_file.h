@@ -117,4 +117,27 @@ const void* cgc__get_bytes(cgc__reader_t* r, uint64_t n);
 cgc_status_t cgc__read_header(const void* data, size_t size, cgc__saved_header_t* h, cgc__reader_t* r,
                               const char* func);
 
+/* A saved file's graphs rebuilt in the saving process (restore.c, for a verifying save,
+ * verify.c): each graph's CUgraph and completion event, and the file's modules loaded again for
+ * them (one reference each). */
+typedef struct cgc__rebuilt {
+  size_t n_graphs;
+  CUgraph* graphs;
+  CUevent* done;
+  size_t n_codes;
+  void** codes;
+} cgc__rebuilt_t;
+/* Rebuilds every graph of `data` (the context current); *out is empty on failure. */
+cgc_status_t cgc__graphs_rebuild(struct cgc__device* dev, const void* data, size_t size, cgc__rebuilt_t* out,
+                                 const char* func);
+void cgc__graphs_rebuilt_free(cgc__rebuilt_t* r);
+
+/* A verifying save (verify.c): each of `graphs`, rebuilt from the `size` bytes of `data` it was
+ * saved to, replayed beside the graph itself from the same contents of the saved pools (their
+ * layouts as saved, in the file's order); NOT_SAVABLE, naming where, when the pools differ after.
+ * The context current; no lock held. */
+cgc_status_t cgc__verify_saved(struct cgc__device* dev, const cgc_graph_t* graphs, size_t n_graphs,
+                               const cgc__pool_layout_t* layouts, size_t n_pools, const void* data, size_t size,
+                               const char* func);
+
 #endif /* CGC_SAVED_FILE_H_ */

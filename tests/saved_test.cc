@@ -531,6 +531,60 @@ TEST_F(SavedTest, GraphsRestoredOnSeveralThreadsRunAsOnOneAndAFailureInAPassLeav
   EXPECT_TRUE(Contains(cgc_last_error(), "options->threads is 65")) << cgc_last_error();
 }
 
+// A verifying save (CGC_SAVE_VERIFY) replays each graph beside its rebuild from the saved bytes:
+// a graph whose replays write the same bytes passes, and the pools end as its own replay left
+// them; one whose every replay writes something else (the device's timer) is refused, naming the
+// graph, the pool and the offset, and the pools still end as its own replay left them.
+TEST_F(SavedTest, AVerifyingSaveReplaysEachGraphBesideItsRebuildAndRefusesWhatDiffers) {
+  cgc_pool_t pool = FixedPool();
+  ASSERT_NE(pool, nullptr);
+  cgc_graph_t graph = nullptr;
+  void* out = nullptr;
+  ASSERT_NO_FATAL_FAILURE(CaptureWork(pool, &graph, &out));
+  CGC_ASSERT_OK(cgc_memset_d32_async(out, 0, kN, stream));
+  CGC_ASSERT_OK(cgc_stream_synchronize(stream));
+  cgc_save_options_t verify{};
+  verify.struct_size = sizeof verify;
+  verify.flags = CGC_SAVE_VERIFY;
+  std::vector<uint8_t> bytes = Save({graph}, &verify);
+  ASSERT_FALSE(bytes.empty());
+  std::vector<float> got = Download(Dev(out), kN);
+  for (unsigned k = 0; k < kN; k += 61) ASSERT_EQ(got[k], 3.5f) << "float " << k;  // the graph's replay: 2 + 1 + 0.5
+  // The same bytes as a save without verifying.
+  EXPECT_EQ(Save({graph}), bytes);
+  cgc_save_options_t unknown = verify;
+  unknown.flags = 2;
+  size_t size = 0;
+  EXPECT_EQ(cgc_graphs_save(&graph, 1, &unknown, nullptr, 0, &size), CGC_ERROR_INVALID_ARGUMENT);
+  EXPECT_TRUE(Contains(cgc_last_error(), "options->flags has unknown bits 0x2")) << cgc_last_error();
+
+  cgc_function_t clock = nullptr;
+  CGC_ASSERT_OK(cgc_module_get_function(module, "cgc_test_clock", &clock));
+  cgc_capture_options_t options = Into(pool);
+  CGC_ASSERT_OK(cgc_capture_begin(stream, &options));
+  void* stamp = Malloc(64, stream);
+  void* args[] = {&stamp};
+  CGC_ASSERT_OK(cgc_launch_kernel(clock, 1, 1, 1, 1, 1, 1, 0, stream, args));
+  cgc_graph_t timed = nullptr;
+  CGC_ASSERT_OK(cgc_capture_end(stream, &timed));
+  CGC_ASSERT_OK(cgc_memset_d32_async(stamp, 0, 2, stream));
+  CGC_ASSERT_OK(cgc_stream_synchronize(stream));
+  CGC_ASSERT_OK(cgc_graphs_save(&timed, 1, &verify, nullptr, 0, &size));  // no bytes, nothing replayed
+  std::vector<uint8_t> timed_bytes(size);
+  EXPECT_EQ(cgc_graphs_save(&timed, 1, &verify, timed_bytes.data(), size, &size), CGC_ERROR_NOT_SAVABLE);
+  const std::string why = cgc_last_error();
+  EXPECT_TRUE(Contains(why, "graph 0, rebuilt from the saved bytes, wrote other bytes")) << why;
+  EXPECT_TRUE(Contains(why, "saved pool 0")) << why;
+  EXPECT_TRUE(Contains(why, "differs first at offset")) << why;
+  std::vector<float> words = Download(Dev(stamp), 2);
+  uint64_t stamped = 0;
+  std::memcpy(&stamped, words.data(), sizeof stamped);
+  EXPECT_NE(stamped, 0u);  // what the graph's own replay wrote
+  CGC_ASSERT_OK(cgc_graph_destroy(timed));
+  CGC_ASSERT_OK(cgc_free(stamp));
+  ASSERT_NO_FATAL_FAILURE(GiveBack(graph, out, pool));
+}
+
 // A header written by hand, field by field as src/saved_file.h lays it out, and an 8-byte body:
 // cgc_saved_info reads it without the driver, and names each thing it refuses.
 std::vector<uint8_t> HandMadeFile(uint32_t format, uint32_t byte_order, int64_t size_delta, bool good_checksum) {

@@ -26,6 +26,13 @@ extern "C" __global__ void cgc_test_stamp(uint32_t* p, uint32_t seed, unsigned n
   if (i < n) p[i] = seed * 2654435761u + i;
 }
 
+// Writes the device's nanosecond timer: a kernel whose every replay writes something else.
+extern "C" __global__ void cgc_test_clock(unsigned long long* p) {
+  unsigned long long now;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+  *p = now;
+}
+
 // Spins for about `cycles` clock cycles: makes work that is still running when the host looks.
 extern "C" __global__ void cgc_test_spin(long long cycles) {
   long long start = clock64();

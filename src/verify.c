@@ -1,0 +1,129 @@
+/* A verifying save (1.6, CGC_SAVE_VERIFY): the bytes a save wrote, rebuilt into graphs in the
+ * saving process (restore.c) and each replayed beside the graph it was saved from, from the same
+ * contents of the saved pools; the pools must be byte-equal after both.
+ *
+ * The checks of a save see each node's parameters as the driver reports them; what it does not
+ * report (a preferred cluster size) or what the restore finds another way (a kernel by its
+ * module's key) only shows in what the graphs write. Both graphs use the same addresses, the
+ * saved pools' memory, so one replay of each from the same starting bytes must write the same
+ * bytes. Each graph in turn: the pools' backed bytes copied to the host (`before`), the graph
+ * replayed (an executable instantiated from its own CUgraph, so that no family or launch of the
+ * caller's is touched), its result copied (`want`), `before` copied back, the rebuilt graph
+ * replayed, its result (`got`) compared with `want`, and `want` copied back: the pools end as
+ * the graph's own replay left them.
+ *
+ * Locks: a graph's CUgraph is instantiated under its inspect_lock (and its family's claim for a
+ * member), as a save reads it; the replays and copies hold nothing. Nothing else may run on the
+ * saved pools' memory meanwhile (the contract says so). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "src/saved_file.h"
+
+/* Graph `g`'s own CUgraph instantiated (context current). */
+static cgc_status_t instantiate_original(cgc_graph_t g, CUgraphExec* exec, const char* func) {
+  cgc__mutex_lock(&g->inspect_lock, CGC__LOCK_INSPECT);
+  bool held = false;
+  cgc_status_t st = CGC_SUCCESS;
+  if (g->family != NULL) held = (st = cgc__family_hold(g, func)) == CGC_SUCCESS;
+  if (st == CGC_SUCCESS && g->graph == NULL)
+    st = cgc__fail(CGC_ERROR_INVALID_STATE, func, "graph %p was reset while it was saved", (void*)g);
+  if (st == CGC_SUCCESS) st = cgc__cu_fail(cgc__instantiate(g->graph, exec), func, "cuGraphInstantiateWithFlags");
+  if (held) cgc__family_exit(g);
+  cgc__mutex_unlock(&g->inspect_lock, CGC__LOCK_INSPECT);
+  return st;
+}
+
+/* Every saved pool's backed bytes, into `host` (`to_host`) or from it. */
+static cgc_status_t copy_pools(const cgc__pool_layout_t* layouts, size_t n_pools, unsigned char* host, bool to_host,
+                               const char* func) {
+  for (size_t i = 0; i < n_pools; i++) {
+    const cgc__pool_layout_t* l = &layouts[i];
+    if (l->backed == 0) continue;
+    CGC_TRY(to_host ? CGC_CU(func, cuMemcpyDtoH(host, (CUdeviceptr)l->base, (size_t)l->backed))
+                    : CGC_CU(func, cuMemcpyHtoD((CUdeviceptr)l->base, host, (size_t)l->backed)));
+    host += l->backed;
+  }
+  return CGC_SUCCESS;
+}
+
+/* One replay of `exec` on `stream`, waited for. */
+static cgc_status_t replay(CUgraphExec exec, CUstream stream, const char* func) {
+  CGC_TRY(CGC_CU(func, cuGraphLaunch(exec, stream)));
+  return CGC_CU(func, cuStreamSynchronize(stream));
+}
+
+/* NOT_SAVABLE naming the first byte where `got` differs from `want`, or SUCCESS. */
+static cgc_status_t compare(size_t graph, const cgc__pool_layout_t* layouts, size_t n_pools, const unsigned char* want,
+                            const unsigned char* got, const char* func) {
+  for (size_t i = 0; i < n_pools; i++) {
+    size_t n = (size_t)layouts[i].backed;
+    if (memcmp(want, got, n) != 0) {
+      size_t first = 0, differing = 0;
+      while (want[first] == got[first]) first++;
+      for (size_t b = first; b < n; b++) differing += want[b] != got[b];
+      return cgc__fail(CGC_ERROR_NOT_SAVABLE, func,
+                       "graph %zu, rebuilt from the saved bytes, wrote other bytes than the graph itself: saved pool "
+                       "%zu (base %#llx) differs first at offset %zu, %zu of its %zu backed bytes differ (a launch "
+                       "attribute the driver does not report, another build of a kernel under an added image's key, "
+                       "or replays that are not deterministic)",
+                       graph, i, (unsigned long long)layouts[i].base, first, differing, n);
+    }
+    want += n;
+    got += n;
+  }
+  return CGC_SUCCESS;
+}
+
+cgc_status_t cgc__verify_saved(struct cgc__device* dev, const cgc_graph_t* graphs, size_t n_graphs,
+                               const cgc__pool_layout_t* layouts, size_t n_pools, const void* data, size_t size,
+                               const char* func) {
+  size_t total = 0;
+  for (size_t i = 0; i < n_pools; i++) total += (size_t)layouts[i].backed;
+  cgc__rebuilt_t rebuilt;
+  CGC_TRY(cgc__graphs_rebuild(dev, data, size, &rebuilt, func));
+  /* Copies and stream work that would break a Global capture under way on another thread. */
+  CUstreamCaptureMode mode = cgc__relaxed_begin();
+  unsigned char* before = malloc(total + 1);
+  unsigned char* want = malloc(total + 1);
+  unsigned char* got = malloc(total + 1);
+  CUstream stream = NULL;
+  cgc_status_t st = CGC_SUCCESS;
+  if (before == NULL || want == NULL || got == NULL) {
+    st = cgc__fail(CGC_ERROR_OUT_OF_MEMORY, func, "out of host memory (verifying needs three copies of %zu bytes)",
+                   total);
+    goto out;
+  }
+  CGC_TRY_GOTO(st, CGC_CU(func, cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING)), out);
+  for (size_t gi = 0; gi < n_graphs && st == CGC_SUCCESS; gi++) {
+    CUgraphExec original = NULL, again = NULL;
+    bool have_before = false, have_want = false;
+    st = instantiate_original(graphs[gi], &original, func);
+    if (st == CGC_SUCCESS)
+      st = cgc__cu_fail(cgc__instantiate(rebuilt.graphs[gi], &again), func, "cuGraphInstantiateWithFlags");
+    if (st == CGC_SUCCESS) have_before = (st = copy_pools(layouts, n_pools, before, true, func)) == CGC_SUCCESS;
+    if (st == CGC_SUCCESS) st = replay(original, stream, func);
+    if (st == CGC_SUCCESS) have_want = (st = copy_pools(layouts, n_pools, want, true, func)) == CGC_SUCCESS;
+    if (st == CGC_SUCCESS) st = copy_pools(layouts, n_pools, before, false, func);
+    if (st == CGC_SUCCESS) st = replay(again, stream, func);
+    if (st == CGC_SUCCESS) st = copy_pools(layouts, n_pools, got, true, func);
+    if (st == CGC_SUCCESS) st = compare(gi, layouts, n_pools, want, got, func);
+    /* The pools as the graph's own replay left them (as they were, if it did not run), whatever
+     * the rebuilt one did. */
+    if (have_want || have_before) {
+      cgc_status_t back = copy_pools(layouts, n_pools, have_want ? want : before, false, func);
+      if (st == CGC_SUCCESS) st = back;
+    }
+    if (original != NULL) CGC_RELAXED(CGC_DRV(cuGraphExecDestroy)(original));
+    if (again != NULL) CGC_RELAXED(CGC_DRV(cuGraphExecDestroy)(again));
+    if (st != CGC_SUCCESS) cgc__append(" (verifying the save of graph %zu)", gi);
+  }
+out:
+  if (stream != NULL) CGC_DRV(cuStreamDestroy)(stream);
+  cgc__relaxed_end(mode);
+  free(before);
+  free(want);
+  free(got);
+  cgc__graphs_rebuilt_free(&rebuilt);
+  return st;
+}
