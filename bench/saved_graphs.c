@@ -1,18 +1,19 @@
 /* saved_graphs: graphs that start instantly (1.6). One process captures a set of graphs into a
  * pool at fixed addresses and saves them; a fresh process restores them and replays them.
  *
- *   saved_graphs save FILE [--graphs N] [--nodes K]
+ *   saved_graphs save FILE [--graphs N] [--nodes K] [--verify]
  *       captures N graphs (default 256) of K kernel nodes (default 1000) in 8 topologies, timing
  *       capture + instantiation (the anchor), replays each once and writes its output's checksum
- *       to FILE.ref, then times cgc_graphs_save into FILE.
+ *       to FILE.ref, then times cgc_graphs_save into FILE. With --verify it then times a
+ *       verifying save of the same graphs (CGC_SAVE_VERIFY), which must write the same bytes.
  *   saved_graphs restore FILE [--families] [--threads T]
  *       in a fresh process: times mapping the file + cgc_graphs_restore + the first launch's completion,
  *       then replays every graph and compares its output with FILE.ref (byte-equal, by checksum).
  *       With --families the restore makes families (CGC_RESTORE_FAMILIES): it says how many
  *       executables it made, and times the host side of launching every graph once (each launch
  *       of a member its family's executable does not hold switches it) and of launching one
- *       graph again (no switch), against cuGraphLaunch of the executable it ran. --threads sets cgc_restore_options_t.threads (0, the default: cgc
- *       chooses; 1: the calling thread alone).
+ *       graph again (no switch), against cuGraphLaunch of the executable it ran. --threads sets
+ *       cgc_restore_options_t.threads (0, the default: cgc chooses; 1: the calling thread alone).
  *
  * The kernels come from two modules: the benchmark's fatbin loaded with cgc_module_load (its
  * image goes into the file) and the same fatbin loaded through the driver and added by key with
@@ -57,7 +58,7 @@ static uint64_t checksum_of(uint64_t out, size_t bytes) {
   return h;
 }
 
-static int save(const char* path, int n_graphs, int n_nodes) {
+static int save(const char* path, int n_graphs, int n_nodes, bool verify) {
   cgc_context_t ctx;
   cgc_stream_t stream;
   CGC(cgc_context_create(0, &ctx));
@@ -118,6 +119,19 @@ static int save(const char* path, int n_graphs, int n_nodes) {
   printf("saved_graphs save: %d graphs of %d kernel nodes in 8 topologies, 2 modules\n", n_graphs, n_nodes);
   printf("  capture + instantiate: %.1f ms (%.2f ms a graph)\n", capture_ms, capture_ms / n_graphs);
   printf("  save (two calls: size, then bytes): %.1f ms; file %.1f MiB\n", save_ms, (double)size / MIB);
+  if (verify) {
+    cgc_save_options_t options = {.struct_size = sizeof options, .flags = CGC_SAVE_VERIFY};
+    unsigned char* again = xmalloc(size);
+    size_t again_size = 0;
+    t0 = now_ns();
+    CGC(cgc_graphs_save(graphs, n_graphs, &options, again, size, &again_size));
+    double verify_ms = ms_since(t0);
+    bool same = again_size == size && memcmp(again, bytes, size) == 0;
+    bench_failed_checks += !same;
+    printf("  verifying save (every graph rebuilt from the bytes and replayed beside itself): %.1f ms, %s bytes\n",
+           verify_ms, same ? "the same" : "OTHER");
+    free(again);
+  }
   for (int g = 0; g < n_graphs; g++) CGC(cgc_graph_destroy(graphs[g]));
   for (int g = 0; g < n_graphs; g++) CGC(cgc_free((void*)(uintptr_t)ref[g].out));
   CGC(cgc_pool_release(pool));
@@ -244,13 +258,15 @@ int main(int argc, char** argv) {
   bench_tool = "saved_graphs";
   int n_graphs = 256, n_nodes = 1000;
   if (argc < 3 || (strcmp(argv[1], "save") != 0 && strcmp(argv[1], "restore") != 0)) {
-    fprintf(stderr, "usage: saved_graphs save FILE [--graphs N] [--nodes K] | saved_graphs restore FILE [--families] [--threads T]\n");
+    fprintf(stderr, "usage: saved_graphs save FILE [--graphs N] [--nodes K] [--verify] | saved_graphs restore FILE "
+                    "[--families] [--threads T]\n");
     return 2;
   }
-  bool families = false;
+  bool families = false, verify = false;
   unsigned threads = 0;
   for (int i = 3; i < argc; i++) {
     if (strcmp(argv[i], "--families") == 0) families = true;
+    else if (strcmp(argv[i], "--verify") == 0) verify = true;
     else if (strcmp(argv[i], "--threads") == 0 && i + 1 < argc) threads = (unsigned)atoi(argv[++i]);
     else if (strcmp(argv[i], "--graphs") == 0 && i + 1 < argc) n_graphs = atoi(argv[++i]);
     else if (strcmp(argv[i], "--nodes") == 0 && i + 1 < argc) n_nodes = atoi(argv[++i]);
@@ -273,5 +289,5 @@ int main(int argc, char** argv) {
   CU(cuDeviceGet(&dev, 0));
   CU(cuDevicePrimaryCtxRetain(&primary, dev));
   CU(cuCtxPushCurrent(primary));
-  return strcmp(argv[1], "save") == 0 ? save(argv[2], n_graphs, n_nodes) : restore(argv[2], families, threads);
+  return strcmp(argv[1], "save") == 0 ? save(argv[2], n_graphs, n_nodes, verify) : restore(argv[2], families, threads);
 }
