@@ -171,7 +171,7 @@ var goAPIOfFunction = map[string]any{
 	"cgc_pool_claim":      (*cgc.Pool).Claim,
 	"cgc_pool_create_at":  (*cgc.Context).NewPoolAt,
 
-	"cgc_graphs_save":      cgc.SaveGraphs,
+	"cgc_graphs_save":      cgc.SaveGraphsWith, // and SaveGraphs, its defaults
 	"cgc_saved_info":       cgc.ReadSavedInfo,
 	"cgc_graphs_restore":   (*cgc.Context).RestoreGraphsWith, // and RestoreGraphs, its defaults
 	"cgc_module_add_image": (*cgc.Context).AddModuleImage,
@@ -203,10 +203,13 @@ var (
 		"cgc_segment_info_t":    reflect.TypeOf((*cgc.Segment)(nil)).Elem(),
 		"cgc_block_info_t":      reflect.TypeOf((*cgc.Block)(nil)).Elem(),
 		"cgc_saved_info_t":      reflect.TypeOf((*cgc.SavedInfo)(nil)).Elem(),
-		// 1.6's save options are SaveGraphs's pools parameter and its restore options
-		// RestoreOptions (Families is the flag CGC_RESTORE_FAMILIES, Threads the field threads): the
-		// shim builds both structs.
-		"cgc_save_options_t":    reflect.TypeOf(struct{ Pools []*cgc.Pool }{}),
+		// 1.6's save options are SaveGraphsWith's pools parameter and SaveOptions (Verify is the
+		// flag CGC_SAVE_VERIFY), its restore options RestoreOptions (Families is the flag
+		// CGC_RESTORE_FAMILIES, Threads the field threads): the shim builds both structs.
+		"cgc_save_options_t": reflect.TypeOf(struct {
+			Pools []*cgc.Pool
+			cgc.SaveOptions
+		}{}),
 		"cgc_restore_options_t": reflect.TypeOf((*cgc.RestoreOptions)(nil)).Elem(),
 	}
 	goTypeOfCallback = map[string]reflect.Type{
@@ -343,7 +346,7 @@ func TestArrayAndOutParametersMatchTheHeader(t *testing.T) {
 		// Context.NewPoolAt (1.6): the base crosses as a uintptr_t and reaches C as void*, and
 		// the pool's handle comes back through the out pointer.
 		"cgc_pool_create_at": "i32 ctx:handle:cgc_context_t base:ptr(void) capacity:usize out:ptr(handle:cgc_pool_t)",
-		// SaveGraphs, ReadSavedInfo, RestoreGraphs, AddModuleImage (1.6): arrays of graph and
+		// SaveGraphsWith, ReadSavedInfo, RestoreGraphs, AddModuleImage (1.6): arrays of graph and
 		// pool handles in Go memory, byte slices and their lengths, the size written, and the
 		// info and options structs the shim fills itself.
 		"cgc_graphs_save": "i32 graphs:ptr(handle:cgc_graph_t) n_graphs:usize options:ptr(struct:cgc_save_options_t) " +
@@ -396,6 +399,7 @@ func TestStructsMatchTheHeader(t *testing.T) {
 		"cgc_segment_info_t.first_block": "Blocks", // the segment's blocks themselves
 		"cgc_segment_info_t.n_blocks":    "Blocks",
 		"cgc_save_options_t.n_pools":     "Pools",    // the slice's length
+		"cgc_save_options_t.flags":       "Verify",   // its one flag, CGC_SAVE_VERIFY
 		"cgc_restore_options_t.flags":    "Families", // its one flag, CGC_RESTORE_FAMILIES
 	}
 	sizes := map[string]uintptr{}

@@ -477,6 +477,29 @@ func TestSavedGraphsRefuseBadArguments(t *testing.T) {
 	named("Free of no block", m.Free(), cgc.ErrInvalidArgument, "cgc_free")
 }
 
+// 1.6 without a GPU: a verifying save. SaveGraphsWith, with nil options, the defaults or Verify
+// (CGC_SAVE_VERIFY, which the library takes and then checks the graphs), refuses no graphs and a
+// nil graph as SaveGraphs does (ErrInvalidArgument, naming the call), before it needs the driver.
+func TestVerifyingSaveRefusesAsASaveDoes(t *testing.T) {
+	if err := cgc.Load(); err != nil {
+		t.Fatal(err)
+	}
+	for _, opts := range []*cgc.SaveOptions{nil, {}, {Verify: true}} {
+		data, err := cgc.SaveGraphsWith(nil, nil, opts)
+		if e := asError(t, err, cgc.ErrInvalidArgument); !strings.Contains(e.Message, "cgc_graphs_save") ||
+			!strings.Contains(e.Message, "n_graphs is 0") || data != nil {
+			t.Errorf("SaveGraphsWith(%+v) of no graphs: %d bytes, %q; want the library's refusal", opts, len(data),
+				e.Message)
+		}
+		data, err = cgc.SaveGraphsWith([]*cgc.Graph{nil}, []*cgc.Pool{nil}, opts)
+		if e := asError(t, err, cgc.ErrInvalidArgument); !strings.Contains(e.Message, "cgc_graphs_save") ||
+			!strings.Contains(e.Message, "graphs[0]") || data != nil {
+			t.Errorf("SaveGraphsWith(%+v) of a nil graph: %d bytes, %q; want the library's refusal", opts, len(data),
+				e.Message)
+		}
+	}
+}
+
 // 1.6 without a GPU: families. ShareExecutable refuses a nil graph or leader (ErrInvalidArgument,
 // naming the call and the graph, which it checks first) before it needs the driver; a restore
 // with families or threads reads the bytes first as one without does (more than 64 threads are

@@ -11,7 +11,8 @@
 // and blocks (Context.MemorySnapshot), a pool's free memory claimed at a given address
 // (Pool.Claim), pools whose memory is a virtual range reserved at a given base, which give
 // the same requests the same addresses (Context.NewPoolAt), and graphs of such pools saved to
-// bytes (SaveGraphs, ReadSavedInfo) and rebuilt from them, in another process too, at the same
+// bytes (SaveGraphs, ReadSavedInfo; SaveGraphsWith and SaveOptions.Verify replay each graph
+// beside its rebuild from the bytes) and rebuilt from them, in another process too, at the same
 // addresses (Context.RestoreGraphs, Context.AddModuleImage), and families: graphs of one
 // topology that differ in their nodes' parameters sharing one executable (Graph.ShareExecutable,
 // GraphInfo.FamilySize, RestoreOptions.Families); RestoreOptions.Threads sets how many host

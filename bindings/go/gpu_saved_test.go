@@ -1,10 +1,12 @@
 package cgc_test
 
 // GPU tests of 1.6's saved graphs: a graph of a pool at fixed addresses is saved to bytes and
-// restored at the same addresses once everything it used is gone; graphs that reach memory
-// outside such pools are refused.
+// restored at the same addresses once everything it used is gone; a verifying save replays a
+// deterministic graph beside its rebuild from the bytes; graphs that reach memory outside such
+// pools are refused.
 
 import (
+	"bytes"
 	"math"
 	"testing"
 
@@ -185,6 +187,73 @@ func TestGPUSavedGraphIsRestoredAtTheSameAddresses(t *testing.T) {
 	f.ok(restored.Free())
 	f.ok(s.Synchronize())
 	f.ok(rp.Close())
+	f.closeAll(true)
+}
+
+// A verifying save (SaveGraphsWith, SaveOptions.Verify): the graph rebuilt from the saved bytes
+// and replayed beside the graph itself, from the same contents of its pool, writes the same bytes
+// (affine's graph is deterministic: its own sets write the input and parameters its kernel reads,
+// and nothing else runs on the pool meanwhile), so the save succeeds with the bytes of a save
+// without verifying, and the pool ends as the graph's own replay left it: the output, zeroed
+// before the save, holds 5.5 again. The base is the Go binding's own.
+func TestGPUVerifyingSaveReplaysADeterministicGraphBesideItsRebuild(t *testing.T) {
+	const (
+		base     = cgc.DevicePtr(0x69C000000000)
+		capacity = 64 << 20
+	)
+	f := newFixture(t, 1, 0)
+	s := f.streams[0]
+	module, err := f.ctx.LoadModule(bindingTestsPTX(t))
+	f.ok(err)
+	t.Cleanup(func() { _ = module.Close() })
+	affine, err := module.Function("affine")
+	f.ok(err)
+	pool, err := f.ctx.NewPoolAt(base, capacity)
+	if err != nil {
+		t.Fatalf("NewPoolAt(%#x, %d): %v", base, capacity, err)
+	}
+	t.Cleanup(func() { _ = pool.Close() })
+	g, out := captureAffineInPool(f, s, affine, pool)
+	at := out.Ptr()
+	f.ok(g.Launch(s))
+	first := readFloats(f, s, at)
+	for i, x := range first {
+		if x != 5.5 {
+			t.Fatalf("first replay: [%d] = %v, want 1.5 * 2 + 2 + 0.5", i, x)
+		}
+	}
+	plain, err := cgc.SaveGraphs([]*cgc.Graph{g}, nil)
+	f.ok(err)
+
+	// The output zeroed, the set finished before the save copies the pool.
+	f.ok(cgc.Memset32(at, 0, workCount, s))
+	f.ok(s.Synchronize())
+	verify := &cgc.SaveOptions{Verify: true}
+	data, err := cgc.SaveGraphsWith([]*cgc.Graph{g}, nil, verify)
+	if err != nil {
+		t.Fatalf("SaveGraphsWith with Verify: %v", err)
+	}
+	if !bytes.Equal(data, plain) {
+		t.Errorf("a verifying save wrote other bytes (%d bytes, %d without verifying)", len(data), len(plain))
+	}
+	// Whatever the save copied back to the pool has landed before the stream reads it.
+	f.ok(f.ctx.Synchronize())
+	if got := readFloats(f, s, at); !equalBits(got, first) {
+		t.Errorf("after the verifying save the output holds %v..., want the graph's own replay %v...", got[:4],
+			first[:4])
+	}
+	// The graph's pool named again among the extra pools: saved once, verified as before.
+	again, err := cgc.SaveGraphsWith([]*cgc.Graph{g}, []*cgc.Pool{pool}, verify)
+	f.ok(err)
+	if info, err := cgc.ReadSavedInfo(again); err != nil || info.NPools != 1 {
+		t.Errorf("a verifying save with its own pool again: %+v, %v; want 1 pool", info, err)
+	}
+
+	f.ok(g.Destroy())
+	f.ok(out.Free())
+	f.ok(s.Synchronize())
+	f.ok(pool.Close())
+	f.ok(module.Close())
 	f.closeAll(true)
 }
 

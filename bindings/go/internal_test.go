@@ -247,6 +247,55 @@ func TestSavedGraphsForeignAndClosedHandles(t *testing.T) {
 	}
 }
 
+// 1.6: a verifying save. SaveOptions.Verify is the header's CGC_SAVE_VERIFY in
+// cgc_save_options_t.flags (nil options and the defaults: 0); SaveGraphsWith of a closed graph or
+// pool never reaches C, and a pointer that is no cgc graph is refused by the library
+// (ErrInvalidHandle naming graphs[0]) with Verify as without: the library takes the flag and
+// checks the graphs next.
+func TestVerifyingSaveFlagsAndForeignAndClosedHandles(t *testing.T) {
+	if err := Load(); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		opts *SaveOptions
+		want uint32
+	}{{nil, 0}, {&SaveOptions{}, 0}, {&SaveOptions{Verify: true}, 1}} {
+		if got := uint32(c.opts.flags()); got != c.want {
+			t.Errorf("the flags of %+v are %#x, want %#x", c.opts, got, c.want)
+		}
+	}
+	var ce *Error
+	verify := &SaveOptions{Verify: true}
+	_, err := SaveGraphsWith([]*Graph{{closed: true}}, nil, verify)
+	if !errors.As(err, &ce) || ce.Status != ErrInvalidHandle || !strings.Contains(ce.Message, "closed") ||
+		!strings.Contains(ce.Message, "SaveGraphsWith") {
+		t.Errorf("SaveGraphsWith of a closed graph: %v, want ErrInvalidHandle naming SaveGraphsWith", err)
+	}
+	_, err = SaveGraphsWith([]*Graph{nil}, []*Pool{{closed: true}}, verify)
+	if !errors.As(err, &ce) || ce.Status != ErrInvalidHandle || !strings.Contains(ce.Message, "closed") ||
+		!strings.Contains(ce.Message, "SaveGraphsWith") {
+		t.Errorf("SaveGraphsWith with a closed pool: %v, want ErrInvalidHandle naming SaveGraphsWith", err)
+	}
+
+	var memory [32]uint64
+	for i := range memory {
+		memory[i] = 0x5a5a5a5a5a5a5a5a
+	}
+	foreignGraph, foreignPool := &Graph{}, &Pool{}
+	*(*unsafe.Pointer)(unsafe.Pointer(&foreignGraph.h)) = unsafe.Pointer(&memory[0])
+	*(*unsafe.Pointer)(unsafe.Pointer(&foreignPool.h)) = unsafe.Pointer(&memory[0])
+	for _, pools := range [][]*Pool{nil, {foreignPool}} {
+		for _, opts := range []*SaveOptions{nil, verify} {
+			_, err = SaveGraphsWith([]*Graph{foreignGraph}, pools, opts)
+			if !errors.As(err, &ce) || ce.Status != ErrInvalidHandle || !strings.Contains(ce.Message, "cgc_graphs_save") ||
+				!strings.Contains(ce.Message, "graphs[0]") {
+				t.Errorf("SaveGraphsWith(%+v) of a foreign graph (pools %v): %v, want ErrInvalidHandle naming graphs[0]",
+					opts, pools, err)
+			}
+		}
+	}
+}
+
 // 1.6: families. ShareExecutable with a closed graph or leader never reaches C; a pointer that is
 // no cgc graph is refused by the library (ErrInvalidHandle, naming the call), the graph before
 // the leader; RestoreGraphsWith on a closed context never reaches C either.

@@ -85,12 +85,53 @@ func ReadSavedInfo(data []byte) (SavedInfo, error) {
 // updates): the message names the graph, the node, its kind, the kernel and the argument.
 // ErrInvalidArgument for no graphs or a nil one, or a pool in pools not at fixed addresses;
 // ErrInvalidState for a reset graph; ErrNotSupported before a CUDA 12.4 driver. Not while
-// another goroutine updates, resets or destroys one of the graphs.
+// another goroutine updates, resets or destroys one of the graphs. SaveGraphsWith saves with
+// options (a verifying save).
 func SaveGraphs(graphs []*Graph, pools []*Pool) ([]byte, error) {
-	const op = "SaveGraphs"
+	return saveGraphs("SaveGraphs", graphs, pools, nil)
+}
+
+// SaveOptions are the options of SaveGraphsWith (cgc_save_options_t; its pools are
+// SaveGraphsWith's pools parameter).
+type SaveOptions struct {
+	// Verify (CGC_SAVE_VERIFY in cgc_save_options_t.flags): after the bytes are written, each
+	// graph is rebuilt from them in this process (its modules loaded again from the bytes or by
+	// key) and replayed beside the graph itself from the same contents of the saved pools; their
+	// replays must leave the pools byte-equal, or the save fails with ErrNotSavable naming the
+	// graph, the pool and the first differing offset. It catches what the save's checks cannot
+	// see (a launch attribute the driver does not report, an image under a key that builds
+	// another kernel). Each graph is replayed twice and the pools are left as the graph's own
+	// replay left them; the saved pools' backed bytes are copied to host memory three times over.
+	// Only while nothing else runs on the saved pools' memory; graphs whose replays are not
+	// deterministic (a timer, a race) fail it.
+	Verify bool
+}
+
+// flags is cgc_save_options_t.flags for opts (nil: the defaults).
+func (opts *SaveOptions) flags() C.uint {
+	var flags C.uint
+	if opts != nil && opts.Verify {
+		flags |= C.CGC_SAVE_VERIFY
+	}
+	return flags
+}
+
+// SaveGraphsWith (1.6) is SaveGraphs with options: with opts.Verify (CGC_SAVE_VERIFY), once the
+// bytes are written each graph is rebuilt from them and replayed beside the graph itself from
+// the same contents of the saved pools, and the save fails with ErrNotSavable (naming the graph,
+// the pool and the first differing offset) when their replays leave other bytes; the pools end
+// as the graph's own replay left them. The graphs must be deterministic, and nothing else may run
+// on the saved pools' memory meanwhile. The bytes are those of a save without verifying. A nil
+// opts means the defaults.
+func SaveGraphsWith(graphs []*Graph, pools []*Pool, opts *SaveOptions) ([]byte, error) {
+	return saveGraphs("SaveGraphsWith", graphs, pools, opts)
+}
+
+func saveGraphs(op string, graphs []*Graph, pools []*Pool, opts *SaveOptions) ([]byte, error) {
 	if err := Load(); err != nil {
 		return nil, err
 	}
+	flags := opts.flags()
 	// One entry more than needed, so that C gets an array even for a count of 0: the library
 	// then refuses the count itself, not a NULL array.
 	gh := make([]C.cgc_graph_t, len(graphs)+1)
@@ -113,16 +154,17 @@ func SaveGraphs(graphs []*Graph, pools []*Pool) ([]byte, error) {
 	defer runtime.KeepAlive(pools)
 	var size C.size_t
 	var msg *C.char
-	if err := check(C.cgcgo_graphs_save(&gh[0], C.size_t(len(graphs)), &ph[0], C.size_t(len(pools)), nil, 0, &size,
-		&msg), msg); err != nil {
+	// Asking for the size replays nothing, also for a verifying save.
+	if err := check(C.cgcgo_graphs_save(&gh[0], C.size_t(len(graphs)), &ph[0], C.size_t(len(pools)), flags, nil, 0,
+		&size, &msg), msg); err != nil {
 		return nil, err
 	}
 	for {
 		buffer := make([]byte, int(size))
 		capacity := size
 		var msg *C.char
-		st := C.cgcgo_graphs_save(&gh[0], C.size_t(len(graphs)), &ph[0], C.size_t(len(pools)), bytesFor(buffer),
-			capacity, &size, &msg)
+		st := C.cgcgo_graphs_save(&gh[0], C.size_t(len(graphs)), &ph[0], C.size_t(len(pools)), flags,
+			bytesFor(buffer), capacity, &size, &msg)
 		if st == C.CGC_ERROR_INVALID_ARGUMENT && size > capacity {
 			C.free(unsafe.Pointer(msg))
 			continue // the pools' blocks grew in between: size says how much is needed now

@@ -541,12 +541,13 @@ cgc_status_t cgcgo_memory_snapshot(cgc_context_t ctx, cgcgo_segment_t* segments,
 /* ---- 1.6: saved graphs ---- */
 
 cgc_status_t cgcgo_graphs_save(const cgc_graph_t* graphs, size_t n_graphs, const cgc_pool_t* pools, size_t n_pools,
-                               void* buffer, size_t capacity, size_t* size, char** msg) {
+                               unsigned flags, void* buffer, size_t capacity, size_t* size, char** msg) {
   cgc_save_options_t o;
   memset(&o, 0, sizeof o);
   o.struct_size = sizeof o;
   o.pools = pools;
   o.n_pools = n_pools;
+  o.flags = flags;
   CALL(api->cgc_graphs_save(graphs, n_graphs, &o, buffer, capacity, size));
 }
 cgc_status_t cgcgo_saved_info(const void* data, size_t size, cgc_saved_info_t* info, char** msg) {

@@ -51,15 +51,17 @@ or of a pool) with its blocks (Block, in a BlockState: FREE, ALLOCATED or WAITIN
 pool back to a state it had), and ``cgc.Pool.at(ctx, base, capacity)`` makes a pool whose memory
 is a virtual range reserved at ``base``, so that the same requests in the same order get the same
 addresses. Graphs of such pools can be saved: ``data = cgc.save_graphs(graphs, pools)`` writes
-them, with their kernels and the layout of their pools, to bytes that ``cgc.saved_info(data)``
-describes without a driver and ``ctx.restore_graphs(data)`` rebuilds (in another process on the
-same architecture and driver version) into new Graphs and Pools at the same addresses, ready to
-launch; ``ctx.add_module_image(key, image)`` names a module cgc did not load by a key. Graphs of
-one topology that differ in their nodes' parameters (one per batch size) can share one executable
-(families): ``g.share_executable(leader)`` makes g a member of leader's family, the executable
-updated in place to a member's nodes before its launch (``info().family_size``,
-``info().family_result``), and ``ctx.restore_graphs(data, families=True)`` makes restored graphs of
-one structure share theirs (``threads=`` sets how many host threads build and instantiate them).
+them, with their kernels and the layout of their pools (``verify=True`` replays each graph beside
+its rebuild from the bytes, failing when they write different bytes), to bytes that
+``cgc.saved_info(data)`` describes without a driver and ``ctx.restore_graphs(data)`` rebuilds (in
+another process on the same architecture and driver version) into new Graphs and Pools at the
+same addresses, ready to launch; ``ctx.add_module_image(key, image)`` names a module cgc did not
+load by a key. Graphs of one topology that differ in their nodes' parameters (one per batch size)
+can share one executable (families): ``g.share_executable(leader)`` makes g a member of leader's
+family, the executable updated in place to a member's nodes before its launch
+(``info().family_size``, ``info().family_result``), and ``ctx.restore_graphs(data,
+families=True)`` makes restored graphs of one structure share theirs (``threads=`` sets how many
+host threads build and instantiate them).
 
 Errors are ``cgc.Error`` (``.status`` is a ``cgc.Status`` or, for a code this module does not
 know, the raw int; ``.message`` is cgc_last_error() copied right after the failing call, on the
@@ -104,7 +106,7 @@ __all__ = [
     # 1.6: the status that goes with the last message; the device's segments and blocks; saved
     # graphs; families (Graph.share_executable, restore_graphs(families=True))
     "last_status", "memory_snapshot", "Segment", "Block", "BlockState", "save_graphs", "saved_info", "SavedInfo",
-    "RESTORE_FAMILIES",
+    "RESTORE_FAMILIES", "SAVE_VERIFY",
 ]
 
 # The header's CGC_VERSION that this module was written against: cgc_get_api hands an older
@@ -118,6 +120,8 @@ CAPTURE_UPLOAD = 0x1
 CAPTURE_AUTO_FREE_ON_LAUNCH = 0x2
 # 1.6: restore_options_t.flags: restored graphs of one structure share one executable (a family)
 RESTORE_FAMILIES = 0x1
+# 1.6: save_options_t.flags: each saved graph is replayed beside its rebuild from the saved bytes
+SAVE_VERIFY = 0x1
 # 1.1: page-locked host memory (HostBuffer) ...
 HOST_WRITE_COMBINED = 0x1  # allocate: fast for the GPU to read, very slow for the CPU to read
 HOST_READ_ONLY = 0x2  # register: the device only reads it
@@ -390,10 +394,11 @@ class block_info_t(ctypes.Structure):
 
 
 class save_options_t(_Sized):
-    """cgc_save_options_t (1.6): more pools at fixed addresses to save with the graphs."""
+    """cgc_save_options_t (1.6): more pools at fixed addresses to save with the graphs; flags
+    SAVE_VERIFY (each graph replayed beside its rebuild from the saved bytes), or 0."""
 
     _fields_ = [("struct_size", ctypes.c_size_t), ("pools", ctypes.POINTER(ctypes.c_void_p)),
-                ("n_pools", ctypes.c_size_t)]
+                ("n_pools", ctypes.c_size_t), ("flags", ctypes.c_uint)]
 
 
 class saved_info_t(_Sized):
@@ -940,7 +945,7 @@ def saved_info(data):
                      i.n_modules, i.n_nodes, i.pool_bytes, i.image_bytes)
 
 
-def save_graphs(graphs, pools=(), path=None):
+def save_graphs(graphs, pools=(), path=None, verify=False):
     """1.6: `graphs` (a Graph or a sequence of them, captured by cgc, none reset) and what rebuilding
     them needs, as bytes (cgc_graphs_save, asked first for the size, then for the bytes), also
     written to the file `path` when given: each graph's nodes and edges; its kernels' module
@@ -959,7 +964,18 @@ def save_graphs(graphs, pools=(), path=None):
     changed by set_kernel_enabled or set_kernel_args): the message names the graph, the node,
     its kind, the kernel and the argument. InvalidArgumentError for no graphs or a pool not at
     fixed addresses, InvalidStateError for an empty (reset) Graph, NotSupportedError before a
-    CUDA 12.4 driver. Not while another thread updates, resets or closes one of the graphs."""
+    CUDA 12.4 driver. Not while another thread updates, resets or closes one of the graphs.
+
+    verify=True (SAVE_VERIFY, save_options_t.flags): after the bytes are written, each graph is
+    rebuilt from them in this process (its modules loaded again from the bytes or by key) and
+    replayed beside the graph itself from the same contents of the saved pools; their replays must
+    leave the pools byte-equal, or the save raises NotSavableError naming the graph, the pool and
+    the first differing offset. It catches what the checks cannot see (a launch attribute the
+    driver does not report, an image under a key that builds another kernel). Each graph is
+    replayed twice and the pools are left as the graph's own replay left them; the saved pools'
+    backed bytes are copied to host memory three times over. Only while nothing else runs on the
+    saved pools' memory; graphs whose replays are not deterministic (a timer, a race) fail it. The
+    bytes are those of a save without verifying."""
     func = "cgc_graphs_save"
     graphs = [graphs] if isinstance(graphs, Graph) else list(graphs)
     pools = [pools] if isinstance(pools, Pool) else list(pools)
@@ -969,8 +985,10 @@ def save_graphs(graphs, pools=(), path=None):
                 raise _bad_argument(func, "%s[%d] is a %s, not a cgc.%s", what, i, type(obj).__name__, cls.__name__)
     graph_handles = (ctypes.c_void_p * max(len(graphs), 1))(*[g.handle for g in graphs])
     pool_handles = (ctypes.c_void_p * max(len(pools), 1))(*[p.handle for p in pools])
-    opts = save_options_t(pools=ctypes.cast(pool_handles, _hp) if pools else None, n_pools=len(pools))
+    opts = save_options_t(pools=ctypes.cast(pool_handles, _hp) if pools else None, n_pools=len(pools),
+                          flags=SAVE_VERIFY if verify else 0)
     lib, size = api(), ctypes.c_size_t(0)
+    # Asking for the size replays nothing, also for a verifying save.
     _check(lib.cgc_graphs_save(graph_handles, len(graphs), ctypes.byref(opts), None, 0, ctypes.byref(size)))
     while True:
         capacity = size.value

@@ -965,10 +965,12 @@ class PoolAtBadCallTest(ExpectMixin, unittest.TestCase):
 
 class SavedGraphsBadCallTest(ExpectMixin, unittest.TestCase):
     """1.6 without a GPU: cgc_graphs_save refuses a NULL size, no graphs, a NULL buffer with a
-    capacity, bad options, a NULL graph (INVALID_ARGUMENT) and a foreign one (INVALID_HANDLE) by
-    name before it needs the driver; cgc_saved_info needs no driver at all: bytes that are no
-    saved buffer are SAVED_MISMATCH; cgc_graphs_restore and cgc_module_add_image refuse a NULL and
-    a foreign context by name; and the binding refuses what is no Graph, Pool or bytes itself."""
+    capacity, bad options (flags other than SAVE_VERIFY among them), a NULL graph
+    (INVALID_ARGUMENT) and a foreign one (INVALID_HANDLE) by name before it needs the driver, and
+    takes SAVE_VERIFY, which save_graphs(verify=True) passes; cgc_saved_info needs no driver at
+    all: bytes that are no saved buffer are SAVED_MISMATCH; cgc_graphs_restore and
+    cgc_module_add_image refuse a NULL and a foreign context by name; and the binding refuses what
+    is no Graph, Pool or bytes itself."""
 
     GARBAGE = bytes((i * 37 + 11) & 0xFF for i in range(256))
 
@@ -978,9 +980,9 @@ class SavedGraphsBadCallTest(ExpectMixin, unittest.TestCase):
         foreign_graphs, foreign_pools = (ctypes.c_void_p * 1)(FOREIGN), (ctypes.c_void_p * 1)(FOREIGN)
         buffer = ctypes.create_string_buffer(64)
 
-        def options(pools=None, n_pools=0, struct_size=None):
+        def options(pools=None, n_pools=0, struct_size=None, flags=0):
             o = cgc.save_options_t(pools=ctypes.cast(pools, ctypes.POINTER(ctypes.c_void_p)) if pools else None,
-                                   n_pools=n_pools)
+                                   n_pools=n_pools, flags=flags)
             if struct_size is not None:
                 o.struct_size = struct_size
             return ctypes.byref(o)
@@ -994,9 +996,51 @@ class SavedGraphsBadCallTest(ExpectMixin, unittest.TestCase):
                 (foreign_graphs, 1, options(struct_size=0), buffer, 64, cgc.Status.INVALID_ARGUMENT, "struct_size"),
                 (foreign_graphs, 1, options(None, 1), buffer, 64, cgc.Status.INVALID_ARGUMENT, "pools"),
                 (null_graphs, 1, options(), None, 0, cgc.Status.INVALID_ARGUMENT, "graphs"),
-                (foreign_graphs, 1, options(foreign_pools, 1), buffer, 64, cgc.Status.INVALID_HANDLE, "graphs[0]")):
+                (foreign_graphs, 1, options(foreign_pools, 1), buffer, 64, cgc.Status.INVALID_HANDLE, "graphs[0]"),
+                # Flags other than SAVE_VERIFY are refused, SAVE_VERIFY is taken (the graphs are
+                # checked next), with a buffer or without.
+                (foreign_graphs, 1, options(flags=2), buffer, 64, cgc.Status.INVALID_ARGUMENT,
+                 "options->flags has unknown bits 0x2"),
+                (foreign_graphs, 1, options(flags=cgc.SAVE_VERIFY | 4), None, 0, cgc.Status.INVALID_ARGUMENT,
+                 "options->flags has unknown bits 0x4"),
+                (foreign_graphs, 1, options(flags=cgc.SAVE_VERIFY), buffer, 64, cgc.Status.INVALID_HANDLE, "graphs[0]"),
+                (foreign_graphs, 1, options(foreign_pools, 1, flags=cgc.SAVE_VERIFY), None, 0,
+                 cgc.Status.INVALID_HANDLE, "graphs[0]")):
             self.expect(status, "cgc_graphs_save",
                         lambda: lib.cgc_graphs_save(graphs, n, opts, buf, capacity, ctypes.byref(size)), words)
+
+    def test_a_verifying_save_passes_save_verify(self):
+        # SAVE_VERIFY is the header's flag; save_graphs(verify=...) hands cgc_graphs_save the
+        # options with it (seen by a stand-in that calls the library's own function), and the
+        # library then refuses a foreign graph as without it.
+        self.assertEqual(cgc.SAVE_VERIFY, 1)
+        self.assertIn("SAVE_VERIFY", cgc.__all__)
+        opts = cgc.save_options_t()
+        self.assertEqual((opts.struct_size, opts.n_pools, opts.flags), (ctypes.sizeof(cgc.save_options_t), 0, 0))
+        self.assertEqual(cgc.save_options_t(flags=cgc.SAVE_VERIFY).flags, 1)
+        lib = cgc.api()
+        real, seen = lib.cgc_graphs_save, []
+
+        def stand_in(graphs, n_graphs, options, buffer, capacity, size):
+            seen.append((n_graphs, options._obj.n_pools, options._obj.flags, buffer, capacity))
+            return real(graphs, n_graphs, options, buffer, capacity, size)
+
+        graph, pool = cgc.Graph(), foreign(cgc.Pool)
+        graph._h = FOREIGN
+        lib.cgc_graphs_save = stand_in
+        try:
+            for verify, flags in ((False, 0), (True, cgc.SAVE_VERIFY)):
+                for pools in ((), [pool]):
+                    del seen[:]
+                    self.expect_raise(cgc.InvalidHandleError, "cgc_graphs_save",
+                                      lambda: cgc.save_graphs(graph, pools, verify=verify), "graphs[0]")
+                    # The size is asked first (no buffer), and refused there.
+                    self.assertEqual(seen, [(1, len(pools), flags, None, 0)], "verify=%r" % verify)
+            self.expect_raise(cgc.InvalidArgumentError, "cgc_graphs_save", lambda: cgc.save_graphs([], verify=True),
+                              "n_graphs is 0")
+        finally:
+            lib.cgc_graphs_save = real
+            forget(graph, pool)
 
     def test_saved_info_of_bytes_that_are_no_saved_buffer(self):
         lib, info = cgc.api(), cgc.saved_info_t()
@@ -2428,13 +2472,15 @@ class GpuPoolAtTest(unittest.TestCase):
 class GpuSavedGraphsTest(unittest.TestCase):
     """1.6 on a GPU: a graph of a pool at fixed addresses, with the bindings' test kernel affine
     (tests/kernels/binding_tests.ptx: out = in * params[0] + params[1] + bias), saved and restored
-    at the same addresses; graphs that reach memory outside such pools are not savable."""
+    at the same addresses, and saved with verification; graphs that reach memory outside such
+    pools are not savable."""
 
     # The Python binding's own bases (Rust's and Go's tests use others), in case bindings' tests
     # ever share a process.
     BASE = 0x6A0000000000
     OTHER_BASE = 0x6A4000000000
     FAMILY_BASE = 0x6A8000000000
+    VERIFY_BASE = 0x6AC000000000
     CAPACITY = 64 << 20
     N = 4096
 
@@ -2624,6 +2670,38 @@ class GpuSavedGraphsTest(unittest.TestCase):
             cgc.free(out)
         s.synchronize()
         pools[0].close()
+
+    def test_a_verifying_save_replays_a_deterministic_graph_beside_its_rebuild(self):
+        # save_graphs(verify=True): the graph rebuilt from the saved bytes and replayed beside the
+        # graph itself, from the same contents of its pool, writes the same bytes (affine's graph
+        # is deterministic: its own sets write the input and parameters its kernel reads, and
+        # nothing else runs on the pool meanwhile), so the save succeeds with the bytes of a save
+        # without verifying, and the pool ends as the graph's own replay left it: the output,
+        # zeroed before the save, holds 5.5 again.
+        s = self.stream
+        pool = cgc.Pool.at(self.ctx, self.VERIFY_BASE, self.CAPACITY)
+        g, out = self.capture_in(pool)
+        g.replay()
+        first = self.read(out)
+        self.assertEqual(set(first), {5.5}, "1.5 * 2 + 2 + 0.5")
+        plain = cgc.save_graphs(g)
+
+        # The output zeroed, the set finished before the save copies the pool.
+        s.memset_d32(out, 0, self.N)
+        s.synchronize()
+        data = cgc.save_graphs(g, verify=True)
+        self.assertEqual(data, plain, "a verifying save writes the bytes of a save without verifying")
+        # Whatever the save copied back to the pool has landed before the stream reads it.
+        self.ctx.synchronize()
+        self.assertEqual([self.bits(x) for x in self.read(out)], [self.bits(x) for x in first],
+                         "the pool ends as the graph's own replay left it")
+        # The graph's pool named again among the extra pools: saved once, verified as before.
+        self.assertEqual(cgc.saved_info(cgc.save_graphs(g, [pool], verify=True)).n_pools, 1)
+
+        g.close()
+        cgc.free(out)
+        s.synchronize()
+        pool.close()
 
     def test_a_graph_of_an_ordinary_pool_is_not_savable(self):
         # A graph captured into an ordinary pool (its memory not at fixed addresses) is refused

@@ -61,7 +61,9 @@
 //! memory, at its address (to put a pool back to a state it had), and [`Pool::create_at`] makes
 //! a pool whose memory is a virtual range reserved at a given base, so that the same requests in
 //! the same order get the same addresses. Graphs whose memory lies in such pools can be saved:
-//! [`save_graphs`] writes them, with their kernels and the layout of their pools, to bytes that
+//! [`save_graphs`] writes them, with their kernels and the layout of their pools (and
+//! [`save_graphs_with`] with [`SaveOptions::with_verify`] replays each graph beside its rebuild
+//! from those bytes, failing when they write different bytes), to bytes that
 //! [`SavedInfo::read`] describes without a driver and [`Context::restore_graphs`] rebuilds (in
 //! another process on the same architecture and driver version) into new [`Graph`]s and
 //! [`Pool`]s at the same addresses, ready to launch; [`Context::add_module_image`] names a module

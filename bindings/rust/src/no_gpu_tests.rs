@@ -18,7 +18,7 @@ use crate::{
     api, sys, AccessPolicy, AccessProperty, BarrierScope, BlockState, CaptureMode,
     CaptureOptions, Comm, ConditionalBodies, ConditionalKind, Context, DeviceBuffer, Error, Function, FunctionAttribute, Graph, GraphInfo,
     GraphUpdate, HostBuffer, HostRegistration, KernelArg, LaunchConfig, MemOp, Module, NcclMemory, Pool, PoolId,
-    RestoreOptions, Result, Status, Stream, WaitCondition, WAIT_FLUSH,
+    RestoreOptions, Result, SaveOptions, Status, Stream, WaitCondition, WAIT_FLUSH,
 };
 
 fn loaded_api() -> &'static sys::cgc_api_t {
@@ -799,6 +799,45 @@ fn saved_graphs_refuse_bad_arguments_by_name() {
     let e = ctx.add_module_image("a\0b", &garbage).expect_err("a key with a NUL byte");
     assert_eq!(e.status(), Some(Status::InvalidArgument), "{}", e);
     assert!(e.message().contains("cgc_module_add_image") && e.message().contains("NUL"), "{}", e);
+}
+
+/// 1.6: a verifying save: SaveOptions::with_verify sets the header's CGC_SAVE_VERIFY and nothing
+/// else (the pools are save_graphs_with's parameter), and a save with it refuses no graphs, a NULL
+/// graph and a pointer that is no cgc graph by name as one without does: the library takes the
+/// flag and checks the graphs next, before it needs the driver.
+#[test]
+fn a_verifying_save_passes_the_headers_flag_and_refuses_as_a_save_does() {
+    assert_eq!(sys::CGC_SAVE_VERIFY, 1);
+    assert!(!SaveOptions::new().verify);
+    let raw = SaveOptions::new().to_raw();
+    assert_eq!((raw.struct_size, raw.n_pools, raw.flags), (std::mem::size_of::<sys::cgc_save_options_t>(), 0, 0));
+    assert!(raw.pools.is_null());
+    let raw = SaveOptions::new().with_verify(true).to_raw();
+    assert_eq!((raw.struct_size, raw.n_pools, raw.flags), (std::mem::size_of::<sys::cgc_save_options_t>(), 0, 1));
+    assert!(raw.pools.is_null());
+    assert_eq!(SaveOptions::new().with_verify(true).with_verify(false), SaveOptions::default());
+
+    let verify = SaveOptions::new().with_verify(true);
+    assert_refused(crate::save_graphs_with(&[], &[], &verify), Status::InvalidArgument, "cgc_graphs_save");
+    let graph = null_graph();
+    let e = crate::save_graphs_with(&[&graph], &[], &verify).expect_err("a NULL graph");
+    assert_eq!(e.status(), Some(Status::InvalidArgument), "{}", e);
+    assert!(e.message().contains("cgc_graphs_save") && e.message().contains("graphs[0]"), "{}", e);
+    let mut not_an_object = [0x5a5a_5a5a_5a5a_5a5a_u64; 32];
+    let foreign_graph = Graph {
+        raw: not_an_object.as_mut_ptr() as sys::cgc_graph_t,
+        api: loaded_api(),
+    };
+    let pool = null_pool();
+    for pools in [&[][..], &[&pool][..]] {
+        for options in [SaveOptions::new(), verify] {
+            let e = crate::save_graphs_with(&[&foreign_graph], pools, &options).expect_err("a foreign graph");
+            assert_eq!(e.status(), Some(Status::InvalidHandle), "{:?}: {}", options, e);
+            assert!(e.message().contains("cgc_graphs_save") && e.message().contains("graphs[0]"), "{}", e);
+        }
+    }
+    // Not destroyed: the library would only refuse it (it is no graph of its).
+    std::mem::forget(foreign_graph);
 }
 
 /// 1.6: families: share_executable refuses a NULL graph or leader (INVALID_ARGUMENT) and a

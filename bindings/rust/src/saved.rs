@@ -4,6 +4,8 @@
 //! [`Context::restore_graphs_with`] and [`RestoreOptions::with_families`], graphs of one structure
 //! share one executable; [`RestoreOptions::with_threads`] sets how many host threads build and
 //! instantiate them), and [`Context::add_module_image`] names a module cgc did not load by a key.
+//! [`save_graphs_with`] and [`SaveOptions::with_verify`] verify a save: each graph rebuilt from
+//! the bytes in this process and replayed beside the graph itself must write the same bytes.
 
 use super::*;
 
@@ -86,19 +88,72 @@ impl SavedInfo {
 /// addresses; [`Status::InvalidState`] for a reset graph; [`Status::NotSupported`] before a CUDA
 /// 12.4 driver. A pool named twice is saved once. Not while another thread
 /// updates, resets or destroys one of the graphs (the borrows rule out this process's own).
+/// [`save_graphs_with`] saves with options (a verifying save).
 pub fn save_graphs(graphs: &[&Graph], pools: &[&Pool]) -> Result<Vec<u8>> {
+    save_graphs_with(graphs, pools, &SaveOptions::new())
+}
+
+/// Options of [`save_graphs_with`] (`cgc_save_options_t`; its pools are the `pools` parameter).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SaveOptions {
+    /// After the bytes are written, each graph is rebuilt from them in this process (its modules
+    /// loaded again from the bytes or by key) and replayed beside the graph itself from the same
+    /// contents of the saved pools; their replays must leave the pools byte-equal, or the save
+    /// fails with [`Status::NotSavable`] naming the graph, the pool and the first differing
+    /// offset. It catches what the save's checks cannot see (a launch attribute the driver does
+    /// not report, an image under a key that builds another kernel). Each graph is replayed
+    /// twice and the pools are left as the graph's own replay left them; the saved pools' backed
+    /// bytes are copied to host memory three times over. Only while nothing else runs on the
+    /// saved pools' memory; graphs whose replays are not deterministic (a timer, a race) fail
+    /// it. `CGC_SAVE_VERIFY`.
+    pub verify: bool,
+}
+
+impl SaveOptions {
+    /// The defaults: the bytes written, nothing replayed.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// With each graph rebuilt from the saved bytes and replayed beside the graph itself, the
+    /// save failing ([`Status::NotSavable`]) when they write different bytes (`CGC_SAVE_VERIFY`).
+    pub fn with_verify(mut self, verify: bool) -> Self {
+        self.verify = verify;
+        self
+    }
+
+    /// The C struct, without extra pools ([`save_graphs_with`] sets `pools` and `n_pools`).
+    pub fn to_raw(&self) -> sys::cgc_save_options_t {
+        sys::cgc_save_options_t {
+            struct_size: std::mem::size_of::<sys::cgc_save_options_t>(),
+            pools: ptr::null(),
+            n_pools: 0,
+            flags: if self.verify { sys::CGC_SAVE_VERIFY } else { 0 },
+        }
+    }
+}
+
+/// 1.6: [`save_graphs`] with options: with [`SaveOptions::with_verify`] (`CGC_SAVE_VERIFY`), once
+/// the bytes are written each graph is rebuilt from them and replayed beside the graph itself
+/// from the same contents of the saved pools, and the save fails with [`Status::NotSavable`]
+/// (naming the graph, the pool and the first differing offset) when their replays leave other
+/// bytes; the pools end as the graph's own replay left them. The graphs must be deterministic,
+/// and nothing else may run on the saved pools' memory meanwhile. The bytes are those of a save
+/// without verifying.
+pub fn save_graphs_with(graphs: &[&Graph], pools: &[&Pool], options: &SaveOptions) -> Result<Vec<u8>> {
     let api = api()?;
     let raw_graphs: Vec<sys::cgc_graph_t> = graphs.iter().map(|g| g.raw).collect();
     let raw_pools: Vec<sys::cgc_pool_t> = pools.iter().map(|p| p.raw).collect();
     let options = sys::cgc_save_options_t {
-        struct_size: std::mem::size_of::<sys::cgc_save_options_t>(),
         pools: if raw_pools.is_empty() { ptr::null() } else { raw_pools.as_ptr() },
         n_pools: raw_pools.len(),
+        ..options.to_raw()
     };
     let graphs_ptr = if raw_graphs.is_empty() { ptr::null() } else { raw_graphs.as_ptr() };
     let mut size = 0usize;
     // SAFETY: the handles are live (borrowed Graphs and Pools); the arrays hold the counts
-    // given; a NULL buffer with capacity 0 asks for the size alone.
+    // given; a NULL buffer with capacity 0 asks for the size alone (a verifying save replays
+    // nothing then).
     check(api, unsafe {
         (api.cgc_graphs_save)(graphs_ptr, raw_graphs.len(), &options, ptr::null_mut(), 0, &mut size)
     })?;

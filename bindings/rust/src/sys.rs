@@ -272,7 +272,18 @@ pub struct cgc_save_options_t {
     /// More pools at fixed addresses to save (`n_pools` of them), after the graphs' own pools.
     pub pools: *const cgc_pool_t,
     pub n_pools: usize,
+    /// [`CGC_SAVE_VERIFY`], or 0.
+    pub flags: c_uint,
 }
+
+/// 1.6, a flag of `cgc_save_options_t.flags`: after the bytes are written, each graph is rebuilt
+/// from them in this process and replayed beside the graph itself from the same contents of the
+/// saved pools; their replays must leave the pools byte-equal, or the save fails with
+/// NOT_SAVABLE naming the graph, the pool and the first differing offset. The pools are left as
+/// the graph's own replay left them. Only with a buffer (asking for the size replays nothing),
+/// only while nothing else runs on the saved pools' memory; graphs whose replays are not
+/// deterministic fail it.
+pub const CGC_SAVE_VERIFY: c_uint = 1;
 
 /// `cgc_saved_info_t` (1.6): what a saved buffer holds and needs (`cgc_saved_info`).
 #[repr(C)]

@@ -705,31 +705,35 @@ fn pool_create_at_refuses_null_and_foreign_contexts_by_name() {
 
 /// 1.6: cgc_graphs_save refuses, by name and before it needs the driver, a NULL size, no graphs
 /// (a NULL array or a count of 0), a NULL buffer with a capacity, bad options (a struct_size of
-/// 0, NULL pools with a count), a NULL graph (INVALID_ARGUMENT) and a pointer that is no cgc graph
-/// or pool (INVALID_HANDLE), naming the entry.
+/// 0, NULL pools with a count, flags with bits other than CGC_SAVE_VERIFY), a NULL graph
+/// (INVALID_ARGUMENT) and a pointer that is no cgc graph or pool (INVALID_HANDLE), naming the
+/// entry; CGC_SAVE_VERIFY itself is taken, the graphs checked next.
 #[test]
 fn graphs_save_refuses_bad_arguments_by_name() {
     let api = cgc::api().unwrap();
     let mut not_an_object = [0x5a5a_5a5a_5a5a_5a5a_u64; 32];
     let foreign_graph = not_an_object.as_mut_ptr() as sys::cgc_graph_t;
     let foreign_pool = not_an_object.as_mut_ptr() as sys::cgc_pool_t;
-    let options = |pools: *const sys::cgc_pool_t, n_pools: usize| sys::cgc_save_options_t {
+    let flagged = |pools: *const sys::cgc_pool_t, n_pools: usize, flags: u32| sys::cgc_save_options_t {
         struct_size: std::mem::size_of::<sys::cgc_save_options_t>(),
         pools,
         n_pools,
+        flags,
     };
+    let options = |pools: *const sys::cgc_pool_t, n_pools: usize| flagged(pools, n_pools, 0);
+    assert_eq!(sys::CGC_SAVE_VERIFY, 1);
     let mut buffer = [0u8; 64];
     let buffer_ptr = buffer.as_mut_ptr() as *mut c_void;
     let (null_graphs, foreign_graphs) = ([ptr::null_mut::<sys::cgc_graph_s>()], [foreign_graph]);
     let foreign_pools = [foreign_pool];
-    let no_options = sys::cgc_save_options_t { struct_size: 0, pools: ptr::null(), n_pools: 0 };
+    let no_options = sys::cgc_save_options_t { struct_size: 0, pools: ptr::null(), n_pools: 0, flags: 0 };
     // SAFETY: NULL and the foreign pointers are documented inputs (refused by a check of the
     // handle, which only reads the foreign memory); the arrays hold the counts given; the buffer
     // holds 64 bytes; nothing is written but *size.
     unsafe {
         let st = (api.cgc_graphs_save)(null_graphs.as_ptr(), 1, ptr::null(), ptr::null_mut(), 0, ptr::null_mut());
         assert_named_refusal(api, st, Status::InvalidArgument, "cgc_graphs_save");
-        let cases: [(*const sys::cgc_graph_t, usize, sys::cgc_save_options_t, *mut c_void, usize, Status, &str); 7] = [
+        let cases: [(*const sys::cgc_graph_t, usize, sys::cgc_save_options_t, *mut c_void, usize, Status, &str); 11] = [
             (ptr::null(), 1, options(ptr::null(), 0), ptr::null_mut(), 0, Status::InvalidArgument, "graphs is NULL"),
             (foreign_graphs.as_ptr(), 0, options(ptr::null(), 0), ptr::null_mut(), 0, Status::InvalidArgument,
              "n_graphs is 0"),
@@ -740,6 +744,14 @@ fn graphs_save_refuses_bad_arguments_by_name() {
             (null_graphs.as_ptr(), 1, options(ptr::null(), 0), ptr::null_mut(), 0, Status::InvalidArgument, "graphs"),
             (foreign_graphs.as_ptr(), 1, options(foreign_pools.as_ptr(), 1), buffer_ptr, 64, Status::InvalidHandle,
              "graphs[0]"),
+            (foreign_graphs.as_ptr(), 1, flagged(ptr::null(), 0, 2), buffer_ptr, 64, Status::InvalidArgument,
+             "options->flags has unknown bits 0x2"),
+            (foreign_graphs.as_ptr(), 1, flagged(ptr::null(), 0, sys::CGC_SAVE_VERIFY | 4), ptr::null_mut(), 0,
+             Status::InvalidArgument, "options->flags has unknown bits 0x4"),
+            (foreign_graphs.as_ptr(), 1, flagged(ptr::null(), 0, sys::CGC_SAVE_VERIFY), buffer_ptr, 64,
+             Status::InvalidHandle, "graphs[0]"),
+            (foreign_graphs.as_ptr(), 1, flagged(foreign_pools.as_ptr(), 1, sys::CGC_SAVE_VERIFY), ptr::null_mut(), 0,
+             Status::InvalidHandle, "graphs[0]"),
         ];
         for (graphs, n_graphs, options, buffer, capacity, want, words) in cases {
             let mut size = 12345usize;
@@ -1082,7 +1094,7 @@ fn struct_layouts_match_the_header() {
         layout!(cgc_segment_info_t { address, size, allocated_bytes, pool, stream_id, small,
                                      first_block, n_blocks }),
         layout!(cgc_block_info_t { address, size, requested, state }),
-        layout!(cgc_save_options_t { struct_size, pools, n_pools }),
+        layout!(cgc_save_options_t { struct_size, pools, n_pools, flags }),
         layout!(cgc_saved_info_t { struct_size, format_version, compute_major, compute_minor,
                                    driver_version, n_graphs, n_pools, n_modules, n_nodes,
                                    pool_bytes, image_bytes }),

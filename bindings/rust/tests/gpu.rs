@@ -1693,6 +1693,61 @@ fn a_saved_graph_is_restored_at_the_same_addresses() {
     ctx.destroy().unwrap();
 }
 
+/// 1.6: a verifying save (save_graphs_with, SaveOptions::with_verify): the graph rebuilt from the
+/// saved bytes and replayed beside the graph itself, from the same contents of its pool, writes
+/// the same bytes (scale_add's graph is deterministic: its own sets write the input and
+/// parameters its kernel reads, and nothing else runs on the pool meanwhile), so the save
+/// succeeds with the bytes of a save without verifying, and the pool ends as the graph's own
+/// replay left it: the output, zeroed before the save, holds 5.0 again. The base is the Rust
+/// binding's own.
+#[test]
+fn a_verifying_save_replays_a_deterministic_graph_beside_its_rebuild() {
+    const TEST: &str = "a_verifying_save_replays_a_deterministic_graph_beside_its_rebuild";
+    const BASE: usize = 0x68C0_0000_0000;
+    const CAPACITY: usize = 64 << 20;
+    let _serial = serial();
+    let ctx = match gpu(TEST) {
+        Some(c) => c,
+        None => return,
+    };
+    let stream = Stream::new(&ctx).unwrap();
+    let ptx = CString::new(SCALE_ADD_PTX).unwrap();
+    let module = Module::from_ptx(&ctx, &ptx).expect("cgc_module_load of scale_add.ptx");
+    let scale_add = module.function("scale_add").unwrap();
+    let pool = Pool::create_at(&ctx, BASE as *mut std::ffi::c_void, CAPACITY)
+        .unwrap_or_else(|e| panic!("cgc_pool_create_at({:#x}, {}): {}", BASE, CAPACITY, e));
+    let (graph, out) = capture_scale_add_in_the_pool(&ctx, &stream, &scale_add, &pool)
+        .expect("capture into the pool at fixed addresses");
+    graph.launch(&stream).unwrap();
+    let first = read_back::<f32>(&stream, &out, UPDATE_COUNT);
+    assert!(first.iter().all(|&x| x == 5.0), "1.5 * 2 + 2: {:?}", &first[..4]);
+    let plain = cgc::save_graphs(&[&graph], &[]).expect("cgc_graphs_save");
+
+    // The output zeroed, the set finished before the save copies the pool.
+    stream.memset_d32(&out, 0, UPDATE_COUNT).unwrap();
+    stream.synchronize().unwrap();
+    let verify = cgc::SaveOptions::new().with_verify(true);
+    let data = cgc::save_graphs_with(&[&graph], &[], &verify).expect("cgc_graphs_save with CGC_SAVE_VERIFY");
+    assert!(data == plain, "a verifying save wrote other bytes ({} bytes, {} without verifying)", data.len(),
+            plain.len());
+    // Whatever the save copied back to the pool has landed before the stream reads it.
+    ctx.synchronize().unwrap();
+    let after = read_back::<f32>(&stream, &out, UPDATE_COUNT);
+    assert!(bits(&after) == bits(&first), "after the verifying save the output holds {:?}", &after[..4]);
+    // The graph's pool named again among the extra pools: saved once, verified as before.
+    let again = cgc::save_graphs_with(&[&graph], &[&pool], &verify)
+        .expect("cgc_graphs_save with CGC_SAVE_VERIFY and the graph's pool again");
+    assert_eq!(cgc::SavedInfo::read(&again).expect("cgc_saved_info").n_pools, 1);
+
+    graph.destroy().unwrap();
+    out.free().unwrap();
+    stream.synchronize().unwrap();
+    pool.try_release().map_err(|(e, _)| e).expect("cgc_pool_release of the saved pool");
+    module.unload().unwrap();
+    stream.destroy().unwrap();
+    ctx.destroy().unwrap();
+}
+
 /// 1.6: a graph captured into an ordinary pool (its memory not at fixed addresses) is refused by
 /// the save with NOT_SAVABLE, naming the call, and so is one whose kernel reads memory outside
 /// its pool at fixed addresses (the device cache's).
