@@ -1132,6 +1132,19 @@ CGC_API cgc_status_t cgc_graph_share_executable(cgc_graph_t graph, cgc_graph_t l
  * for the life of the process. CGC_ERROR_CUDA when the driver cannot load the image. */
 CGC_API cgc_status_t cgc_module_add_image(cgc_context_t ctx, const char* key, const void* image, size_t size);
 
+/* Since 1.6. The record of module images: with `on` set, every module the driver loads in this
+ * process from then on (cuBLAS's, cuDNN's, Triton's, the application's; a lazily loaded one at
+ * its first kernel) has its image copied and kept for the life of the process, until a call with
+ * `on` 0 stops the recording (the images kept stay). cgc_graphs_save finds a kernel of a module
+ * cgc did not load among the images added by key, then among those recorded (by name and the
+ * same attributes), and writes a recorded image into the buffer, as it writes cgc_module_load's.
+ * The record uses CUPTI (libcupti, opened at the first call: CGC_CUPTI_LIBRARY names it), which
+ * takes one client per process: CGC_ERROR_INVALID_STATE while a profiler or sanitizer is
+ * subscribed, and a profiler started later is refused while the record is on;
+ * CGC_ERROR_NOT_SUPPORTED, naming what was tried, without libcupti. `images` and `bytes`, when
+ * not NULL, receive how many images the record holds and their size, after the call. */
+CGC_API cgc_status_t cgc_module_record(int on, size_t* images, size_t* bytes);
+
 #ifdef __cplusplus
 } /* extern "C" */
 #endif

@@ -172,6 +172,7 @@ extern "C" {
      size_t n_graphs, cgc_pool_t* pools, size_t n_pools))                                                             \
   X(cgc_status_t, cgc_module_add_image, (cgc_context_t ctx, const char* key, const void* image, size_t size))         \
   X(cgc_status_t, cgc_graph_share_executable, (cgc_graph_t graph, cgc_graph_t leader))                               \
+  X(cgc_status_t, cgc_module_record, (int on, size_t* images, size_t* bytes))                                         \
 
 #define CGC_API_FIELD_(ret, name, params) ret(*name) params;
 typedef struct cgc_api {

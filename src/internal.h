@@ -766,6 +766,11 @@ bool cgc__kernel_identity_differs(const cgc__kernel_identity_t* wanted, const cg
                                   char* what, size_t what_size);
 /* The image added under `key` (its size in *size), or NULL: kept for the life of the process. */
 const void* cgc__module_added_image(const char* key, size_t* size);
+/* The record (recorder.c, 1.6): an image the driver loaded, copied and kept unless an equal one
+ * is (called inside the driver's module load, on any thread: no driver call, module.c's leaf
+ * lock); and how many the record holds, and their bytes. */
+void cgc__module_record_image(const void* image, size_t size);
+void cgc__module_recorded(uint64_t* images, uint64_t* bytes);
 /* For a restore (the context current): new module code loaded from `image` (one reference), a
  * kernel of it by name (SAVED_MISMATCH when it has none), the use that hands the reference to a
  * graph, and the release of a reference no graph took. */

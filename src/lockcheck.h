@@ -28,6 +28,7 @@ extern "C" {
   X(INSPECT, 5, false, "a graph's inspect_lock (graph.c): its node counts, per-node updates")          \
   X(FUNCTIONS, 5, false, "a module's functions_lock (module.c): its function handles")                 \
   X(IMAGES, 6, false, "module.c's images_lock: images added by key, their modules for lookups")        \
+  X(RECORD, 7, false, "recorder.c's record_lock: cgc_module_record's CUPTI subscription")              \
   X(CONDITION, 5, false, "conditional.c's condition_lock: loading the condition kernel")              \
   X(RNG, 10, true, "a generator's lock (rng.c): its seed, offset and capture state")                   \
   X(LOOP_STATES, 10, false, "conditional.c's loop_states_lock: a loop's generator states")              \
@@ -38,7 +39,8 @@ extern "C" {
   X(DEVICES, 45, false, "device.c's devices_lock: the per-device state, created once")                 \
   X(FENCE_STREAM, 45, false, "device.c's fence_lock: the fence stream, created once")                  \
   X(ORDER, 50, true, "a communicator's order_lock (nccl.c): the last event of its work")               \
-  X(QUARANTINE, 60, true, "handle.c's quarantine_lock: retired handles")
+  X(QUARANTINE, 60, true, "handle.c's quarantine_lock: retired handles")                              \
+  X(RECORDED, 70, false, "module.c's recorded_lock: recorded images (taken inside the driver's loads)")
 
 typedef enum cgc__lock_id {
 #define CGC_LOCK_ENUM(name, rank, hot, what) CGC__LOCK_##name,

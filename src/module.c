@@ -338,9 +338,10 @@ out:
 /* An image added by key (cgc_module_add_image), for the life of the process, and the module
  * loaded from it on each device where a save looked for a kernel in it. */
 struct added_image {
-  char key[256];
+  char key[256]; /* empty for a recorded image */
   void* image;
   size_t size;
+  uint64_t hash; /* recorded images: image_hash */
   struct loaded_on {
     struct cgc__device* dev;
     CUmodule cu;
@@ -354,6 +355,22 @@ struct added_image {
  * path takes, and under which no other cgc lock is taken. */
 static pthread_mutex_t images_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct added_image* added_images;
+
+/* Images the record kept (recorder.c, cgc_module_record), newest first, with an empty key: a save
+ * embeds a kernel's image found here, as it embeds cgc_module_load's. A node is published whole
+ * (release) and never changed or freed after, but for its `loaded` list (images_lock), so a save
+ * walks the list without this lock. `recorded_lock` serialises the additions, which the driver's
+ * module loads make on any thread: a leaf lock, no driver call under it. */
+static pthread_mutex_t recorded_lock = PTHREAD_MUTEX_INITIALIZER;
+static _Atomic(struct added_image*) recorded_images;
+static uint64_t recorded_count, recorded_bytes; /* (recorded_lock) */
+
+static uint64_t image_hash(const void* image, size_t size) {
+  const unsigned char* p = image;
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (size_t i = 0; i < size; i += 64) h = (h ^ p[i]) * 0x100000001b3ull; /* a sample: equal images hash equal */
+  return h ^ size;
+}
 
 static struct added_image* find_added(const char* key) {
   struct added_image* i = added_images;
@@ -374,7 +391,8 @@ static cgc_status_t added_module_on(struct added_image* image, struct cgc__devic
   cgc_status_t st;
   CGC_RELAXED(st = CGC_CU(func, cuModuleLoadData(&l->cu, image->image)));
   if (st != CGC_SUCCESS) {
-    cgc__append(" (the image added under key '%s')", image->key);
+    if (image->key[0] != '\0') cgc__append(" (the image added under key '%s')", image->key);
+    else cgc__append(" (a recorded image of %zu bytes)", image->size);
     free(l);
     return st;
   }
@@ -383,6 +401,37 @@ static cgc_status_t added_module_on(struct added_image* image, struct cgc__devic
   image->loaded = l;
   *out = l->cu;
   return CGC_SUCCESS;
+}
+
+void cgc__module_record_image(const void* image, size_t size) {
+  uint64_t hash = image_hash(image, size);
+  cgc__mutex_lock(&recorded_lock, CGC__LOCK_RECORDED);
+  bool known = false;
+  for (struct added_image* i = atomic_load(&recorded_images); i != NULL && !known; i = i->next)
+    known = i->hash == hash && i->size == size && memcmp(i->image, image, size) == 0;
+  struct added_image* fresh = known ? NULL : calloc(1, sizeof *fresh);
+  void* copy = fresh != NULL ? malloc(size + 1) : NULL;
+  if (copy != NULL) {
+    memcpy(copy, image, size);
+    ((unsigned char*)copy)[size] = 0;
+    fresh->image = copy;
+    fresh->size = size;
+    fresh->hash = hash;
+    fresh->next = atomic_load(&recorded_images);
+    atomic_store_explicit(&recorded_images, fresh, memory_order_release);
+    recorded_count++;
+    recorded_bytes += size;
+  } else {
+    free(fresh); /* already kept, or out of memory: this image is not recorded */
+  }
+  cgc__mutex_unlock(&recorded_lock, CGC__LOCK_RECORDED);
+}
+
+void cgc__module_recorded(uint64_t* images, uint64_t* bytes) {
+  cgc__mutex_lock(&recorded_lock, CGC__LOCK_RECORDED);
+  *images = recorded_count;
+  *bytes = recorded_bytes;
+  cgc__mutex_unlock(&recorded_lock, CGC__LOCK_RECORDED);
 }
 
 cgc_status_t cgc_module_add_image(cgc_context_t ctx, const char* key, const void* image, size_t size) {
@@ -496,32 +545,37 @@ cgc_status_t cgc__module_origin(struct cgc__device* dev, CUfunction fn, const ch
   cgc__kernel_identity_t wanted, found;
   CGC_TRY(cgc__kernel_identity(fn, &wanted, func));
   cgc_status_t st = CGC_SUCCESS;
-  bool named = false;
+  bool named = false, found_one = false;
   cgc__mutex_lock(&images_lock, CGC__LOCK_IMAGES);
-  for (struct added_image* i = added_images; i != NULL && out->key == NULL && st == CGC_SUCCESS; i = i->next) {
-    CUmodule cu = NULL;
-    if (added_module_on(i, dev, &cu, func) != CGC_SUCCESS) continue; /* not for this device: look on */
-    CUfunction candidate = NULL;
-    CUresult r;
-    CGC_RELAXED(r = CGC_DRV(cuModuleGetFunction)(&candidate, cu, name));
-    if (r != CUDA_SUCCESS) continue;
-    named = true;
-    if ((st = cgc__kernel_identity(candidate, &found, func)) != CGC_SUCCESS) break;
-    char what[96];
-    if (!cgc__kernel_identity_differs(&wanted, &found, what, sizeof what)) {
-      out->key = i->key; /* never freed */
-      out->image = i->image;
-      out->size = i->size;
+  /* The images added by key, then those recorded (embedded, as cgc_module_load's are). */
+  struct added_image* lists[2] = {added_images, atomic_load_explicit(&recorded_images, memory_order_acquire)};
+  for (int l = 0; l < 2 && !found_one && st == CGC_SUCCESS; l++)
+    for (struct added_image* i = lists[l]; i != NULL && !found_one && st == CGC_SUCCESS; i = i->next) {
+      CUmodule cu = NULL;
+      if (added_module_on(i, dev, &cu, func) != CGC_SUCCESS) continue; /* not for this device: look on */
+      CUfunction candidate = NULL;
+      CUresult r;
+      CGC_RELAXED(r = CGC_DRV(cuModuleGetFunction)(&candidate, cu, name));
+      if (r != CUDA_SUCCESS) continue;
+      named = true;
+      if ((st = cgc__kernel_identity(candidate, &found, func)) != CGC_SUCCESS) break;
+      char what[96];
+      if (!cgc__kernel_identity_differs(&wanted, &found, what, sizeof what)) {
+        found_one = true;
+        out->key = l == 0 ? i->key : NULL; /* never freed */
+        out->image = i->image;
+        out->size = i->size;
+      }
     }
-  }
   cgc__mutex_unlock(&images_lock, CGC__LOCK_IMAGES);
-  if (st != CGC_SUCCESS || out->key != NULL) return st;
+  if (st != CGC_SUCCESS || found_one) return st;
   return cgc__fail(CGC_ERROR_NOT_SAVABLE, func,
-                   "kernel '%s' is of a module cgc did not load%s: load it with cgc_module_load, or add its image "
-                   "with cgc_module_add_image",
+                   "kernel '%s' is of a module cgc did not load%s: load it with cgc_module_load, add its image with "
+                   "cgc_module_add_image, or record the images of the modules others load (cgc_module_record) "
+                   "before they load",
                    name,
-                   named ? " (an added image has a kernel of that name, built differently)"
-                         : ", and no image added by key has a kernel of that name");
+                   named ? " (an added or recorded image has a kernel of that name, built differently)"
+                         : ", and no image added by key or recorded has a kernel of that name");
 }
 
 cgc_status_t cgc__module_code_load(struct cgc__device* dev, const void* image, size_t size, void** out,
