@@ -522,6 +522,26 @@ bool cgc__kernel_identity_differs(const cgc__kernel_identity_t* a, const cgc__ke
   return false;
 }
 
+/* Whether image `i` (loaded on `dev` for the lookup) has a kernel `name` (*named) of build
+ * `wanted` (*same). images_lock held, context current. An image this device cannot load has
+ * neither. */
+static cgc_status_t image_has_kernel(struct added_image* i, struct cgc__device* dev, const char* name,
+                                     const cgc__kernel_identity_t* wanted, bool* named, bool* same, const char* func) {
+  *same = false;
+  CUmodule cu = NULL;
+  if (added_module_on(i, dev, &cu, func) != CGC_SUCCESS) return CGC_SUCCESS; /* not for this device: look on */
+  CUfunction candidate = NULL;
+  CUresult r;
+  CGC_RELAXED(r = CGC_DRV(cuModuleGetFunction)(&candidate, cu, name));
+  if (r != CUDA_SUCCESS) return CGC_SUCCESS;
+  *named = true;
+  cgc__kernel_identity_t found;
+  CGC_TRY(cgc__kernel_identity(candidate, &found, func));
+  char what[96];
+  *same = !cgc__kernel_identity_differs(wanted, &found, what, sizeof what);
+  return CGC_SUCCESS;
+}
+
 cgc_status_t cgc__module_origin(struct cgc__device* dev, CUfunction fn, const char* name, const struct cgc__use* uses,
                                 size_t n_uses, cgc__kernel_origin_t* out, const char* func) {
   memset(out, 0, sizeof *out);
@@ -541,33 +561,49 @@ cgc_status_t cgc__module_origin(struct cgc__device* dev, CUfunction fn, const ch
     out->size = code->image_size;
     return CGC_SUCCESS;
   }
-  /* Else an image added by key that has a kernel of that name and the same build. */
-  cgc__kernel_identity_t wanted, found;
+  /* Else an added or recorded image that has a kernel of that name and the same build. */
+  cgc__kernel_identity_t wanted;
   CGC_TRY(cgc__kernel_identity(fn, &wanted, func));
   cgc_status_t st = CGC_SUCCESS;
   bool named = false, found_one = false;
+  size_t recorded_matches = 0;
   cgc__mutex_lock(&images_lock, CGC__LOCK_IMAGES);
-  /* The images added by key, then those recorded (embedded, as cgc_module_load's are). */
-  struct added_image* lists[2] = {added_images, atomic_load_explicit(&recorded_images, memory_order_acquire)};
-  for (int l = 0; l < 2 && !found_one && st == CGC_SUCCESS; l++)
-    for (struct added_image* i = lists[l]; i != NULL && !found_one && st == CGC_SUCCESS; i = i->next) {
-      CUmodule cu = NULL;
-      if (added_module_on(i, dev, &cu, func) != CGC_SUCCESS) continue; /* not for this device: look on */
-      CUfunction candidate = NULL;
-      CUresult r;
-      CGC_RELAXED(r = CGC_DRV(cuModuleGetFunction)(&candidate, cu, name));
-      if (r != CUDA_SUCCESS) continue;
-      named = true;
-      if ((st = cgc__kernel_identity(candidate, &found, func)) != CGC_SUCCESS) break;
-      char what[96];
-      if (!cgc__kernel_identity_differs(&wanted, &found, what, sizeof what)) {
-        found_one = true;
-        out->key = l == 0 ? i->key : NULL; /* never freed */
-        out->image = i->image;
-        out->size = i->size;
-      }
+  /* The images added by key: the first that has the kernel. */
+  for (struct added_image* i = added_images; i != NULL && !found_one && st == CGC_SUCCESS; i = i->next) {
+    bool same = false;
+    st = image_has_kernel(i, dev, name, &wanted, &named, &same, func);
+    if (same) {
+      found_one = true;
+      out->key = i->key; /* never freed */
+      out->image = i->image;
+      out->size = i->size;
     }
+  }
+  /* Else the recorded ones (embedded, as cgc_module_load's are), where the match must be the only
+   * one: recorded modules of one library (Triton's, torch.compile's) often share kernel names and
+   * builds with other code. A recorded image is loaded for the lookup only if the kernel's name
+   * is in its bytes at all. */
+  size_t name_size = strlen(name) + 1;
+  struct added_image* recorded = atomic_load_explicit(&recorded_images, memory_order_acquire);
+  for (struct added_image* i = recorded; i != NULL && !found_one && st == CGC_SUCCESS; i = i->next) {
+    if (memmem(i->image, i->size, name, name_size) == NULL) continue;
+    bool same = false;
+    st = image_has_kernel(i, dev, name, &wanted, &named, &same, func);
+    if (same && recorded_matches++ == 0) {
+      out->key = NULL;
+      out->image = i->image;
+      out->size = i->size;
+    }
+  }
   cgc__mutex_unlock(&images_lock, CGC__LOCK_IMAGES);
+  if (st == CGC_SUCCESS && recorded_matches > 1) {
+    memset(out, 0, sizeof *out);
+    return cgc__fail(CGC_ERROR_NOT_SAVABLE, func,
+                     "kernel '%s' is of a module cgc did not load, and %zu different recorded images have a kernel of "
+                     "that name and build: cgc cannot tell which it is; add its image by key (cgc_module_add_image)",
+                     name, recorded_matches);
+  }
+  found_one = found_one || recorded_matches == 1;
   if (st != CGC_SUCCESS || found_one) return st;
   return cgc__fail(CGC_ERROR_NOT_SAVABLE, func,
                    "kernel '%s' is of a module cgc did not load%s: load it with cgc_module_load, add its image with "

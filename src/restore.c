@@ -762,10 +762,17 @@ static void undo(restorer_t* s, size_t n_graphs, size_t n_pools) {
       cgc__log("a failed restore could not release its pool %zu", i);
 }
 
-/* The file's header checked against this device and driver, and its pools', modules' and
- * kernels' sections read into `s` (allocated: close_saved frees them, also on failure). */
-static cgc_status_t open_saved(restorer_t* s, const void* data, size_t size, const char* func) {
+/* The file's header checked (its counts against the room given, unless want_graphs is SIZE_MAX)
+ * and against this device and driver, and its pools', modules' and kernels' sections read into
+ * `s` (allocated: close_saved frees them, also on failure). */
+static cgc_status_t open_saved(restorer_t* s, const void* data, size_t size, size_t want_graphs, size_t want_pools,
+                              const char* func) {
   CGC_TRY(cgc__read_header(data, size, &s->h, &s->r, func));
+  if (want_graphs != SIZE_MAX && (s->h.n_graphs != want_graphs || s->h.n_pools != want_pools))
+    return cgc__fail(CGC_ERROR_INVALID_ARGUMENT, func,
+                     "the file holds %llu graphs and %llu pools; room was given for %zu and %zu (cgc_saved_info tells "
+                     "the counts)",
+                     (unsigned long long)s->h.n_graphs, (unsigned long long)s->h.n_pools, want_graphs, want_pools);
   int major = 0, minor = 0;
   CGC_TRY(CGC_CU(func, cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, s->dev->cu_device)));
   CGC_TRY(CGC_CU(func, cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, s->dev->cu_device)));
@@ -856,12 +863,7 @@ cgc_status_t cgc_graphs_restore(cgc_context_t ctx, const void* data, size_t size
   struct timespec t_start, t_read, t_pools, t_kernels;
   clock_gettime(CLOCK_MONOTONIC, &t_start);
   cgc__ctx_scope_t scope = {false};
-  cgc_status_t st = open_saved(&s, data, size, __func__);
-  if (st == CGC_SUCCESS && (s.h.n_graphs != n_graphs || s.h.n_pools != n_pools))
-    st = cgc__fail(CGC_ERROR_INVALID_ARGUMENT, __func__,
-                   "the file holds %llu graphs and %llu pools; room was given for %zu and %zu (cgc_saved_info tells "
-                   "the counts)",
-                   (unsigned long long)s.h.n_graphs, (unsigned long long)s.h.n_pools, n_graphs, n_pools);
+  cgc_status_t st = open_saved(&s, data, size, n_graphs, n_pools, __func__);
   if (st != CGC_SUCCESS) goto out;
   size_t n_blocks = 0;
   for (size_t i = 0; i < n_pools; i++) n_blocks += s.layouts[i].n_blocks;
@@ -899,7 +901,7 @@ cgc_status_t cgc__graphs_rebuild(struct cgc__device* dev, const void* data, size
   memset(out, 0, sizeof *out);
   restorer_t s = {.dev = dev};
   graph_record_t* records = NULL;
-  cgc_status_t st = open_saved(&s, data, size, func);
+  cgc_status_t st = open_saved(&s, data, size, SIZE_MAX, SIZE_MAX, func);
   if (st == CGC_SUCCESS) st = load_code(&s, func);
   if (st == CGC_SUCCESS) {
     records = calloc(s.h.n_graphs + 1, sizeof *records);
@@ -927,8 +929,8 @@ cgc_status_t cgc__graphs_rebuild(struct cgc__device* dev, const void* data, size
   }
   for (size_t gi = 0; records != NULL && gi < s.h.n_graphs; gi++) drop_built(&records[gi]);
   free(records);
+  if (st != CGC_SUCCESS) cgc__graphs_rebuilt_free(out); /* its graphs before the modules they name */
   close_saved(&s);
-  if (st != CGC_SUCCESS) cgc__graphs_rebuilt_free(out);
   return st;
 }
 

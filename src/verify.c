@@ -20,13 +20,18 @@
 
 #include "src/saved_file.h"
 
-/* Graph `g`'s own CUgraph instantiated (context current). */
+/* Graph `g`'s own CUgraph instantiated (context current), after the replays of the graph
+ * launched before: the copy replays its completion record too (the graph's `done`, which must
+ * complete only after every replay of the graph), so none of them may be running then. */
 static cgc_status_t instantiate_original(cgc_graph_t g, CUgraphExec* exec, const char* func) {
+  /* Waited for with no lock held (the graph is the caller's, not reset meanwhile: the contract). */
+  CUevent done = g->done;
+  if (done != NULL) CGC_TRY(CGC_CU(func, cuEventSynchronize(done)));
   cgc__mutex_lock(&g->inspect_lock, CGC__LOCK_INSPECT);
   bool held = false;
   cgc_status_t st = CGC_SUCCESS;
   if (g->family != NULL) held = (st = cgc__family_hold(g, func)) == CGC_SUCCESS;
-  if (st == CGC_SUCCESS && g->graph == NULL)
+  if (st == CGC_SUCCESS && (g->graph == NULL || done == NULL))
     st = cgc__fail(CGC_ERROR_INVALID_STATE, func, "graph %p was reset while it was saved", (void*)g);
   if (st == CGC_SUCCESS) st = cgc__cu_fail(cgc__instantiate(g->graph, exec), func, "cuGraphInstantiateWithFlags");
   if (held) cgc__family_exit(g);
@@ -34,17 +39,18 @@ static cgc_status_t instantiate_original(cgc_graph_t g, CUgraphExec* exec, const
   return st;
 }
 
-/* Every saved pool's backed bytes, into `host` (`to_host`) or from it. */
+/* Every saved pool's backed bytes, into `host` (`to_host`) or from it, on `stream`, waited for
+ * (the legacy default stream would wait for other threads' streams, and break their captures). */
 static cgc_status_t copy_pools(const cgc__pool_layout_t* layouts, size_t n_pools, unsigned char* host, bool to_host,
-                               const char* func) {
+                               CUstream stream, const char* func) {
   for (size_t i = 0; i < n_pools; i++) {
     const cgc__pool_layout_t* l = &layouts[i];
     if (l->backed == 0) continue;
-    CGC_TRY(to_host ? CGC_CU(func, cuMemcpyDtoH(host, (CUdeviceptr)l->base, (size_t)l->backed))
-                    : CGC_CU(func, cuMemcpyHtoD((CUdeviceptr)l->base, host, (size_t)l->backed)));
+    CGC_TRY(to_host ? CGC_CU(func, cuMemcpyDtoHAsync(host, (CUdeviceptr)l->base, (size_t)l->backed, stream))
+                    : CGC_CU(func, cuMemcpyHtoDAsync((CUdeviceptr)l->base, host, (size_t)l->backed, stream)));
     host += l->backed;
   }
-  return CGC_SUCCESS;
+  return CGC_CU(func, cuStreamSynchronize(stream));
 }
 
 /* One replay of `exec` on `stream`, waited for. */
@@ -79,7 +85,11 @@ cgc_status_t cgc__verify_saved(struct cgc__device* dev, const cgc_graph_t* graph
                                const cgc__pool_layout_t* layouts, size_t n_pools, const void* data, size_t size,
                                const char* func) {
   size_t total = 0;
-  for (size_t i = 0; i < n_pools; i++) total += (size_t)layouts[i].backed;
+  for (size_t i = 0; i < n_pools; i++) {
+    if (layouts[i].backed > SIZE_MAX / 4 - total)
+      return cgc__fail(CGC_ERROR_OUT_OF_MEMORY, func, "the saved pools are too large to verify");
+    total += (size_t)layouts[i].backed;
+  }
   cgc__rebuilt_t rebuilt;
   CGC_TRY(cgc__graphs_rebuild(dev, data, size, &rebuilt, func));
   /* Copies and stream work that would break a Global capture under way on another thread. */
@@ -101,17 +111,17 @@ cgc_status_t cgc__verify_saved(struct cgc__device* dev, const cgc_graph_t* graph
     st = instantiate_original(graphs[gi], &original, func);
     if (st == CGC_SUCCESS)
       st = cgc__cu_fail(cgc__instantiate(rebuilt.graphs[gi], &again), func, "cuGraphInstantiateWithFlags");
-    if (st == CGC_SUCCESS) have_before = (st = copy_pools(layouts, n_pools, before, true, func)) == CGC_SUCCESS;
+    if (st == CGC_SUCCESS) have_before = (st = copy_pools(layouts, n_pools, before, true, stream, func)) == CGC_SUCCESS;
     if (st == CGC_SUCCESS) st = replay(original, stream, func);
-    if (st == CGC_SUCCESS) have_want = (st = copy_pools(layouts, n_pools, want, true, func)) == CGC_SUCCESS;
-    if (st == CGC_SUCCESS) st = copy_pools(layouts, n_pools, before, false, func);
+    if (st == CGC_SUCCESS) have_want = (st = copy_pools(layouts, n_pools, want, true, stream, func)) == CGC_SUCCESS;
+    if (st == CGC_SUCCESS) st = copy_pools(layouts, n_pools, before, false, stream, func);
     if (st == CGC_SUCCESS) st = replay(again, stream, func);
-    if (st == CGC_SUCCESS) st = copy_pools(layouts, n_pools, got, true, func);
+    if (st == CGC_SUCCESS) st = copy_pools(layouts, n_pools, got, true, stream, func);
     if (st == CGC_SUCCESS) st = compare(gi, layouts, n_pools, want, got, func);
     /* The pools as the graph's own replay left them (as they were, if it did not run), whatever
      * the rebuilt one did. */
     if (have_want || have_before) {
-      cgc_status_t back = copy_pools(layouts, n_pools, have_want ? want : before, false, func);
+      cgc_status_t back = copy_pools(layouts, n_pools, have_want ? want : before, false, stream, func);
       if (st == CGC_SUCCESS) st = back;
     }
     if (original != NULL) CGC_RELAXED(CGC_DRV(cuGraphExecDestroy)(original));
