@@ -177,6 +177,8 @@ var goAPIOfFunction = map[string]any{
 	"cgc_module_add_image": (*cgc.Context).AddModuleImage,
 
 	"cgc_graph_share_executable": (*cgc.Graph).ShareExecutable,
+
+	"cgc_module_record": cgc.ModuleRecord,
 }
 
 // goTypeOfHandle, goTypeOfStruct and goTypeOfCallback are the Go forms of the header's handle
@@ -358,6 +360,9 @@ func TestArrayAndOutParametersMatchTheHeader(t *testing.T) {
 		"cgc_module_add_image": "i32 ctx:handle:cgc_context_t key:ptr(i8) image:ptr(void) size:usize",
 		// Graph.ShareExecutable (1.6): two graph handles, the graph first.
 		"cgc_graph_share_executable": "i32 graph:handle:cgc_graph_t leader:handle:cgc_graph_t",
+		// ModuleRecord (1.6): the flag crosses as an int, and the two counts come back through
+		// size_t variables of the Go side.
+		"cgc_module_record": "i32 on:i32 images:ptr(usize) bytes:ptr(usize)",
 	}
 	found := 0
 	for _, f := range abiDescription(t) {

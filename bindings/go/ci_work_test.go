@@ -582,3 +582,83 @@ func TestNCCLMemoryKindsAreTheHeaders(t *testing.T) {
 		t.Errorf("the header is %+v, older than 1.5", cgc.HeaderVersion)
 	}
 }
+
+// 1.6 without a GPU: the record of module images. ModuleRecord needs no Context and the library
+// makes no driver call for it, so it runs here for real: off while off succeeds with both counts 0
+// (this process never recorded); on succeeds where CUPTI can subscribe (a GPU machine with
+// libcupti) and is otherwise refused naming cgc_module_record, ErrNotSupported (no libcupti, or
+// CUPTI without a driver) or ErrInvalidState (another CUPTI client subscribed), with the counts
+// the record holds either way; asked again it answers the same; off again at the end, the counts
+// never going down. (The only test of this process that records.)
+func TestModuleRecordRunsWithoutAGPUAndIsOffAtTheEnd(t *testing.T) {
+	if err := cgc.Load(); err != nil {
+		t.Fatal(err)
+	}
+	images, bytes, err := cgc.ModuleRecord(false)
+	if err != nil || images != 0 || bytes != 0 {
+		t.Fatalf("ModuleRecord(false) while off: %d images, %d bytes, %v; want 0, 0, nil", images, bytes, err)
+	}
+	images, bytes, err = cgc.ModuleRecord(true)
+	var onStatus cgc.Status
+	if err != nil {
+		var e *cgc.Error
+		if !errors.As(err, &e) || (e.Status != cgc.ErrNotSupported && e.Status != cgc.ErrInvalidState) ||
+			!strings.Contains(e.Message, "cgc_module_record") {
+			t.Fatalf("ModuleRecord(true): %v; want success, or ErrNotSupported or ErrInvalidState naming "+
+				"cgc_module_record", err)
+		}
+		onStatus = e.Status
+		t.Logf("the record is refused here: %v", err)
+	}
+	if (images == 0) != (bytes == 0) {
+		t.Errorf("ModuleRecord(true): %d images of %d bytes", images, bytes)
+	}
+	// On while on changes nothing; a refusal stays one.
+	again, againBytes, err := cgc.ModuleRecord(true)
+	if err == nil {
+		if onStatus != cgc.Success {
+			t.Errorf("ModuleRecord(true) again succeeded after %v", onStatus)
+		}
+	} else if e := asError(t, err, onStatus); !strings.Contains(e.Message, "cgc_module_record") {
+		t.Errorf("ModuleRecord(true) again: %q does not name cgc_module_record", e.Message)
+	}
+	if again < images || againBytes < bytes {
+		t.Errorf("the counts went down: %d images of %d bytes, then %d of %d", images, bytes, again, againBytes)
+	}
+	// Off again: what the record holds stays.
+	off, offBytes, err := cgc.ModuleRecord(false)
+	if err != nil || off < again || offBytes < againBytes || (off == 0) != (offBytes == 0) {
+		t.Fatalf("ModuleRecord(false): %d images of %d bytes, %v; want no error and at least %d of %d", off,
+			offBytes, err, again, againBytes)
+	}
+	if n, b, err := cgc.ModuleRecord(false); err != nil || n != off || b != offBytes {
+		t.Errorf("ModuleRecord(false) while off: %d images of %d bytes, %v; want %d of %d", n, b, err, off, offBytes)
+	}
+}
+
+// 1.6: without libcupti (CGC_CUPTI_LIBRARY naming a file that is not there, then the only
+// candidate) and without the driver, ModuleRecord(true) is ErrNotSupported naming
+// cgc_module_record, the path tried and CGC_CUPTI_LIBRARY, each time it is asked, with both counts
+// 0; ModuleRecord(false) succeeds: the record never needs the driver.
+func TestModuleRecordWithoutCUPTI(t *testing.T) {
+	if !inChild(t, "CGC_CUPTI_LIBRARY=/nonexistent/libcupti.so", "CGC_CUDA_DRIVER=/nonexistent/libcuda.so.1") {
+		return
+	}
+	for i := 0; i < 2; i++ {
+		images, bytes, err := cgc.ModuleRecord(true)
+		e := asError(t, err, cgc.ErrNotSupported)
+		for _, want := range []string{"cgc_module_record", "/nonexistent/libcupti.so", "CGC_CUPTI_LIBRARY"} {
+			if !strings.Contains(e.Message, want) {
+				t.Errorf("message %q does not contain %q", e.Message, want)
+			}
+		}
+		if images != 0 || bytes != 0 {
+			t.Errorf("a refused record: %d images of %d bytes, want 0 of 0", images, bytes)
+		}
+	}
+	if images, bytes, err := cgc.ModuleRecord(false); err != nil || images != 0 || bytes != 0 {
+		t.Errorf("ModuleRecord(false): %d images of %d bytes, %v; want 0, 0, nil", images, bytes, err)
+	}
+	_, err := cgc.DeviceCount()
+	asError(t, err, cgc.ErrNoDriver) // the driver was never needed: it is not there
+}

@@ -13,10 +13,12 @@
 // the same requests the same addresses (Context.NewPoolAt), and graphs of such pools saved to
 // bytes (SaveGraphs, ReadSavedInfo; SaveGraphsWith and SaveOptions.Verify replay each graph
 // beside its rebuild from the bytes) and rebuilt from them, in another process too, at the same
-// addresses (Context.RestoreGraphs, Context.AddModuleImage), and families: graphs of one
-// topology that differ in their nodes' parameters sharing one executable (Graph.ShareExecutable,
-// GraphInfo.FamilySize, RestoreOptions.Families); RestoreOptions.Threads sets how many host
-// threads a restore builds and instantiates the graphs on.
+// addresses (Context.RestoreGraphs, Context.AddModuleImage; ModuleRecord records the image of
+// every module the driver loads, so that a save embeds kernels of libraries cgc did not load),
+// and families: graphs of one topology that differ in their nodes' parameters sharing one
+// executable (Graph.ShareExecutable, GraphInfo.FamilySize, RestoreOptions.Families);
+// RestoreOptions.Threads sets how many host threads a restore builds and instantiates the
+// graphs on.
 //
 // # Importing
 //

@@ -310,3 +310,36 @@ func looksLikePTX(image []byte) bool {
 	}
 	return false
 }
+
+// ModuleRecord (1.6) turns the record of module images on or off (cgc_module_record), for the whole
+// process, and returns what the record holds after the call: how many distinct images it has kept
+// and their size in bytes (also when err is not nil: a refusal keeps what was recorded). With on,
+// every module the driver loads in this process from then on, by any library or thread (cuBLAS's,
+// cuDNN's, Triton's, the application's; a lazily loaded one at its first kernel), has its image
+// copied and kept for the life of the process, until ModuleRecord(false) stops the recording (the
+// images kept stay). SaveGraphs finds a kernel of a module cgc did not load among the images added
+// by key (Context.AddModuleImage), then among the recorded ones (by name and the same attributes),
+// and embeds a recorded image in the bytes as it embeds a Module's, so the restoring process needs
+// no record and no key; when different recorded images have a kernel of that name and build, the
+// save is ErrNotSavable (add the right image by key). Turn it on before the libraries load their
+// modules; each image loaded meanwhile costs a copy (a library's can be many megabytes). It needs
+// no Context; turning it on again, or off while it is off, changes nothing.
+//
+// The record uses CUPTI (libcupti, opened at the first call: CGC_CUPTI_LIBRARY names it), which
+// serves one client per process: ErrInvalidState while a profiler or sanitizer (Nsight Systems,
+// the PyTorch profiler, compute-sanitizer) is subscribed (and while the record is on such a tool
+// cannot subscribe); ErrNotSupported, naming what was tried, without libcupti (or when CUPTI
+// cannot subscribe, e.g. without a driver). The message names cgc_module_record.
+func ModuleRecord(on bool) (images int, bytes uint64, err error) {
+	if err := Load(); err != nil {
+		return 0, 0, err
+	}
+	var n, size C.size_t
+	var flag C.int
+	if on {
+		flag = 1
+	}
+	var msg *C.char
+	err = check(C.cgcgo_module_record(flag, &n, &size, &msg), msg)
+	return int(n), uint64(size), err
+}

@@ -573,3 +573,9 @@ cgc_status_t cgcgo_module_add_image(cgc_context_t ctx, const char* key, const vo
 cgc_status_t cgcgo_graph_share_executable(cgc_graph_t graph, cgc_graph_t leader, char** msg) {
   CALL(api->cgc_graph_share_executable(graph, leader));
 }
+
+/* ---- 1.6: the record of module images ---- */
+
+cgc_status_t cgcgo_module_record(int on, size_t* images, size_t* bytes, char** msg) {
+  CALL(api->cgc_module_record(on, images, bytes));
+}

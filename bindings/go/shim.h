@@ -249,4 +249,10 @@ cgc_status_t cgcgo_module_add_image(cgc_context_t ctx, const char* key, const vo
 
 cgc_status_t cgcgo_graph_share_executable(cgc_graph_t graph, cgc_graph_t leader, char** msg);
 
+/* ---- 1.6: the record of module images ---- */
+
+/* *images and *bytes (size_t in Go memory) receive what the record holds after the call, also
+ * when it fails. */
+cgc_status_t cgcgo_module_record(int on, size_t* images, size_t* bytes, char** msg);
+
 #endif /* CGCGO_SHIM_H_ */

@@ -56,12 +56,14 @@ its rebuild from the bytes, failing when they write different bytes), to bytes t
 ``cgc.saved_info(data)`` describes without a driver and ``ctx.restore_graphs(data)`` rebuilds (in
 another process on the same architecture and driver version) into new Graphs and Pools at the
 same addresses, ready to launch; ``ctx.add_module_image(key, image)`` names a module cgc did not
-load by a key. Graphs of one topology that differ in their nodes' parameters (one per batch size)
-can share one executable (families): ``g.share_executable(leader)`` makes g a member of leader's
-family, the executable updated in place to a member's nodes before its launch
-(``info().family_size``, ``info().family_result``), and ``ctx.restore_graphs(data,
-families=True)`` makes restored graphs of one structure share theirs (``threads=`` sets how many
-host threads build and instantiate them).
+load by a key, and ``cgc.module_record(True)`` records the image of every module the driver loads
+(through CUPTI), so that a save embeds kernels of libraries cgc did not load. Graphs of one
+topology that differ in their nodes' parameters (one per batch size) can share one executable
+(families): ``g.share_executable(leader)`` makes g a member of leader's family, the executable
+updated in place to a member's nodes before its launch (``info().family_size``,
+``info().family_result``), and ``ctx.restore_graphs(data, families=True)`` makes restored graphs
+of one structure share theirs (``threads=`` sets how many host threads build and instantiate
+them).
 
 Errors are ``cgc.Error`` (``.status`` is a ``cgc.Status`` or, for a code this module does not
 know, the raw int; ``.message`` is cgc_last_error() copied right after the failing call, on the
@@ -106,7 +108,7 @@ __all__ = [
     # 1.6: the status that goes with the last message; the device's segments and blocks; saved
     # graphs; families (Graph.share_executable, restore_graphs(families=True))
     "last_status", "memory_snapshot", "Segment", "Block", "BlockState", "save_graphs", "saved_info", "SavedInfo",
-    "RESTORE_FAMILIES", "SAVE_VERIFY",
+    "RESTORE_FAMILIES", "SAVE_VERIFY", "module_record", "RecordedImages",
 ]
 
 # The header's CGC_VERSION that this module was written against: cgc_get_api hands an older
@@ -447,6 +449,9 @@ Block = namedtuple("Block", "address size requested state")
 # ranges), and image_bytes, the embedded images' size.
 SavedInfo = namedtuple("SavedInfo", "format_version compute_major compute_minor driver_version n_graphs n_pools "
                        "n_modules n_nodes pool_bytes image_bytes")
+# 1.6: what module_record() returns: how many distinct module images the record holds and their
+# size in bytes, all together.
+RecordedImages = namedtuple("RecordedImages", "images bytes")
 # 1.3: what `with stream.conditional_bodies(...)` yields: the lent body Streams (a tuple, body i
 # first: IF/ELSE's else body is bodies[1]) and the node's conditional handle, an int to pass to
 # the caller's kernels as ctypes.c_uint64 (a cudaGraphConditionalHandle).
@@ -607,6 +612,11 @@ _PROTOTYPES = [
     # 1.6: families: `graph` gives up its own executable and shares `leader`'s (NOT_SUPPORTED when
     # the driver refuses the update; cgc_graph_info's family_result says why)
     ("cgc_graph_share_executable", _st, (_h, _h)),
+    # 1.6: the record of module images (through CUPTI): `on` 1 records the image of every module
+    # the driver loads from then on, 0 stops; *images and *bytes (when not NULL) receive what the
+    # record holds after the call, also when it fails (INVALID_STATE while another CUPTI client is
+    # subscribed, NOT_SUPPORTED without libcupti). Needs no context and no driver call.
+    ("cgc_module_record", _st, (ctypes.c_int, ctypes.POINTER(_sz), ctypes.POINTER(_sz))),
 ]
 
 
@@ -1003,6 +1013,31 @@ def save_graphs(graphs, pools=(), path=None, verify=False):
         with open(path, "wb") as f:
             f.write(data)
     return data
+
+
+def module_record(on):
+    """1.6: turns the record of module images on or off (cgc_module_record), for the whole process,
+    and returns what the record holds after the call, a RecordedImages(images, bytes) (a tuple: how
+    many distinct images it has kept and their size). With `on` true, every module the driver loads
+    in this process from then on, by any library or thread (cuBLAS's, cuDNN's, Triton's, torch's,
+    the application's; a lazily loaded one at its first kernel), has its image copied and kept for
+    the life of the process, until module_record(False) stops the recording (the images kept stay).
+    save_graphs finds a kernel of a module cgc did not load among the images added by key
+    (Context.add_module_image), then among the recorded ones (by name and the same attributes), and
+    embeds a recorded image in the bytes as it embeds a Module's, so the restoring process needs no
+    record and no key; when different recorded images have a kernel of that name and build, the save
+    raises NotSavableError (add the right image by key). Turn it on before the libraries load their
+    modules; each image loaded meanwhile costs a copy (a library's can be many megabytes). Needs no
+    Context; turning it on again, or off while it is off, changes nothing.
+
+    The record uses CUPTI (libcupti, opened at the first call: $CGC_CUPTI_LIBRARY names it), which
+    serves one client per process. Raises InvalidStateError while a profiler or sanitizer (Nsight
+    Systems, the PyTorch profiler, compute-sanitizer) is subscribed (and while the record is on
+    such a tool cannot subscribe), NotSupportedError, naming what was tried, without libcupti (or
+    when CUPTI cannot subscribe, e.g. without a driver); the message names cgc_module_record."""
+    images, nbytes = ctypes.c_size_t(0), ctypes.c_size_t(0)
+    _check(api().cgc_module_record(1 if on else 0, ctypes.byref(images), ctypes.byref(nbytes)))
+    return RecordedImages(images.value, nbytes.value)
 
 
 def _mode(mode):

@@ -198,7 +198,7 @@ class LoadingTest(unittest.TestCase):
         lib = cgc.api()
         self.assertGreaterEqual(lib.table.contents.struct_size, ctypes.sizeof(cgc.api_t))
         # 1.0's, then 1.1's, 1.2's, 1.3's, 1.4's, 1.5's and 1.6's
-        self.assertEqual(len(cgc._PROTOTYPES), 63 + 29 + 4 + 1 + 3 + 2 + 9)
+        self.assertEqual(len(cgc._PROTOTYPES), 63 + 29 + 4 + 1 + 3 + 2 + 10)
         for name, _, _ in cgc._PROTOTYPES:
             via_table = ctypes.cast(getattr(lib, name), ctypes.c_void_p).value
             via_dlsym = ctypes.cast(getattr(lib.dll, name), ctypes.c_void_p).value
@@ -284,7 +284,7 @@ class LastStatusTest(unittest.TestCase):
         self.assertEqual([p[0] for p in cgc._PROTOTYPES[63 + 29 + 4 + 1 + 3 + 2:]],
                          ["cgc_last_status", "cgc_memory_snapshot", "cgc_pool_claim", "cgc_pool_create_at",
                           "cgc_graphs_save", "cgc_saved_info", "cgc_graphs_restore", "cgc_module_add_image",
-                          "cgc_graph_share_executable"])
+                          "cgc_graph_share_executable", "cgc_module_record"])
         self.assertEqual((cgc.VERSION_MAJOR, cgc.VERSION_MINOR), (1, 6))
         self.assertIn("last_status", cgc.__all__)
 
@@ -1189,6 +1189,99 @@ class FamiliesBadCallTest(ExpectMixin, unittest.TestCase):
                                   lambda: ctx.restore_graphs(self.GARBAGE, threads=threads), "threads", words)
         finally:
             forget(ctx)
+
+
+class ModuleRecordTest(ExpectMixin, unittest.TestCase):
+    """1.6 without a GPU: the record of module images (cgc_module_record) needs no context and the
+    library makes no driver call for it, so it runs here for real: off while off succeeds with
+    both counts set to 0 (this process never recorded), NULL counts too; on succeeds where CUPTI
+    can subscribe (a GPU machine with libcupti) and is otherwise refused by name, NOT_SUPPORTED (no
+    libcupti, or CUPTI without a driver) or INVALID_STATE (another CUPTI client subscribed), the
+    counts set either way; asked again it answers the same; off again at the end, the counts never
+    going down. Without libcupti and without a driver (a child process) it is NOT_SUPPORTED naming
+    the path tried. module_record(on) hands the library 1 or 0 and returns its counts."""
+
+    def test_the_record_runs_without_a_gpu_and_is_off_at_the_end(self):
+        # The only test of this process that records: off first, then on, then off again.
+        lib, func = cgc.api(), "cgc_module_record"
+        images, nbytes = ctypes.c_size_t(12345), ctypes.c_size_t(12345)
+        self.assertEqual(lib.cgc_module_record(0, ctypes.byref(images), ctypes.byref(nbytes)), cgc.Status.SUCCESS)
+        self.assertEqual((images.value, nbytes.value), (0, 0), "nothing was recorded in this process")
+        self.assertEqual(lib.cgc_module_record(0, None, None), cgc.Status.SUCCESS)
+        self.assertEqual(cgc.module_record(False), (0, 0))
+
+        images, nbytes = ctypes.c_size_t(12345), ctypes.c_size_t(12345)
+        on = lib.cgc_module_record(1, ctypes.byref(images), ctypes.byref(nbytes))
+        message = lib.cgc_last_error().decode()
+        self.assertNotEqual((images.value, nbytes.value), (12345, 12345), "the counts are set whatever the status")
+        self.assertEqual(images.value == 0, nbytes.value == 0)
+        if on != cgc.Status.SUCCESS:
+            self.assertIn(on, (cgc.Status.NOT_SUPPORTED, cgc.Status.INVALID_STATE), message)
+            self.assertIn(func, message)
+        # Again, through the binding: on while on changes nothing; a refusal stays one.
+        if on == cgc.Status.SUCCESS:
+            again = cgc.module_record(True)
+            self.assertGreaterEqual(again.images, images.value)
+            self.assertGreaterEqual(again.bytes, nbytes.value)
+        else:
+            e = self.expect_raise(cgc.Error, func, lambda: cgc.module_record(True))
+            self.assertEqual(e.status, on)
+            again = cgc.RecordedImages(images.value, nbytes.value)
+        # Off again: what the record holds stays.
+        off = cgc.module_record(False)
+        self.assertIsInstance(off, cgc.RecordedImages)
+        self.assertGreaterEqual(off.images, again.images)
+        self.assertGreaterEqual(off.bytes, again.bytes)
+        self.assertEqual(cgc.module_record(False), off, "off while off changes nothing")
+
+    def test_without_cupti_and_without_a_driver(self):
+        out = run_child(
+            "import cgc, ctypes, json\n"
+            "out = {'refusals': []}\n"
+            "for _ in range(2):\n"
+            "    try:\n"
+            "        cgc.module_record(True); out['refusals'].append(None)\n"
+            "    except cgc.NotSupportedError as e:\n"
+            "        out['refusals'].append(e.message)\n"
+            "n, b = ctypes.c_size_t(7), ctypes.c_size_t(7)\n"
+            "out['raw'] = cgc.api().cgc_module_record(1, ctypes.byref(n), ctypes.byref(b))\n"
+            "out['counts'] = [n.value, b.value]\n"
+            "out['off'] = list(cgc.module_record(False))\n"
+            "try:\n"
+            "    cgc.device_count()\n"
+            "except cgc.NoDriverError:\n"
+            "    out['no_driver'] = True\n"
+            "print(json.dumps(out))\n",
+            CGC_CUPTI_LIBRARY="/nonexistent/libcupti.so", CGC_CUDA_DRIVER="/nonexistent/libcuda.so.1")
+        self.assertEqual(len(out["refusals"]), 2)
+        for message in out["refusals"]:
+            self.assertIsNotNone(message, "the record needs libcupti")
+            for word in ("cgc_module_record", "/nonexistent/libcupti.so", "CGC_CUPTI_LIBRARY"):
+                self.assertIn(word, message)
+        self.assertEqual((out["raw"], out["counts"]), (cgc.Status.NOT_SUPPORTED, [0, 0]))
+        self.assertEqual(out["off"], [0, 0], "off needs neither CUPTI nor the driver")
+        self.assertTrue(out.get("no_driver"), "the driver was never needed: it is not there")
+
+    def test_the_binding_hands_the_flag_and_returns_the_counts(self):
+        self.assertIn("module_record", cgc.__all__)
+        self.assertIn("RecordedImages", cgc.__all__)
+        self.assertEqual(cgc.RecordedImages._fields, ("images", "bytes"))
+        lib = cgc.api()
+        real, seen = lib.cgc_module_record, []
+
+        def stand_in(on, images, nbytes):
+            seen.append(on)
+            images._obj.value, nbytes._obj.value = 3, 4096
+            return cgc.Status.SUCCESS
+
+        lib.cgc_module_record = stand_in
+        try:
+            for on, flag in ((True, 1), (False, 0), (1, 1), (0, 0), (None, 0)):
+                del seen[:]
+                self.assertEqual(cgc.module_record(on), cgc.RecordedImages(3, 4096))
+                self.assertEqual(seen, [flag], "module_record(%r)" % (on,))
+        finally:
+            lib.cgc_module_record = real
 
 
 class ConditionalBadCallTest(ExpectMixin, unittest.TestCase):

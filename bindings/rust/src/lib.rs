@@ -67,12 +67,14 @@
 //! [`SavedInfo::read`] describes without a driver and [`Context::restore_graphs`] rebuilds (in
 //! another process on the same architecture and driver version) into new [`Graph`]s and
 //! [`Pool`]s at the same addresses, ready to launch; [`Context::add_module_image`] names a module
-//! cgc did not load by a key. Graphs of one topology that differ in their nodes' parameters (one
-//! per batch size) can share one executable: [`Graph::share_executable`] makes a graph a member
-//! of another's family, updated in place to each member's nodes before its launch
-//! ([`GraphInfo::family_size`], [`GraphInfo::family_result`]), and
-//! [`RestoreOptions::with_families`] makes restored graphs of one structure share theirs
-//! ([`RestoreOptions::with_threads`]: how many host threads build and instantiate them).
+//! cgc did not load by a key, and [`module_record`] records the image of every module the driver
+//! loads (through CUPTI), so that a save embeds kernels of libraries cgc did not load. Graphs of
+//! one topology that differ in their nodes' parameters (one per batch size) can share one
+//! executable: [`Graph::share_executable`] makes a graph a member of another's family, updated
+//! in place to each member's nodes before its launch ([`GraphInfo::family_size`],
+//! [`GraphInfo::family_result`]), and [`RestoreOptions::with_families`] makes restored graphs of
+//! one structure share theirs ([`RestoreOptions::with_threads`]: how many host threads build and
+//! instantiate them).
 //!
 //! Objects own their handle and destroy it on `Drop` (errors there are ignored); each also has
 //! a `destroy(self)` (or `free`, `release`) that reports the library's status. Objects made from

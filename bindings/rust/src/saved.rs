@@ -6,6 +6,8 @@
 //! instantiate them), and [`Context::add_module_image`] names a module cgc did not load by a key.
 //! [`save_graphs_with`] and [`SaveOptions::with_verify`] verify a save: each graph rebuilt from
 //! the bytes in this process and replayed beside the graph itself must write the same bytes.
+//! [`module_record`] records the images of every module the driver loads (cuBLAS's, Triton's,
+//! the application's), so that a save embeds kernels of modules cgc did not load without a key.
 
 use super::*;
 
@@ -299,4 +301,43 @@ impl Context {
             (self.api.cgc_module_add_image)(self.raw, c_key.as_ptr(), image.as_ptr() as *const c_void, image.len())
         })
     }
+}
+
+/// What the record of module images holds ([`module_record`]): how many distinct images it has
+/// kept and their size, all together.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct RecordedImages {
+    /// The images the record holds (each distinct image once).
+    pub images: usize,
+    /// Their size in bytes, all together.
+    pub bytes: usize,
+}
+
+/// 1.6: turns the record of module images on or off (`cgc_module_record`), for the whole process;
+/// returns what the record holds after the call. With `on`, every module the driver loads in this
+/// process from then on, by any library or thread (cuBLAS's, cuDNN's, Triton's, the application's;
+/// a lazily loaded one at its first kernel), has its image copied and kept for the life of the
+/// process, until `module_record(false)` stops the recording (the images kept stay).
+/// [`save_graphs`] finds a kernel of a module cgc did not load among the images added by key
+/// ([`Context::add_module_image`]), then among the recorded ones (by name and the same attributes),
+/// and embeds a recorded image in the bytes as it embeds [`Module`]'s, so the restoring process
+/// needs no record and no key; when different recorded images have a kernel of that name and build,
+/// the save is [`Status::NotSavable`] (add the right image by key). Turn it on before the libraries
+/// load their modules; each image loaded meanwhile costs a copy (a library's can be many
+/// megabytes). Needs no [`Context`]; turning it on again, or off while it is off, changes nothing.
+///
+/// The record uses CUPTI (`libcupti`, opened at the first call: `CGC_CUPTI_LIBRARY` names it),
+/// which serves one client per process. Errors: [`Status::InvalidState`] while a profiler or
+/// sanitizer (Nsight Systems, the PyTorch profiler, compute-sanitizer) is subscribed (and while
+/// the record is on, such a tool cannot subscribe); [`Status::NotSupported`], naming what was
+/// tried, without libcupti (or when CUPTI cannot subscribe, e.g. without a driver). The message
+/// names `cgc_module_record`.
+pub fn module_record(on: bool) -> Result<RecordedImages> {
+    let api = api()?;
+    let mut recorded = RecordedImages::default();
+    // SAFETY: valid out pointers; the call takes no handle.
+    check(api, unsafe {
+        (api.cgc_module_record)(c_int::from(on), &mut recorded.images, &mut recorded.bytes)
+    })?;
+    Ok(recorded)
 }

@@ -670,6 +670,11 @@ api_table! {
     // 1.6: families: `graph` gives up its own executable and shares `leader`'s (NOT_SUPPORTED
     // when the driver refuses the update; cgc_graph_info's family_result says why)
     fn cgc_graph_share_executable(graph: cgc_graph_t, leader: cgc_graph_t) -> cgc_status_t;
+    // 1.6: the record of module images (through CUPTI): `on` 1 records the image of every module
+    // the driver loads from then on, 0 stops; *images and *bytes (when not NULL) receive what the
+    // record holds after the call, also when it fails (INVALID_STATE while another CUPTI client is
+    // subscribed, NOT_SUPPORTED without libcupti). Needs no context and no driver call.
+    fn cgc_module_record(on: c_int, images: *mut usize, bytes: *mut usize) -> cgc_status_t;
 }
 
 /// `cgc_get_api`, the one symbol resolved with `dlsym`.

@@ -479,11 +479,12 @@ fn the_1_2_functions_refuse_null_and_foreign_graphs_by_name() {
             "cgc_saved_info",
             "cgc_graphs_restore",
             "cgc_module_add_image",
-            "cgc_graph_share_executable"
+            "cgc_graph_share_executable",
+            "cgc_module_record"
         ]
     );
-    // 1.0's 63 functions, 1.1's 29, 1.2's 4, 1.3's 1, 1.4's 3, 1.5's 2 and 1.6's 9.
-    assert_eq!(names.len(), 63 + 29 + 4 + 1 + 3 + 2 + 9);
+    // 1.0's 63 functions, 1.1's 29, 1.2's 4, 1.3's 1, 1.4's 3, 1.5's 2 and 1.6's 10.
+    assert_eq!(names.len(), 63 + 29 + 4 + 1 + 3 + 2 + 10);
 }
 
 /// 1.2's conditional nodes refuse a NULL stream (INVALID_ARGUMENT) and a pointer that is no cgc
@@ -858,6 +859,92 @@ fn share_executable_and_families_refuse_null_and_foreign_handles_by_name() {
             assert!(graphs[0].is_null() && pools[0].is_null(), "a refused restore hands out no handle");
         }
     }
+}
+
+/// 1.6: the record of module images (cgc_module_record) needs no context and no driver call, so
+/// it runs here for real: turning it off while it is off succeeds and sets both counts (0: this
+/// process never recorded), with NULL counts too; turning it on succeeds where CUPTI can
+/// subscribe (a GPU machine with libcupti) and is otherwise refused by name, NOT_SUPPORTED
+/// (no libcupti, or CUPTI without a driver) or INVALID_STATE (another CUPTI client subscribed),
+/// the counts set either way; a second call answers as the first, the safe layer as the raw
+/// table; and the record is off again at the end, the counts never going down. (The only test
+/// of this process that records.)
+#[test]
+fn module_record_runs_without_a_gpu_and_is_off_at_the_end() {
+    let api = cgc::api().unwrap();
+    let message = || {
+        // SAFETY: read right after the call, on this thread.
+        unsafe { std::ffi::CStr::from_ptr((api.cgc_last_error)()) }.to_string_lossy().into_owned()
+    };
+    let (mut images, mut bytes) = (12345usize, 12345usize);
+    // SAFETY: the out pointers are valid or NULL (documented); the call takes no handle.
+    let st = unsafe { (api.cgc_module_record)(0, &mut images, &mut bytes) };
+    assert_eq!(Status::from_raw(st), Status::Success, "record off while off: {}", message());
+    assert_eq!((images, bytes), (0, 0), "nothing was recorded in this process");
+    // SAFETY: as above.
+    let st = unsafe { (api.cgc_module_record)(0, ptr::null_mut(), ptr::null_mut()) };
+    assert_eq!(Status::from_raw(st), Status::Success, "NULL counts: {}", message());
+
+    let (mut images, mut bytes) = (12345usize, 12345usize);
+    // SAFETY: as above.
+    let on = Status::from_raw(unsafe { (api.cgc_module_record)(1, &mut images, &mut bytes) });
+    assert_ne!((images, bytes), (12345, 12345), "the counts are set whatever the status");
+    if on != Status::Success {
+        assert!(matches!(on, Status::NotSupported | Status::InvalidState), "record on: {:?}: {}", on, message());
+        assert!(message().contains("cgc_module_record"), "the message does not name the call: {}", message());
+    }
+    let after_on = cgc::RecordedImages { images, bytes };
+    // Again, through the safe layer: the same answer (on while on changes nothing; a refusal
+    // stays one).
+    match cgc::module_record(true) {
+        Ok(recorded) => {
+            assert_eq!(on, Status::Success, "the raw call was refused, the safe one not");
+            assert!(recorded.images >= after_on.images && recorded.bytes >= after_on.bytes, "{:?}", recorded);
+        }
+        Err(e) => {
+            assert_eq!(e.status(), Some(on), "{}", e);
+            assert!(e.message().contains("cgc_module_record"), "{}", e);
+        }
+    }
+    // Off again: what the record holds stays.
+    let off = cgc::module_record(false).unwrap_or_else(|e| panic!("record off: {}", e));
+    assert!(off.images >= after_on.images && off.bytes >= after_on.bytes, "{:?} after {:?}", off, after_on);
+    assert_eq!(off.images == 0, off.bytes == 0, "{:?}", off);
+    assert_eq!(cgc::module_record(false).unwrap(), off, "off while off changes nothing");
+}
+
+/// 1.6: without libcupti (CGC_CUPTI_LIBRARY naming a file that is not there, the only candidate
+/// then) and without the driver, the record is refused with NOT_SUPPORTED naming the call, the
+/// path tried and CGC_CUPTI_LIBRARY, each time it is asked, with both counts set to 0; turning it
+/// off succeeds: the record never calls the driver.
+#[test]
+fn module_record_without_cupti_in_child() {
+    if child_role().as_deref() == Some("no_cupti") {
+        let api = cgc::api().unwrap();
+        for _ in 0..2 {
+            let e = cgc::module_record(true).expect_err("no libcupti");
+            assert_eq!(e.status(), Some(Status::NotSupported), "{}", e);
+            for word in ["cgc_module_record", "/nonexistent/libcupti.so", "CGC_CUPTI_LIBRARY"] {
+                assert!(e.message().contains(word), "{:?} missing: {}", word, e);
+            }
+            let (mut images, mut bytes) = (12345usize, 12345usize);
+            // SAFETY: valid out pointers; the call takes no handle.
+            let st = unsafe { (api.cgc_module_record)(1, &mut images, &mut bytes) };
+            assert_named_refusal(api, st, Status::NotSupported, "cgc_module_record");
+            assert_eq!((images, bytes), (0, 0), "the counts are set on failure too");
+        }
+        assert_eq!(cgc::module_record(false).unwrap(), cgc::RecordedImages { images: 0, bytes: 0 });
+        assert_eq!(cgc::RecordedImages::default(), cgc::RecordedImages { images: 0, bytes: 0 });
+        // The driver was never needed: it is not there.
+        assert_eq!(cgc::device_count().expect_err("no driver").status(), Some(Status::NoDriver));
+        child_passed("module_record_without_cupti_in_child");
+        return;
+    }
+    run_child(
+        "module_record_without_cupti_in_child",
+        "no_cupti",
+        &[("CGC_CUPTI_LIBRARY", "/nonexistent/libcupti.so"), ("CGC_CUDA_DRIVER", "/nonexistent/libcuda.so.1")],
+    );
 }
 
 #[test]
