@@ -522,6 +522,33 @@ bool cgc__kernel_identity_differs(const cgc__kernel_identity_t* a, const cgc__ke
   return false;
 }
 
+/* The machine code of kernel `name` in a 64-bit ELF cubin of `size` bytes: its section
+ * ".text.<name>" (*code_size bytes), or NULL when the image is no such cubin or has none. Every
+ * read is bounded by `size`. */
+static const unsigned char* kernel_code(const unsigned char* p, size_t size, const char* name, size_t* code_size) {
+  *code_size = 0;
+  if (size < 64 || p[0] != 0x7f || p[1] != 'E' || p[2] != 'L' || p[3] != 'F' || p[4] != 2) return NULL;
+  uint64_t shoff = read_u64(p + 40), shentsize = read_u16(p + 58), shnum = read_u16(p + 60);
+  uint64_t shstrndx = read_u16(p + 62);
+  if (shentsize < 64 || shoff > size || shnum * shentsize > size - shoff || shstrndx >= shnum) return NULL;
+  const unsigned char* names_header = p + shoff + shstrndx * shentsize;
+  uint64_t names_at = read_u64(names_header + 24), names_size = read_u64(names_header + 32);
+  if (names_at > size || names_size > size - names_at) return NULL;
+  size_t name_length = strlen(name);
+  for (uint64_t i = 0; i < shnum; i++) {
+    const unsigned char* sh = p + shoff + i * shentsize;
+    uint64_t at = read_u32(sh), offset = read_u64(sh + 24), bytes = read_u64(sh + 32);
+    /* ".text." and the name and its NUL, within the section names. */
+    if (at > names_size || names_size - at < 6 + name_length + 1) continue;
+    const char* section = (const char*)p + names_at + at;
+    if (memcmp(section, ".text.", 6) != 0 || memcmp(section + 6, name, name_length + 1) != 0) continue;
+    if (offset > size || bytes > size - offset) return NULL;
+    *code_size = (size_t)bytes;
+    return p + offset;
+  }
+  return NULL;
+}
+
 /* Whether image `i` (loaded on `dev` for the lookup) has a kernel `name` (*named) of build
  * `wanted` (*same). images_lock held, context current. An image this device cannot load has
  * neither. */
@@ -580,27 +607,41 @@ cgc_status_t cgc__module_origin(struct cgc__device* dev, CUfunction fn, const ch
     }
   }
   /* Else the recorded ones (embedded, as cgc_module_load's are), where the match must be the only
-   * one: recorded modules of one library (Triton's, torch.compile's) often share kernel names and
-   * builds with other code. A recorded image is loaded for the lookup only if the kernel's name
-   * is in its bytes at all. */
+   * one, or all must hold the same machine code for the kernel: recorded modules of one library
+   * (Triton's, torch.compile's) often share kernel names and builds with other code. A recorded
+   * image is loaded for the lookup only if the kernel's name is in its bytes at all. */
   size_t name_size = strlen(name) + 1;
+  const unsigned char* first_code = NULL;
+  size_t first_code_size = 0;
   struct added_image* recorded = atomic_load_explicit(&recorded_images, memory_order_acquire);
   for (struct added_image* i = recorded; i != NULL && !found_one && st == CGC_SUCCESS; i = i->next) {
     if (memmem(i->image, i->size, name, name_size) == NULL) continue;
     bool same = false;
     st = image_has_kernel(i, dev, name, &wanted, &named, &same, func);
-    if (same && recorded_matches++ == 0) {
+    if (!same) continue;
+    size_t code_size = 0;
+    const unsigned char* code = kernel_code(i->image, i->size, name, &code_size);
+    if (recorded_matches == 0) {
+      recorded_matches = 1;
+      first_code = code;
+      first_code_size = code_size;
       out->key = NULL;
       out->image = i->image;
       out->size = i->size;
+    } else if (code == NULL || first_code == NULL || code_size != first_code_size ||
+               memcmp(code, first_code, code_size) != 0) {
+      recorded_matches++; /* another kernel of that name and build, whose code differs (or is not told) */
     }
+    /* (the same machine code in another module, as a template instantiated in two files has:
+     * either image serves) */
   }
   cgc__mutex_unlock(&images_lock, CGC__LOCK_IMAGES);
   if (st == CGC_SUCCESS && recorded_matches > 1) {
     memset(out, 0, sizeof *out);
     return cgc__fail(CGC_ERROR_NOT_SAVABLE, func,
-                     "kernel '%s' is of a module cgc did not load, and %zu different recorded images have a kernel of "
-                     "that name and build: cgc cannot tell which it is; add its image by key (cgc_module_add_image)",
+                     "kernel '%s' is of a module cgc did not load, and %zu recorded images have a kernel of that name "
+                     "and build with other code: cgc cannot tell which it is; add its image by key "
+                     "(cgc_module_add_image)",
                      name, recorded_matches);
   }
   found_one = found_one || recorded_matches == 1;
