@@ -159,3 +159,18 @@ CUresult cgc__instantiate(CUgraph graph, CUgraphExec* exec) {
   });
   return r;
 }
+
+void* cgc__open_library(const char* const* candidates, size_t n, char* tried, size_t tried_size) {
+  size_t used = 0;
+  if (tried_size > 0) tried[0] = '\0';
+  for (size_t i = 0; i < n; i++) {
+    const char* path = candidates[i];
+    if (path == NULL || path[0] == '\0') continue;
+    void* lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (lib != NULL) return lib;
+    int written = snprintf(tried + used, tried_size - used, "%s%s", used ? ", " : "", path);
+    if (written > 0 && (size_t)written < tried_size - used) used += (size_t)written;
+    if (i == 0) return NULL; /* an explicit choice is the only candidate: a wrong path is not papered over */
+  }
+  return NULL;
+}

@@ -203,6 +203,10 @@ CUresult cgc__relaxed_mem_free(CUdeviceptr p);
  * priorities, in Relaxed mode: instantiation allocates device memory, which would break a Global
  * capture under way on any thread. The context current. */
 CUresult cgc__instantiate(CUgraph graph, CUgraphExec* exec);
+/* A library loaded at run time (NCCL, CUPTI): the first of `candidates` that dlopen opens (NULL
+ * and empty ones skipped), or NULL with `tried` listing what was tried. candidates[0], when set,
+ * is the user's explicit choice (an environment variable) and then the only one tried. */
+void* cgc__open_library(const char* const* candidates, size_t n, char* tried, size_t tried_size);
 
 /* Every driver call of the library goes through one of two macros, so that the lock check
  * (lockcheck.h) sees it and the call's name is written once:

@@ -106,18 +106,12 @@ static void forget_pairing(struct member* m) {
 
 /* The launch attributes a kernel node may carry (CUDA 13.0's, those valid for graph nodes), all
  * of which a per-node switch leaves as the source has them: a member pairs only if each reads the
- * same (or fails to read on both). The others are for streams or launches alone, and a node
- * refuses to be asked for them. */
-#define NODE_LAUNCH_ATTRIBUTES(X)                       \
-  X(CU_LAUNCH_ATTRIBUTE_ACCESS_POLICY_WINDOW)           \
-  X(CU_LAUNCH_ATTRIBUTE_COOPERATIVE)                    \
-  X(CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION)              \
-  X(CU_LAUNCH_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE) \
-  X(CU_LAUNCH_ATTRIBUTE_PRIORITY)                       \
-  X(CU_LAUNCH_ATTRIBUTE_MEM_SYNC_DOMAIN_MAP)            \
-  X(CU_LAUNCH_ATTRIBUTE_MEM_SYNC_DOMAIN)                \
-  X(CU_LAUNCH_ATTRIBUTE_PREFERRED_CLUSTER_DIMENSION)    \
-  X(CU_LAUNCH_ATTRIBUTE_DEVICE_UPDATABLE_KERNEL_NODE)   \
+ * same (or fails to read on both: the driver reports no preferred cluster size). The others are
+ * for streams or launches alone, and a node refuses to be asked for them. */
+#define NODE_LAUNCH_ATTRIBUTES(X)                    \
+  CGC_REPORTED_NODE_ATTRIBUTES(X)                    \
+  X(CU_LAUNCH_ATTRIBUTE_PREFERRED_CLUSTER_DIMENSION) \
+  X(CU_LAUNCH_ATTRIBUTE_DEVICE_UPDATABLE_KERNEL_NODE) \
   X(CU_LAUNCH_ATTRIBUTE_NVLINK_UTIL_CENTRIC_SCHEDULING)
 static const CUlaunchAttributeID kNodeLaunchAttributes[] = {
 #define NODE_LAUNCH_ATTRIBUTE_(id) id,

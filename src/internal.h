@@ -617,6 +617,18 @@ void cgc__alloc_wait_fencing(struct cgc__device* dev);
 
 /* ---- graphs (graph.c) ---- */
 
+/* The launch attributes a graph's kernel node carries and the driver reports back (CUDA 13.0):
+ * a saved file keeps them (saved_file.h); a family pairs members only if they agree on them and
+ * on those nodes take but do not report (family.c). */
+#define CGC_REPORTED_NODE_ATTRIBUTES(X)                       \
+  X(CU_LAUNCH_ATTRIBUTE_ACCESS_POLICY_WINDOW)                 \
+  X(CU_LAUNCH_ATTRIBUTE_COOPERATIVE)                          \
+  X(CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION)                    \
+  X(CU_LAUNCH_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE) \
+  X(CU_LAUNCH_ATTRIBUTE_PRIORITY)                             \
+  X(CU_LAUNCH_ATTRIBUTE_MEM_SYNC_DOMAIN_MAP)                  \
+  X(CU_LAUNCH_ATTRIBUTE_MEM_SYNC_DOMAIN)
+
 /* 1.6: how a graph restored as a family member without its CUgraph gets one at its first use.
  * restore.c makes it; family.c calls it under the family's claim, the context current. `build`
  * makes the graph, its last node recording `done` (the graph's completion event); `drop` frees

@@ -25,18 +25,7 @@ static void* open_nccl(char* tried, size_t tried_size) {
       "/usr/local/cuda/lib64/libnccl.so.2",
       "/usr/local/nccl/lib/libnccl.so.2",
   };
-  size_t used = 0;
-  for (size_t i = 0; i < sizeof candidates / sizeof *candidates; i++) {
-    const char* path = candidates[i];
-    if (path == NULL || path[0] == '\0') continue;
-    void* lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-    if (lib != NULL) return lib;
-    int n = snprintf(tried + used, tried_size - used, "%s%s", used ? ", " : "", path);
-    if (n > 0 && (size_t)n < tried_size - used) used += (size_t)n;
-    /* An explicit CGC_NCCL_LIBRARY is the only candidate: a wrong path must not be papered over. */
-    if (i == 0) return NULL;
-  }
-  return NULL;
+  return cgc__open_library(candidates, sizeof candidates / sizeof *candidates, tried, tried_size);
 }
 
 /* NCCL_GRAPH_MIXING_SUPPORT=0 as NCCL will read it (once, at its first use; set before it loads). */

@@ -67,17 +67,7 @@ static void* open_cupti(char* tried, size_t tried_size) {
       "/usr/local/cuda/lib64/libcupti.so",
       "/usr/local/cuda/lib/libcupti.so",
   };
-  size_t used = 0;
-  for (size_t i = 0; i < sizeof candidates / sizeof *candidates; i++) {
-    const char* path = candidates[i];
-    if (path == NULL || path[0] == '\0') continue;
-    void* lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-    if (lib != NULL) return lib;
-    int n = snprintf(tried + used, tried_size - used, "%s%s", used ? ", " : "", path);
-    if (n > 0 && (size_t)n < tried_size - used) used += (size_t)n;
-    if (i == 0) return NULL; /* an explicit CGC_CUPTI_LIBRARY is the only candidate */
-  }
-  return NULL;
+  return cgc__open_library(candidates, sizeof candidates / sizeof *candidates, tried, tried_size);
 }
 
 /* libcupti opened and its entry points found (record_lock held). */

@@ -56,17 +56,11 @@ typedef enum cgc__saved_node_kind {
 #undef CGC_SAVED_NODE_KIND
 } cgc__saved_node_kind_t;
 
-/* The kernel node attributes a file keeps (CUlaunchAttributeID values), for each node only those
- * that differ from a new node's, and sets again on the rebuilt node. Preferred cluster sizes are not among them:
- * the driver cannot report them (docs/PERFORMANCE.md, the first checks). */
-#define CGC_SAVED_KERNEL_ATTRIBUTES(X)                    \
-  X(CU_LAUNCH_ATTRIBUTE_ACCESS_POLICY_WINDOW)             \
-  X(CU_LAUNCH_ATTRIBUTE_COOPERATIVE)                      \
-  X(CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION)                \
-  X(CU_LAUNCH_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE) \
-  X(CU_LAUNCH_ATTRIBUTE_PRIORITY)                         \
-  X(CU_LAUNCH_ATTRIBUTE_MEM_SYNC_DOMAIN_MAP)              \
-  X(CU_LAUNCH_ATTRIBUTE_MEM_SYNC_DOMAIN)
+/* The kernel node attributes a file keeps (CUlaunchAttributeID values): those a graph's kernel
+ * node reports (internal.h), for each node only those that differ from a new node's, set again on
+ * the rebuilt node. Preferred cluster sizes are not among them: the driver cannot report them
+ * (docs/PERFORMANCE.md, the first checks). */
+#define CGC_SAVED_KERNEL_ATTRIBUTES(X) CGC_REPORTED_NODE_ATTRIBUTES(X)
 
 enum {
 #define CGC_COUNT_ATTRIBUTE(name) +1

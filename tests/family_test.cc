@@ -76,6 +76,24 @@ class FamilyTest : public GpuTest {
       if ((st = cgc_pool_create_at(ctx, reinterpret_cast<void*>(base), 64 * kMiB, pool)) == CGC_SUCCESS) break;
     return st;
   }
+  // Saves `graphs` (captured into `pool`) into *bytes, gives them back with their outputs' blocks
+  // and the pool, and restores the bytes as families into restored[0..n) and *restored_pool. The
+  // outputs stay listed: the restore allocates them again at their addresses (the test frees them).
+  void SaveAndRestoreAsFamilies(const std::vector<cgc_graph_t>& graphs, cgc_pool_t pool, cgc_graph_t* restored,
+                                cgc_pool_t* restored_pool, std::vector<uint8_t>* bytes) {
+    size_t size = 0;
+    CGC_ASSERT_OK(cgc_graphs_save(graphs.data(), graphs.size(), nullptr, nullptr, 0, &size));
+    bytes->resize(size);
+    CGC_ASSERT_OK(cgc_graphs_save(graphs.data(), graphs.size(), nullptr, bytes->data(), size, &size));
+    for (cgc_graph_t g : graphs) CGC_ASSERT_OK(cgc_graph_destroy(g));
+    for (void* p : outputs) CGC_ASSERT_OK(cgc_free(p));
+    CGC_ASSERT_OK(cgc_pool_release(pool));
+    cgc_restore_options_t options{};
+    options.struct_size = sizeof options;
+    options.flags = CGC_RESTORE_FAMILIES;
+    CGC_ASSERT_OK(cgc_graphs_restore(ctx, bytes->data(), bytes->size(), &options, restored, graphs.size(),
+                                     restored_pool, 1));
+  }
   cgc_graph_info_t Info(cgc_graph_t g) {
     cgc_graph_info_t info{};
     info.struct_size = sizeof info;
@@ -247,20 +265,11 @@ TEST_F(FamilyTest, ARestoreMakesOneExecutableForEachStructure) {
   const unsigned sizes[] = {1024, 2048, 512, 4096};
   std::vector<cgc_graph_t> graphs;
   for (int i = 0; i < 4; i++) graphs.push_back(Capture(sizes[i], float(i), i % 2 == 1, pool));
-  size_t size = 0;
-  CGC_ASSERT_OK(cgc_graphs_save(graphs.data(), graphs.size(), nullptr, nullptr, 0, &size));
-  std::vector<uint8_t> bytes(size);
-  CGC_ASSERT_OK(cgc_graphs_save(graphs.data(), graphs.size(), nullptr, bytes.data(), size, &size));
-  for (cgc_graph_t g : graphs) CGC_ASSERT_OK(cgc_graph_destroy(g));
+  std::vector<uint8_t> bytes;
   std::vector<void*> kept = outputs;
-  for (void* p : kept) CGC_ASSERT_OK(cgc_free(p));
-  CGC_ASSERT_OK(cgc_pool_release(pool));
-  cgc_restore_options_t options{};
-  options.struct_size = sizeof options;
-  options.flags = CGC_RESTORE_FAMILIES;
   cgc_graph_t restored[4] = {};
   cgc_pool_t restored_pool = nullptr;
-  CGC_ASSERT_OK(cgc_graphs_restore(ctx, bytes.data(), bytes.size(), &options, restored, 4, &restored_pool, 1));
+  ASSERT_NO_FATAL_FAILURE(SaveAndRestoreAsFamilies(graphs, pool, restored, &restored_pool, &bytes));
   EXPECT_EQ(cgc_graph_native_exec(restored[0]), cgc_graph_native_exec(restored[2]));
   EXPECT_EQ(cgc_graph_native_exec(restored[1]), cgc_graph_native_exec(restored[3]));
   EXPECT_NE(cgc_graph_native_exec(restored[0]), cgc_graph_native_exec(restored[1]));
@@ -283,20 +292,11 @@ TEST_F(FamilyTest, MembersRestoredUnbuiltAreBuiltAtTheirFirstUseWhateverItIs) {
   std::vector<cgc_graph_t> graphs;
   for (int i = 0; i < kGraphs; i++) graphs.push_back(Capture(sizes[i], float(i), i % 2 == 1, pool));
   const size_t kernels_of[2] = {Info(graphs[0]).kernel_nodes, Info(graphs[1]).kernel_nodes};
-  size_t size = 0;
-  CGC_ASSERT_OK(cgc_graphs_save(graphs.data(), graphs.size(), nullptr, nullptr, 0, &size));
-  std::vector<uint8_t> bytes(size);
-  CGC_ASSERT_OK(cgc_graphs_save(graphs.data(), graphs.size(), nullptr, bytes.data(), size, &size));
-  for (cgc_graph_t g : graphs) CGC_ASSERT_OK(cgc_graph_destroy(g));
+  std::vector<uint8_t> bytes;
   std::vector<void*> kept = outputs;
-  for (void* p : kept) CGC_ASSERT_OK(cgc_free(p));
-  CGC_ASSERT_OK(cgc_pool_release(pool));
-  cgc_restore_options_t options{};
-  options.struct_size = sizeof options;
-  options.flags = CGC_RESTORE_FAMILIES;
   cgc_graph_t r[kGraphs] = {};
   cgc_pool_t restored_pool = nullptr;
-  CGC_ASSERT_OK(cgc_graphs_restore(ctx, bytes.data(), bytes.size(), &options, r, kGraphs, &restored_pool, 1));
+  ASSERT_NO_FATAL_FAILURE(SaveAndRestoreAsFamilies(graphs, pool, r, &restored_pool, &bytes));
   // The restore's bytes are the caller's again at once: the unbuilt members keep a copy.
   std::fill(bytes.begin(), bytes.end(), uint8_t{0xab});
   auto want = [&](int i) { return float(i) + (i % 2 == 1 ? 2.0f : 1.0f); };
@@ -340,20 +340,11 @@ TEST_F(FamilyTest, UnbuiltMembersLaunchedAndInspectedFromThreadsAreBuiltOnce) {
   constexpr int kGraphs = 6;
   std::vector<cgc_graph_t> graphs;
   for (int i = 0; i < kGraphs; i++) graphs.push_back(Capture(1024 * (i + 1), float(i), false, pool));
-  size_t size = 0;
-  CGC_ASSERT_OK(cgc_graphs_save(graphs.data(), graphs.size(), nullptr, nullptr, 0, &size));
-  std::vector<uint8_t> bytes(size);
-  CGC_ASSERT_OK(cgc_graphs_save(graphs.data(), graphs.size(), nullptr, bytes.data(), size, &size));
-  for (cgc_graph_t g : graphs) CGC_ASSERT_OK(cgc_graph_destroy(g));
+  std::vector<uint8_t> bytes;
   std::vector<void*> kept = outputs;
-  for (void* p : kept) CGC_ASSERT_OK(cgc_free(p));
-  CGC_ASSERT_OK(cgc_pool_release(pool));
-  cgc_restore_options_t options{};
-  options.struct_size = sizeof options;
-  options.flags = CGC_RESTORE_FAMILIES;
   cgc_graph_t r[kGraphs] = {};
   cgc_pool_t restored_pool = nullptr;
-  CGC_ASSERT_OK(cgc_graphs_restore(ctx, bytes.data(), bytes.size(), &options, r, kGraphs, &restored_pool, 1));
+  ASSERT_NO_FATAL_FAILURE(SaveAndRestoreAsFamilies(graphs, pool, r, &restored_pool, &bytes));
   cgc_stream_t other = nullptr;
   CGC_ASSERT_OK(cgc_stream_create(ctx, CGC_STREAM_NON_BLOCKING, 0, &other));
   std::atomic<int> launched{0}, refused{0}, unexpected{0};
