@@ -522,31 +522,63 @@ bool cgc__kernel_identity_differs(const cgc__kernel_identity_t* a, const cgc__ke
   return false;
 }
 
-/* The machine code of kernel `name` in a 64-bit ELF cubin of `size` bytes: its section
- * ".text.<name>" (*code_size bytes), or NULL when the image is no such cubin or has none. Every
- * read is bounded by `size`. */
-static const unsigned char* kernel_code(const unsigned char* p, size_t size, const char* name, size_t* code_size) {
-  *code_size = 0;
-  if (size < 64 || p[0] != 0x7f || p[1] != 'E' || p[2] != 'L' || p[3] != 'F' || p[4] != 2) return NULL;
+/* Section `section` of a 64-bit little-endian ELF cubin of `size` bytes: its bytes (*bytes of
+ * them), NULL when the image has none (or is no such cubin: *elf false). Every read is bounded by
+ * `size`; a section without bytes in the file (NOBITS) has none. */
+static const unsigned char* elf_section(const unsigned char* p, size_t size, const char* section, size_t* bytes,
+                                        bool* elf) {
+  *bytes = 0;
+  *elf = false;
+  if (size < 64 || p[0] != 0x7f || p[1] != 'E' || p[2] != 'L' || p[3] != 'F' || p[4] != 2 || p[5] != 1) return NULL;
   uint64_t shoff = read_u64(p + 40), shentsize = read_u16(p + 58), shnum = read_u16(p + 60);
   uint64_t shstrndx = read_u16(p + 62);
   if (shentsize < 64 || shoff > size || shnum * shentsize > size - shoff || shstrndx >= shnum) return NULL;
   const unsigned char* names_header = p + shoff + shstrndx * shentsize;
   uint64_t names_at = read_u64(names_header + 24), names_size = read_u64(names_header + 32);
   if (names_at > size || names_size > size - names_at) return NULL;
-  size_t name_length = strlen(name);
+  *elf = true;
+  size_t length = strlen(section) + 1; /* with its NUL: ".text.foo" is not ".text.foobar" */
   for (uint64_t i = 0; i < shnum; i++) {
     const unsigned char* sh = p + shoff + i * shentsize;
-    uint64_t at = read_u32(sh), offset = read_u64(sh + 24), bytes = read_u64(sh + 32);
-    /* ".text." and the name and its NUL, within the section names. */
-    if (at > names_size || names_size - at < 6 + name_length + 1) continue;
-    const char* section = (const char*)p + names_at + at;
-    if (memcmp(section, ".text.", 6) != 0 || memcmp(section + 6, name, name_length + 1) != 0) continue;
-    if (offset > size || bytes > size - offset) return NULL;
-    *code_size = (size_t)bytes;
+    uint64_t at = read_u32(sh), offset = read_u64(sh + 24), n = read_u64(sh + 32);
+    if (at > names_size || names_size - at < length || memcmp(p + names_at + at, section, length) != 0) continue;
+    if (read_u32(sh + 4) == 8 /* SHT_NOBITS */ || offset > size || n > size - offset) return NULL;
+    *bytes = (size_t)n;
     return p + offset;
   }
   return NULL;
+}
+
+/* Whether kernel `name` does the same in two recorded images `a` and `b` (ELF cubins): the same
+ * machine code, no relocations in it (a call or a global's address, which the driver fills in at
+ * load and could name other code), and the same constant and initialised global data in both
+ * modules (which the code reads by fixed offsets). Only then either image serves. */
+static bool same_kernel(const struct added_image* a, const struct added_image* b, const char* name) {
+  static const char* const kModuleData[] = {".nv.constant3", ".nv.global.init"};
+  char section[600];
+  const char* kernel_sections[] = {".text.%s", ".rel.text.%s", ".rela.text.%s", ".nv.constant2.%s"};
+  for (size_t k = 0; k < sizeof kernel_sections / sizeof *kernel_sections; k++) {
+    if ((size_t)snprintf(section, sizeof section, kernel_sections[k], name) >= sizeof section) return false;
+    size_t na = 0, nb = 0;
+    bool ea = false, eb = false;
+    const unsigned char* sa = elf_section(a->image, a->size, section, &na, &ea);
+    const unsigned char* sb = elf_section(b->image, b->size, section, &nb, &eb);
+    if (!ea || !eb) return false; /* not cubins: cannot tell */
+    if (k == 0 && (sa == NULL || sb == NULL)) return false;      /* no code found */
+    if (k == 1 || k == 2) {
+      if (sa != NULL || sb != NULL) return false;               /* relocated code */
+      continue;
+    }
+    if ((sa == NULL) != (sb == NULL) || na != nb || (sa != NULL && memcmp(sa, sb, na) != 0)) return false;
+  }
+  for (size_t k = 0; k < sizeof kModuleData / sizeof *kModuleData; k++) {
+    size_t na = 0, nb = 0;
+    bool ea = false, eb = false;
+    const unsigned char* sa = elf_section(a->image, a->size, kModuleData[k], &na, &ea);
+    const unsigned char* sb = elf_section(b->image, b->size, kModuleData[k], &nb, &eb);
+    if ((sa == NULL) != (sb == NULL) || na != nb || (sa != NULL && memcmp(sa, sb, na) != 0)) return false;
+  }
+  return true;
 }
 
 /* Whether image `i` (loaded on `dev` for the lookup) has a kernel `name` (*named) of build
@@ -607,41 +639,35 @@ cgc_status_t cgc__module_origin(struct cgc__device* dev, CUfunction fn, const ch
     }
   }
   /* Else the recorded ones (embedded, as cgc_module_load's are), where the match must be the only
-   * one, or all must hold the same machine code for the kernel: recorded modules of one library
-   * (Triton's, torch.compile's) often share kernel names and builds with other code. A recorded
-   * image is loaded for the lookup only if the kernel's name is in its bytes at all. */
+   * one, or every match must do the same (same_kernel: a template instantiated in two files):
+   * recorded modules of one library (Triton's, torch.compile's) can share kernel names and builds
+   * with other code. A recorded image is loaded for the lookup only if the kernel's name is in its
+   * bytes at all. */
   size_t name_size = strlen(name) + 1;
-  const unsigned char* first_code = NULL;
-  size_t first_code_size = 0;
+  const struct added_image* first = NULL;
   struct added_image* recorded = atomic_load_explicit(&recorded_images, memory_order_acquire);
   for (struct added_image* i = recorded; i != NULL && !found_one && st == CGC_SUCCESS; i = i->next) {
     if (memmem(i->image, i->size, name, name_size) == NULL) continue;
     bool same = false;
     st = image_has_kernel(i, dev, name, &wanted, &named, &same, func);
     if (!same) continue;
-    size_t code_size = 0;
-    const unsigned char* code = kernel_code(i->image, i->size, name, &code_size);
-    if (recorded_matches == 0) {
+    if (first == NULL) {
+      first = i;
       recorded_matches = 1;
-      first_code = code;
-      first_code_size = code_size;
       out->key = NULL;
       out->image = i->image;
       out->size = i->size;
-    } else if (code == NULL || first_code == NULL || code_size != first_code_size ||
-               memcmp(code, first_code, code_size) != 0) {
-      recorded_matches++; /* another kernel of that name and build, whose code differs (or is not told) */
+    } else if (!same_kernel(first, i, name)) {
+      recorded_matches++; /* another kernel of that name and build that may do otherwise */
     }
-    /* (the same machine code in another module, as a template instantiated in two files has:
-     * either image serves) */
   }
   cgc__mutex_unlock(&images_lock, CGC__LOCK_IMAGES);
   if (st == CGC_SUCCESS && recorded_matches > 1) {
     memset(out, 0, sizeof *out);
     return cgc__fail(CGC_ERROR_NOT_SAVABLE, func,
-                     "kernel '%s' is of a module cgc did not load, and %zu recorded images have a kernel of that name "
-                     "and build with other code: cgc cannot tell which it is; add its image by key "
-                     "(cgc_module_add_image)",
+                     "kernel '%s' is of a module cgc did not load, and at least %zu recorded images have a kernel of "
+                     "that name and build that may do otherwise (other code, relocations or module data): cgc cannot "
+                     "tell which it is; add its image by key (cgc_module_add_image)",
                      name, recorded_matches);
   }
   found_one = found_one || recorded_matches == 1;
