@@ -94,6 +94,11 @@ std::atomic<size_t> pool_reserved_at_end{0};  // the threads' pools' memory when
 // of that window: adopted captures hold it shared from their begin to their adoption, the NCCL
 // churn thread holds it alone around its setup and teardown calls.
 std::shared_mutex foreign_capture_window;
+// Set while the saver releases its pool at fixed addresses: cgc refuses that release while an
+// adopted capture is open (it synchronises the device), and at 16 threads one nearly always is, so
+// no adopted capture begins meanwhile and the open ones drain (a release refused for 30 s was
+// seen on an H200).
+std::atomic<int> saver_releasing{0};
 
 constexpr unsigned kIn = 4096;  // floats a graph reads and writes
 
@@ -502,6 +507,7 @@ class Worker {
   // output lives and the graph's executable goes after the check (its memory then waits for
   // cgc_empty_cache), and the next adopted capture gets a new pool.
   void AdoptedCapture() {
+    if (saver_releasing.load() > 0) return;  // the saver's pool release goes first
     cgc_stream_t origin = own_[1 + rng_() % 2];
     cgc_stream_t side = origin == own_[1] ? own_[2] : own_[1];
     CUstream o = Native(origin), sd = Native(side);
@@ -805,14 +811,17 @@ void Saver(std::atomic<bool>* stop, std::atomic<long>* rounds) {
   // while a capture of the device is under way, it is tried again, for at most 30 s.
   auto release = [&](cgc_pool_t pool) {
     auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    saver_releasing++;
     for (;;) {
       cgc_status_t st;
       {
         std::unique_lock<std::shared_mutex> window(foreign_capture_window);
         st = cgc_pool_release(pool);
       }
-      if (st != CGC_ERROR_CAPTURE_UNSUPPORTED || std::chrono::steady_clock::now() > give_up)
+      if (st != CGC_ERROR_CAPTURE_UNSUPPORTED || std::chrono::steady_clock::now() > give_up) {
+        saver_releasing--;
         return Expect("cgc_pool_release (saved)", st, {CGC_SUCCESS});
+      }
       std::this_thread::sleep_for(std::chrono::microseconds(200));
     }
   };
