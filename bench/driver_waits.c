@@ -230,15 +230,8 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  char why[512];
-  if (!bench_driver_load(why, sizeof why)) {
-    printf("driver_waits: no GPU: %s\n", why);
-    return 1;
-  }
   CUdevice dev;
-  CU(cuDeviceGet(&dev, 0));
-  CU(cuDevicePrimaryCtxRetain(&primary, dev));
-  CU(cuCtxPushCurrent(primary));
+  if (!bench_enter_device("driver_waits", &dev, &primary)) return 1;
   char name[256] = {0};
   CU(cuDeviceGetName(name, sizeof name, dev));
   int version = 0;

@@ -185,16 +185,9 @@ int main(int argc, char** argv) {
     }
   }
   if (n_members < 2 || n_nodes < 20 || rounds < 1) fail_with("need at least 2 members, 20 nodes and 1 round");
-  char why[512];
-  if (!bench_driver_load(why, sizeof why)) {
-    printf("families: no GPU: %s\n", why);
-    return 1;
-  }
   CUdevice dev;
   CUcontext primary;
-  CU(cuDeviceGet(&dev, 0));
-  CU(cuDevicePrimaryCtxRetain(&primary, dev));
-  CU(cuCtxPushCurrent(primary));
+  if (!bench_enter_device("families", &dev, &primary)) return 1;
   CGC(cgc_context_create(0, &ctx));
   CGC(cgc_stream_create(ctx, CGC_STREAM_NON_BLOCKING, 0, &stream));
   native = (CUstream)cgc_stream_native(stream);

@@ -219,3 +219,15 @@ void bytes_label(char* buf, size_t cap, size_t bytes) {
   else if (bytes >= 1024) snprintf(buf, cap, "%zu KiB", bytes >> 10);
   else snprintf(buf, cap, "%zu B", bytes);
 }
+
+bool bench_enter_device(const char* tool, CUdevice* dev, CUcontext* primary) {
+  char why[512];
+  if (!bench_driver_load(why, sizeof why)) {
+    printf("%s: no GPU: %s\n", tool, why);
+    return false;
+  }
+  CU(cuDeviceGet(dev, 0));
+  CU(cuDevicePrimaryCtxRetain(primary, *dev));
+  CU(cuCtxPushCurrent(*primary));
+  return true;
+}

@@ -47,6 +47,10 @@ _Noreturn void fail_with(const char* fmt, ...) __attribute__((format(printf, 1, 
     if (r_ != CUDA_SUCCESS) fail_cu(#expr, r_); \
   } while (0)
 
+/* A benchmark's start: the driver loaded (false, after printing "<tool>: no GPU: <why>", when it
+ * cannot be) and device 0's primary context retained and made current (*dev, *primary). */
+bool bench_enter_device(const char* tool, CUdevice* dev, CUcontext* primary);
+
 /* malloc that exits with status 2 instead of returning NULL. */
 void* xmalloc(size_t bytes);
 

@@ -279,15 +279,8 @@ int main(int argc, char** argv) {
     fprintf(stderr, "saved_graphs: --graphs and --nodes take positive counts\n");
     return 2;
   }
-  char why[512];
-  if (!bench_driver_load(why, sizeof why)) {
-    printf("saved_graphs: no GPU: %s\n", why);
-    return 1;
-  }
   CUdevice dev;
   CUcontext primary;
-  CU(cuDeviceGet(&dev, 0));
-  CU(cuDevicePrimaryCtxRetain(&primary, dev));
-  CU(cuCtxPushCurrent(primary));
+  if (!bench_enter_device("saved_graphs", &dev, &primary)) return 1;
   return strcmp(argv[1], "save") == 0 ? save(argv[2], n_graphs, n_nodes, verify) : restore(argv[2], families, threads);
 }
