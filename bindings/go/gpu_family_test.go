@@ -171,16 +171,7 @@ func TestGPURestoreWithFamiliesSharesOneExecutable(t *testing.T) {
 	)
 	f := newFixture(t, 1, 0)
 	s := f.streams[0]
-	module, err := f.ctx.LoadModule(bindingTestsPTX(t))
-	f.ok(err)
-	t.Cleanup(func() { _ = module.Close() })
-	affine, err := module.Function("affine")
-	f.ok(err)
-	pool, err := f.ctx.NewPoolAt(base, capacity)
-	if err != nil {
-		t.Fatalf("NewPoolAt(%#x, %d): %v", base, capacity, err)
-	}
-	t.Cleanup(func() { _ = pool.Close() })
+	module, affine, pool := affineAndFixedPool(f, base, capacity)
 	g0, out0 := captureAffineInPool(f, s, affine, pool)
 	g1, out1 := captureAffineInPool(f, s, affine, pool)
 	at := []cgc.DevicePtr{out0.Ptr(), out1.Ptr()}

@@ -58,6 +58,24 @@ func captureAffineInPool(f *fixture, s *cgc.Stream, affine *cgc.Function, pool *
 	return g, out
 }
 
+// affineAndFixedPool loads the binding tests' module and its kernel "affine", and makes a pool at
+// fixed addresses [base, base+capacity): what the saved-graph tests capture with. Both are closed
+// at the test's end if the test has not closed them.
+func affineAndFixedPool(f *fixture, base cgc.DevicePtr, capacity int) (*cgc.Module, *cgc.Function, *cgc.Pool) {
+	f.t.Helper()
+	module, err := f.ctx.LoadModule(bindingTestsPTX(f.t))
+	f.ok(err)
+	f.t.Cleanup(func() { _ = module.Close() })
+	affine, err := module.Function("affine")
+	f.ok(err)
+	pool, err := f.ctx.NewPoolAt(base, capacity)
+	if err != nil {
+		f.t.Fatalf("NewPoolAt(%#x, %d): %v", base, capacity, err)
+	}
+	f.t.Cleanup(func() { _ = pool.Close() })
+	return module, affine, pool
+}
+
 // readFloats copies workCount floats at ptr to the host.
 func readFloats(f *fixture, s *cgc.Stream, ptr cgc.DevicePtr) []float32 {
 	f.t.Helper()
@@ -80,16 +98,7 @@ func TestGPUSavedGraphIsRestoredAtTheSameAddresses(t *testing.T) {
 	)
 	f := newFixture(t, 1, 0)
 	s := f.streams[0]
-	module, err := f.ctx.LoadModule(bindingTestsPTX(t))
-	f.ok(err)
-	t.Cleanup(func() { _ = module.Close() })
-	affine, err := module.Function("affine")
-	f.ok(err)
-	pool, err := f.ctx.NewPoolAt(base, capacity)
-	if err != nil {
-		t.Fatalf("NewPoolAt(%#x, %d): %v", base, capacity, err)
-	}
-	t.Cleanup(func() { _ = pool.Close() })
+	module, affine, pool := affineAndFixedPool(f, base, capacity)
 	g, out := captureAffineInPool(f, s, affine, pool)
 	at := out.Ptr()
 	if at < base || at+4*workCount > base+capacity {
@@ -203,16 +212,7 @@ func TestGPUVerifyingSaveReplaysADeterministicGraphBesideItsRebuild(t *testing.T
 	)
 	f := newFixture(t, 1, 0)
 	s := f.streams[0]
-	module, err := f.ctx.LoadModule(bindingTestsPTX(t))
-	f.ok(err)
-	t.Cleanup(func() { _ = module.Close() })
-	affine, err := module.Function("affine")
-	f.ok(err)
-	pool, err := f.ctx.NewPoolAt(base, capacity)
-	if err != nil {
-		t.Fatalf("NewPoolAt(%#x, %d): %v", base, capacity, err)
-	}
-	t.Cleanup(func() { _ = pool.Close() })
+	module, affine, pool := affineAndFixedPool(f, base, capacity)
 	g, out := captureAffineInPool(f, s, affine, pool)
 	at := out.Ptr()
 	f.ok(g.Launch(s))
