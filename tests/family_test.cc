@@ -1,6 +1,7 @@
 // Families (1.6, SEMANTICS 41): graphs of one structure sharing one executable, switched to a
 // member at its launch; refusals; resets in any order; members launched from two threads; and a
 // restore that makes families (CGC_RESTORE_FAMILIES), whose members are built at their first use.
+#include <dlfcn.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -381,6 +382,96 @@ TEST_F(FamilyTest, UnbuiltMembersLaunchedAndInspectedFromThreadsAreBuiltOnce) {
   outputs.clear();
   CGC_ASSERT_OK(cgc_stream_synchronize(stream));
   CGC_ASSERT_OK(cgc_stream_destroy(other));
+  CGC_ASSERT_OK(cgc_pool_release(restored_pool));
+}
+
+// A 2D memset of another width (cuMemsetD2D32Async on the capturing stream: cgc's own sets are
+// 1D, which the driver updates whatever their size): the driver refuses to update a 2D set's
+// shape, so such members share a structure but not an executable. Null when the driver lacks it.
+using MemsetD2D32 = CUresult (*)(CUdeviceptr, size_t, unsigned, size_t, size_t, CUstream);
+MemsetD2D32 DriverMemsetD2D32() {
+  void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+  auto get_proc = lib != nullptr ? reinterpret_cast<PFN_cuGetProcAddress_v12000>(dlsym(lib, "cuGetProcAddress_v2"))
+                                 : nullptr;
+  void* fn = nullptr;
+  CUdriverProcAddressQueryResult found;
+  if (get_proc == nullptr ||
+      get_proc("cuMemsetD2D32Async", &fn, 3020, CU_GET_PROC_ADDRESS_LEGACY_STREAM, &found) != CUDA_SUCCESS)
+    fn = nullptr;
+  return reinterpret_cast<MemsetD2D32>(fn);
+}
+
+TEST_F(FamilyTest, AnUnbuiltMemberTheDriverWillNotSwitchToGetsItsOwnExecutableAndSaysWhy) {
+  MemsetD2D32 memset_2d = DriverMemsetD2D32();
+  ASSERT_NE(memset_2d, nullptr) << "the driver's cuMemsetD2D32Async";
+  cgc_pool_t pool = nullptr;
+  CGC_ASSERT_OK(FixedPool(&pool));
+  constexpr unsigned kN = 1024, kRows = 4, kPitch = 4096;
+  // Graph i: fill + add over kN floats, and a set of widths[i] words in each of kRows rows.
+  const unsigned widths[3] = {256, 128, 256};
+  const uint32_t words[3] = {0x11111111u, 0x22222222u, 0x33333333u};
+  std::vector<void*> grids;
+  std::vector<cgc_graph_t> graphs;
+  for (int i = 0; i < 3; i++) {
+    cgc_capture_options_t options{};
+    options.struct_size = sizeof options;
+    options.pool = pool;
+    CGC_ASSERT_OK(cgc_capture_begin(stream, &options));
+    void* out = Malloc(kN * 4, stream);
+    void* grid = Malloc(kRows * kPitch, stream);
+    outputs.push_back(out);
+    grids.push_back(grid);
+    float v = float(10 * i);
+    unsigned n = kN;
+    void* fill_args[] = {&out, &v, &n};
+    EXPECT_EQ(cgc_launch_kernel(fill, kN / 256, 1, 1, 256, 1, 1, 0, stream, fill_args), CGC_SUCCESS);
+    EXPECT_EQ(memset_2d(Dev(grid), kPitch, words[i], widths[i], kRows, static_cast<CUstream>(cgc_stream_native(stream))),
+              CUDA_SUCCESS);
+    float one = 1.0f;
+    void* add_args[] = {&out, &out, &one, &n};
+    EXPECT_EQ(cgc_launch_kernel(add, kN / 256, 1, 1, 256, 1, 1, 0, stream, add_args), CGC_SUCCESS);
+    cgc_graph_t g = nullptr;
+    CGC_ASSERT_OK(cgc_capture_end(stream, &g));
+    graphs.push_back(g);
+  }
+  std::vector<void*> kept = outputs;
+  for (void* p : grids) outputs.push_back(p);  // given back with the pool, allocated again by the restore
+  std::vector<uint8_t> bytes;
+  cgc_graph_t r[3] = {};
+  cgc_pool_t restored_pool = nullptr;
+  ASSERT_NO_FATAL_FAILURE(SaveAndRestoreAsFamilies(graphs, pool, r, &restored_pool, &bytes));
+  EXPECT_EQ(Info(r[0]).family_size, 3u);
+  // Zeroes graph i's grid, launches it, and checks its floats and each row's words.
+  auto run = [&](int i) {
+    CGC_ASSERT_OK(cgc_memset_d32_async(grids[i], 0, kRows * kPitch / 4, stream));
+    ASSERT_NO_FATAL_FAILURE(LaunchAndCheck(r[i], size_t(i), kN, float(10 * i) + 1.0f));
+    std::vector<uint32_t> got = DownloadWords(Dev(grids[i]), kRows * kPitch / 4);
+    for (unsigned row = 0; row < kRows; row++)
+      for (unsigned w = 0; w < kPitch / 4; w += 31)
+        ASSERT_EQ(got[row * kPitch / 4 + w], w < widths[i] ? words[i] : 0u) << "graph " << i << " row " << row;
+  };
+  // Graph 1's first use is its trial: built, the family's executable refuses its set's width, and
+  // it is instantiated alone, still counted in its family, saying why.
+  ASSERT_NO_FATAL_FAILURE(run(1));
+  cgc_graph_info_t info = Info(r[1]);
+  EXPECT_EQ(info.family_result, int(CU_GRAPH_EXEC_UPDATE_ERROR_PARAMETERS_CHANGED));
+  EXPECT_EQ(info.family_size, 1u);
+  EXPECT_NE(cgc_graph_native_exec(r[1]), cgc_graph_native_exec(r[0]));
+  EXPECT_EQ(Info(r[0]).family_size, 2u);
+  // Graph 2 (a set of the leader's width) shares; all three run their own nodes in any order.
+  for (int i : {2, 0, 1, 2, 1, 0}) ASSERT_NO_FATAL_FAILURE(run(i));
+  EXPECT_EQ(cgc_graph_native_exec(r[2]), cgc_graph_native_exec(r[0]));
+  EXPECT_EQ(Info(r[2]).family_result, 0);
+  // The leader goes first; the one alone still runs, then goes.
+  CGC_ASSERT_OK(cgc_graph_destroy(r[0]));
+  for (int i : {1, 2}) ASSERT_NO_FATAL_FAILURE(run(i));
+  CGC_ASSERT_OK(cgc_graph_destroy(r[1]));
+  ASSERT_NO_FATAL_FAILURE(run(2));
+  CGC_ASSERT_OK(cgc_graph_destroy(r[2]));
+  for (void* p : kept) CGC_ASSERT_OK(cgc_free(p));
+  for (void* p : grids) CGC_ASSERT_OK(cgc_free(p));
+  outputs.clear();
+  CGC_ASSERT_OK(cgc_stream_synchronize(stream));
   CGC_ASSERT_OK(cgc_pool_release(restored_pool));
 }
 
