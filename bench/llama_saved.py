@@ -10,14 +10,16 @@ from before the first kernel), makes cgc PyTorch's allocator, puts the weights a
 tokens in a pool at fixed addresses (Pool.at), warms up each batch size on a side stream and
 captures it with cgc.graph into a second fixed pool (one capture stream for all, so cuBLAS's
 workspace is the capture pool's too), replays every graph and keeps a digest of its logits, then
-saves the graphs with the weights' pool. It times warm-up + capture, the anchor.
+saves the graphs with the weights' pool, verified (which measures what a restore takes on the
+device besides the pools). It times warm-up + capture, the anchor.
 
 The restoring process times file -> cgc_graphs_restore (as families: one instantiation for each
 graph structure), writes the weights (the same seed) and tokens back at their addresses
 (untimed, as loading weights is outside the anchor), times the first launch and then every other
 graph's first launch (a family member is built at its first), replays every graph and compares
-each output's digest with the saving process's (byte-equal). It reports cgc_saved_info's pool bytes against the device memory the
-restore took. Needs PyTorch, a GPU and CUPTI (exit status 1 with the reason otherwise)."""
+each output's digest with the saving process's (byte-equal). It compares cgc_saved_info's
+prediction (the pools, and the modules and executables the verifying save measured) with the
+device memory the restore and every graph's first launch took. Needs PyTorch, a GPU and CUPTI (exit status 1 with the reason otherwise)."""
 import hashlib
 import json
 import os
@@ -125,7 +127,9 @@ def save(path):
     torch.cuda.synchronize()
     digests = [digest(torch, o) for o in outputs]
     t0 = time.perf_counter()
-    saved = cgc.save_graphs(graphs, pools=[weights_pool], path=path)
+    # Verified: each graph rebuilt from the bytes and replayed beside itself, which also measures
+    # what a restore takes on the device besides the pools (saved_info's restore_bytes).
+    saved = cgc.save_graphs(graphs, pools=[weights_pool], path=path, verify=True)
     save_s = time.perf_counter() - t0
     record = cgc.module_record(False)
     info = cgc.saved_info(saved)
@@ -186,8 +190,12 @@ def restore(path):
           f" {meta['anchor_s'] / all_s:.1f}x to every graph's")
     print(f"  outputs byte-equal to the saving process's: {equal} of {len(graphs)}"
           + f"; executables: {executables}")
-    print(f"  saved_info's pool bytes {info.pool_bytes / 2**20:.1f} MiB; device memory the restore took "
-          f"{(free_before - free_after) / 2**20:.1f} MiB")
+    predicted = info.pool_bytes + info.family_restore_bytes
+    took = free_before - free_after
+    print(f"  device memory: saved_info predicted {predicted / 2**20:.1f} MiB (pools {info.pool_bytes / 2**20:.1f} MiB"
+          f" + modules and executables as families {info.family_restore_bytes / 2**20:.1f} MiB); the restore and"
+          f" every graph's first launch took {took / 2**20:.1f} MiB (mem_get_info): {(took - predicted) / 2**20:+.1f}"
+          f" MiB")
     return 0 if equal == len(graphs) else 3
 
 

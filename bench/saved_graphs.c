@@ -5,10 +5,14 @@
  *       captures N graphs (default 256) of K kernel nodes (default 1000) in 8 topologies, timing
  *       capture + instantiation (the anchor), replays each once and writes its output's checksum
  *       to FILE.ref, then times cgc_graphs_save into FILE. With --verify it then times a
- *       verifying save of the same graphs (CGC_SAVE_VERIFY), which must write the same bytes.
+ *       verifying save of the same graphs (CGC_SAVE_VERIFY), which must write the same bytes but
+ *       for the header's measures of what a restore takes on the device; FILE gets those.
  *   saved_graphs restore FILE [--families] [--threads T]
  *       in a fresh process: times mapping the file + cgc_graphs_restore + the first launch's completion,
- *       then replays every graph and compares its output with FILE.ref (byte-equal, by checksum).
+ *       then replays every graph and compares its output with FILE.ref (byte-equal, by checksum),
+ *       and compares the device memory the restore and every graph's first launch took
+ *       (cuMemGetInfo) with what cgc_saved_info predicted (pools, and with a verified file the
+ *       modules and executables).
  *       With --families the restore makes families (CGC_RESTORE_FAMILIES): it says how many
  *       executables it made, and times the host side of launching every graph once (each launch
  *       of a member its family's executable does not hold switches it) and of launching one
@@ -108,11 +112,9 @@ static int save(const char* path, int n_graphs, int n_nodes, bool verify) {
   unsigned char* bytes = xmalloc(size);
   CGC(cgc_graphs_save(graphs, n_graphs, NULL, bytes, size, &size));
   double save_ms = ms_since(t0);
-  FILE* f = fopen(path, "wb");
-  if (f == NULL || fwrite(bytes, 1, size, f) != size || fclose(f) != 0) fail_with("cannot write %s", path);
   char ref_path[4096];
   snprintf(ref_path, sizeof ref_path, "%s.ref", path);
-  f = fopen(ref_path, "wb");
+  FILE* f = fopen(ref_path, "wb");
   if (f == NULL || fwrite(&capture_ms, sizeof capture_ms, 1, f) != 1 ||
       fwrite(ref, sizeof *ref, n_graphs, f) != (size_t)n_graphs || fclose(f) != 0)
     fail_with("cannot write %s", ref_path);
@@ -126,12 +128,25 @@ static int save(const char* path, int n_graphs, int n_nodes, bool verify) {
     t0 = now_ns();
     CGC(cgc_graphs_save(graphs, n_graphs, &options, again, size, &again_size));
     double verify_ms = ms_since(t0);
-    bool same = again_size == size && memcmp(again, bytes, size) == 0;
+    /* The same bytes after the header (120 bytes: src/saved_file.h), and the same header but for
+     * the measures a verifying save adds. */
+    cgc_saved_info_t plain = {.struct_size = sizeof plain}, measured = {.struct_size = sizeof measured};
+    CGC(cgc_saved_info(bytes, size, &plain));
+    CGC(cgc_saved_info(again, again_size, &measured));
+    cgc_saved_info_t unmeasured = measured;
+    unmeasured.restore_bytes = unmeasured.family_restore_bytes = 0;
+    bool same = again_size == size && memcmp(again + 120, bytes + 120, size - 120) == 0 &&
+                memcmp(&unmeasured, &plain, sizeof plain) == 0;
     bench_failed_checks += !same;
-    printf("  verifying save (every graph rebuilt from the bytes and replayed beside itself): %.1f ms, %s bytes\n",
-           verify_ms, same ? "the same" : "OTHER");
-    free(again);
+    printf("  verifying save (every graph rebuilt from the bytes and replayed beside itself): %.1f ms, %s bytes; a "
+           "restore takes %.1f MiB besides the pools (%.1f MiB as families)\n",
+           verify_ms, same ? "the same" : "OTHER", (double)measured.restore_bytes / MIB,
+           (double)measured.family_restore_bytes / MIB);
+    free(bytes);
+    bytes = again;
   }
+  f = fopen(path, "wb");
+  if (f == NULL || fwrite(bytes, 1, size, f) != size || fclose(f) != 0) fail_with("cannot write %s", path);
   for (int g = 0; g < n_graphs; g++) CGC(cgc_graph_destroy(graphs[g]));
   for (int g = 0; g < n_graphs; g++) CGC(cgc_free((void*)(uintptr_t)ref[g].out));
   CGC(cgc_pool_release(pool));
@@ -176,6 +191,8 @@ static int restore(const char* path, bool families, unsigned threads) {
   CGC(cgc_stream_create(ctx, CGC_STREAM_NON_BLOCKING, 0, &stream));
   CGC(cgc_module_add_image(ctx, kKey, cgc_bench_kernels_fatbin, cgc_bench_kernels_fatbin_size));
   double setup_ms = ms_since(t_start);
+  size_t free_before = 0, free_after = 0, device_total = 0;
+  CU(cuMemGetInfo(&free_before, &device_total));
   int64_t t0 = now_ns();
   size_t size = 0;
   void* data = map_file(path, &size);
@@ -204,6 +221,7 @@ static int restore(const char* path, bool families, unsigned threads) {
   for (size_t g = 1; g < info.n_graphs; g++) CGC(cgc_graph_launch(graphs[g], stream));
   double launches_ms = ms_since(t_launch);
   CGC(cgc_stream_synchronize(stream));
+  CU(cuMemGetInfo(&free_after, &device_total));
   /* The graph launched last, again: each launch timed alone, the stream drained before it. */
   double* again = new_samples(100);
   for (int i = 0; i < 100; i++) {
@@ -244,6 +262,14 @@ static int restore(const char* path, bool families, unsigned threads) {
          "graph launched again: %.1f us a launch, cuGraphLaunch of the executable it ran: %.1f us (medians)\n",
          executables, families ? " (families)" : "", info.n_graphs - 1, launches_ms,
          launches_ms / (double)(info.n_graphs > 1 ? info.n_graphs - 1 : 1), again_us, raw_us);
+  size_t predicted = info.pool_bytes + (families ? info.family_restore_bytes : info.restore_bytes);
+  double took_mib = (double)(free_before - free_after) / MIB;
+  printf("  device memory: saved_info predicted %.1f MiB (pools %.1f%s), the restore and every graph's first launch "
+         "took %.1f MiB (cuMemGetInfo): %+.1f MiB\n",
+         (double)predicted / MIB, (double)info.pool_bytes / MIB,
+         info.restore_bytes ? (families ? " + modules and executables as families" : " + modules and executables")
+                            : "; unverified: pools only",
+         took_mib, took_mib - (double)predicted / MIB);
   for (size_t g = 0; g < info.n_graphs; g++) CGC(cgc_graph_destroy(graphs[g]));
   for (size_t g = 0; g < info.n_graphs; g++) CGC(cgc_free((void*)(uintptr_t)ref[g].out));
   for (size_t p = 0; p < info.n_pools; p++) CGC(cgc_pool_release(pools[p]));

@@ -1068,6 +1068,12 @@ typedef struct cgc_saved_info {
   size_t n_nodes;           /* the graphs' nodes, all together */
   size_t pool_bytes;        /* device memory the restored pools back: exactly their backed ranges */
   size_t image_bytes;       /* of the embedded module images */
+  /* Device memory a restore takes besides pool_bytes: the modules it loads and the graphs'
+   * executables, as a verifying save (CGC_SAVE_VERIFY) measured them in the saving process
+   * (cuMemGetInfo around its rebuild; other work on the device meanwhile shows in it). 0 when
+   * the buffer was saved without verifying. */
+  size_t restore_bytes;        /* every graph with an executable of its own */
+  size_t family_restore_bytes; /* with CGC_RESTORE_FAMILIES: one executable for each structure */
 } cgc_saved_info_t;
 
 /* Since 1.6. Fills as much of *info as its struct_size has room for, from `data` (size bytes of

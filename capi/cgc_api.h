@@ -292,7 +292,9 @@ CGC_API cgc_status_t cgc_get_api(uint32_t version, const cgc_api_t** out);
   X(size_t, n_modules, )                                                                                              \
   X(size_t, n_nodes, )                                                                                                \
   X(size_t, pool_bytes, )                                                                                             \
-  X(size_t, image_bytes, )
+  X(size_t, image_bytes, )                                                                                            \
+  X(size_t, restore_bytes, )                                                                                          \
+  X(size_t, family_restore_bytes, )
 #define CGC_RESTORE_OPTIONS_FIELDS(X)                                                                                 \
   X(size_t, struct_size, )                                                                                            \
   X(unsigned, flags, )                                                                                                \

@@ -907,8 +907,9 @@ cgc_status_t cgc__graphs_rebuild(struct cgc__device* dev, const void* data, size
     records = calloc(s.h.n_graphs + 1, sizeof *records);
     out->graphs = calloc(s.h.n_graphs + 1, sizeof *out->graphs);
     out->done = calloc(s.h.n_graphs + 1, sizeof *out->done);
+    out->first_alike = calloc(s.h.n_graphs + 1, sizeof *out->first_alike);
     out->codes = calloc(s.h.n_modules + 1, sizeof *out->codes);
-    if (records == NULL || out->graphs == NULL || out->done == NULL || out->codes == NULL)
+    if (records == NULL || out->graphs == NULL || out->done == NULL || out->first_alike == NULL || out->codes == NULL)
       st = cgc__fail(CGC_ERROR_OUT_OF_MEMORY, func, "out of host memory");
   }
   if (st == CGC_SUCCESS) st = index_graphs(&s, records, func);
@@ -918,6 +919,7 @@ cgc_status_t cgc__graphs_rebuild(struct cgc__device* dev, const void* data, size
     if (st == CGC_SUCCESS) st = build_graph(&s, g, gi, func);
     out->graphs[gi] = g->graph; /* the rebuilt set's now, built or not */
     out->done[gi] = g->done;
+    out->first_alike[gi] = g->first_alike;
     g->graph = NULL;
     g->done = NULL;
     out->n_graphs = gi + 1;
@@ -942,6 +944,7 @@ void cgc__graphs_rebuilt_free(cgc__rebuilt_t* r) {
   for (size_t i = 0; i < r->n_codes; i++) cgc__module_code_release(r->codes[i]);
   free(r->graphs);
   free(r->done);
+  free(r->first_alike);
   free(r->codes);
   memset(r, 0, sizeof *r);
 }

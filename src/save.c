@@ -711,8 +711,11 @@ cgc_status_t cgc_graphs_save(const cgc_graph_t* graphs, size_t n_graphs, const c
     }
     memcpy(buffer, file.data, file.size);
     /* The pools are held until the end: their layouts are those written. */
+    uint64_t restore_bytes = 0, family_restore_bytes = 0;
     if (opts.flags & CGC_SAVE_VERIFY)
-      st = cgc__verify_saved(s.dev, graphs, n_graphs, s.layouts, s.n_pools, file.data, file.size, __func__);
+      st = cgc__verify_saved(s.dev, graphs, n_graphs, s.layouts, s.n_pools, file.data, file.size, &restore_bytes,
+                             &family_restore_bytes, __func__);
+    if (st == CGC_SUCCESS) cgc__put_measured(buffer, restore_bytes, family_restore_bytes);
   }
 out:
   cgc__ctx_leave(&scope);

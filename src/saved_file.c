@@ -70,6 +70,17 @@ void cgc__put_bytes(cgc__writer_t* w, const void* p, size_t n) {
   memset(at + n, 0, padded - n);
 }
 
+/* Where header field `wanted` lies in the file: after the magic, the fields before it. */
+static size_t header_offset(const char* wanted) {
+  size_t at = 8;
+#define OFFSET_OF_FIELD(type, name)      \
+  if (strcmp(#name, wanted) == 0) return at; \
+  at += sizeof(type);
+  CGC_SAVED_HEADER_FIELDS(OFFSET_OF_FIELD)
+#undef OFFSET_OF_FIELD
+  return at;
+}
+
 void cgc__put_header(cgc__writer_t* w, cgc__saved_header_t* h) {
   cgc__writer_t head = {NULL, 0, 0, false};
   h->format = CGC__SAVED_FORMAT;
@@ -90,9 +101,15 @@ void cgc__put_header(cgc__writer_t* w, cgc__saved_header_t* h) {
   }
   memcpy(body, w->data, w->size);
   h->total_size = head.size;
-  memcpy(head.data + 8 + 2 * sizeof(uint32_t), &h->total_size, sizeof h->total_size);
+  memcpy(head.data + header_offset("total_size"), &h->total_size, sizeof h->total_size);
   free(w->data);
   *w = head;
+}
+
+void cgc__put_measured(void* data, uint64_t restore_bytes, uint64_t family_restore_bytes) {
+  unsigned char* file = data;
+  memcpy(file + header_offset("restore_bytes"), &restore_bytes, sizeof restore_bytes);
+  memcpy(file + header_offset("family_restore_bytes"), &family_restore_bytes, sizeof family_restore_bytes);
 }
 
 /* ---- reading ---- */
@@ -172,6 +189,8 @@ cgc_status_t cgc_saved_info(const void* data, size_t size, cgc_saved_info_t* inf
       .n_nodes = (size_t)h.n_nodes,
       .pool_bytes = (size_t)h.pool_bytes,
       .image_bytes = (size_t)h.image_bytes,
+      .restore_bytes = (size_t)h.restore_bytes,
+      .family_restore_bytes = (size_t)h.family_restore_bytes,
   };
   memcpy(info, &full, info->struct_size < sizeof full ? info->struct_size : sizeof full);
   return CGC_SUCCESS;

@@ -16,8 +16,9 @@
 
 #include "src/internal.h"
 
-/* Format 2: the checksum reads 8-byte words (format 1, byte by byte, was never in a release). */
-enum { CGC__SAVED_FORMAT = 2, CGC__SAVED_BYTE_ORDER = 0x01020304 };
+/* Format 3: the device memory a verifying save measured, in the header. Format 2 (without it) and
+ * format 1 (a checksum byte by byte) were never in a release. */
+enum { CGC__SAVED_FORMAT = 3, CGC__SAVED_BYTE_ORDER = 0x01020304 };
 #define CGC__SAVED_MAGIC "CGCGRAPH"
 
 /* The header's fields, X(type, name), in file order; all are 32- or 64-bit. */
@@ -36,7 +37,9 @@ enum { CGC__SAVED_FORMAT = 2, CGC__SAVED_BYTE_ORDER = 0x01020304 };
   X(uint64_t, n_kernels)           \
   X(uint64_t, n_nodes)             \
   X(uint64_t, pool_bytes)          \
-  X(uint64_t, image_bytes)
+  X(uint64_t, image_bytes)         \
+  X(uint64_t, restore_bytes)       \
+  X(uint64_t, family_restore_bytes)
 
 typedef struct cgc__saved_header {
 #define CGC_SAVED_HEADER_FIELD(type, name) type name;
@@ -95,6 +98,10 @@ void cgc__put_bytes(cgc__writer_t* w, const void* p, size_t n);
  * the result replaces w's data. */
 void cgc__put_header(cgc__writer_t* w, cgc__saved_header_t* h);
 
+/* The two measured fields of a written header (`data` holds a whole file), set in place: they
+ * are outside the checksum, which covers only what follows the header. */
+void cgc__put_measured(void* data, uint64_t restore_bytes, uint64_t family_restore_bytes);
+
 /* ---- reading: bounded; `bad` once a read went past the end (every later read gives zeros) ---- */
 typedef struct cgc__reader {
   const unsigned char* data;
@@ -118,6 +125,7 @@ typedef struct cgc__rebuilt {
   size_t n_graphs;
   CUgraph* graphs;
   CUevent* done;
+  bool* first_alike; /* no graph before it has its structure (a family restore instantiates it) */
   size_t n_codes;
   void** codes;
 } cgc__rebuilt_t;
@@ -129,9 +137,11 @@ void cgc__graphs_rebuilt_free(cgc__rebuilt_t* r);
 /* A verifying save (verify.c): each of `graphs`, rebuilt from the `size` bytes of `data` it was
  * saved to, replayed beside the graph itself from the same contents of the saved pools (their
  * layouts as saved, in the file's order); NOT_SAVABLE, naming where, when the pools differ after.
- * The context current; no lock held. */
+ * *restore_bytes and *family_restore_bytes: the device memory the rebuild's modules and
+ * executables took, all of them, or the first of each structure only. The context current; no
+ * lock held. */
 cgc_status_t cgc__verify_saved(struct cgc__device* dev, const cgc_graph_t* graphs, size_t n_graphs,
                                const cgc__pool_layout_t* layouts, size_t n_pools, const void* data, size_t size,
-                               const char* func);
+                               uint64_t* restore_bytes, uint64_t* family_restore_bytes, const char* func);
 
 #endif /* CGC_SAVED_FILE_H_ */

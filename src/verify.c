@@ -12,6 +12,12 @@
  * replayed, its result (`got`) compared with `want`, and `want` copied back: the pools end as
  * the graph's own replay left them.
  *
+ * It also measures what a restore of the bytes takes on the device besides the pools: free device
+ * memory (cuMemGetInfo) before the rebuild loads its modules, after the first graph of each
+ * structure is instantiated and uploaded (what a family restore makes), and after the others are.
+ * The rebuild is a restore's own steps, so the difference is what a restore takes; anything else
+ * allocating on the device meanwhile shows in it.
+ *
  * Locks: a graph's CUgraph is instantiated under its inspect_lock (and its family's claim for a
  * member), as a save reads it; the replays and copies hold nothing. Nothing else may run on the
  * saved pools' memory meanwhile (the contract says so). */
@@ -59,6 +65,27 @@ static cgc_status_t replay(CUgraphExec exec, CUstream stream, const char* func) 
   return CGC_CU(func, cuStreamSynchronize(stream));
 }
 
+/* The rebuilt graphs that are the first of their structure (`firsts`), or the others,
+ * instantiated and uploaded on `stream` into execs[], waited for. */
+static cgc_status_t make_rebuilt(const cgc__rebuilt_t* rebuilt, bool firsts, CUgraphExec* execs, CUstream stream,
+                                 const char* func) {
+  for (size_t gi = 0; gi < rebuilt->n_graphs; gi++) {
+    if (rebuilt->first_alike[gi] != firsts) continue;
+    cgc_status_t st = cgc__cu_fail(cgc__instantiate(rebuilt->graphs[gi], &execs[gi]), func, "cuGraphInstantiateWithFlags");
+    if (st == CGC_SUCCESS) st = CGC_CU(func, cuGraphUpload(execs[gi], stream));
+    if (st != CGC_SUCCESS) {
+      cgc__append(" (graph %zu, rebuilt from the saved bytes)", gi);
+      return st;
+    }
+  }
+  return CGC_CU(func, cuStreamSynchronize(stream));
+}
+
+/* The device memory taken between two readings of free memory (none if more is free after). */
+static uint64_t taken(size_t free_before, size_t free_after) {
+  return free_before > free_after ? (uint64_t)(free_before - free_after) : 0;
+}
+
 /* NOT_SAVABLE naming the first byte where `got` differs from `want`, or SUCCESS. */
 static cgc_status_t compare(size_t graph, const cgc__pool_layout_t* layouts, size_t n_pools, const unsigned char* want,
                             const unsigned char* got, const char* func) {
@@ -83,34 +110,46 @@ static cgc_status_t compare(size_t graph, const cgc__pool_layout_t* layouts, siz
 
 cgc_status_t cgc__verify_saved(struct cgc__device* dev, const cgc_graph_t* graphs, size_t n_graphs,
                                const cgc__pool_layout_t* layouts, size_t n_pools, const void* data, size_t size,
-                               const char* func) {
+                               uint64_t* restore_bytes, uint64_t* family_restore_bytes, const char* func) {
+  *restore_bytes = 0;
+  *family_restore_bytes = 0;
   size_t total = 0;
   for (size_t i = 0; i < n_pools; i++) {
     if (layouts[i].backed > SIZE_MAX / 4 - total)
       return cgc__fail(CGC_ERROR_OUT_OF_MEMORY, func, "the saved pools are too large to verify");
     total += (size_t)layouts[i].backed;
   }
-  cgc__rebuilt_t rebuilt;
-  CGC_TRY(cgc__graphs_rebuild(dev, data, size, &rebuilt, func));
   /* Copies and stream work that would break a Global capture under way on another thread. */
   CUstreamCaptureMode mode = cgc__relaxed_begin();
+  cgc__rebuilt_t rebuilt = {0};
   unsigned char* before = malloc(total + 1);
   unsigned char* want = malloc(total + 1);
   unsigned char* got = malloc(total + 1);
+  CUgraphExec* execs = calloc(n_graphs + 1, sizeof *execs); /* the rebuilt graphs' */
   CUstream stream = NULL;
+  size_t free_at_start = 0, free_with_firsts = 0, free_with_all = 0, device_total = 0;
   cgc_status_t st = CGC_SUCCESS;
-  if (before == NULL || want == NULL || got == NULL) {
+  if (before == NULL || want == NULL || got == NULL || execs == NULL) {
     st = cgc__fail(CGC_ERROR_OUT_OF_MEMORY, func, "out of host memory (verifying needs three copies of %zu bytes)",
                    total);
     goto out;
   }
   CGC_TRY_GOTO(st, CGC_CU(func, cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING)), out);
+  CGC_TRY_GOTO(st, CGC_CU(func, cuMemGetInfo(&free_at_start, &device_total)), out);
+  CGC_TRY_GOTO(st, cgc__graphs_rebuild(dev, data, size, &rebuilt, func), out);
+  if (rebuilt.n_graphs != n_graphs) {
+    st = cgc__fail(CGC_ERROR_INVALID_STATE, func, "the saved bytes rebuilt %zu graphs of %zu", rebuilt.n_graphs,
+                   n_graphs);
+    goto out;
+  }
+  CGC_TRY_GOTO(st, make_rebuilt(&rebuilt, true, execs, stream, func), out);
+  CGC_TRY_GOTO(st, CGC_CU(func, cuMemGetInfo(&free_with_firsts, &device_total)), out);
+  CGC_TRY_GOTO(st, make_rebuilt(&rebuilt, false, execs, stream, func), out);
+  CGC_TRY_GOTO(st, CGC_CU(func, cuMemGetInfo(&free_with_all, &device_total)), out);
   for (size_t gi = 0; gi < n_graphs && st == CGC_SUCCESS; gi++) {
-    CUgraphExec original = NULL, again = NULL;
+    CUgraphExec original = NULL, again = execs[gi];
     bool have_before = false, have_want = false;
     st = instantiate_original(graphs[gi], &original, func);
-    if (st == CGC_SUCCESS)
-      st = cgc__cu_fail(cgc__instantiate(rebuilt.graphs[gi], &again), func, "cuGraphInstantiateWithFlags");
     if (st == CGC_SUCCESS) have_before = (st = copy_pools(layouts, n_pools, before, true, stream, func)) == CGC_SUCCESS;
     if (st == CGC_SUCCESS) st = replay(original, stream, func);
     if (st == CGC_SUCCESS) have_want = (st = copy_pools(layouts, n_pools, want, true, stream, func)) == CGC_SUCCESS;
@@ -125,15 +164,21 @@ cgc_status_t cgc__verify_saved(struct cgc__device* dev, const cgc_graph_t* graph
       if (st == CGC_SUCCESS) st = back;
     }
     if (original != NULL) CGC_RELAXED(CGC_DRV(cuGraphExecDestroy)(original));
-    if (again != NULL) CGC_RELAXED(CGC_DRV(cuGraphExecDestroy)(again));
     if (st != CGC_SUCCESS) cgc__append(" (verifying the save of graph %zu)", gi);
   }
+  if (st == CGC_SUCCESS) {
+    *restore_bytes = taken(free_at_start, free_with_all);
+    *family_restore_bytes = taken(free_at_start, free_with_firsts);
+  }
 out:
+  for (size_t gi = 0; execs != NULL && gi < n_graphs; gi++)
+    if (execs[gi] != NULL) CGC_RELAXED(CGC_DRV(cuGraphExecDestroy)(execs[gi]));
   if (stream != NULL) CGC_DRV(cuStreamDestroy)(stream);
   cgc__relaxed_end(mode);
   free(before);
   free(want);
   free(got);
+  free(execs);
   cgc__graphs_rebuilt_free(&rebuilt);
   return st;
 }

@@ -28,7 +28,7 @@ constexpr unsigned kN = 4096;
 // Bases far from other tests' pools (pool_test's 0x6000-0x6300, the bindings' 0x6400-0x6a00).
 constexpr uintptr_t kBase = 0x6b0000000000ull;
 
-// The file's checksum as src/saved_file.c describes it (format 2), written here again: four
+// The file's checksum as src/saved_file.c describes it (formats 2 and 3), written here again: four
 // lanes of 8-byte words, each (lane ^ word) * the FNV prime then folded by lane >> 29, the lanes
 // and the bytes after the last whole 32 then folded in as FNV-1a.
 uint64_t Checksum(const uint8_t* p, size_t n) {
@@ -562,8 +562,20 @@ TEST_F(SavedTest, AVerifyingSaveReplaysEachGraphBesideItsRebuildAndRefusesWhatDi
   ASSERT_FALSE(bytes.empty());
   std::vector<float> got = Download(Dev(out), kN);
   for (unsigned k = 0; k < kN; k += 61) ASSERT_EQ(got[k], 3.5f) << "float " << k;  // the graph's replay: 2 + 1 + 0.5
-  // The same bytes as a save without verifying.
-  EXPECT_EQ(Save({graph}), bytes);
+  // The same bytes as a save without verifying, but for the header's measures of what a restore
+  // takes on the device besides the pools (its modules and executables), which only a verifying
+  // save makes: the families' (one executable for each structure) at most the whole's.
+  std::vector<uint8_t> plain = Save({graph});
+  cgc_saved_info_t measured = Info(bytes), unmeasured = Info(plain);
+  EXPECT_LE(measured.family_restore_bytes, measured.restore_bytes);
+  EXPECT_EQ(unmeasured.restore_bytes, 0u);
+  EXPECT_EQ(unmeasured.family_restore_bytes, 0u);
+  std::printf("a verifying save measured %zu bytes a restore takes besides the pools (%zu as families)\n",
+              measured.restore_bytes, measured.family_restore_bytes);
+  ASSERT_EQ(plain.size(), bytes.size());
+  constexpr size_t kHeader = 8 + 2 * 4 + 2 * 8 + 4 * 4 + 9 * 8;  // the magic, then the header's fields
+  EXPECT_TRUE(std::equal(plain.begin() + kHeader, plain.end(), bytes.begin() + kHeader));
+  EXPECT_TRUE(std::equal(plain.begin(), plain.begin() + kHeader - 16, bytes.begin()));
   cgc_save_options_t unknown = verify;
   unknown.flags = 2;
   size_t size = 0;
@@ -595,6 +607,44 @@ TEST_F(SavedTest, AVerifyingSaveReplaysEachGraphBesideItsRebuildAndRefusesWhatDi
   CGC_ASSERT_OK(cgc_graph_destroy(timed));
   CGC_ASSERT_OK(cgc_free(stamp));
   ASSERT_NO_FATAL_FAILURE(GiveBack(graph, out, pool));
+}
+
+// What a verifying save measures a restore takes besides the pools, for graphs large enough that
+// their executables need new device memory (about 2.6 MiB for 1,000 kernel nodes on an H200;
+// the driver hands out its own memory in 2 MiB steps, and a graph of a few nodes fits in what it
+// holds already): the two structures' first graphs take less than all four.
+TEST_F(SavedTest, AVerifyingSaveMeasuresTheDeviceMemoryARestoreTakesBesideThePools) {
+  cgc_pool_t pool = FixedPool();
+  ASSERT_NE(pool, nullptr);
+  std::vector<cgc_graph_t> graphs;
+  std::vector<void*> outs;
+  for (int i = 0; i < 4; i++) {  // graphs 0 and 2 of one structure, 1 and 3 of another
+    cgc_capture_options_t options = Into(pool);
+    CGC_ASSERT_OK(cgc_capture_begin(stream, &options));
+    void* out = Malloc(kN * 4, stream);
+    outs.push_back(out);
+    if (i % 2 == 1) CgcFill(out, float(i));
+    for (int k = 0; k < 1000; k++) CgcAdd(out, out, 1.0f);
+    cgc_graph_t g = nullptr;
+    CGC_ASSERT_OK(cgc_capture_end(stream, &g));
+    graphs.push_back(g);
+  }
+  cgc_save_options_t verify{};
+  verify.struct_size = sizeof verify;
+  verify.flags = CGC_SAVE_VERIFY;
+  std::vector<uint8_t> bytes = Save(graphs, &verify);
+  ASSERT_FALSE(bytes.empty());
+  cgc_saved_info_t info = Info(bytes);
+  std::printf("4 graphs of 1,000 kernel nodes in 2 structures: a restore takes %.1f MiB besides the pools' %.1f MiB "
+              "(%.1f MiB as families)\n",
+              double(info.restore_bytes) / kMiB, double(info.pool_bytes) / kMiB,
+              double(info.family_restore_bytes) / kMiB);
+  EXPECT_GT(info.family_restore_bytes, 0u);
+  EXPECT_LT(info.family_restore_bytes, info.restore_bytes);
+  for (cgc_graph_t g : graphs) CGC_ASSERT_OK(cgc_graph_destroy(g));
+  for (void* p : outs) CGC_ASSERT_OK(cgc_free(p));
+  CGC_ASSERT_OK(cgc_stream_synchronize(stream));
+  CGC_ASSERT_OK(cgc_pool_release(pool));
 }
 
 // A kernel of a module neither cgc loaded nor any key names (PTX the driver loads itself) is saved
@@ -679,7 +729,9 @@ std::vector<uint8_t> HandMadeFile(uint32_t format, uint32_t byte_order, int64_t 
   put(0, 8);  // the size, below
   put(0, 8);  // the checksum, below
   put(9, 4), put(0, 4), put(13000, 4), put(0, 4);  // compute 9.0, CUDA 13000, reserved
-  const uint64_t counts[] = {3, 2, 1, 4, 3000, 6 << 20, 12345};  // graphs, pools, modules, kernels, nodes, bytes
+  // Graphs, pools, modules, kernels, nodes; pool and image bytes; what a restore takes besides
+  // (each its own, as families).
+  const uint64_t counts[] = {3, 2, 1, 4, 3000, 6 << 20, 12345, 5 << 20, 3 << 20};
   for (uint64_t c : counts) put(c, 8);
   put(0x0123456789abcdefull, 8);  // the body
   uint64_t h = Checksum(&b[b.size() - 8], 8);
@@ -692,9 +744,9 @@ std::vector<uint8_t> HandMadeFile(uint32_t format, uint32_t byte_order, int64_t 
 TEST(SavedNoGpu, TheHeaderIsReadWithoutTheDriverAndEachRefusalSaysWhy) {
   cgc_saved_info_t info{};
   info.struct_size = sizeof info;
-  std::vector<uint8_t> good = HandMadeFile(2, 0x01020304, 0, true);
+  std::vector<uint8_t> good = HandMadeFile(3, 0x01020304, 0, true);
   ASSERT_EQ(cgc_saved_info(good.data(), good.size(), &info), CGC_SUCCESS) << cgc_last_error();
-  EXPECT_EQ(info.format_version, 2u);
+  EXPECT_EQ(info.format_version, 3u);
   EXPECT_EQ(info.compute_major, 9);
   EXPECT_EQ(info.compute_minor, 0);
   EXPECT_EQ(info.driver_version, 13000);
@@ -704,6 +756,8 @@ TEST(SavedNoGpu, TheHeaderIsReadWithoutTheDriverAndEachRefusalSaysWhy) {
   EXPECT_EQ(info.n_nodes, 3000u);
   EXPECT_EQ(info.pool_bytes, size_t{6} << 20);
   EXPECT_EQ(info.image_bytes, 12345u);
+  EXPECT_EQ(info.restore_bytes, size_t{5} << 20);
+  EXPECT_EQ(info.family_restore_bytes, size_t{3} << 20);
   // An older caller's smaller struct is filled only as far as it reaches.
   cgc_saved_info_t small{};
   small.struct_size = offsetof(cgc_saved_info_t, n_pools);
@@ -716,10 +770,11 @@ TEST(SavedNoGpu, TheHeaderIsReadWithoutTheDriverAndEachRefusalSaysWhy) {
     const char* says;
   } cases[] = {
       {HandMadeFile(1, 0x01020304, 0, true), "format version 1"},
-      {HandMadeFile(3, 0x01020304, 0, true), "format version 3"},
-      {HandMadeFile(2, 0x04030201, 0, true), "byte order"},
-      {HandMadeFile(2, 0x01020304, 8, true), "truncated"},
-      {HandMadeFile(2, 0x01020304, 0, false), "damaged"},
+      {HandMadeFile(2, 0x01020304, 0, true), "format version 2"},
+      {HandMadeFile(4, 0x01020304, 0, true), "format version 4"},
+      {HandMadeFile(3, 0x04030201, 0, true), "byte order"},
+      {HandMadeFile(3, 0x01020304, 8, true), "truncated"},
+      {HandMadeFile(3, 0x01020304, 0, false), "damaged"},
   };
   for (const Case& c : cases) {
     EXPECT_EQ(cgc_saved_info(c.bytes.data(), c.bytes.size(), &info), CGC_ERROR_SAVED_MISMATCH) << c.says;
