@@ -124,6 +124,10 @@ func TestGPUSavedGraphIsRestoredAtTheSameAddresses(t *testing.T) {
 		t.Errorf("saved info %+v: want at least a 2 MiB granule backed, 3 nodes, an image, an architecture and "+
 			"a CUDA 12.4 driver", info)
 	}
+	// Only a verifying save measures the device memory a restore takes besides the pools.
+	if info.RestoreBytes != 0 || info.FamilyRestoreBytes != 0 {
+		t.Errorf("saved info %+v: want RestoreBytes and FamilyRestoreBytes 0 without verifying", info)
+	}
 	// The pool may be named again among the extra pools: it is saved once.
 	again, err := cgc.SaveGraphs([]*cgc.Graph{g}, []*cgc.Pool{pool})
 	f.ok(err)
@@ -203,8 +207,11 @@ func TestGPUSavedGraphIsRestoredAtTheSameAddresses(t *testing.T) {
 // and replayed beside the graph itself, from the same contents of its pool, writes the same bytes
 // (affine's graph is deterministic: its own sets write the input and parameters its kernel reads,
 // and nothing else runs on the pool meanwhile), so the save succeeds with the bytes of a save
-// without verifying, and the pool ends as the graph's own replay left it: the output, zeroed
-// before the save, holds 5.5 again. The base is the Go binding's own.
+// without verifying but for the device memory it measured on the rebuild (FamilyRestoreBytes at
+// most RestoreBytes, which may be 0: a graph this small fits in memory the driver holds already;
+// both 0 in the plain save), and the pool ends as the graph's
+// own replay left it: the output, zeroed before the save, holds 5.5 again. The base is the Go
+// binding's own.
 func TestGPUVerifyingSaveReplaysADeterministicGraphBesideItsRebuild(t *testing.T) {
 	const (
 		base     = cgc.DevicePtr(0x69C000000000)
@@ -233,8 +240,39 @@ func TestGPUVerifyingSaveReplaysADeterministicGraphBesideItsRebuild(t *testing.T
 	if err != nil {
 		t.Fatalf("SaveGraphsWith with Verify: %v", err)
 	}
-	if !bytes.Equal(data, plain) {
-		t.Errorf("a verifying save wrote other bytes (%d bytes, %d without verifying)", len(data), len(plain))
+	// Only a verifying save measures what a restore takes on the device besides the pools (its
+	// modules and executables): each graph its own, or one executable for each structure.
+	measured, err := cgc.ReadSavedInfo(data)
+	f.ok(err)
+	unmeasured, err := cgc.ReadSavedInfo(plain)
+	f.ok(err)
+	if measured.FamilyRestoreBytes > measured.RestoreBytes {
+		t.Errorf("a verifying save measured %+v: want FamilyRestoreBytes at most RestoreBytes", measured)
+	}
+	if unmeasured.RestoreBytes != 0 || unmeasured.FamilyRestoreBytes != 0 {
+		t.Errorf("a plain save measured %+v: want RestoreBytes and FamilyRestoreBytes 0", unmeasured)
+	}
+	rest := measured
+	rest.RestoreBytes, rest.FamilyRestoreBytes = 0, 0
+	if rest != unmeasured {
+		t.Errorf("a verifying save's header %+v, a plain save's %+v: want them equal but for the measures", measured,
+			unmeasured)
+	}
+	// The bytes are the plain save's but for those two 8-byte fields of the header.
+	if len(data) != len(plain) {
+		t.Errorf("a verifying save wrote %d bytes, %d without verifying", len(data), len(plain))
+	} else {
+		differs := 0
+		for differs < len(data) && data[differs] == plain[differs] {
+			differs++
+		}
+		end := differs + 16
+		if end > len(data) {
+			end = len(data)
+		}
+		if !bytes.Equal(data[end:], plain[end:]) {
+			t.Errorf("a verifying save wrote other bytes than a plain save's beyond the 16 from offset %d", differs)
+		}
 	}
 	// Whatever the save copied back to the pool has landed before the stream reads it.
 	f.ok(f.ctx.Synchronize())
@@ -245,8 +283,9 @@ func TestGPUVerifyingSaveReplaysADeterministicGraphBesideItsRebuild(t *testing.T
 	// The graph's pool named again among the extra pools: saved once, verified as before.
 	again, err := cgc.SaveGraphsWith([]*cgc.Graph{g}, []*cgc.Pool{pool}, verify)
 	f.ok(err)
-	if info, err := cgc.ReadSavedInfo(again); err != nil || info.NPools != 1 {
-		t.Errorf("a verifying save with its own pool again: %+v, %v; want 1 pool", info, err)
+	if info, err := cgc.ReadSavedInfo(again); err != nil || info.NPools != 1 ||
+		info.FamilyRestoreBytes > info.RestoreBytes {
+		t.Errorf("a verifying save with its own pool again: %+v, %v; want 1 pool and the restore measured", info, err)
 	}
 
 	f.ok(g.Destroy())

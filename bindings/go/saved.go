@@ -26,6 +26,14 @@ type SavedInfo struct {
 	NNodes        int    // the graphs' nodes, all together
 	PoolBytes     uint64 // device memory the restored pools back: exactly their backed ranges
 	ImageBytes    uint64 // bytes of the embedded module images
+	// RestoreBytes is the device memory a restore needs beyond PoolBytes (the modules it loads
+	// and an executable for every graph), as a verifying save (SaveOptions.Verify) measured it
+	// with cuMemGetInfo around its rebuild in the saving process, so whatever else allocated on
+	// the device meanwhile is included. 0 when the bytes were saved without verifying.
+	RestoreBytes uint64
+	// FamilyRestoreBytes is RestoreBytes for a restore with RestoreOptions.Families, which
+	// instantiates one executable for each structure. 0 when saved without verifying.
+	FamilyRestoreBytes uint64
 }
 
 // bytesFor is what C gets for data: its first byte, or a byte of its own for an empty slice, so
@@ -65,6 +73,9 @@ func ReadSavedInfo(data []byte) (SavedInfo, error) {
 		NNodes:        int(i.n_nodes),
 		PoolBytes:     uint64(i.pool_bytes),
 		ImageBytes:    uint64(i.image_bytes),
+
+		RestoreBytes:       uint64(i.restore_bytes),
+		FamilyRestoreBytes: uint64(i.family_restore_bytes),
 	}, nil
 }
 
@@ -103,7 +114,8 @@ type SaveOptions struct {
 	// another kernel). Each graph is replayed twice and the pools are left as the graph's own
 	// replay left them; the saved pools' backed bytes are copied to host memory three times over.
 	// Only while nothing else runs on the saved pools' memory; graphs whose replays are not
-	// deterministic (a timer, a race) fail it.
+	// deterministic (a timer, a race) fail it. The device memory the rebuild took is recorded in
+	// the bytes (SavedInfo.RestoreBytes and FamilyRestoreBytes).
 	Verify bool
 }
 
@@ -121,8 +133,9 @@ func (opts *SaveOptions) flags() C.uint {
 // the same contents of the saved pools, and the save fails with ErrNotSavable (naming the graph,
 // the pool and the first differing offset) when their replays leave other bytes; the pools end
 // as the graph's own replay left them. The graphs must be deterministic, and nothing else may run
-// on the saved pools' memory meanwhile. The bytes are those of a save without verifying. A nil
-// opts means the defaults.
+// on the saved pools' memory meanwhile. The bytes are those of a save without verifying but for
+// the header's SavedInfo.RestoreBytes and SavedInfo.FamilyRestoreBytes, which a verifying save
+// measures on its rebuild (0 without verifying). A nil opts means the defaults.
 func SaveGraphsWith(graphs []*Graph, pools []*Pool, opts *SaveOptions) ([]byte, error) {
 	return saveGraphs("SaveGraphsWith", graphs, pools, opts)
 }

@@ -409,7 +409,8 @@ class saved_info_t(_Sized):
     _fields_ = [("struct_size", ctypes.c_size_t), ("format_version", ctypes.c_uint32),
                 ("compute_major", ctypes.c_int), ("compute_minor", ctypes.c_int), ("driver_version", ctypes.c_int),
                 ("n_graphs", ctypes.c_size_t), ("n_pools", ctypes.c_size_t), ("n_modules", ctypes.c_size_t),
-                ("n_nodes", ctypes.c_size_t), ("pool_bytes", ctypes.c_size_t), ("image_bytes", ctypes.c_size_t)]
+                ("n_nodes", ctypes.c_size_t), ("pool_bytes", ctypes.c_size_t), ("image_bytes", ctypes.c_size_t),
+                ("restore_bytes", ctypes.c_size_t), ("family_restore_bytes", ctypes.c_size_t)]
 
 
 class restore_options_t(_Sized):
@@ -446,9 +447,14 @@ Block = namedtuple("Block", "address size requested state")
 # e.g. 13000) of the saving process, which the restoring one must have; the graphs, the pools
 # (created by the restore, in this order), the module images (embedded or named by key) and the
 # nodes it holds; pool_bytes, the device memory the restored pools back (exactly their backed
-# ranges), and image_bytes, the embedded images' size.
+# ranges), and image_bytes, the embedded images' size; restore_bytes, the device memory a restore
+# takes on top of pool_bytes (the modules it loads, an executable for every graph), and
+# family_restore_bytes, the same for a restore with families=True (one executable for each
+# structure): a verifying save (save_graphs(verify=True)) measures both in the saving process
+# with cuMemGetInfo around its rebuild, so other allocations on the device meanwhile count too;
+# both are 0 in bytes saved without verifying.
 SavedInfo = namedtuple("SavedInfo", "format_version compute_major compute_minor driver_version n_graphs n_pools "
-                       "n_modules n_nodes pool_bytes image_bytes")
+                       "n_modules n_nodes pool_bytes image_bytes restore_bytes family_restore_bytes")
 # 1.6: what module_record() returns: how many distinct module images the record holds and their
 # size in bytes, all together.
 RecordedImages = namedtuple("RecordedImages", "images bytes")
@@ -952,7 +958,7 @@ def saved_info(data):
     i = _saved_info(address, size)
     del keep
     return SavedInfo(i.format_version, i.compute_major, i.compute_minor, i.driver_version, i.n_graphs, i.n_pools,
-                     i.n_modules, i.n_nodes, i.pool_bytes, i.image_bytes)
+                     i.n_modules, i.n_nodes, i.pool_bytes, i.image_bytes, i.restore_bytes, i.family_restore_bytes)
 
 
 def save_graphs(graphs, pools=(), path=None, verify=False):
@@ -985,7 +991,8 @@ def save_graphs(graphs, pools=(), path=None, verify=False):
     replayed twice and the pools are left as the graph's own replay left them; the saved pools'
     backed bytes are copied to host memory three times over. Only while nothing else runs on the
     saved pools' memory; graphs whose replays are not deterministic (a timer, a race) fail it. The
-    bytes are those of a save without verifying."""
+    bytes are those of a save without verifying but for SavedInfo's restore_bytes and
+    family_restore_bytes, which a verifying save measures on its rebuild (0 without verifying)."""
     func = "cgc_graphs_save"
     graphs = [graphs] if isinstance(graphs, Graph) else list(graphs)
     pools = [pools] if isinstance(pools, Pool) else list(pools)

@@ -181,6 +181,11 @@ class AbiDescriptionTest(unittest.TestCase):
         # GraphInfo is graph_info_t without struct_size, so every count the header adds shows up.
         self.assertEqual(list(cgc.GraphInfo._fields), [f[0] for f in self.structs["cgc_graph_info_t"][1]][1:])
 
+    def test_saved_info_has_the_header_fields(self):
+        # SavedInfo is saved_info_t without struct_size, so a field the header appends (1.6's
+        # restore_bytes and family_restore_bytes) shows up in it.
+        self.assertEqual(list(cgc.SavedInfo._fields), [f[0] for f in self.structs["cgc_saved_info_t"][1]][1:])
+
     def test_the_module_is_the_headers_version(self):
         # The description's first line is the header's CGC_VERSION; cgc.py's version (also the
         # wheel's) is the ABI version it wraps.
@@ -2651,6 +2656,8 @@ class GpuSavedGraphsTest(unittest.TestCase):
         self.assertGreater(info.image_bytes, 0, info)
         self.assertGreater(info.compute_major, 0, info)
         self.assertGreaterEqual(info.driver_version, 12040, "saving needs CUDA 12.4")
+        # Only a verifying save measures the device memory a restore takes besides the pools.
+        self.assertEqual((info.restore_bytes, info.family_restore_bytes), (0, 0), info)
         # The pool may be named again among the extra pools: it is saved once.
         self.assertEqual(cgc.saved_info(cgc.save_graphs(g, [pool])).n_pools, 1)
         with self.assertRaises(cgc.SavedMismatchError) as cm:
@@ -2769,8 +2776,10 @@ class GpuSavedGraphsTest(unittest.TestCase):
         # graph itself, from the same contents of its pool, writes the same bytes (affine's graph
         # is deterministic: its own sets write the input and parameters its kernel reads, and
         # nothing else runs on the pool meanwhile), so the save succeeds with the bytes of a save
-        # without verifying, and the pool ends as the graph's own replay left it: the output,
-        # zeroed before the save, holds 5.5 again.
+        # without verifying but for the device memory it measured on the rebuild (family_restore_bytes
+        # at most restore_bytes, which may be 0: a graph this small fits in memory the driver holds
+        # already; both 0 in the plain save), and the pool ends as the graph's own replay left it:
+        # the output, zeroed before the save, holds 5.5 again.
         s = self.stream
         pool = cgc.Pool.at(self.ctx, self.VERIFY_BASE, self.CAPACITY)
         g, out = self.capture_in(pool)
@@ -2783,13 +2792,26 @@ class GpuSavedGraphsTest(unittest.TestCase):
         s.memset_d32(out, 0, self.N)
         s.synchronize()
         data = cgc.save_graphs(g, verify=True)
-        self.assertEqual(data, plain, "a verifying save writes the bytes of a save without verifying")
+        # Only a verifying save measures what a restore takes on the device besides the pools (its
+        # modules and executables): each graph its own, or one executable for each structure.
+        measured, unmeasured = cgc.saved_info(data), cgc.saved_info(plain)
+        self.assertLessEqual(measured.family_restore_bytes, measured.restore_bytes, measured)
+        self.assertEqual((unmeasured.restore_bytes, unmeasured.family_restore_bytes), (0, 0), unmeasured)
+        self.assertEqual(measured._replace(restore_bytes=0, family_restore_bytes=0), unmeasured,
+                         "the rest of the header is a plain save's")
+        # The bytes are the plain save's but for those two 8-byte fields of the header.
+        self.assertEqual(len(data), len(plain), "a verifying save writes as many bytes as a plain one")
+        differs = next((k for k in range(len(data)) if data[k] != plain[k]), len(data))
+        self.assertEqual(data[differs + 16:], plain[differs + 16:],
+                         "a verifying save writes other bytes beyond the 16 from offset %d" % differs)
         # Whatever the save copied back to the pool has landed before the stream reads it.
         self.ctx.synchronize()
         self.assertEqual([self.bits(x) for x in self.read(out)], [self.bits(x) for x in first],
                          "the pool ends as the graph's own replay left it")
         # The graph's pool named again among the extra pools: saved once, verified as before.
-        self.assertEqual(cgc.saved_info(cgc.save_graphs(g, [pool], verify=True)).n_pools, 1)
+        again = cgc.saved_info(cgc.save_graphs(g, [pool], verify=True))
+        self.assertEqual(again.n_pools, 1)
+        self.assertLessEqual(again.family_restore_bytes, again.restore_bytes, again)
 
         g.close()
         cgc.free(out)

@@ -35,6 +35,16 @@ pub struct SavedInfo {
     pub pool_bytes: usize,
     /// Bytes of the embedded module images.
     pub image_bytes: usize,
+    /// Device memory a restore needs beyond [`pool_bytes`](Self::pool_bytes), for the modules
+    /// it loads and one executable per graph ([`Context::restore_graphs`]). Measured by a
+    /// verifying save ([`SaveOptions::with_verify`]) in the saving process, with `cuMemGetInfo`
+    /// around its rebuild, so anything else allocating on the device meanwhile is counted too;
+    /// 0 when the bytes were saved without verifying.
+    pub restore_bytes: usize,
+    /// As [`restore_bytes`](Self::restore_bytes), for a restore with
+    /// [`RestoreOptions::with_families`]: one executable for each structure. 0 when the bytes
+    /// were saved without verifying.
+    pub family_restore_bytes: usize,
 }
 
 impl SavedInfo {
@@ -67,6 +77,8 @@ impl SavedInfo {
             n_nodes: i.n_nodes,
             pool_bytes: i.pool_bytes,
             image_bytes: i.image_bytes,
+            restore_bytes: i.restore_bytes,
+            family_restore_bytes: i.family_restore_bytes,
         }
     }
 }
@@ -107,7 +119,8 @@ pub struct SaveOptions {
     /// twice and the pools are left as the graph's own replay left them; the saved pools' backed
     /// bytes are copied to host memory three times over. Only while nothing else runs on the
     /// saved pools' memory; graphs whose replays are not deterministic (a timer, a race) fail
-    /// it. `CGC_SAVE_VERIFY`.
+    /// it. The rebuild's device memory is recorded in the bytes as [`SavedInfo::restore_bytes`]
+    /// and [`SavedInfo::family_restore_bytes`]. `CGC_SAVE_VERIFY`.
     pub verify: bool,
 }
 
@@ -141,7 +154,9 @@ impl SaveOptions {
 /// (naming the graph, the pool and the first differing offset) when their replays leave other
 /// bytes; the pools end as the graph's own replay left them. The graphs must be deterministic,
 /// and nothing else may run on the saved pools' memory meanwhile. The bytes are those of a save
-/// without verifying.
+/// without verifying but for the header's [`SavedInfo::restore_bytes`] and
+/// [`SavedInfo::family_restore_bytes`], which a verifying save measures on its rebuild (0 in a
+/// save without verifying).
 pub fn save_graphs_with(graphs: &[&Graph], pools: &[&Pool], options: &SaveOptions) -> Result<Vec<u8>> {
     let api = api()?;
     let raw_graphs: Vec<sys::cgc_graph_t> = graphs.iter().map(|g| g.raw).collect();

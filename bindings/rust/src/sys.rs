@@ -308,6 +308,14 @@ pub struct cgc_saved_info_t {
     pub pool_bytes: usize,
     /// Of the embedded module images.
     pub image_bytes: usize,
+    /// Device memory a restore takes on top of `pool_bytes` (the modules it loads and the
+    /// graphs' executables), each graph with an executable of its own, as a verifying save
+    /// (`CGC_SAVE_VERIFY`) measured it around its rebuild in the saving process (`cuMemGetInfo`,
+    /// so other work on the device meanwhile is counted too). 0 when saved without verifying.
+    pub restore_bytes: usize,
+    /// The same with `CGC_RESTORE_FAMILIES`: one executable for each structure. 0 when saved
+    /// without verifying.
+    pub family_restore_bytes: usize,
 }
 
 /// `cgc_restore_options_t` (1.6): options of `cgc_graphs_restore`.

@@ -1184,7 +1184,8 @@ fn struct_layouts_match_the_header() {
         layout!(cgc_save_options_t { struct_size, pools, n_pools, flags }),
         layout!(cgc_saved_info_t { struct_size, format_version, compute_major, compute_minor,
                                    driver_version, n_graphs, n_pools, n_modules, n_nodes,
-                                   pool_bytes, image_bytes }),
+                                   pool_bytes, image_bytes, restore_bytes,
+                                   family_restore_bytes }),
         layout!(cgc_restore_options_t { struct_size, flags, threads }),
     ];
     let c_structs: Vec<&Vec<String>> = lines.iter().filter(|l| l[0] == "struct").collect();

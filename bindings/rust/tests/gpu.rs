@@ -1648,6 +1648,8 @@ fn a_saved_graph_is_restored_at_the_same_addresses() {
     assert!(info.pool_bytes >= 2 << 20, "the pool backs at least one 2 MiB granule: {:?}", info);
     assert!(info.n_nodes >= 3 && info.image_bytes > 0 && info.compute_major > 0, "{:?}", info);
     assert!(info.driver_version >= 12040, "saving needs CUDA 12.4: {:?}", info);
+    // Only a verifying save measures the device memory a restore takes besides the pools.
+    assert_eq!((info.restore_bytes, info.family_restore_bytes), (0, 0), "{:?}", info);
     // The pool may be named again among the extra pools: it is saved once.
     let again = cgc::save_graphs(&[&graph], &[&pool]).expect("cgc_graphs_save with the graph's pool again");
     assert_eq!(cgc::SavedInfo::read(&again).expect("cgc_saved_info").n_pools, 1);
@@ -1697,9 +1699,11 @@ fn a_saved_graph_is_restored_at_the_same_addresses() {
 /// saved bytes and replayed beside the graph itself, from the same contents of its pool, writes
 /// the same bytes (scale_add's graph is deterministic: its own sets write the input and
 /// parameters its kernel reads, and nothing else runs on the pool meanwhile), so the save
-/// succeeds with the bytes of a save without verifying, and the pool ends as the graph's own
-/// replay left it: the output, zeroed before the save, holds 5.0 again. The base is the Rust
-/// binding's own.
+/// succeeds with the bytes of a save without verifying but for the device memory it measured
+/// on the rebuild (family_restore_bytes at most restore_bytes, which may be 0: a graph this
+/// small fits in memory the driver holds already; both 0 in the plain save), and the pool ends
+/// as the graph's own replay left it: the output, zeroed before the save, holds 5.0 again. The
+/// base is the Rust binding's own.
 #[test]
 fn a_verifying_save_replays_a_deterministic_graph_beside_its_rebuild() {
     const TEST: &str = "a_verifying_save_replays_a_deterministic_graph_beside_its_rebuild";
@@ -1728,8 +1732,23 @@ fn a_verifying_save_replays_a_deterministic_graph_beside_its_rebuild() {
     stream.synchronize().unwrap();
     let verify = cgc::SaveOptions::new().with_verify(true);
     let data = cgc::save_graphs_with(&[&graph], &[], &verify).expect("cgc_graphs_save with CGC_SAVE_VERIFY");
-    assert!(data == plain, "a verifying save wrote other bytes ({} bytes, {} without verifying)", data.len(),
-            plain.len());
+    // Only a verifying save measures what a restore takes on the device besides the pools (its
+    // modules and executables): each graph its own, or one executable for each structure.
+    let measured = cgc::SavedInfo::read(&data).expect("cgc_saved_info of the verifying save");
+    let unmeasured = cgc::SavedInfo::read(&plain).expect("cgc_saved_info of the plain save");
+    assert!(measured.family_restore_bytes <= measured.restore_bytes, "{:?}", measured);
+    assert_eq!((unmeasured.restore_bytes, unmeasured.family_restore_bytes), (0, 0), "{:?}", unmeasured);
+    assert_eq!(
+        cgc::SavedInfo { restore_bytes: 0, family_restore_bytes: 0, ..measured },
+        unmeasured,
+        "the rest of the header is a plain save's"
+    );
+    // The bytes are the plain save's but for those two 8-byte fields of the header.
+    assert_eq!(data.len(), plain.len(), "a verifying save wrote another size");
+    let differing: Vec<usize> = (0..data.len()).filter(|&k| data[k] != plain[k]).collect();
+    if let (Some(&from), Some(&to)) = (differing.first(), differing.last()) {
+        assert!(to - from < 16, "a verifying save wrote other bytes, from offset {} to {}", from, to);
+    }
     // Whatever the save copied back to the pool has landed before the stream reads it.
     ctx.synchronize().unwrap();
     let after = read_back::<f32>(&stream, &out, UPDATE_COUNT);
@@ -1737,7 +1756,9 @@ fn a_verifying_save_replays_a_deterministic_graph_beside_its_rebuild() {
     // The graph's pool named again among the extra pools: saved once, verified as before.
     let again = cgc::save_graphs_with(&[&graph], &[&pool], &verify)
         .expect("cgc_graphs_save with CGC_SAVE_VERIFY and the graph's pool again");
-    assert_eq!(cgc::SavedInfo::read(&again).expect("cgc_saved_info").n_pools, 1);
+    let again_info = cgc::SavedInfo::read(&again).expect("cgc_saved_info");
+    assert_eq!(again_info.n_pools, 1);
+    assert!(again_info.family_restore_bytes <= again_info.restore_bytes, "{:?}", again_info);
 
     graph.destroy().unwrap();
     out.free().unwrap();
