@@ -52,6 +52,8 @@ cgc_status_t cgc__carry_failure(cgc_status_t status, const char* message);
 void cgc__append(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
 /* Opt-in debug logging to stderr: CGC_LOG=debug. */
 void cgc__log(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
+/* Whether CGC_LOG=debug is on (for readings made only to be logged). */
+bool cgc__log_on(void);
 
 #define CGC_CHECK_ARG(cond, ...)                                        \
   do {                                                                  \

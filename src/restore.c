@@ -167,6 +167,14 @@ static cgc_status_t restore_pool(restorer_t* s, cgc_context_t ctx, size_t i, con
   return CGC_SUCCESS;
 }
 
+/* Free device memory in MiB now, for CGC_LOG=debug's account of where a restore's memory goes
+ * (0 with logging off: the reading is a driver call). */
+static double free_mib(void) {
+  size_t free_bytes = 0, total = 0;
+  if (!cgc__log_on() || CGC_DRV(cuMemGetInfo)(&free_bytes, &total) != CUDA_SUCCESS) return 0;
+  return (double)free_bytes / (1 << 20);
+}
+
 static cgc_status_t load_module(restorer_t* s, size_t i, const char* func) {
   struct restored_module* m = &s->modules[i];
   const void* image = m->image;
@@ -719,6 +727,7 @@ static cgc_status_t restore_graphs(restorer_t* s, const char* func) {
   if (records == NULL) return cgc__fail(CGC_ERROR_OUT_OF_MEMORY, func, "out of host memory");
   struct timespec t0, t1, t2, t3;
   clock_gettime(CLOCK_MONOTONIC, &t0);
+  double free_at_start = free_mib();
   /* Built on the calling thread alone: setting kernel nodes' launch attributes contends in the
    * driver (on driver 580 four threads building took longer together than one); instantiating and
    * joining scale. */
@@ -731,14 +740,16 @@ static cgc_status_t restore_graphs(restorer_t* s, const char* func) {
   if (st == CGC_SUCCESS && any_unbuilt) st = make_unbuilt_set(s, &s->unbuilt, &copy, func);
   if (st == CGC_SUCCESS) st = run_pass(s, records, build_step, n_graphs, 1, func);
   clock_gettime(CLOCK_MONOTONIC, &t1);
+  double free_built = free_mib();
   if (st == CGC_SUCCESS) st = run_pass(s, records, make_step, n_graphs, s->threads, func);
   clock_gettime(CLOCK_MONOTONIC, &t2);
+  double free_made = free_mib();
   if (st == CGC_SUCCESS && s->families) st = run_pass(s, records, family_step, n_graphs, s->threads, func);
   clock_gettime(CLOCK_MONOTONIC, &t3);
-  cgc__log("%s: %zu graphs, up to %zu threads: indexed in %.1f ms, built in %.1f ms, instantiated in %.1f ms, the "
-           "other members made (unbuilt) in %.1f ms",
-           func, n_graphs, s->threads, ms_between(&t0, &t_indexed), ms_between(&t_indexed, &t1), ms_between(&t1, &t2),
-           ms_between(&t2, &t3));
+  cgc__log("%s: %zu graphs, up to %zu threads: indexed in %.1f ms, built in %.1f ms (device memory %+.0f MiB), "
+           "instantiated in %.1f ms (%+.0f MiB), the other members made (unbuilt) in %.1f ms",
+           func, n_graphs, s->threads, ms_between(&t0, &t_indexed), ms_between(&t_indexed, &t1),
+           free_at_start - free_built, ms_between(&t1, &t2), free_built - free_made, ms_between(&t2, &t3));
   if (copy.on_thread) pthread_join(copy.thread, NULL);
   for (size_t gi = 0; gi < n_graphs; gi++) drop_built(&records[gi]);
   free(records);
@@ -801,8 +812,23 @@ static cgc_status_t open_saved(restorer_t* s, const void* data, size_t size, siz
 
 /* The file's modules loaded and its kernels found and checked (the context current). */
 static cgc_status_t load_code(restorer_t* s, const char* func) {
-  for (size_t i = 0; i < s->h.n_modules; i++) CGC_TRY(load_module(s, i, func));
-  for (size_t i = 0; i < s->h.n_kernels; i++) CGC_TRY(find_kernel(s, i, func));
+  /* With CGC_LOG=debug, each load or lookup that took device memory is named. */
+  for (size_t i = 0; i < s->h.n_modules; i++) {
+    double before = free_mib();
+    CGC_TRY(load_module(s, i, func));
+    double taken = before - free_mib();
+    if (taken > 0)
+      cgc__log("%s: module %zu (%llu bytes) took %.0f MiB of device memory to load", func, i,
+               (unsigned long long)s->modules[i].size, taken);
+  }
+  for (size_t i = 0; i < s->h.n_kernels; i++) {
+    double before = free_mib();
+    CGC_TRY(find_kernel(s, i, func));
+    double taken = before - free_mib();
+    if (taken > 0)
+      cgc__log("%s: kernel '%s' of module %u took %.0f MiB of device memory at its lookup", func, s->kernels[i].name,
+               s->kernels[i].module, taken);
+  }
   return CGC_SUCCESS;
 }
 
@@ -874,14 +900,17 @@ cgc_status_t cgc_graphs_restore(cgc_context_t ctx, const void* data, size_t size
   }
   CGC_TRY_GOTO(st, cgc__ctx_enter(s.dev, &scope, __func__), out);
   clock_gettime(CLOCK_MONOTONIC, &t_read);
+  double free_at_start = free_mib();
   for (size_t i = 0; i < n_pools && st == CGC_SUCCESS; i++) st = restore_pool(&s, ctx, i, __func__);
   clock_gettime(CLOCK_MONOTONIC, &t_pools);
+  double free_pooled = free_mib();
   if (st == CGC_SUCCESS) st = load_code(&s, __func__);
   clock_gettime(CLOCK_MONOTONIC, &t_kernels);
   if (st == CGC_SUCCESS)
-    cgc__log("%s: header, checksum and sections read in %.1f ms, pools restored in %.1f ms, modules loaded and "
-             "kernels checked in %.1f ms", __func__, ms_between(&t_start, &t_read), ms_between(&t_read, &t_pools),
-             ms_between(&t_pools, &t_kernels));
+    cgc__log("%s: header, checksum and sections read in %.1f ms, pools restored in %.1f ms (device memory %+.0f "
+             "MiB), modules loaded and kernels checked in %.1f ms (%+.0f MiB)",
+             __func__, ms_between(&t_start, &t_read), ms_between(&t_read, &t_pools), free_at_start - free_pooled,
+             ms_between(&t_pools, &t_kernels), free_pooled - free_mib());
   if (st == CGC_SUCCESS) st = restore_graphs(&s, __func__);
   if (st != CGC_SUCCESS) undo(&s, n_graphs, n_pools);
 out:

@@ -80,6 +80,8 @@ static int log_enabled(void) {
   return s;
 }
 
+bool cgc__log_on(void) { return log_enabled() != 0; }
+
 void cgc__log(const char* fmt, ...) {
   if (!log_enabled()) return;
   va_list ap;

@@ -142,10 +142,18 @@ cgc_status_t cgc__verify_saved(struct cgc__device* dev, const cgc_graph_t* graph
                    n_graphs);
     goto out;
   }
+  size_t free_rebuilt = 0;
+  if (cgc__log_on()) CGC_DRV(cuMemGetInfo)(&free_rebuilt, &device_total);
   CGC_TRY_GOTO(st, make_rebuilt(&rebuilt, true, execs, stream, func), out);
   CGC_TRY_GOTO(st, CGC_CU(func, cuMemGetInfo(&free_with_firsts, &device_total)), out);
   CGC_TRY_GOTO(st, make_rebuilt(&rebuilt, false, execs, stream, func), out);
   CGC_TRY_GOTO(st, CGC_CU(func, cuMemGetInfo(&free_with_all, &device_total)), out);
+  if (cgc__log_on())
+    cgc__log("%s: the verifying rebuild took %.1f MiB of device memory loading modules and building graphs, %.1f MiB "
+             "instantiating the first graph of each structure, %.1f MiB the others",
+             func, (double)taken(free_at_start, free_rebuilt) / (1 << 20),
+             (double)taken(free_rebuilt, free_with_firsts) / (1 << 20),
+             (double)taken(free_with_firsts, free_with_all) / (1 << 20));
   for (size_t gi = 0; gi < n_graphs && st == CGC_SUCCESS; gi++) {
     CUgraphExec original = NULL, again = execs[gi];
     bool have_before = false, have_want = false;
