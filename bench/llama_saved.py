@@ -162,7 +162,7 @@ def restore(path):
     cuda = ctypes.CDLL("libcuda.so.1")
     free_fresh, _ = torch.cuda.mem_get_info()
     first = ctypes.c_void_p()
-    ptx = b".version 8.0\n.target sm_90\n.address_size 64\n.visible .entry cgc_demo_first() { ret; }\n"
+    ptx = b".version 8.0\n.target sm_75\n.address_size 64\n.visible .entry cgc_demo_first() { ret; }\n"
     loaded = cuda.cuModuleLoadData(ctypes.byref(first), ctypes.c_char_p(ptx))
     free_before, _ = torch.cuda.mem_get_info()
     t0 = time.perf_counter()

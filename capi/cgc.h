@@ -1030,8 +1030,12 @@ typedef struct cgc_save_options {
  * first differing offset. It catches what the checks cannot see (a launch attribute the driver
  * does not report, an image under a key that builds another kernel). Each graph is replayed
  * twice, and the pools are left as the graph's own replay left them; the saved pools' backed
- * bytes are copied to host memory three times over. Only with a buffer, and only while nothing
- * else runs on the saved pools' memory; graphs whose replays are not deterministic fail it. */
+ * bytes are copied to host memory three times over. The rebuild also measures the device memory
+ * a restore takes besides the pools, written into the header (cgc_saved_info_t.restore_bytes):
+ * for that every rebuilt executable is alive at once, so the device needs that much room too
+ * (without it nothing is measured and they are made one at a time). Only with a buffer, and only
+ * while nothing else runs on the saved pools' memory; graphs whose replays are not deterministic
+ * fail it. */
 #define CGC_SAVE_VERIFY 1u
 
 /* Since 1.6. Writes `graphs` (n_graphs of them, captured by cgc, none reset) with what rebuilding

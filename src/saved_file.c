@@ -1,12 +1,13 @@
 /* The saved file's bytes (1.6): writing and bounded reading of its fields, its header and
  * checksum, and cgc_saved_info, which reads a header without the driver. saved_file.h describes
  * the layout. */
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "src/saved_file.h"
 
-/* The checksum (format 2): four lanes of 8-byte words, each step lane = (lane ^ word) * the FNV
+/* The checksum (since format 2): four lanes of 8-byte words, each step lane = (lane ^ word) * FNV
  * prime, then lane ^= lane >> 29 (both steps are one-to-one, so a word that differs always leaves
  * its lane different); the lanes, then the bytes after the last whole 32, folded in as 64-bit
  * FNV-1a. It catches damage, not tampering. Byte by byte FNV-1a (format 1) read a 33 MiB file in
@@ -70,16 +71,14 @@ void cgc__put_bytes(cgc__writer_t* w, const void* p, size_t n) {
   memset(at + n, 0, padded - n);
 }
 
-/* Where header field `wanted` lies in the file: after the magic, the fields before it. */
-static size_t header_offset(const char* wanted) {
-  size_t at = 8;
-#define OFFSET_OF_FIELD(type, name)      \
-  if (strcmp(#name, wanted) == 0) return at; \
-  at += sizeof(type);
-  CGC_SAVED_HEADER_FIELDS(OFFSET_OF_FIELD)
-#undef OFFSET_OF_FIELD
-  return at;
-}
+/* The header as it lies in the file, for the offsets of its fields: the magic, then the fields
+ * in order, packed (each is 32 or 64 bits, as they are written). */
+struct header_layout {
+  char magic[8];
+#define LAYOUT_FIELD(type, name) type name;
+  CGC_SAVED_HEADER_FIELDS(LAYOUT_FIELD)
+#undef LAYOUT_FIELD
+} __attribute__((packed));
 
 void cgc__put_header(cgc__writer_t* w, cgc__saved_header_t* h) {
   cgc__writer_t head = {NULL, 0, 0, false};
@@ -101,15 +100,16 @@ void cgc__put_header(cgc__writer_t* w, cgc__saved_header_t* h) {
   }
   memcpy(body, w->data, w->size);
   h->total_size = head.size;
-  memcpy(head.data + header_offset("total_size"), &h->total_size, sizeof h->total_size);
+  memcpy(head.data + offsetof(struct header_layout, total_size), &h->total_size, sizeof h->total_size);
   free(w->data);
   *w = head;
 }
 
 void cgc__put_measured(void* data, uint64_t restore_bytes, uint64_t family_restore_bytes) {
   unsigned char* file = data;
-  memcpy(file + header_offset("restore_bytes"), &restore_bytes, sizeof restore_bytes);
-  memcpy(file + header_offset("family_restore_bytes"), &family_restore_bytes, sizeof family_restore_bytes);
+  memcpy(file + offsetof(struct header_layout, restore_bytes), &restore_bytes, sizeof restore_bytes);
+  memcpy(file + offsetof(struct header_layout, family_restore_bytes), &family_restore_bytes,
+         sizeof family_restore_bytes);
 }
 
 /* ---- reading ---- */

@@ -403,7 +403,7 @@ MemsetD2D32 DriverMemsetD2D32() {
 
 TEST_F(FamilyTest, AnUnbuiltMemberTheDriverWillNotSwitchToGetsItsOwnExecutableAndSaysWhy) {
   MemsetD2D32 memset_2d = DriverMemsetD2D32();
-  ASSERT_NE(memset_2d, nullptr) << "the driver's cuMemsetD2D32Async";
+  if (memset_2d == nullptr) GTEST_SKIP() << "libcuda.so.1's cuMemsetD2D32Async is not reachable (another driver path?)";
   cgc_pool_t pool = nullptr;
   CGC_ASSERT_OK(FixedPool(&pool));
   constexpr unsigned kN = 1024, kRows = 4, kPitch = 4096;
@@ -451,7 +451,8 @@ TEST_F(FamilyTest, AnUnbuiltMemberTheDriverWillNotSwitchToGetsItsOwnExecutableAn
         ASSERT_EQ(got[row * kPitch / 4 + w], w < widths[i] ? words[i] : 0u) << "graph " << i << " row " << row;
   };
   // Graph 1's first use is its trial: built, the family's executable refuses its set's width, and
-  // it is instantiated alone, still counted in its family, saying why.
+  // it is instantiated alone, saying why; it stays a member (it leaves when it goes) but shares no
+  // executable (family_size 1), and the others' family counts 2.
   ASSERT_NO_FATAL_FAILURE(run(1));
   cgc_graph_info_t info = Info(r[1]);
   EXPECT_EQ(info.family_result, int(CU_GRAPH_EXEC_UPDATE_ERROR_PARAMETERS_CHANGED));

@@ -612,7 +612,7 @@ TEST_F(SavedTest, AVerifyingSaveReplaysEachGraphBesideItsRebuildAndRefusesWhatDi
 // What a verifying save measures a restore takes besides the pools, for graphs large enough that
 // their executables need new device memory (about 2.6 MiB for 1,000 kernel nodes on an H200;
 // the driver hands out its own memory in 2 MiB steps, and a graph of a few nodes fits in what it
-// holds already): the two structures' first graphs take less than all four.
+// holds already): the two structures' first graphs take at most what all four take.
 TEST_F(SavedTest, AVerifyingSaveMeasuresTheDeviceMemoryARestoreTakesBesideThePools) {
   cgc_pool_t pool = FixedPool();
   ASSERT_NE(pool, nullptr);
@@ -639,8 +639,8 @@ TEST_F(SavedTest, AVerifyingSaveMeasuresTheDeviceMemoryARestoreTakesBesideThePoo
               "(%.1f MiB as families)\n",
               double(info.restore_bytes) / kMiB, double(info.pool_bytes) / kMiB,
               double(info.family_restore_bytes) / kMiB);
-  EXPECT_GT(info.family_restore_bytes, 0u);
-  EXPECT_LT(info.family_restore_bytes, info.restore_bytes);
+  EXPECT_GT(info.restore_bytes, 0u);
+  EXPECT_LE(info.family_restore_bytes, info.restore_bytes);
   for (cgc_graph_t g : graphs) CGC_ASSERT_OK(cgc_graph_destroy(g));
   for (void* p : outs) CGC_ASSERT_OK(cgc_free(p));
   CGC_ASSERT_OK(cgc_stream_synchronize(stream));

@@ -29,7 +29,9 @@ type SavedInfo struct {
 	// RestoreBytes is the device memory a restore needs beyond PoolBytes (the modules it loads
 	// and an executable for every graph), as a verifying save (SaveOptions.Verify) measured it
 	// with cuMemGetInfo around its rebuild in the saving process, so whatever else allocated on
-	// the device meanwhile is included. 0 when the bytes were saved without verifying.
+	// the device meanwhile is included. Not included: what the driver takes once at a process's
+	// first module load, which a restoring process that has loaded none pays as well. 0 when the
+	// bytes were saved without verifying.
 	RestoreBytes uint64
 	// FamilyRestoreBytes is RestoreBytes for a restore with RestoreOptions.Families, which
 	// instantiates one executable for each structure. 0 when saved without verifying.

@@ -451,8 +451,9 @@ Block = namedtuple("Block", "address size requested state")
 # takes on top of pool_bytes (the modules it loads, an executable for every graph), and
 # family_restore_bytes, the same for a restore with families=True (one executable for each
 # structure): a verifying save (save_graphs(verify=True)) measures both in the saving process
-# with cuMemGetInfo around its rebuild, so other allocations on the device meanwhile count too;
-# both are 0 in bytes saved without verifying.
+# with cuMemGetInfo around its rebuild, so other allocations on the device meanwhile count too
+# (not what the driver takes once at a process's first module load, which a restoring process
+# that has loaded none pays as well); both are 0 in bytes saved without verifying.
 SavedInfo = namedtuple("SavedInfo", "format_version compute_major compute_minor driver_version n_graphs n_pools "
                        "n_modules n_nodes pool_bytes image_bytes restore_bytes family_restore_bytes")
 # 1.6: what module_record() returns: how many distinct module images the record holds and their
