@@ -1046,9 +1046,11 @@ typedef struct cgc_save_options {
  * and its blocks allocated now (outputs the application still holds, weights); the device's
  * architecture and the driver's version. Every node is checked before anything is written: a
  * kernel argument's every 8-byte word, and each copy's or set's operands, must be an address inside
- * one of those pools or no address the driver knows (a number); a graph whose pool is not at fixed
+ * one of those pools or no address the driver knows (a number), but for the state of a generator
+ * the graph draws from (cgc_rng_uniform/normal in the capture), which is saved with the
+ * generator's seed and offset now; a graph whose pool is not at fixed
  * addresses, a kernel of a module cgc cannot name, host nodes, event nodes, memory allocation
- * and free nodes, child graphs, conditional nodes, memory operations, generator draws, NCCL
+ * and free nodes, child graphs, conditional nodes, memory operations, NCCL
  * collectives, and an executable changed by per-node updates are refused with
  * CGC_ERROR_NOT_SAVABLE, the message naming the graph, the node, its kind, the kernel and the
  * argument. CGC_ERROR_INVALID_ARGUMENT when capacity is too small (*size says how much is
@@ -1079,6 +1081,7 @@ typedef struct cgc_saved_info {
    * the buffer was saved without verifying. */
   size_t restore_bytes;        /* every graph with an executable of its own */
   size_t family_restore_bytes; /* with CGC_RESTORE_FAMILIES: one executable for each structure */
+  size_t n_generators;         /* generators the graphs draw from, created again by the restore */
 } cgc_saved_info_t;
 
 /* Since 1.6. Fills as much of *info as its struct_size has room for, from `data` (size bytes of
@@ -1103,6 +1106,11 @@ typedef struct cgc_restore_options {
                      * calling thread one of them (at most 64; the graphs are built on the calling
                      * thread): 0 lets cgc choose (up to 4, as many as there are CPUs), 1 restores
                      * on the calling thread alone */
+  /* Out: the generators the graphs draw from (cgc_saved_info's n_generators), created again with
+   * the seed and offset they had at the save, each with a reference of the caller's
+   * (cgc_rng_destroy); NULL (n_generators 0) leaves them to the graphs alone. */
+  cgc_rng_t* generators;
+  size_t n_generators;
 } cgc_restore_options_t;
 
 /* Since 1.6. Rebuilds the graphs of `data` (size bytes of cgc_graphs_save's output) on ctx's device:
@@ -1114,7 +1122,10 @@ typedef struct cgc_restore_options {
  * with its nodes, edges and kernel node attributes, and instantiated as a capture's. graphs[]
  * receives n_graphs graphs and pools[] n_pools pools (cgc_saved_info's counts; each pool with
  * one reference, released with cgc_pool_release when the application is done with its blocks and
- * graphs). CGC_ERROR_SAVED_MISMATCH, naming what differs, for a damaged buffer, another format
+ * graphs). A generator the graphs drew from is created again with its seed and offset at the
+ * save, so the first replay draws what the saving process's next replay would have drawn; each
+ * restored graph advances it as the saved one did (SEMANTICS 17, 40).
+ * CGC_ERROR_SAVED_MISMATCH, naming what differs, for a damaged buffer, another format
  * version, another architecture or driver version, a module key not added, or a kernel missing
  * or with other attributes; CGC_ERROR_INVALID_STATE when a pool's range cannot be reserved here
  * (cgc_pool_create_at's message). On failure nothing is left: no graph, pool or module. */

@@ -294,11 +294,14 @@ CGC_API cgc_status_t cgc_get_api(uint32_t version, const cgc_api_t** out);
   X(size_t, pool_bytes, )                                                                                             \
   X(size_t, image_bytes, )                                                                                            \
   X(size_t, restore_bytes, )                                                                                          \
-  X(size_t, family_restore_bytes, )
+  X(size_t, family_restore_bytes, )                                                                                   \
+  X(size_t, n_generators, )
 #define CGC_RESTORE_OPTIONS_FIELDS(X)                                                                                 \
   X(size_t, struct_size, )                                                                                            \
   X(unsigned, flags, )                                                                                                \
-  X(unsigned, threads, )
+  X(unsigned, threads, )                                                                                              \
+  X(cgc_rng_t*, generators, )                                                                                         \
+  X(size_t, n_generators, )
 #define CGC_STRUCTS(X)                                                                                                \
   X(cgc_capture_options_t, CGC_CAPTURE_OPTIONS_FIELDS)                                                                \
   X(cgc_graph_info_t, CGC_GRAPH_INFO_FIELDS)                                                                          \

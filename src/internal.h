@@ -755,6 +755,14 @@ size_t cgc__family_size(cgc_graph_t g, int* result);
 /* The last context handle of the device is gone: the generators' freed slots go back, and the
  * kernels module too when no generator of the device is alive. */
 void cgc__rng_device_release(struct cgc__device* dev);
+/* For saved graphs (1.6). The generator a graph's use is of (NULL for another kind of use); its
+ * state now (under its lock) and the address of the slots its draws read; a use of it that
+ * advances it by `amount` a replay (one reference more); and, when `fn` is one of the library's
+ * own kernels (a draw's), their image, which a saved file carries as any module's. */
+cgc_rng_t cgc__rng_of_use(const struct cgc__use* use);
+void cgc__rng_state(cgc_rng_t rng, uint64_t* seed, uint64_t* offset, uint64_t* slots);
+struct cgc__use cgc__rng_use(cgc_rng_t rng, uint64_t amount);
+bool cgc__rng_kernels_image(struct cgc__device* dev, CUfunction fn, const void** image, size_t* size);
 
 /* ---- modules: what saved graphs need of them (module.c, 1.6) ---- */
 

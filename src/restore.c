@@ -36,6 +36,14 @@ struct restored_kernel {
   CUfunction fn;
 };
 
+/* A generator the graphs draw from: as saved, and (a restore's) created again. */
+struct restored_generator {
+  uint64_t seed, offset;
+  uint64_t slots;  /* where its draws' arguments point: the restored generator's slots, or for a
+                    * rebuild in the saving process the saved ones (the same generator's) */
+  cgc_rng_t rng;   /* the restore's reference; NULL in a rebuild */
+};
+
 /* Threads that instantiate the graphs and join them to families when the caller leaves it to cgc:
  * on an H200 (driver 580) 256 instantiations of 1,000-node graphs took about 1.8 times less time
  * on four threads than on one, and no less on eight (they contend in the driver). */
@@ -48,6 +56,7 @@ typedef struct restorer {
   cgc__pool_layout_t* layouts;
   struct restored_module* modules;
   struct restored_kernel* kernels;
+  struct restored_generator* generators;
   cgc_pool_t* pools;         /* the caller's array */
   void** claimed;            /* saved blocks claimed again, freed if the restore fails */
   size_t n_claimed;
@@ -136,6 +145,17 @@ static cgc_status_t read_kernels(restorer_t* s, const char* func) {
     for (uint32_t j = 0; j < k->n_params; j++)
       if (k->params[2 * j] > k->param_bytes || k->params[2 * j + 1] > k->param_bytes - k->params[2 * j])
         return damaged(func, "a kernel's parameter");
+  }
+  return CGC_SUCCESS;
+}
+
+static cgc_status_t read_generators(restorer_t* s, const char* func) {
+  for (uint64_t i = 0; i < s->h.n_generators; i++) {
+    struct restored_generator* g = &s->generators[i];
+    g->seed = cgc__get_u64(&s->r);
+    g->offset = cgc__get_u64(&s->r);
+    g->slots = cgc__get_u64(&s->r);
+    if (s->r.bad || g->offset % 4 != 0) return damaged(func, "a generator");
   }
   return CGC_SUCCESS;
 }
@@ -232,18 +252,53 @@ static cgc_status_t find_kernel(restorer_t* s, size_t i, const char* func) {
 
 /* ---- graphs ---- */
 
+/* A draw's record of where its arguments hold generators' slots (after its kernel's fields):
+ * their count, then (byte offset, generator) pairs, each checked against the kernel's argument
+ * bytes and the file's generators. The pairs' bytes (*n of them), or NULL when damaged. */
+static const unsigned char* read_relocations(restorer_t* s, uint32_t param_bytes, uint32_t* n) {
+  *n = cgc__get_u32(&s->r);
+  cgc__get_u32(&s->r);
+  const unsigned char* pairs = *n > 0 && *n <= param_bytes / 8 ? cgc__get_bytes(&s->r, (uint64_t)*n * 8) : NULL;
+  for (uint32_t i = 0; pairs != NULL && i < *n; i++) {
+    uint32_t at_generator[2];
+    memcpy(at_generator, pairs + 8 * i, sizeof at_generator);
+    if (at_generator[0] % 8 != 0 || at_generator[0] > param_bytes - 8 || at_generator[1] >= s->h.n_generators)
+      pairs = NULL;
+  }
+  if (pairs == NULL) s->r.bad = true;
+  return pairs;
+}
+
 static cgc_status_t add_kernel_node(restorer_t* s, CUgraph graph, const CUgraphNode* deps, size_t n_deps,
-                                    CUgraphNode* node, bool* uses_module, const char* func) {
+                                    CUgraphNode* node, bool* uses_module, bool draw, const char* func) {
   uint32_t index = cgc__get_u32(&s->r);
   uint32_t dims[7];
   for (int j = 0; j < 7; j++) dims[j] = cgc__get_u32(&s->r);
   uint32_t n_attributes = cgc__get_u32(&s->r);
   if (s->r.bad || index >= s->h.n_kernels) return damaged(func, "a kernel node");
   const struct restored_kernel* k = &s->kernels[index];
+  uint32_t n_relocations = 0;
+  const unsigned char* relocations = draw ? read_relocations(s, k->param_bytes, &n_relocations) : NULL;
+  if (draw && relocations == NULL) return damaged(func, "a draw's generators");
   const unsigned char* args = cgc__get_bytes(&s->r, k->param_bytes);
   if (args == NULL) return damaged(func, "a kernel node's arguments");
+  /* A draw's arguments, copied, with its generators' slots where they were. */
+  unsigned char* drawn = draw ? malloc(k->param_bytes) : NULL;
   void** pointers = calloc(k->n_params + 1, sizeof *pointers);
-  if (pointers == NULL) return cgc__fail(CGC_ERROR_OUT_OF_MEMORY, func, "out of host memory");
+  if (pointers == NULL || (draw && drawn == NULL)) {
+    free(drawn);
+    free(pointers);
+    return cgc__fail(CGC_ERROR_OUT_OF_MEMORY, func, "out of host memory");
+  }
+  if (draw) {
+    memcpy(drawn, args, k->param_bytes);
+    for (uint32_t i = 0; i < n_relocations; i++) {
+      uint32_t at_generator[2];
+      memcpy(at_generator, relocations + 8 * i, sizeof at_generator);
+      memcpy(drawn + at_generator[0], &s->generators[at_generator[1]].slots, sizeof(uint64_t));
+    }
+    args = drawn;
+  }
   for (uint32_t j = 0; j < k->n_params; j++) pointers[j] = (void*)(args + k->params[2 * j]);
   CUDA_KERNEL_NODE_PARAMS p;
   memset(&p, 0, sizeof p);
@@ -254,6 +309,7 @@ static cgc_status_t add_kernel_node(restorer_t* s, CUgraph graph, const CUgraphN
   p.kernelParams = pointers;
   cgc_status_t st = CGC_CU(func, cuGraphAddKernelNode(node, graph, deps, n_deps, &p));
   free(pointers);
+  free(drawn);
   if (st != CGC_SUCCESS) {
     cgc__append(" (kernel '%s')", k->name);
     return st;
@@ -284,7 +340,8 @@ static cgc_status_t add_node(restorer_t* s, CUgraph graph, const CUgraphNode* de
                              bool* uses_module, const char* func) {
   uint32_t kind = cgc__get_u32(&s->r);
   switch (kind) {
-    case CGC__SAVED_KERNEL: return add_kernel_node(s, graph, deps, n_deps, node, uses_module, func);
+    case CGC__SAVED_KERNEL: return add_kernel_node(s, graph, deps, n_deps, node, uses_module, false, func);
+    case CGC__SAVED_DRAW: return add_kernel_node(s, graph, deps, n_deps, node, uses_module, true, func);
     case CGC__SAVED_MEMSET: {
       CUDA_MEMSET_NODE_PARAMS p;
       memset(&p, 0, sizeof p);
@@ -322,7 +379,7 @@ static cgc_status_t add_node(restorer_t* s, CUgraph graph, const CUgraphNode* de
  * kind, and for a kernel node which kernel, whose module it marks in `modules`. */
 static uint64_t skip_node(restorer_t* s, bool* modules) {
   uint32_t kind = cgc__get_u32(&s->r), index = 0;
-  if (kind == CGC__SAVED_KERNEL) {
+  if (kind == CGC__SAVED_KERNEL || kind == CGC__SAVED_DRAW) {
     index = cgc__get_u32(&s->r);
     for (int j = 0; j < 7; j++) cgc__get_u32(&s->r);
     uint32_t n_attributes = cgc__get_u32(&s->r);
@@ -331,6 +388,8 @@ static uint64_t skip_node(restorer_t* s, bool* modules) {
       return 0;
     }
     modules[s->kernels[index].module] = true;
+    uint32_t n_relocations = 0;
+    if (kind == CGC__SAVED_DRAW) read_relocations(s, s->kernels[index].param_bytes, &n_relocations);
     if (cgc__get_bytes(&s->r, s->kernels[index].param_bytes) == NULL) s->r.bad = true;
     if (n_attributes > 64) s->r.bad = true;
     for (uint32_t a = 0; a < n_attributes && !s->r.bad; a++) {
@@ -362,8 +421,10 @@ static uint64_t skip_node(restorer_t* s, bool* modules) {
  * build_graph's, taken by make_graph, or freed by drop_built when the restore fails first. Each
  * record is written by one thread at a time: the pass that builds it, then the one that makes it. */
 typedef struct graph_record {
+  size_t generators_at;      /* its uses of generators in the file (n_generators of them) */
   size_t nodes_at, edges_at; /* its nodes' and its edges' records in the file */
   uint64_t n_nodes, n_edges;
+  uint32_t n_generators;
   uint32_t pool_index;
   uint64_t structure;        /* FNV-1a over its nodes' kinds and kernels, then its edges */
   size_t next_alike;         /* the next graph of its structure (families), or the graph count */
@@ -381,12 +442,20 @@ static cgc_status_t index_graphs(restorer_t* s, graph_record_t* records, const c
   for (uint64_t gi = 0; gi < s->h.n_graphs; gi++) {
     graph_record_t* g = &records[gi];
     g->pool_index = cgc__get_u32(&s->r);
-    cgc__get_u32(&s->r);
+    g->n_generators = cgc__get_u32(&s->r);
     g->n_nodes = cgc__get_u64(&s->r);
     g->n_edges = cgc__get_u64(&s->r);
     size_t remaining = s->r.size - s->r.at;
-    if (s->r.bad || g->pool_index >= s->h.n_pools || g->n_nodes > remaining / 8 || g->n_edges > remaining / 8)
+    if (s->r.bad || g->pool_index >= s->h.n_pools || g->n_nodes > remaining / 8 || g->n_edges > remaining / 8 ||
+        g->n_generators > s->h.n_generators)
       return damaged(func, "a graph");
+    g->generators_at = s->r.at;
+    for (uint32_t i = 0; i < g->n_generators; i++) {
+      uint32_t generator = cgc__get_u32(&s->r);
+      cgc__get_u32(&s->r);
+      cgc__get_u64(&s->r);
+      if (generator >= s->h.n_generators) s->r.bad = true;
+    }
     g->nodes_at = s->r.at;
     g->modules = calloc(s->h.n_modules + 1, sizeof *g->modules);
     if (g->modules == NULL) return cgc__fail(CGC_ERROR_OUT_OF_MEMORY, func, "out of host memory");
@@ -481,17 +550,25 @@ out:
   return st;
 }
 
-/* The modules `modules` says (a built graph's) as uses: each one reference more. */
-static cgc_status_t module_uses(restorer_t* s, const bool* modules, struct cgc__use** uses, size_t* n_uses,
-                                const char* func) {
-  *n_uses = 0;
-  *uses = calloc(s->h.n_modules + 1, sizeof **uses);
-  if (*uses == NULL) return cgc__fail(CGC_ERROR_OUT_OF_MEMORY, func, "out of host memory");
+/* Graph g's uses, each one reference more: the modules g->modules says its kernels are of, and
+ * the restored generators it draws from, with what one replay consumes (as the saved graph's). */
+static cgc_status_t graph_uses(restorer_t* s, graph_record_t* g, const char* func) {
+  g->n_uses = 0;
+  g->uses = calloc(s->h.n_modules + g->n_generators + 1, sizeof *g->uses);
+  if (g->uses == NULL) return cgc__fail(CGC_ERROR_OUT_OF_MEMORY, func, "out of host memory");
   for (uint64_t m = 0; m < s->h.n_modules; m++) {
-    if (!modules[m]) continue;
-    struct cgc__use* u = &(*uses)[(*n_uses)++];
+    if (!g->modules[m]) continue;
+    struct cgc__use* u = &g->uses[g->n_uses++];
     *u = cgc__module_code_use(s->modules[m].code);
     u->ops->retain(u->object);
+  }
+  cgc__reader_t r = s->r;
+  r.at = g->generators_at;
+  for (uint32_t i = 0; i < g->n_generators; i++) {
+    uint32_t generator = cgc__get_u32(&r);
+    cgc__get_u32(&r);
+    uint64_t amount = cgc__get_u64(&r);
+    g->uses[g->n_uses++] = cgc__rng_use(s->generators[generator].rng, amount); /* checked by the index */
   }
   return CGC_SUCCESS;
 }
@@ -518,6 +595,7 @@ typedef struct unbuilt_set {
   unsigned char* bytes;
   size_t size;
   struct restored_kernel* kernels;
+  struct restored_generator* generators; /* a copy, for the draws' slots (the graphs hold the generators) */
 } unbuilt_set_t;
 
 typedef struct unbuilt_member {
@@ -534,13 +612,14 @@ static void release_set(unbuilt_set_t* set) {
     free(set->kernels[i].params);
   }
   free(set->kernels);
+  free(set->generators);
   free(set->bytes);
   free(set);
 }
 
 static cgc_status_t build_unbuilt(cgc__deferred_t* d, CUevent done, CUgraph* graph, const char* func) {
   unbuilt_member_t* u = (unbuilt_member_t*)d;
-  restorer_t s = {.dev = u->set->dev, .h = u->set->h, .kernels = u->set->kernels};
+  restorer_t s = {.dev = u->set->dev, .h = u->set->h, .kernels = u->set->kernels, .generators = u->set->generators};
   s.r = (cgc__reader_t){u->set->bytes, u->set->size, 0, false};
   graph_record_t g = u->record;
   g.done = done;
@@ -577,11 +656,14 @@ static void* copy_file(void* arg) {
 static cgc_status_t make_unbuilt_set(restorer_t* s, unbuilt_set_t** out, file_copy_t* copy, const char* func) {
   unbuilt_set_t* set = calloc(1, sizeof *set);
   unsigned char* bytes = malloc(s->r.size + 1);
-  if (set == NULL || bytes == NULL) {
+  struct restored_generator* generators = calloc(s->h.n_generators + 1, sizeof *generators);
+  if (set == NULL || bytes == NULL || generators == NULL) {
     free(set);
     free(bytes);
+    free(generators);
     return cgc__fail(CGC_ERROR_OUT_OF_MEMORY, func, "out of host memory");
   }
+  memcpy(generators, s->generators, s->h.n_generators * sizeof *generators);
   *copy = (file_copy_t){bytes, s->r.data, s->r.size};
   copy->on_thread = pthread_create(&copy->thread, NULL, copy_file, copy) == 0;
   if (!copy->on_thread) copy_file(copy);
@@ -591,6 +673,7 @@ static cgc_status_t make_unbuilt_set(restorer_t* s, unbuilt_set_t** out, file_co
   set->bytes = bytes;
   set->size = s->r.size;
   set->kernels = s->kernels; /* the set's (the restore uses them until its end) */
+  set->generators = generators;
   *out = set;
   return CGC_SUCCESS;
 }
@@ -626,7 +709,7 @@ static cgc_status_t make_unbuilt(restorer_t* s, graph_record_t* records, size_t 
   u->record.modules = NULL; /* (the restore's records' own) */
   u->index = gi;
   cgc_status_t st = CGC_CU(func, cuEventCreate(&g->done, CU_EVENT_DISABLE_TIMING));
-  if (st == CGC_SUCCESS) st = module_uses(s, g->modules, &g->uses, &g->n_uses, func);
+  if (st == CGC_SUCCESS) st = graph_uses(s, g, func);
   if (st != CGC_SUCCESS) {
     drop_unbuilt(&u->deferred);
     return st;
@@ -650,8 +733,9 @@ static cgc_status_t build_step(restorer_t* s, graph_record_t* records, size_t gi
   if (s->families && !g->first_alike) return CGC_SUCCESS;
   CGC_TRY(CGC_CU(func, cuEventCreate(&g->done, CU_EVENT_DISABLE_TIMING)));
   CGC_TRY(build_graph(s, g, gi, func));
-  /* The graph holds each module its kernels are of, as a captured graph does. */
-  return module_uses(s, g->modules, &g->uses, &g->n_uses, func);
+  /* The graph holds each module its kernels are of, and each generator it draws from, as a
+   * captured graph does. */
+  return graph_uses(s, g, func);
 }
 
 /* The second pass, over graphs, on threads: each graph built is made (instantiated). */
@@ -798,16 +882,35 @@ static cgc_status_t open_saved(restorer_t* s, const void* data, size_t size, siz
                      s->h.driver_version, cgc__drv.version);
   size_t left = s->r.size - s->r.at;
   if (s->h.n_pools > left / 32 || s->h.n_modules > left / 16 || s->h.n_kernels > left / 64 ||
-      s->h.n_graphs > left / 24)
+      s->h.n_graphs > left / 24 || s->h.n_generators > left / 24)
     return damaged(func, "the header's counts");
   s->layouts = calloc(s->h.n_pools + 1, sizeof *s->layouts);
   s->modules = calloc(s->h.n_modules + 1, sizeof *s->modules);
   s->kernels = calloc(s->h.n_kernels + 1, sizeof *s->kernels);
-  if (s->layouts == NULL || s->modules == NULL || s->kernels == NULL)
+  s->generators = calloc(s->h.n_generators + 1, sizeof *s->generators);
+  if (s->layouts == NULL || s->modules == NULL || s->kernels == NULL || s->generators == NULL)
     return cgc__fail(CGC_ERROR_OUT_OF_MEMORY, func, "out of host memory");
   CGC_TRY(read_pools(s, func));
   CGC_TRY(read_modules(s, func));
-  return read_kernels(s, func);
+  CGC_TRY(read_kernels(s, func));
+  return read_generators(s, func);
+}
+
+/* The file's generators created again (a restore's: one reference each, in s->generators), with
+ * their saved seed and offset; the draws' arguments get their slots. */
+static cgc_status_t create_generators(restorer_t* s, cgc_context_t ctx, const char* func) {
+  for (uint64_t i = 0; i < s->h.n_generators; i++) {
+    struct restored_generator* g = &s->generators[i];
+    cgc_status_t st = cgc_rng_create(ctx, g->seed, &g->rng);
+    if (st == CGC_SUCCESS) st = cgc_rng_set_state(g->rng, g->seed, g->offset);
+    if (st != CGC_SUCCESS) {
+      cgc__append(" (%s, restoring saved generator %llu)", func, (unsigned long long)i);
+      return st;
+    }
+    uint64_t seed = 0, offset = 0;
+    cgc__rng_state(g->rng, &seed, &offset, &g->slots);
+  }
+  return CGC_SUCCESS;
 }
 
 /* The file's modules loaded and its kernels found and checked (the context current). */
@@ -850,6 +953,7 @@ static void close_saved(restorer_t* s) {
   free(s->layouts);
   free(s->modules);
   free(s->kernels);
+  free(s->generators);
   free(s->claimed);
 }
 
@@ -871,6 +975,9 @@ cgc_status_t cgc_graphs_restore(cgc_context_t ctx, const void* data, size_t size
     CGC_CHECK_ARG(options->struct_size < offsetof(cgc_restore_options_t, threads) + sizeof options->threads ||
                       options->threads <= kMaxRestoreThreads,
                   "options->threads is %u (at most %d)", options->threads, kMaxRestoreThreads);
+    CGC_CHECK_ARG(options->struct_size < offsetof(cgc_restore_options_t, n_generators) + sizeof(size_t) ||
+                      options->generators != NULL || options->n_generators == 0,
+                  "options->generators is NULL with n_generators %zu", options->n_generators);
   }
   if (cgc__drv.cuFuncGetParamInfo == NULL)
     return cgc__fail(CGC_ERROR_NOT_SUPPORTED, __func__,
@@ -881,7 +988,11 @@ cgc_status_t cgc_graphs_restore(cgc_context_t ctx, const void* data, size_t size
   (options != NULL && options->struct_size >= offsetof(cgc_restore_options_t, field) + sizeof options->field)
   s.families = HAS_OPTION(flags) && (options->flags & CGC_RESTORE_FAMILIES) != 0;
   s.threads = HAS_OPTION(threads) ? options->threads : 0;
+  /* The caller's room for the generators, or NULL: the graphs alone hold them. */
+  cgc_rng_t* generators_out = HAS_OPTION(n_generators) ? options->generators : NULL;
+  size_t n_generators_out = generators_out != NULL ? options->n_generators : 0;
 #undef HAS_OPTION
+  for (size_t i = 0; i < n_generators_out; i++) generators_out[i] = NULL;
   if (s.threads == 0) { /* cgc's choice: up to kDefaultRestoreThreads, as many as there are CPUs */
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
     s.threads = cpus > 0 && cpus < kDefaultRestoreThreads ? (size_t)cpus : kDefaultRestoreThreads;
@@ -891,6 +1002,12 @@ cgc_status_t cgc_graphs_restore(cgc_context_t ctx, const void* data, size_t size
   cgc__ctx_scope_t scope = {false};
   cgc_status_t st = open_saved(&s, data, size, n_graphs, n_pools, __func__);
   if (st != CGC_SUCCESS) goto out;
+  if (generators_out != NULL && n_generators_out != s.h.n_generators) {
+    st = cgc__fail(CGC_ERROR_INVALID_ARGUMENT, __func__,
+                   "the file holds %llu generators; options->n_generators is %zu (cgc_saved_info tells the count)",
+                   (unsigned long long)s.h.n_generators, n_generators_out);
+    goto out;
+  }
   size_t n_blocks = 0;
   for (size_t i = 0; i < n_pools; i++) n_blocks += s.layouts[i].n_blocks;
   s.claimed = calloc(n_blocks + 1, sizeof *s.claimed);
@@ -905,6 +1022,7 @@ cgc_status_t cgc_graphs_restore(cgc_context_t ctx, const void* data, size_t size
   clock_gettime(CLOCK_MONOTONIC, &t_pools);
   double free_pooled = free_mib();
   if (st == CGC_SUCCESS) st = load_code(&s, __func__);
+  if (st == CGC_SUCCESS) st = create_generators(&s, ctx, __func__);
   clock_gettime(CLOCK_MONOTONIC, &t_kernels);
   if (st == CGC_SUCCESS)
     cgc__log("%s: header, checksum and sections read in %.1f ms, pools restored in %.1f ms (device memory %+.0f "
@@ -913,6 +1031,15 @@ cgc_status_t cgc_graphs_restore(cgc_context_t ctx, const void* data, size_t size
              ms_between(&t_pools, &t_kernels), free_pooled - free_mib());
   if (st == CGC_SUCCESS) st = restore_graphs(&s, __func__);
   if (st != CGC_SUCCESS) undo(&s, n_graphs, n_pools);
+  /* The restore's reference to each generator: the caller's now, or let go (the graphs hold
+   * theirs; after a failure none does). */
+  for (uint64_t i = 0; s.generators != NULL && i < s.h.n_generators; i++) {
+    if (s.generators[i].rng == NULL) continue;
+    if (st == CGC_SUCCESS && generators_out != NULL)
+      generators_out[i] = s.generators[i].rng;
+    else
+      cgc_rng_destroy(s.generators[i].rng);
+  }
 out:
   cgc__ctx_leave(&scope);
   close_saved(&s);

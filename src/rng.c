@@ -28,6 +28,7 @@
 #include "src/internal.h"
 
 extern const unsigned char cgc__kernels_fatbin[];
+extern const size_t cgc__kernels_fatbin_size;
 
 struct cgc__kernels {
   CUmodule module;
@@ -532,4 +533,34 @@ cgc_status_t cgc_rng_set_state(cgc_rng_t rng, uint64_t seed, uint64_t offset) {
   }
   cgc__mutex_unlock(&rng->lock, CGC__LOCK_RNG);
   return st;
+}
+
+/* ---- saved graphs (1.6) ---- */
+
+cgc_rng_t cgc__rng_of_use(const struct cgc__use* use) { return use->ops == &rng_use_ops ? use->object : NULL; }
+
+void cgc__rng_state(cgc_rng_t rng, uint64_t* seed, uint64_t* offset, uint64_t* slots) {
+  cgc__mutex_lock(&rng->lock, CGC__LOCK_RNG);
+  *seed = rng->seed;
+  *offset = rng->offset;
+  cgc__mutex_unlock(&rng->lock, CGC__LOCK_RNG);
+  *slots = rng->slots; /* set at creation, never changed */
+}
+
+struct cgc__use cgc__rng_use(cgc_rng_t rng, uint64_t amount) {
+  rng_retain(rng);
+  return (struct cgc__use){&rng_use_ops, rng, amount};
+}
+
+bool cgc__rng_kernels_image(struct cgc__device* dev, CUfunction fn, const void** image, size_t* size) {
+  CUmodule module = NULL;
+  if (CGC_DRV(cuFuncGetModule)(&module, fn) != CUDA_SUCCESS) return false;
+  cgc__mutex_lock(&kernels_lock, CGC__LOCK_KERNELS);
+  bool ours = dev->kernels != NULL && dev->kernels->module == module;
+  cgc__mutex_unlock(&kernels_lock, CGC__LOCK_KERNELS);
+  if (ours) {
+    *image = cgc__kernels_fatbin;
+    *size = cgc__kernels_fatbin_size;
+  }
+  return ours;
 }

@@ -4,7 +4,8 @@
  * addresses, so every operand is checked here before anything is written (SEMANTICS 38). An
  * operand of a copy or a set must lie in one of the saved pools (pools at fixed addresses); a
  * kernel argument's every 8-byte word must lie in one, or be no address the driver knows (a
- * number). What the file cannot rebuild is refused with CGC_ERROR_NOT_SAVABLE, naming the graph,
+ * number), or be the state slots of a generator the graph draws from (a draw's: the file keeps
+ * the generator, and where its address lies, which a restore writes again). What the file cannot rebuild is refused with CGC_ERROR_NOT_SAVABLE, naming the graph,
  * the node and, for a kernel, the kernel and the argument.
  *
  * The graphs are walked one at a time under their inspect_lock (the driver allows one thread in a
@@ -38,6 +39,20 @@ struct saved_kernel {
   CUlaunchAttributeValue defaults[CGC__SAVED_N_KERNEL_ATTRIBUTES];
 };
 
+/* A generator the graphs draw from: its state when first seen (under the graph's inspect_lock,
+ * while the graph holds it) and where its slots are. */
+struct saved_generator {
+  cgc_rng_t rng; /* for identity only: never read after the graph's lock is let go */
+  uint64_t seed, offset, slots;
+};
+
+/* A generator of the graph being written: where its slots are, what one replay consumes, and
+ * its index among the file's generators. */
+struct graph_generator {
+  uint64_t slots, amount;
+  uint32_t index;
+};
+
 typedef struct saver {
   struct cgc__device* dev;
   cgc_pool_t* pools;
@@ -47,6 +62,11 @@ typedef struct saver {
   size_t n_modules, cap_modules;
   struct saved_kernel* kernels;
   size_t n_kernels, cap_kernels;
+  struct saved_generator* generators;
+  size_t n_generators, cap_generators;
+  /* The graph being written: the generators it draws from. */
+  struct graph_generator* graph_generators;
+  size_t n_graph_generators;
   cgc__writer_t graphs; /* the graphs' section, written as they are walked */
   uint64_t n_nodes;
   /* The node being written, for messages. */
@@ -165,8 +185,11 @@ static cgc_status_t add_kernel(saver_t* s, cgc_graph_t g, CUfunction fn, uint32_
   CGC_TRY(CGC_CU(func, cuFuncGetName(&name, fn)));
   if ((k->name = strdup(name)) == NULL) return out_of_memory(func); /* the driver's lives with the module */
   s->n_kernels++; /* counted now, so that saver_free frees what it holds; taken back on failure */
-  cgc__kernel_origin_t origin;
-  cgc_status_t st = cgc__module_origin(s->dev, fn, k->name, g->uses, g->n_uses, &origin, func);
+  /* A draw's kernel is the library's own: its image goes into the file as a module's. */
+  cgc__kernel_origin_t origin = {NULL, 0, NULL};
+  cgc_status_t st = cgc__rng_kernels_image(s->dev, fn, &origin.image, &origin.size)
+                        ? CGC_SUCCESS
+                        : cgc__module_origin(s->dev, fn, k->name, g->uses, g->n_uses, &origin, func);
   if (st != CGC_SUCCESS) {
     cgc__append(" (graph %zu, node %zu)", s->graph_index, s->node_index);
     return st;
@@ -196,6 +219,40 @@ static cgc_status_t add_kernel(saver_t* s, cgc_graph_t g, CUfunction fn, uint32_
   }
   *index = (uint32_t)(s->n_kernels - 1);
   return CGC_SUCCESS;
+}
+
+/* ---- generators ---- */
+
+/* The generators graph `g` draws from (its inspect_lock held, so it holds them): each added to
+ * the file's on first sight with its state now, and listed for the graph's record and draws. */
+static cgc_status_t graph_generators(saver_t* s, cgc_graph_t g, const char* func) {
+  free(s->graph_generators);
+  s->n_graph_generators = 0;
+  s->graph_generators = calloc(g->n_uses + 1, sizeof *s->graph_generators);
+  if (s->graph_generators == NULL) return out_of_memory(func);
+  for (size_t i = 0; i < g->n_uses; i++) {
+    cgc_rng_t rng = cgc__rng_of_use(&g->uses[i]);
+    if (rng == NULL) continue;
+    size_t k = 0;
+    while (k < s->n_generators && s->generators[k].rng != rng) k++;
+    if (k == s->n_generators) {
+      if (!grow_array((void**)&s->generators, &s->cap_generators, s->n_generators, sizeof *s->generators))
+        return out_of_memory(func);
+      struct saved_generator* fresh = &s->generators[s->n_generators++];
+      fresh->rng = rng;
+      cgc__rng_state(rng, &fresh->seed, &fresh->offset, &fresh->slots);
+    }
+    s->graph_generators[s->n_graph_generators++] =
+        (struct graph_generator){s->generators[k].slots, g->uses[i].amount, (uint32_t)k};
+  }
+  return CGC_SUCCESS;
+}
+
+/* Which of the graph's generators has its slots at `address`, or -1. */
+static long generator_at(const saver_t* s, uint64_t address) {
+  for (size_t i = 0; i < s->n_graph_generators; i++)
+    if (s->graph_generators[i].slots == address) return (long)i;
+  return -1;
 }
 
 /* ---- nodes ---- */
@@ -249,18 +306,32 @@ static cgc_status_t save_kernel_node(saver_t* s, cgc_graph_t g, CUgraphNode node
   CGC_TRY(add_kernel(s, g, fn, &index, func));
   const struct saved_kernel* k = &s->kernels[index];
   unsigned char* args = malloc(k->param_bytes ? k->param_bytes : 1);
-  if (args == NULL) return out_of_memory(func);
+  /* Where the arguments hold a generator's slots: byte offset, generator index. */
+  uint32_t(*relocations)[2] = calloc(k->param_bytes / 8 + 1, sizeof *relocations);
+  uint32_t n_relocations = 0;
   cgc_status_t st = CGC_SUCCESS;
+  if (args == NULL || relocations == NULL) {
+    st = out_of_memory(func);
+    goto out;
+  }
   if (!argument_bytes(&p, k, args)) {
     st = not_savable(s, "kernel", "its arguments are given in a form cgc cannot read");
     goto out;
   }
-  /* Every 8-byte word of every argument: an address in a saved pool, or no address at all. */
+  /* Every 8-byte word of every argument: an address in a saved pool, a generator's slots, or no
+   * address at all. */
   for (uint32_t i = 0; i < k->n_params; i++) {
     uint32_t offset = k->params[i][0], size = k->params[i][1];
     for (uint32_t at = (offset + 7) / 8 * 8; at + 8 <= offset + size; at += 8) {
       uint64_t word;
       memcpy(&word, args + at, sizeof word);
+      long generator = generator_at(s, word);
+      if (generator >= 0) {
+        relocations[n_relocations][0] = at;
+        relocations[n_relocations][1] = s->graph_generators[generator].index;
+        n_relocations++;
+        continue;
+      }
       if (!foreign_address(s, word)) continue;
       st = cgc__fail(CGC_ERROR_NOT_SAVABLE, func,
                      "graph %zu, node %zu (kernel '%s'), argument %u, byte %u of it: %#llx is an address of memory "
@@ -290,7 +361,7 @@ static cgc_status_t save_kernel_node(saver_t* s, cgc_graph_t g, CUgraphNode node
     n_attributes += have[i];
   }
   cgc__writer_t* w = &s->graphs;
-  cgc__put_u32(w, CGC__SAVED_KERNEL);
+  cgc__put_u32(w, n_relocations > 0 ? CGC__SAVED_DRAW : CGC__SAVED_KERNEL);
   cgc__put_u32(w, index);
   cgc__put_u32(w, p.gridDimX);
   cgc__put_u32(w, p.gridDimY);
@@ -300,6 +371,14 @@ static cgc_status_t save_kernel_node(saver_t* s, cgc_graph_t g, CUgraphNode node
   cgc__put_u32(w, p.blockDimZ);
   cgc__put_u32(w, p.sharedMemBytes);
   cgc__put_u32(w, n_attributes);
+  if (n_relocations > 0) { /* a draw: where its generators' addresses go, before the arguments */
+    cgc__put_u32(w, n_relocations);
+    cgc__put_u32(w, 0);
+    for (uint32_t r = 0; r < n_relocations; r++) {
+      cgc__put_u32(w, relocations[r][0]);
+      cgc__put_u32(w, relocations[r][1]);
+    }
+  }
   cgc__put_bytes(w, args, k->param_bytes);
   for (size_t i = 0; i < CGC__SAVED_N_KERNEL_ATTRIBUTES; i++) {
     if (!have[i]) continue;
@@ -309,6 +388,7 @@ static cgc_status_t save_kernel_node(saver_t* s, cgc_graph_t g, CUgraphNode node
   }
 out:
   free(args);
+  free(relocations);
   return st;
 }
 
@@ -388,9 +468,9 @@ static const char* graph_refusal(cgc_graph_t g, char* why, size_t why_size) {
     return "its executable's kernel arguments were changed (cgc_graph_kernel_node_set_args), which its graph does "
            "not show";
   for (size_t i = 0; i < g->n_uses; i++)
-    if (strcmp(g->uses[i].ops->kind, "module") != 0) {
-      snprintf(why, why_size, "it holds a %s (graphs drawing random numbers, calling NCCL collectives or host "
-               "functions cannot be saved yet)", g->uses[i].ops->kind);
+    if (strcmp(g->uses[i].ops->kind, "module") != 0 && cgc__rng_of_use(&g->uses[i]) == NULL) {
+      snprintf(why, why_size, "it holds a %s (graphs calling NCCL collectives or host functions cannot be saved "
+               "yet)", g->uses[i].ops->kind);
       return why;
     }
   if (!cgc__pool_is_fixed(g->pool))
@@ -496,10 +576,16 @@ static cgc_status_t save_graph(saver_t* s, cgc_graph_t g, const char* func) {
                    s->graph_index);
     goto out;
   }
+  CGC_TRY_GOTO(st, graph_generators(s, g, func), out);
   cgc__put_u32(&s->graphs, (uint32_t)pool);
-  cgc__put_u32(&s->graphs, 0);
+  cgc__put_u32(&s->graphs, (uint32_t)s->n_graph_generators);
   cgc__put_u64(&s->graphs, kept);
   cgc__put_u64(&s->graphs, n_kept_edges);
+  for (size_t i = 0; i < s->n_graph_generators; i++) {
+    cgc__put_u32(&s->graphs, s->graph_generators[i].index);
+    cgc__put_u32(&s->graphs, 0);
+    cgc__put_u64(&s->graphs, s->graph_generators[i].amount);
+  }
   for (size_t i = 0; i < kept && st == CGC_SUCCESS; i++) {
     CUgraphNode node = nodes[order[i]];
     s->node_index = i;
@@ -583,6 +669,12 @@ static void write_sections(saver_t* s, cgc__writer_t* w, cgc__saved_header_t* h)
       cgc__put_u32(w, k->params[j][1]);
     }
   }
+  for (size_t i = 0; i < s->n_generators; i++) {
+    cgc__put_u64(w, s->generators[i].seed);
+    cgc__put_u64(w, s->generators[i].offset);
+    cgc__put_u64(w, s->generators[i].slots);
+  }
+  h->n_generators = s->n_generators;
   cgc__put_bytes(w, s->graphs.data, s->graphs.size);
 }
 
@@ -598,6 +690,8 @@ static void saver_free(saver_t* s) {
   free(s->modules);
   for (size_t i = 0; i < s->n_kernels; i++) free(s->kernels[i].params);
   free(s->kernels);
+  free(s->generators);
+  free(s->graph_generators);
   free(s->graphs.data);
 }
 

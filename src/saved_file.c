@@ -187,6 +187,7 @@ cgc_status_t cgc_saved_info(const void* data, size_t size, cgc_saved_info_t* inf
       .n_pools = (size_t)h.n_pools,
       .n_modules = (size_t)h.n_modules,
       .n_nodes = (size_t)h.n_nodes,
+      .n_generators = (size_t)h.n_generators,
       .pool_bytes = (size_t)h.pool_bytes,
       .image_bytes = (size_t)h.image_bytes,
       .restore_bytes = (size_t)h.restore_bytes,

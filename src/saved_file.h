@@ -2,7 +2,9 @@
  * (saved_file.c) and cgc_graphs_restore rebuilds (restore.c). docs/SEMANTICS.md 38 says what is
  * kept and refused; this header says how it is laid out.
  *
- * A fixed header, then the sections in this order: pools, modules, kernels, graphs. Everything is
+ * A fixed header, then the sections in this order: pools, modules, kernels, generators (each:
+ * seed, offset, the address of its state slots when saved), graphs (each: its pool, its uses of
+ * generators with what one replay consumes, its nodes, its edges). Everything is
  * written as 32- and 64-bit little-endian fields (the byte order is checked), and byte strings are
  * padded to 8 bytes. A checksum of everything after the header (saved_file.c says how it is made)
  * catches a damaged or truncated file before anything is read from it; every read is bounded all
@@ -36,6 +38,7 @@ enum { CGC__SAVED_FORMAT = 3, CGC__SAVED_BYTE_ORDER = 0x01020304 };
   X(uint64_t, n_modules)           \
   X(uint64_t, n_kernels)           \
   X(uint64_t, n_nodes)             \
+  X(uint64_t, n_generators)        \
   X(uint64_t, pool_bytes)          \
   X(uint64_t, image_bytes)         \
   X(uint64_t, restore_bytes)       \
@@ -47,12 +50,16 @@ typedef struct cgc__saved_header {
 #undef CGC_SAVED_HEADER_FIELD
 } cgc__saved_header_t;
 
-/* The kinds of node a saved graph holds, X(name, value): the file's numbers. */
+/* The kinds of node a saved graph holds, X(name, value): the file's numbers. A DRAW is a kernel
+ * node whose arguments hold the address of generators' state slots (cgc_rng_uniform's and
+ * cgc_rng_normal's kernels in a capture): its record says where, and a restore writes the
+ * restored generators' addresses there. */
 #define CGC_SAVED_NODE_KINDS(X) \
   X(KERNEL, 1)                  \
   X(MEMSET, 2)                  \
   X(MEMCPY, 3)                  \
-  X(EMPTY, 4)
+  X(EMPTY, 4)                   \
+  X(DRAW, 5)
 typedef enum cgc__saved_node_kind {
 #define CGC_SAVED_NODE_KIND(name, value) CGC__SAVED_##name = value,
   CGC_SAVED_NODE_KINDS(CGC_SAVED_NODE_KIND)

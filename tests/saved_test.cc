@@ -573,7 +573,7 @@ TEST_F(SavedTest, AVerifyingSaveReplaysEachGraphBesideItsRebuildAndRefusesWhatDi
   std::printf("a verifying save measured %zu bytes a restore takes besides the pools (%zu as families)\n",
               measured.restore_bytes, measured.family_restore_bytes);
   ASSERT_EQ(plain.size(), bytes.size());
-  constexpr size_t kHeader = 8 + 2 * 4 + 2 * 8 + 4 * 4 + 9 * 8;  // the magic, then the header's fields
+  constexpr size_t kHeader = 8 + 2 * 4 + 2 * 8 + 4 * 4 + 10 * 8;  // the magic, then the header's fields
   EXPECT_TRUE(std::equal(plain.begin() + kHeader, plain.end(), bytes.begin() + kHeader));
   EXPECT_TRUE(std::equal(plain.begin(), plain.begin() + kHeader - 16, bytes.begin()));
   cgc_save_options_t unknown = verify;
@@ -607,6 +607,71 @@ TEST_F(SavedTest, AVerifyingSaveReplaysEachGraphBesideItsRebuildAndRefusesWhatDi
   CGC_ASSERT_OK(cgc_graph_destroy(timed));
   CGC_ASSERT_OK(cgc_free(stamp));
   ASSERT_NO_FATAL_FAILURE(GiveBack(graph, out, pool));
+}
+
+// A graph that draws from a generator (cgc_rng_uniform in the capture) is saved with it: its seed
+// and offset at the save, and where the draw reads the generator's state. The restore creates the
+// generator again with that state, so the restored graph's first replay draws what the saving
+// process's next replay drew, and each replay moves the generator on as the saved graph's did.
+TEST_F(SavedTest, AGraphThatDrawsIsSavedWithItsGeneratorAndDrawsOnWhereTheSavedOneWould) {
+  cgc_pool_t pool = FixedPool();
+  ASSERT_NE(pool, nullptr);
+  cgc_rng_t rng = nullptr;
+  CGC_ASSERT_OK(cgc_rng_create(ctx, 1234, &rng));
+  cgc_capture_options_t options = Into(pool);
+  CGC_ASSERT_OK(cgc_capture_begin(stream, &options));
+  void* out = Malloc(kN * 4, stream);
+  CGC_ASSERT_OK(cgc_rng_uniform(rng, static_cast<float*>(out), kN, stream));
+  CgcAdd(out, out, 1.0f);
+  cgc_graph_t graph = nullptr;
+  CGC_ASSERT_OK(cgc_capture_end(stream, &graph));
+  CGC_ASSERT_OK(cgc_graph_launch(graph, stream));
+  uint64_t seed = 0, offset = 0;
+  CGC_ASSERT_OK(cgc_rng_get_state(rng, &seed, &offset));
+  ASSERT_EQ(offset, kN) << "one replay draws kN numbers";
+  cgc_save_options_t verify{};
+  verify.struct_size = sizeof verify;
+  verify.flags = CGC_SAVE_VERIFY;
+  std::vector<uint8_t> bytes = Save({graph}, &verify);
+  ASSERT_FALSE(bytes.empty());
+  EXPECT_EQ(Info(bytes).n_generators, 1u);
+  // What the saving process's next two replays write.
+  std::vector<std::vector<uint32_t>> want;
+  for (int i = 0; i < 2; i++) {
+    CGC_ASSERT_OK(cgc_graph_launch(graph, stream));
+    want.push_back(DownloadWords(Dev(out), kN));
+  }
+  EXPECT_NE(want[0], want[1]);
+  ASSERT_NO_FATAL_FAILURE(GiveBack(graph, out, pool));
+  CGC_ASSERT_OK(cgc_rng_destroy(rng));
+
+  cgc_graph_t restored = nullptr;
+  cgc_pool_t restored_pool = nullptr;
+  cgc_rng_t restored_rng[2] = {nullptr, nullptr};
+  cgc_restore_options_t room{};
+  room.struct_size = sizeof room;
+  room.generators = restored_rng;
+  room.n_generators = 2;
+  EXPECT_EQ(cgc_graphs_restore(ctx, bytes.data(), bytes.size(), &room, &restored, 1, &restored_pool, 1),
+            CGC_ERROR_INVALID_ARGUMENT);
+  EXPECT_TRUE(Contains(cgc_last_error(), "the file holds 1 generators")) << cgc_last_error();
+  room.n_generators = 1;
+  CGC_ASSERT_OK(cgc_graphs_restore(ctx, bytes.data(), bytes.size(), &room, &restored, 1, &restored_pool, 1));
+  ASSERT_NE(restored_rng[0], nullptr);
+  CGC_ASSERT_OK(cgc_rng_get_state(restored_rng[0], &seed, &offset));
+  EXPECT_EQ(seed, 1234u);
+  EXPECT_EQ(offset, kN);
+  for (int i = 0; i < 2; i++) {
+    CGC_ASSERT_OK(cgc_graph_launch(restored, stream));
+    EXPECT_EQ(DownloadWords(Dev(out), kN), want[i]) << "replay " << i;
+  }
+  CGC_ASSERT_OK(cgc_rng_get_state(restored_rng[0], &seed, &offset));
+  EXPECT_EQ(offset, 3 * kN);
+  // The caller's reference goes; the graph keeps drawing from the generator until it goes too.
+  CGC_ASSERT_OK(cgc_rng_destroy(restored_rng[0]));
+  CGC_ASSERT_OK(cgc_graph_launch(restored, stream));
+  CGC_ASSERT_OK(cgc_stream_synchronize(stream));
+  ASSERT_NO_FATAL_FAILURE(GiveBack(restored, out, restored_pool));
 }
 
 // What a verifying save measures a restore takes besides the pools, for graphs large enough that
@@ -729,9 +794,9 @@ std::vector<uint8_t> HandMadeFile(uint32_t format, uint32_t byte_order, int64_t 
   put(0, 8);  // the size, below
   put(0, 8);  // the checksum, below
   put(9, 4), put(0, 4), put(13000, 4), put(0, 4);  // compute 9.0, CUDA 13000, reserved
-  // Graphs, pools, modules, kernels, nodes; pool and image bytes; what a restore takes besides
-  // (each its own, as families).
-  const uint64_t counts[] = {3, 2, 1, 4, 3000, 6 << 20, 12345, 5 << 20, 3 << 20};
+  // Graphs, pools, modules, kernels, nodes, generators; pool and image bytes; what a restore
+  // takes besides (each its own, as families).
+  const uint64_t counts[] = {3, 2, 1, 4, 3000, 2, 6 << 20, 12345, 5 << 20, 3 << 20};
   for (uint64_t c : counts) put(c, 8);
   put(0x0123456789abcdefull, 8);  // the body
   uint64_t h = Checksum(&b[b.size() - 8], 8);
@@ -758,6 +823,7 @@ TEST(SavedNoGpu, TheHeaderIsReadWithoutTheDriverAndEachRefusalSaysWhy) {
   EXPECT_EQ(info.image_bytes, 12345u);
   EXPECT_EQ(info.restore_bytes, size_t{5} << 20);
   EXPECT_EQ(info.family_restore_bytes, size_t{3} << 20);
+  EXPECT_EQ(info.n_generators, 2u);
   // An older caller's smaller struct is filled only as far as it reaches.
   cgc_saved_info_t small{};
   small.struct_size = offsetof(cgc_saved_info_t, n_pools);

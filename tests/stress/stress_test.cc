@@ -26,9 +26,10 @@
 // device's stats must read bytes_allocated == 0 and, after cgc_empty_cache, bytes_reserved == 0.
 // With NCCL, one more thread makes and releases one-rank communicators and NCCL pools beside the
 // captures (a capture begun meanwhile that NCCL's setup or teardown would break is refused).
-// A saver thread captures two graphs of one structure into a pool at fixed addresses, makes them a
-// family and launches both, saves them, gives everything back, restores them (as a family every
-// other round, on one, two or cgc's choice of threads) and checks them, over and over (1.6).
+// A saver thread captures two graphs of one structure into a pool at fixed addresses, each also
+// drawing from a generator, makes them a family and launches both, saves them, gives everything
+// back, restores them (as a family every other round, on one, two or cgc's choice of threads)
+// and checks them and the restored generator's state, over and over (1.6).
 //
 // Exit status: 0 when every check held (or there is no GPU: "skipped"), 1 otherwise. The last
 // line is a summary the bundle's runner reads: "STRESS: ok|FAILED ...".
@@ -804,6 +805,7 @@ void Saver(std::atomic<bool>* stop, std::atomic<long>* rounds) {
   cgc_module_t module = nullptr;
   cgc_function_t fill = nullptr, add = nullptr;
   void* host = nullptr;
+  cgc_rng_t gen = nullptr; /* both graphs draw from it; saved with them */
   const uintptr_t bases[] = {0x720000000000ull, 0x7ec000000000ull, 0x005000000000ull, 0x560000000000ull};
   const unsigned n = kIn;
   // A pool's release synchronises the device, which breaks a capture begun with the driver and
@@ -843,6 +845,7 @@ void Saver(std::atomic<bool>* stop, std::atomic<long>* rounds) {
                Expect("cgc_module_load", cgc_module_load(ctx, cgc_test_kernels_fatbin, &module), {CGC_SUCCESS}) &&
                Expect("cgc_module_get_function", cgc_module_get_function(module, "cgc_test_fill", &fill), {CGC_SUCCESS}) &&
                Expect("cgc_module_get_function", cgc_module_get_function(module, "cgc_test_add", &add), {CGC_SUCCESS}) &&
+               Expect("cgc_rng_create (saved)", cgc_rng_create(ctx, 77, &gen), {CGC_SUCCESS}) &&
                cgc__drv.cuMemAllocHost(&host, n * 4) == CUDA_SUCCESS;
   for (long round = 0; ready && !stop->load(); round++) {
     cgc_pool_t pool = nullptr;
@@ -887,6 +890,7 @@ void Saver(std::atomic<bool>* stop, std::atomic<long>* rounds) {
       float one = 1.0f;
       void* add_args[] = {&out[k], &in, &one, &count};
       Expect("cgc_launch_kernel", cgc_launch_kernel(add, n / 256, 1, 1, 256, 1, 1, 0, s, add_args), {CGC_SUCCESS});
+      Expect("cgc_rng_uniform (saved)", cgc_rng_uniform(gen, static_cast<float*>(in), n, s), {CGC_SUCCESS});
       Expect("cgc_free", cgc_free(in), {CGC_SUCCESS});
       captured = Expect("cgc_capture_end (saved)", cgc_capture_end(s, &graph[k]), {CGC_SUCCESS});
     }
@@ -902,6 +906,8 @@ void Saver(std::atomic<bool>* stop, std::atomic<long>* rounds) {
         Expect("cgc_graphs_save", cgc_graphs_save(graph, 2, nullptr, bytes.data(), size, &size), {CGC_SUCCESS});
       }
     }
+    uint64_t saved_seed = 0, saved_offset = 0; /* the generator as the save read it */
+    Expect("cgc_rng_get_state", cgc_rng_get_state(gen, &saved_seed, &saved_offset), {CGC_SUCCESS});
     for (int k = 0; k < 2; k++) {
       if (graph[k] != nullptr) Expect("cgc_graph_destroy", cgc_graph_destroy(graph[k]), {CGC_SUCCESS});
       if (out[k] != nullptr) Expect("cgc_free", cgc_free(out[k]), {CGC_SUCCESS});
@@ -914,14 +920,32 @@ void Saver(std::atomic<bool>* stop, std::atomic<long>* rounds) {
     restore_options.struct_size = sizeof restore_options;
     restore_options.flags = round % 2 == 1 ? CGC_RESTORE_FAMILIES : 0;
     restore_options.threads = unsigned(round % 3);  // cgc's choice, one thread, two
+    cgc_rng_t restored_gen = nullptr;
+    restore_options.generators = &restored_gen;
+    restore_options.n_generators = 1;
     if (!Expect("cgc_graphs_restore",
                 cgc_graphs_restore(ctx, bytes.data(), bytes.size(), &restore_options, restored, 2, &restored_pool, 1),
                 {CGC_SUCCESS}))
       break;
+    int launched = 0;
     for (int k : {1, 0}) {
       Expect("cgc_memset_d32_async", cgc_memset_d32_async(out[k], 0, n, s), {CGC_SUCCESS});
-      if (Expect("cgc_graph_launch (restored)", cgc_graph_launch(restored[k], s), {CGC_SUCCESS})) check(out[k], v[k] + 1.0f);
+      if (Expect("cgc_graph_launch (restored)", cgc_graph_launch(restored[k], s), {CGC_SUCCESS})) {
+        launched++;
+        check(out[k], v[k] + 1.0f);
+      }
     }
+    /* The restored generator: the saved state, moved on by each restored replay's draw. */
+    uint64_t seed = 0, offset = 0;
+    if (Expect("cgc_rng_get_state (restored)", cgc_rng_get_state(restored_gen, &seed, &offset), {CGC_SUCCESS}) &&
+        (seed != saved_seed || offset != saved_offset + uint64_t(launched) * ((n + 3) / 4 * 4))) {
+      counters.bad_contents++;
+      std::lock_guard<std::mutex> g(report_lock);
+      std::fprintf(stderr, "BAD CONTENTS: the restored generator is at seed %llu offset %llu, expected %llu, %llu\n",
+                   (unsigned long long)seed, (unsigned long long)offset, (unsigned long long)saved_seed,
+                   (unsigned long long)(saved_offset + uint64_t(launched) * ((n + 3) / 4 * 4)));
+    }
+    Expect("cgc_rng_destroy (restored)", cgc_rng_destroy(restored_gen), {CGC_SUCCESS});
     for (int k = 0; k < 2; k++) {
       Expect("cgc_graph_destroy", cgc_graph_destroy(restored[k]), {CGC_SUCCESS});
       Expect("cgc_free", cgc_free(out[k]), {CGC_SUCCESS});
@@ -934,6 +958,7 @@ void Saver(std::atomic<bool>* stop, std::atomic<long>* rounds) {
     Expect("cgc_stream_destroy", cgc_stream_destroy(s), {CGC_SUCCESS});
   }
   if (module != nullptr) Expect("cgc_module_unload", cgc_module_unload(module), {CGC_SUCCESS});
+  if (gen != nullptr) Expect("cgc_rng_destroy (saved)", cgc_rng_destroy(gen), {CGC_SUCCESS});
   if (host != nullptr) cgc__drv.cuMemFreeHost(host);
   cgc_capture_mode_exchange(&relaxed);
   CUcontext popped;
