@@ -269,6 +269,7 @@ struct cgc__use {
   const cgc__use_ops_t* ops;
   void* object;
   uint64_t amount; /* capture_done's answer, once the capture is over */
+  bool settled;    /* amount known already, no capture to end: a restored graph's (its file says) */
 };
 
 /* ---- a graph's uses (uses.c) ---- */

@@ -549,7 +549,7 @@ void cgc__rng_state(cgc_rng_t rng, uint64_t* seed, uint64_t* offset, uint64_t* s
 
 struct cgc__use cgc__rng_use(cgc_rng_t rng, uint64_t amount) {
   rng_retain(rng);
-  return (struct cgc__use){&rng_use_ops, rng, amount};
+  return (struct cgc__use){&rng_use_ops, rng, amount, true};
 }
 
 bool cgc__rng_kernels_image(struct cgc__device* dev, CUfunction fn, const void** image, size_t* size) {

@@ -8,7 +8,7 @@
 
 void cgc__release_uses(struct cgc__use* uses, size_t n_uses) {
   for (size_t i = 0; i < n_uses; i++) {
-    uses[i].ops->capture_done(uses[i].object, false);
+    if (!uses[i].settled) uses[i].ops->capture_done(uses[i].object, false);
     uses[i].ops->release(uses[i].object);
   }
 }
@@ -24,7 +24,7 @@ bool cgc__take_uses(cgc__graph_uses_t* out, const struct cgc__use* uses, size_t 
       if (prologue != (pass == 0)) continue;
       struct cgc__use* u = &out->uses[out->n_uses++];
       *u = uses[i];
-      u->amount = u->ops->capture_done(u->object, true);
+      if (!u->settled) u->amount = u->ops->capture_done(u->object, true);
       if (prologue) out->n_prologue++;
       if (u->ops->after_launch != NULL) out->ordered = true;
     }
