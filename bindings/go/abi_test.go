@@ -173,7 +173,7 @@ var goAPIOfFunction = map[string]any{
 
 	"cgc_graphs_save":      cgc.SaveGraphsWith, // and SaveGraphs, its defaults
 	"cgc_saved_info":       cgc.ReadSavedInfo,
-	"cgc_graphs_restore":   (*cgc.Context).RestoreGraphsWith, // and RestoreGraphs, its defaults
+	"cgc_graphs_restore":   (*cgc.Context).RestoreGraphsWithGenerators, // and RestoreGraphs(With): no generators
 	"cgc_module_add_image": (*cgc.Context).AddModuleImage,
 
 	"cgc_graph_share_executable": (*cgc.Graph).ShareExecutable,
@@ -207,12 +207,16 @@ var (
 		"cgc_saved_info_t":      reflect.TypeOf((*cgc.SavedInfo)(nil)).Elem(),
 		// 1.6's save options are SaveGraphsWith's pools parameter and SaveOptions (Verify is the
 		// flag CGC_SAVE_VERIFY), its restore options RestoreOptions (Families is the flag
-		// CGC_RESTORE_FAMILIES, Threads the field threads): the shim builds both structs.
+		// CGC_RESTORE_FAMILIES, Threads the field threads) and the generators that
+		// RestoreGraphsWithGenerators returns: the shim builds both structs.
 		"cgc_save_options_t": reflect.TypeOf(struct {
 			Pools []*cgc.Pool
 			cgc.SaveOptions
 		}{}),
-		"cgc_restore_options_t": reflect.TypeOf((*cgc.RestoreOptions)(nil)).Elem(),
+		"cgc_restore_options_t": reflect.TypeOf(struct {
+			cgc.RestoreOptions
+			Generators []*cgc.Rng
+		}{}),
 	}
 	goTypeOfCallback = map[string]reflect.Type{
 		"cgc_capture_fn": reflect.TypeOf(func(*cgc.Stream) error { return nil }), // Stream.Capture's body
@@ -348,9 +352,9 @@ func TestArrayAndOutParametersMatchTheHeader(t *testing.T) {
 		// Context.NewPoolAt (1.6): the base crosses as a uintptr_t and reaches C as void*, and
 		// the pool's handle comes back through the out pointer.
 		"cgc_pool_create_at": "i32 ctx:handle:cgc_context_t base:ptr(void) capacity:usize out:ptr(handle:cgc_pool_t)",
-		// SaveGraphsWith, ReadSavedInfo, RestoreGraphs, AddModuleImage (1.6): arrays of graph and
-		// pool handles in Go memory, byte slices and their lengths, the size written, and the
-		// info and options structs the shim fills itself.
+		// SaveGraphsWith, ReadSavedInfo, RestoreGraphs, AddModuleImage (1.6): arrays of graph,
+		// pool and (RestoreGraphsWithGenerators') generator handles in Go memory, byte slices and
+		// their lengths, the size written, and the info and options structs the shim fills itself.
 		"cgc_graphs_save": "i32 graphs:ptr(handle:cgc_graph_t) n_graphs:usize options:ptr(struct:cgc_save_options_t) " +
 			"buffer:ptr(void) capacity:usize size:ptr(usize)",
 		"cgc_saved_info": "i32 data:ptr(void) size:usize info:ptr(struct:cgc_saved_info_t)",
@@ -398,14 +402,15 @@ func goFieldName(c string) string {
 func TestStructsMatchTheHeader(t *testing.T) {
 	// Fields whose Go form is not a field of the same name, and why.
 	special := map[string]string{
-		"cgc_capture_options_t.flags":    "Upload", // CGC_CAPTURE_UPLOAD is the only flag to set (AutoFreeOnLaunch is always on)
-		"cgc_comm_id_t.internal":         "",       // CommID is the 128 bytes themselves
-		"cgc_segment_info_t.stream_id":   "StreamID",
-		"cgc_segment_info_t.first_block": "Blocks", // the segment's blocks themselves
-		"cgc_segment_info_t.n_blocks":    "Blocks",
-		"cgc_save_options_t.n_pools":     "Pools",    // the slice's length
-		"cgc_save_options_t.flags":       "Verify",   // its one flag, CGC_SAVE_VERIFY
-		"cgc_restore_options_t.flags":    "Families", // its one flag, CGC_RESTORE_FAMILIES
+		"cgc_capture_options_t.flags":        "Upload", // CGC_CAPTURE_UPLOAD is the only flag to set (AutoFreeOnLaunch is always on)
+		"cgc_comm_id_t.internal":             "",       // CommID is the 128 bytes themselves
+		"cgc_segment_info_t.stream_id":       "StreamID",
+		"cgc_segment_info_t.first_block":     "Blocks", // the segment's blocks themselves
+		"cgc_segment_info_t.n_blocks":        "Blocks",
+		"cgc_save_options_t.n_pools":         "Pools",      // the slice's length
+		"cgc_save_options_t.flags":           "Verify",     // its one flag, CGC_SAVE_VERIFY
+		"cgc_restore_options_t.flags":        "Families",   // its one flag, CGC_RESTORE_FAMILIES
+		"cgc_restore_options_t.n_generators": "Generators", // the slice's length
 	}
 	sizes := map[string]uintptr{}
 	structs := 0

@@ -541,6 +541,22 @@ func TestShareExecutableRefusesNilGraphs(t *testing.T) {
 		!strings.Contains(e.Message, "opts.Threads is -1") || graphs != nil || pools != nil {
 		t.Errorf("RestoreGraphsWith with Threads -1: %v %v %q, want the binding's refusal", graphs, pools, e.Message)
 	}
+	// With the generators asked for, the same refusals, and no generators either.
+	for _, opts := range []*cgc.RestoreOptions{nil, {Families: true, Threads: 2}} {
+		graphs, pools, rngs, err := ctx.RestoreGraphsWithGenerators(garbage, opts)
+		if e := asError(t, err, cgc.ErrSavedMismatch); !strings.Contains(e.Message, "cgc_saved_info") ||
+			graphs != nil || pools != nil || rngs != nil {
+			t.Errorf("RestoreGraphsWithGenerators(%+v) of garbage: %v %v %v %q, want cgc_saved_info's refusal", opts,
+				graphs, pools, rngs, e.Message)
+		}
+	}
+	graphs, pools, rngs, err := ctx.RestoreGraphsWithGenerators(garbage, &cgc.RestoreOptions{Threads: -1})
+	if e := asError(t, err, cgc.ErrInvalidArgument); !strings.Contains(e.Message,
+		"Context.RestoreGraphsWithGenerators") || !strings.Contains(e.Message, "opts.Threads is -1") ||
+		graphs != nil || pools != nil || rngs != nil {
+		t.Errorf("RestoreGraphsWithGenerators with Threads -1: %v %v %v %q, want the binding's refusal", graphs, pools,
+			rngs, e.Message)
+	}
 }
 
 // 1.6 without a GPU: the snapshot of a nil context is refused by the library, naming the call

@@ -18,7 +18,8 @@
 // and families: graphs of one topology that differ in their nodes' parameters sharing one
 // executable (Graph.ShareExecutable, GraphInfo.FamilySize, RestoreOptions.Families);
 // RestoreOptions.Threads sets how many host threads a restore builds and instantiates the
-// graphs on.
+// graphs on. Graphs that draw from an Rng are saved with its state, and
+// Context.RestoreGraphsWithGenerators returns the generators a restore creates again.
 //
 // # Importing
 //

@@ -3,7 +3,7 @@ package cgc_test
 // GPU tests of 1.6's saved graphs: a graph of a pool at fixed addresses is saved to bytes and
 // restored at the same addresses once everything it used is gone; a verifying save replays a
 // deterministic graph beside its rebuild from the bytes; graphs that reach memory outside such
-// pools are refused.
+// pools are refused; a graph that draws is restored with its generator.
 
 import (
 	"bytes"
@@ -360,4 +360,157 @@ func TestGPUGraphOfAnOrdinaryPoolIsNotSavable(t *testing.T) {
 	f.ok(pool.Close())
 	f.ok(module.Close())
 	f.closeAll(true)
+}
+
+// A graph that draws uniform numbers from a generator (the fixture's, seed 1234) into its pool at
+// fixed addresses is saved with the generator's state after one replay (SavedInfo.NGenerators 1),
+// then replayed twice more, its outputs recorded as 32-bit words. Once the graph, its output, its
+// pool and the generator are all gone, RestoreGraphsWithGenerators returns the generator created
+// again in that state (seed 1234, offset one replay's draws: draws rounded up to a multiple of 4),
+// and the restored graph's two launches write, word for word, what the saving process's two
+// replays wrote, each advancing the generator by one replay's draws. Closing the Rng leaves the
+// graph drawing; a plain RestoreGraphs (no generators asked for) draws from the saved state too.
+// The base is the Go binding's own.
+func TestGPUGraphThatDrawsIsRestoredWithItsGenerator(t *testing.T) {
+	const (
+		base       = cgc.DevicePtr(0x6E4000000000)
+		capacity   = 64 << 20
+		seed       = 1234
+		draws      = 1001 // one replay advances the offset by 1004
+		perReplay  = (draws + 3) / 4 * 4
+		drawnBytes = 4 * draws
+	)
+	f := newFixture(t, 1, 0)
+	s := f.streams[0]
+	gen := f.gen // seed 1234, offset 0
+	if sd, off, err := gen.State(); err != nil || sd != seed || off != 0 {
+		t.Fatalf("the fixture's generator is at (%d, %d), %v; want (%d, 0)", sd, off, err, seed)
+	}
+	pool, err := f.ctx.NewPoolAt(base, capacity)
+	if err != nil {
+		t.Fatalf("NewPoolAt(%#x, %d): %v", base, capacity, err)
+	}
+	t.Cleanup(func() { _ = pool.Close() })
+	var out *cgc.DeviceMemory
+	g, err := s.Capture(&cgc.CaptureOptions{Pool: pool}, func(cs *cgc.Stream) error {
+		o, err := f.ctx.Malloc(drawnBytes, cs)
+		if err != nil {
+			return err
+		}
+		out = o
+		return gen.Uniform(o.Ptr(), draws, cs)
+	})
+	f.ok(err)
+	at := out.Ptr()
+	if at < base || at+drawnBytes > base+capacity {
+		t.Fatalf("the output at %#x is outside [%#x, %#x)", at, base, base+capacity)
+	}
+	readWords := func() []uint32 {
+		t.Helper()
+		got := make([]uint32, draws)
+		f.ok(cgc.CopyDeviceToHost(got, at, s))
+		f.ok(s.Synchronize())
+		return got
+	}
+	f.ok(g.Launch(s))
+	f.ok(s.Synchronize())
+	if sd, off, err := gen.State(); err != nil || sd != seed || off != perReplay {
+		t.Fatalf("after one replay the generator is at (%d, %d), %v; want (%d, %d)", sd, off, err, seed, perReplay)
+	}
+
+	data, err := cgc.SaveGraphs([]*cgc.Graph{g}, nil)
+	f.ok(err)
+	info, err := cgc.ReadSavedInfo(data)
+	f.ok(err)
+	if info.NGraphs != 1 || info.NPools != 1 || info.NGenerators != 1 {
+		t.Errorf("saved info %+v, want 1 graph, 1 pool, 1 generator", info)
+	}
+	// What the saving process's next two replays write.
+	var want [2][]uint32
+	for i := range want {
+		f.ok(g.Launch(s))
+		want[i] = readWords()
+		for k, w := range want[i] {
+			if x := math.Float32frombits(w); !(x >= 0 && x < 1) {
+				t.Fatalf("replay %d after the save: [%d] = %v, outside [0, 1)", i, k, x)
+			}
+		}
+	}
+	if equalWords(want[0], want[1]) {
+		t.Fatal("two replays drew the same numbers")
+	}
+
+	// Everything goes: the graph, the output, the pool (its range given back), the generator.
+	f.ok(g.Destroy())
+	f.ok(out.Free())
+	f.ok(s.Synchronize())
+	f.ok(pool.Close())
+	f.ok(gen.Close())
+
+	graphs, pools, rngs, err := f.ctx.RestoreGraphsWithGenerators(data, nil)
+	f.ok(err)
+	if len(graphs) != 1 || len(pools) != 1 || len(rngs) != 1 {
+		t.Fatalf("restored %d graphs, %d pools and %d generators, want 1 of each", len(graphs), len(pools), len(rngs))
+	}
+	rg, rp, rr := graphs[0], pools[0], rngs[0]
+	t.Cleanup(func() { _ = rg.Destroy(); _ = rr.Close(); _ = rp.Close() })
+	if sd, off, err := rr.State(); err != nil || sd != seed || off != perReplay {
+		t.Errorf("the restored generator is at (%d, %d), %v; want the saved (%d, %d)", sd, off, err, seed, perReplay)
+	}
+	restored, err := cgc.DeviceMemoryAt(at, drawnBytes)
+	f.ok(err)
+	for i, words := range want {
+		f.ok(rg.Launch(s))
+		got := readWords()
+		for k := range got {
+			if got[k] != words[k] {
+				t.Fatalf("restored replay %d: word %d is %#08x, the saving process drew %#08x", i, k, got[k], words[k])
+			}
+		}
+	}
+	if sd, off, err := rr.State(); err != nil || sd != seed || off != 3*perReplay {
+		t.Errorf("after two restored replays the generator is at (%d, %d), %v; want (%d, %d)", sd, off, err, seed,
+			3*perReplay)
+	}
+	// The caller's reference goes; the graph keeps its own and draws on.
+	f.ok(rr.Close())
+	f.ok(rg.Launch(s))
+	f.ok(s.Synchronize())
+	f.ok(rg.Destroy())
+	f.ok(restored.Free())
+	f.ok(s.Synchronize())
+	f.ok(rp.Close())
+
+	// A plain restore leaves the generator to the graph alone, at the same saved state.
+	graphs, pools, err = f.ctx.RestoreGraphs(data)
+	f.ok(err)
+	if len(graphs) != 1 || len(pools) != 1 {
+		t.Fatalf("a plain restore gave %d graphs and %d pools, want 1 and 1", len(graphs), len(pools))
+	}
+	pg, pp := graphs[0], pools[0]
+	t.Cleanup(func() { _ = pg.Destroy(); _ = pp.Close() })
+	again, err := cgc.DeviceMemoryAt(at, drawnBytes)
+	f.ok(err)
+	f.ok(pg.Launch(s))
+	if got := readWords(); !equalWords(got, want[0]) {
+		t.Errorf("a plain restore's first replay drew other numbers than the saving process's next replay")
+	}
+	f.ok(pg.Destroy())
+	f.ok(again.Free())
+	f.ok(s.Synchronize())
+	f.ok(pp.Close())
+	f.closeAll(true)
+}
+
+// equalWords reports whether x and y hold the same words.
+func equalWords(x, y []uint32) bool {
+	if len(x) != len(y) {
+		return false
+	}
+	for i := range x {
+		if x[i] != y[i] {
+			return false
+		}
+	}
+	return true
 }

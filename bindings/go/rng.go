@@ -28,9 +28,15 @@ func (c *Context) NewRng(seed uint64) (*Rng, error) {
 	if err != nil {
 		return nil, err
 	}
+	return newRng(h), nil
+}
+
+// newRng wraps a generator handle the caller holds a reference of (NewRng's, or one a restore
+// handed back).
+func newRng(h C.cgc_rng_t) *Rng {
 	r := &Rng{h: h}
 	runtime.SetFinalizer(r, (*Rng).Close) // safety net only; see the package documentation
-	return r, nil
+	return r
 }
 
 func (r *Rng) handle(op string) (C.cgc_rng_t, error) {

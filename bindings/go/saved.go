@@ -36,6 +36,10 @@ type SavedInfo struct {
 	// FamilyRestoreBytes is RestoreBytes for a restore with RestoreOptions.Families, which
 	// instantiates one executable for each structure. 0 when saved without verifying.
 	FamilyRestoreBytes uint64
+	// NGenerators is how many generators (Rng) the graphs draw from. A restore creates each
+	// again with the seed and offset it had at the save; RestoreGraphsWithGenerators returns
+	// them.
+	NGenerators int
 }
 
 // bytesFor is what C gets for data: its first byte, or a byte of its own for an empty slice, so
@@ -78,6 +82,7 @@ func ReadSavedInfo(data []byte) (SavedInfo, error) {
 
 		RestoreBytes:       uint64(i.restore_bytes),
 		FamilyRestoreBytes: uint64(i.family_restore_bytes),
+		NGenerators:        int(i.n_generators),
 	}, nil
 }
 
@@ -89,12 +94,14 @@ func ReadSavedInfo(data []byte) (SavedInfo, error) {
 // read), namely base, capacity, how far it is backed and its blocks allocated now; the device's
 // architecture and the driver's version. Nothing is relocated: every address a graph uses must
 // lie in one of those pools, each made by Context.NewPoolAt. The memory's contents are not
-// saved. A pool named twice is saved once.
+// saved. A pool named twice is saved once. A graph's draws from a generator (Rng.Uniform,
+// Rng.Normal in the capture) are saved with that generator's seed and offset as they are now
+// (SavedInfo.NGenerators counts the generators), so a restored graph draws on from there.
 //
 // ErrNotSavable when a graph holds what a saved buffer cannot rebuild (a pool not at fixed
 // addresses, an argument or operand in memory outside the pools, host or event nodes, memory
-// allocation or free nodes, child graphs, conditional nodes, memory operations, generator draws,
-// NCCL collectives, a kernel of a module cgc cannot name, an executable changed by per-node
+// allocation or free nodes, child graphs, conditional nodes, memory operations, NCCL
+// collectives, a kernel of a module cgc cannot name, an executable changed by per-node
 // updates): the message names the graph, the node, its kind, the kernel and the argument.
 // ErrInvalidArgument for no graphs or a nil one, or a pool in pools not at fixed addresses;
 // ErrInvalidState for a reset graph; ErrNotSupported before a CUDA 12.4 driver. Not while
@@ -220,7 +227,10 @@ type RestoreOptions struct {
 // capture's Graph and NewPoolAt's Pool are: Graph.Destroy destroys a graph, Pool.Close drops the
 // pool's one reference and gives its range back, refused (ErrInvalidState, the Pool stays open)
 // while a block of it is allocated or a graph holds it. The memory's contents are not restored:
-// write the inputs again.
+// write the inputs again. The generators the graphs draw from are created again with their seed
+// and offset at the save, so the first replay draws what the saving process's next replay would
+// have drawn, and each replay advances them as the saved graph's did; the graphs alone hold them
+// (RestoreGraphsWithGenerators returns them too).
 //
 // ErrSavedMismatch, naming what differs, for damaged bytes, another format version, another
 // architecture or driver version, a module key not added, or a kernel missing or with other
@@ -228,7 +238,8 @@ type RestoreOptions struct {
 // or other pools at fixed addresses, still hold it). On failure nothing is left: no graph, pool
 // or module.
 func (c *Context) RestoreGraphs(data []byte) ([]*Graph, []*Pool, error) {
-	return c.restoreGraphs("Context.RestoreGraphs", data, nil)
+	graphs, pools, _, err := c.restoreGraphs("Context.RestoreGraphs", data, nil, false)
+	return graphs, pools, err
 }
 
 // RestoreGraphsWith (1.6) is RestoreGraphs with options: with opts.Families, restored graphs of
@@ -237,38 +248,60 @@ func (c *Context) RestoreGraphs(data []byte) ([]*Graph, []*Pool, error) {
 // threads build and instantiate the graphs (0 lets cgc choose, at most 64). A nil opts means the
 // defaults.
 func (c *Context) RestoreGraphsWith(data []byte, opts *RestoreOptions) ([]*Graph, []*Pool, error) {
-	return c.restoreGraphs("Context.RestoreGraphsWith", data, opts)
+	graphs, pools, _, err := c.restoreGraphs("Context.RestoreGraphsWith", data, opts, false)
+	return graphs, pools, err
 }
 
-func (c *Context) restoreGraphs(op string, data []byte, opts *RestoreOptions) ([]*Graph, []*Pool, error) {
+// RestoreGraphsWithGenerators (1.6) is RestoreGraphsWith that also returns the generators the
+// graphs draw from (SavedInfo.NGenerators of them, in the saved order; the generators field of
+// cgc_restore_options_t). Each is created again with the seed and offset it had at the save
+// (Rng.State), so the first replay of the restored graphs draws what the saving process's next
+// replay would have drawn, and each replay advances it as the saved graph's did. Each Rng holds
+// a reference of its own, dropped by Rng.Close as NewRng's is; the graphs keep theirs, so closing
+// it changes nothing for them. With it the application can read or set the state the next replay
+// starts from, or draw eagerly. A nil opts means the defaults.
+func (c *Context) RestoreGraphsWithGenerators(data []byte, opts *RestoreOptions) ([]*Graph, []*Pool, []*Rng,
+	error) {
+	return c.restoreGraphs("Context.RestoreGraphsWithGenerators", data, opts, true)
+}
+
+func (c *Context) restoreGraphs(op string, data []byte, opts *RestoreOptions, withGenerators bool) ([]*Graph,
+	[]*Pool, []*Rng, error) {
 	var flags, threads C.uint
 	if opts != nil && opts.Families {
 		flags |= C.CGC_RESTORE_FAMILIES
 	}
 	if opts != nil {
 		if opts.Threads < 0 || uint64(opts.Threads) > math.MaxUint32 {
-			return nil, nil, &Error{Status: ErrInvalidArgument, Message: fmt.Sprintf(
+			return nil, nil, nil, &Error{Status: ErrInvalidArgument, Message: fmt.Sprintf(
 				"cgc (Go binding): %s: opts.Threads is %d (0 lets cgc choose, at most 64)", op, opts.Threads)}
 		}
 		threads = C.uint(opts.Threads)
 	}
 	ch, err := c.handle(op)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	info, err := ReadSavedInfo(data)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	gh := make([]C.cgc_graph_t, info.NGraphs+1)
 	ph := make([]C.cgc_pool_t, info.NPools+1)
+	// Room for the generators only when asked for: NULL (and 0) leaves them to the graphs.
+	var rh []C.cgc_rng_t
+	var generators *C.cgc_rng_t
+	if withGenerators && info.NGenerators > 0 {
+		rh = make([]C.cgc_rng_t, info.NGenerators)
+		generators = &rh[0]
+	}
 	var msg *C.char
-	err = check(C.cgcgo_graphs_restore(ch, bytesFor(data), C.size_t(len(data)), flags, threads, &gh[0],
-		C.size_t(info.NGraphs), &ph[0], C.size_t(info.NPools), &msg), msg)
+	err = check(C.cgcgo_graphs_restore(ch, bytesFor(data), C.size_t(len(data)), flags, threads, generators,
+		C.size_t(len(rh)), &gh[0], C.size_t(info.NGraphs), &ph[0], C.size_t(info.NPools), &msg), msg)
 	runtime.KeepAlive(c)
 	runtime.KeepAlive(data)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	graphs := make([]*Graph, info.NGraphs)
 	for i := range graphs {
@@ -278,7 +311,14 @@ func (c *Context) restoreGraphs(op string, data []byte, opts *RestoreOptions) ([
 	for i := range pools {
 		pools[i] = newPool(ph[i])
 	}
-	return graphs, pools, nil
+	var rngs []*Rng
+	if withGenerators {
+		rngs = make([]*Rng, len(rh))
+		for i := range rngs {
+			rngs[i] = newRng(rh[i])
+		}
+	}
+	return graphs, pools, rngs, nil
 }
 
 // AddModuleImage (1.6) adds a module image under key (cgc_module_add_image; up to 255 bytes, no

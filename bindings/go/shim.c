@@ -556,12 +556,15 @@ cgc_status_t cgcgo_saved_info(const void* data, size_t size, cgc_saved_info_t* i
   CALL(api->cgc_saved_info(data, size, info));
 }
 cgc_status_t cgcgo_graphs_restore(cgc_context_t ctx, const void* data, size_t size, unsigned flags, unsigned threads,
-                                  cgc_graph_t* graphs, size_t n_graphs, cgc_pool_t* pools, size_t n_pools, char** msg) {
+                                  cgc_rng_t* generators, size_t n_generators, cgc_graph_t* graphs, size_t n_graphs,
+                                  cgc_pool_t* pools, size_t n_pools, char** msg) {
   cgc_restore_options_t o;
   memset(&o, 0, sizeof o);
   o.struct_size = sizeof o;
   o.flags = flags;
   o.threads = threads;
+  o.generators = generators;
+  o.n_generators = n_generators;
   CALL(api->cgc_graphs_restore(ctx, data, size, &o, graphs, n_graphs, pools, n_pools));
 }
 cgc_status_t cgcgo_module_add_image(cgc_context_t ctx, const char* key, const void* image, size_t size, char** msg) {

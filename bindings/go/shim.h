@@ -237,12 +237,15 @@ cgc_status_t cgcgo_memory_snapshot(cgc_context_t ctx, cgcgo_segment_t* segments,
  * and capacity 0 sets *size alone; *size is the bytes needed also when the capacity is too
  * small (save options: `flags`, CGC_SAVE_VERIFY or 0). cgcgo_saved_info sets info->struct_size
  * itself. cgcgo_graphs_restore's arrays receive n_graphs graphs and n_pools pools (restore
- * options: `flags`, e.g. CGC_RESTORE_FAMILIES, and `threads`, 0 for cgc's choice). */
+ * options: `flags`, e.g. CGC_RESTORE_FAMILIES, and `threads`, 0 for cgc's choice), and
+ * `generators`, when not NULL, the n_generators generators the graphs draw from (an array of
+ * handles in Go memory too; NULL with 0 leaves them to the graphs). */
 cgc_status_t cgcgo_graphs_save(const cgc_graph_t* graphs, size_t n_graphs, const cgc_pool_t* pools, size_t n_pools,
                                unsigned flags, void* buffer, size_t capacity, size_t* size, char** msg);
 cgc_status_t cgcgo_saved_info(const void* data, size_t size, cgc_saved_info_t* info, char** msg);
 cgc_status_t cgcgo_graphs_restore(cgc_context_t ctx, const void* data, size_t size, unsigned flags, unsigned threads,
-                                  cgc_graph_t* graphs, size_t n_graphs, cgc_pool_t* pools, size_t n_pools, char** msg);
+                                  cgc_rng_t* generators, size_t n_generators, cgc_graph_t* graphs, size_t n_graphs,
+                                  cgc_pool_t* pools, size_t n_pools, char** msg);
 cgc_status_t cgcgo_module_add_image(cgc_context_t ctx, const char* key, const void* image, size_t size, char** msg);
 
 /* ---- 1.6: families ---- */

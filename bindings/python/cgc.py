@@ -410,15 +410,21 @@ class saved_info_t(_Sized):
                 ("compute_major", ctypes.c_int), ("compute_minor", ctypes.c_int), ("driver_version", ctypes.c_int),
                 ("n_graphs", ctypes.c_size_t), ("n_pools", ctypes.c_size_t), ("n_modules", ctypes.c_size_t),
                 ("n_nodes", ctypes.c_size_t), ("pool_bytes", ctypes.c_size_t), ("image_bytes", ctypes.c_size_t),
-                ("restore_bytes", ctypes.c_size_t), ("family_restore_bytes", ctypes.c_size_t)]
+                ("restore_bytes", ctypes.c_size_t), ("family_restore_bytes", ctypes.c_size_t),
+                ("n_generators", ctypes.c_size_t)]
 
 
 class restore_options_t(_Sized):
     """cgc_restore_options_t (1.6): flags RESTORE_FAMILIES, or 0; threads, the host threads that
     build and instantiate the graphs (the calling thread one of them, at most 64): 0 lets cgc
-    choose (up to 4, as many as there are CPUs), 1 restores on the calling thread alone."""
+    choose (up to 4, as many as there are CPUs), 1 restores on the calling thread alone;
+    generators, an out array of n_generators handles (exactly saved_info_t.n_generators of them)
+    that a successful restore fills with the generators the graphs draw from, each created again
+    at its saved seed and offset and with a reference of the caller's (cgc_rng_destroy), or NULL
+    (n_generators 0) to leave them to the graphs alone."""
 
-    _fields_ = [("struct_size", ctypes.c_size_t), ("flags", ctypes.c_uint), ("threads", ctypes.c_uint)]
+    _fields_ = [("struct_size", ctypes.c_size_t), ("flags", ctypes.c_uint), ("threads", ctypes.c_uint),
+                ("generators", ctypes.POINTER(ctypes.c_void_p)), ("n_generators", ctypes.c_size_t)]
 
 
 # node_count counts every captured node; the kinds split it (other_nodes: kinds the header does
@@ -453,9 +459,12 @@ Block = namedtuple("Block", "address size requested state")
 # structure): a verifying save (save_graphs(verify=True)) measures both in the saving process
 # with cuMemGetInfo around its rebuild, so other allocations on the device meanwhile count too
 # (not what the driver takes once at a process's first module load, which a restoring process
-# that has loaded none pays as well); both are 0 in bytes saved without verifying.
+# that has loaded none pays as well); both are 0 in bytes saved without verifying; n_generators,
+# the generators (Rng) the graphs draw from, which a restore creates again at the seed and offset
+# they had at the save (restore_graphs(generators=True) returns them).
 SavedInfo = namedtuple("SavedInfo", "format_version compute_major compute_minor driver_version n_graphs n_pools "
-                       "n_modules n_nodes pool_bytes image_bytes restore_bytes family_restore_bytes")
+                       "n_modules n_nodes pool_bytes image_bytes restore_bytes family_restore_bytes "
+                       "n_generators")
 # 1.6: what module_record() returns: how many distinct module images the record holds and their
 # size in bytes, all together.
 RecordedImages = namedtuple("RecordedImages", "images bytes")
@@ -959,7 +968,8 @@ def saved_info(data):
     i = _saved_info(address, size)
     del keep
     return SavedInfo(i.format_version, i.compute_major, i.compute_minor, i.driver_version, i.n_graphs, i.n_pools,
-                     i.n_modules, i.n_nodes, i.pool_bytes, i.image_bytes, i.restore_bytes, i.family_restore_bytes)
+                     i.n_modules, i.n_nodes, i.pool_bytes, i.image_bytes, i.restore_bytes, i.family_restore_bytes,
+                     i.n_generators)
 
 
 def save_graphs(graphs, pools=(), path=None, verify=False):
@@ -972,12 +982,14 @@ def save_graphs(graphs, pools=(), path=None, verify=False):
     base, capacity, how far it is backed and its blocks allocated now; the device's architecture
     and the driver's version. Nothing is relocated: every address a graph uses must lie in one of
     those pools, each made by Pool.at. The memory's contents are not saved. A pool named twice is
-    saved once.
+    saved once. A graph's draws from an Rng (uniform, normal in the capture) are saved with the
+    generator's seed and offset as they are at the save (SavedInfo.n_generators counts the
+    generators), so that a restored graph draws on from there.
 
     Raises NotSavableError when a graph holds what a saved buffer cannot rebuild (a pool not at
     fixed addresses, an argument or operand in memory outside the pools, host or event nodes,
-    memory allocation or free nodes, child graphs, conditional nodes, memory operations,
-    generator draws, NCCL collectives, a kernel of a module cgc cannot name, an executable
+    memory allocation or free nodes, child graphs, conditional nodes, memory operations, NCCL
+    collectives, a kernel of a module cgc cannot name, an executable
     changed by set_kernel_enabled or set_kernel_args): the message names the graph, the node,
     its kind, the kernel and the argument. InvalidArgumentError for no graphs or a pool not at
     fixed addresses, InvalidStateError for an empty (reset) Graph, NotSupportedError before a
@@ -1153,7 +1165,7 @@ class Context(_Handle):
     def malloc(self, size, stream):
         return malloc(self, size, stream)
 
-    def restore_graphs(self, data, stream=None, families=False, threads=0):
+    def restore_graphs(self, data, stream=None, families=False, threads=0, generators=False):
         """1.6: rebuilds the graphs of `data` (the bytes of save_graphs, or the path of a file
         holding them, from this process or another on the same GPU architecture and driver
         version) on this device (cgc_graphs_restore). Its pools are created again at their bases,
@@ -1170,7 +1182,15 @@ class Context(_Handle):
         (InvalidStateError, the pool stays open) while a block of it is allocated or a graph
         holds it. A restored Graph has no capture stream: launch(s) it, or give `stream` (a
         Stream of this device), which replay() then uses. The memory's contents are not
-        restored: write the inputs again.
+        restored: write the inputs again. The generators the graphs draw from are created again
+        at the seed and offset they had at the save, so the first replay draws what the saving
+        process's next replay would have drawn, and each replay advances them as the saved
+        graph's did; the graphs alone hold them unless `generators` asks for them.
+
+        generators=True (restore_options_t.generators): returns (graphs, pools, rngs), rngs being
+        saved_info's n_generators Rngs in the saved order, each with a reference of its own that
+        close() drops, as an Rng made by Rng(ctx, seed) (the graphs keep theirs): get_state() says
+        where the next replay starts, set_state() moves it, and eager draws work as on any Rng.
 
         families=True (RESTORE_FAMILIES): restored graphs of one structure (the same nodes of the
         same kinds and kernels, the same edges) join one family, as after Graph.share_executable:
@@ -1196,6 +1216,12 @@ class Context(_Handle):
         graphs = (ctypes.c_void_p * max(n_graphs, 1))()
         pools = (ctypes.c_void_p * max(n_pools, 1))()
         opts = restore_options_t(flags=RESTORE_FAMILIES if families else 0, threads=threads)
+        # Room for the generators only when asked for: NULL (and 0) leaves them to the graphs.
+        n_generators = info.n_generators if generators else 0
+        rngs = (ctypes.c_void_p * max(n_generators, 1))()
+        if n_generators:
+            opts.generators = ctypes.cast(rngs, ctypes.POINTER(ctypes.c_void_p))
+            opts.n_generators = n_generators
         _check(api().cgc_graphs_restore(handle, address, size, ctypes.byref(opts), graphs, n_graphs, pools, n_pools))
         del keep
         restored_pools = []
@@ -1203,7 +1229,10 @@ class Context(_Handle):
             pool = Pool.__new__(Pool)
             pool._h, pool.context, pool._refs = h, self, 1
             restored_pools.append(pool)
-        return [Graph._restored(h, self, stream) for h in graphs[:n_graphs]], restored_pools
+        restored = [Graph._restored(h, self, stream) for h in graphs[:n_graphs]], restored_pools
+        if not generators:
+            return restored
+        return restored + ([Rng._restored(h, self) for h in rngs[:n_generators]],)
 
     def add_module_image(self, key, image):
         """1.6: adds a module image under `key` (cgc_module_add_image; a str or bytes of up to 255
@@ -2151,6 +2180,13 @@ class Rng(_Handle):
         out = ctypes.c_void_p()
         _check(api().cgc_rng_create(ctx.handle, int(seed), ctypes.byref(out)))
         self._h, self.context = out.value, ctx
+
+    @classmethod
+    def _restored(cls, h, ctx):
+        """An Rng owning a reference the library handed out (Context.restore_graphs' generators)."""
+        rng = cls.__new__(cls)
+        rng._h, rng.context = h, ctx
+        return rng
 
     @staticmethod
     def _count(out, n):

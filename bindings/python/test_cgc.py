@@ -1119,6 +1119,24 @@ class SavedGraphsBadCallTest(ExpectMixin, unittest.TestCase):
         finally:
             forget(ctx)
 
+    def test_restore_with_generators_reads_the_bytes_first(self):
+        # restore_options_t's generators: NULL and 0 unless set; generators=True reads the bytes
+        # (cgc_saved_info, for the count) before the context is asked, as a plain restore does.
+        opts = cgc.restore_options_t(flags=cgc.RESTORE_FAMILIES, threads=2)
+        self.assertFalse(opts.generators)
+        self.assertEqual(opts.n_generators, 0)
+        self.assertEqual(cgc.SavedInfo._fields[-1], "n_generators")
+        with self.assertRaises(cgc.InvalidHandleError):  # a closed context never reaches C
+            cgc.Context.__new__(cgc.Context).restore_graphs(self.GARBAGE, generators=True)
+        ctx = foreign(cgc.Context)
+        try:
+            self.expect_raise(cgc.SavedMismatchError, "cgc_saved_info",
+                              lambda: ctx.restore_graphs(self.GARBAGE, generators=True))
+            self.expect_raise(cgc.SavedMismatchError, "cgc_saved_info",
+                              lambda: ctx.restore_graphs(self.GARBAGE, families=True, threads=1, generators=True))
+        finally:
+            forget(ctx)
+
     def test_saved_info_reads_a_file(self):
         with tempfile.TemporaryDirectory() as d:
             path = os.path.join(d, "garbage.cgc")
@@ -2571,7 +2589,7 @@ class GpuSavedGraphsTest(unittest.TestCase):
     """1.6 on a GPU: a graph of a pool at fixed addresses, with the bindings' test kernel affine
     (tests/kernels/binding_tests.ptx: out = in * params[0] + params[1] + bias), saved and restored
     at the same addresses, and saved with verification; graphs that reach memory outside such
-    pools are not savable."""
+    pools are not savable; a graph that draws is restored with its generator."""
 
     # The Python binding's own bases (Rust's and Go's tests use others), in case bindings' tests
     # ever share a process.
@@ -2579,6 +2597,7 @@ class GpuSavedGraphsTest(unittest.TestCase):
     OTHER_BASE = 0x6A4000000000
     FAMILY_BASE = 0x6A8000000000
     VERIFY_BASE = 0x6AC000000000
+    GENERATOR_BASE = 0x6E8000000000
     CAPACITY = 64 << 20
     N = 4096
 
@@ -2851,6 +2870,90 @@ class GpuSavedGraphsTest(unittest.TestCase):
         cgc.free(params)
         s.synchronize()
         pool.close()
+
+    def test_a_graph_that_draws_is_restored_with_its_generator(self):
+        # A graph that draws uniform numbers from a generator (seed 1234) into its pool at fixed
+        # addresses is saved with the generator's state after one replay (n_generators 1), then
+        # replayed twice more, its outputs recorded as 32-bit words. Once the graph, its output,
+        # its pool and the generator are all gone, restore_graphs(generators=True) returns the
+        # generator created again in that state (seed 1234, offset one replay's draws: DRAWS
+        # rounded up to a multiple of 4), and the restored graph's two launches write, word for
+        # word, what the saving process's two replays wrote, each advancing the generator by one
+        # replay's draws. Closing the Rng leaves the graph drawing; a plain restore_graphs (no
+        # generators asked for) draws from the saved state too.
+        seed, draws = 1234, 1001
+        per_replay = (draws + 3) // 4 * 4  # 1004
+        s, base, capacity = self.stream, self.GENERATOR_BASE, self.CAPACITY
+
+        def words(ptr):
+            got = (ctypes.c_uint32 * draws)()
+            s.memcpy_dtoh(got, ptr)
+            s.synchronize()
+            return list(got)
+
+        rng = cgc.Rng(self.ctx, seed)
+        pool = cgc.Pool.at(self.ctx, base, capacity)
+        g = cgc.Graph()
+        with cgc.graph(g, stream=s, pool=pool):
+            out = cgc.malloc(self.ctx, draws * 4, s)
+            rng.uniform(out, draws, s)
+        self.assertTrue(base <= out < base + capacity, "the output at %#x is outside the pool's range" % out)
+        g.replay()
+        s.synchronize()
+        self.assertEqual(rng.get_state(), (seed, per_replay), "one replay draws %d numbers" % draws)
+
+        data = cgc.save_graphs(g)
+        info = cgc.saved_info(data)
+        self.assertEqual((info.n_graphs, info.n_pools, info.n_generators), (1, 1, 1), info)
+        # What the saving process's next two replays write.
+        want = []
+        for _ in range(2):
+            g.replay()
+            want.append(words(out))
+        self.assertNotEqual(want[0], want[1], "two replays drew the same numbers")
+        for w in want[0] + want[1]:
+            x = struct.unpack("<f", struct.pack("<I", w))[0]
+            self.assertTrue(0.0 <= x < 1.0, "a draw outside [0, 1): %r" % x)
+
+        # Everything goes: the graph, the output, the pool (its range given back), the generator.
+        g.close()
+        cgc.free(out)
+        s.synchronize()
+        pool.close()
+        rng.close()
+
+        restored = self.ctx.restore_graphs(data, generators=True)
+        self.assertEqual(len(restored), 3, "graphs, pools and generators")
+        graphs, pools, rngs = restored
+        self.assertEqual((len(graphs), len(pools), len(rngs)), (1, 1, 1))
+        (g,), (pool,), (rng,) = graphs, pools, rngs
+        self.assertIsInstance(rng, cgc.Rng)
+        self.assertIs(rng.context, self.ctx)
+        self.assertEqual(rng.get_state(), (seed, per_replay), "the generator as it was at the save")
+        for i, expected in enumerate(want):
+            g.launch(s)
+            got = words(out)
+            first = next((k for k in range(draws) if got[k] != expected[k]), None)
+            self.assertIsNone(first, "restored replay %d: word %s is %#010x, the saving process drew %#010x" % (
+                i, first, got[first] if first is not None else 0, expected[first] if first is not None else 0))
+        self.assertEqual(rng.get_state(), (seed, 3 * per_replay), "each replay advances the generator")
+        # The caller's reference goes; the graph keeps its own and draws on.
+        rng.close()
+        g.launch(s)
+        s.synchronize()
+        g.close()
+        cgc.free(out)
+        s.synchronize()
+        pool.close()
+
+        # A plain restore leaves the generator to the graph alone, at the same saved state.
+        graphs, pools = self.ctx.restore_graphs(data, stream=s)
+        graphs[0].replay()
+        self.assertEqual(words(out), want[0], "a plain restore's first replay")
+        graphs[0].close()
+        cgc.free(out)
+        s.synchronize()
+        pools[0].close()
 
 
 class GpuMemorySnapshotTest(unittest.TestCase):

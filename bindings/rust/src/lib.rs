@@ -66,7 +66,9 @@
 //! from those bytes, failing when they write different bytes), to bytes that
 //! [`SavedInfo::read`] describes without a driver and [`Context::restore_graphs`] rebuilds (in
 //! another process on the same architecture and driver version) into new [`Graph`]s and
-//! [`Pool`]s at the same addresses, ready to launch; [`Context::add_module_image`] names a module
+//! [`Pool`]s at the same addresses, ready to launch (graphs that draw from an [`Rng`] are saved
+//! with its state, and [`Context::restore_graphs_with_generators`] hands back the generators
+//! created again); [`Context::add_module_image`] names a module
 //! cgc did not load by a key, and [`module_record`] records the image of every module the driver
 //! loads (through CUPTI), so that a save embeds kernels of libraries cgc did not load. Graphs of
 //! one topology that differ in their nodes' parameters (one per batch size) can share one

@@ -885,6 +885,14 @@ fn share_executable_refuses_null_and_foreign_graphs_by_name() {
                    Status::SavedMismatch, "cgc_saved_info");
     assert_refused(ctx.restore_graphs_with(&garbage, &RestoreOptions::new().with_threads(1)),
                    Status::SavedMismatch, "cgc_saved_info");
+    // Without room for the generators, whatever the options (the graphs alone hold them);
+    // restore_graphs_with_generators reads the count first, as the plain restore does.
+    let raw = RestoreOptions::new().with_families(true).with_threads(2).to_raw();
+    assert!(raw.generators.is_null() && raw.n_generators == 0);
+    let zeroed = sys::cgc_restore_options_t::default();
+    assert!(zeroed.generators.is_null() && (zeroed.struct_size, zeroed.n_generators) == (0, 0));
+    assert_refused(ctx.restore_graphs_with_generators(&garbage, &RestoreOptions::new()),
+                   Status::SavedMismatch, "cgc_saved_info");
 }
 
 /// 1.6's statuses of saved graphs are the header's, in code order after INTERNAL.

@@ -3,7 +3,9 @@
 //! another process too, on the same GPU architecture and driver version; with
 //! [`Context::restore_graphs_with`] and [`RestoreOptions::with_families`], graphs of one structure
 //! share one executable; [`RestoreOptions::with_threads`] sets how many host threads build and
-//! instantiate them), and [`Context::add_module_image`] names a module cgc did not load by a key.
+//! instantiate them; [`Context::restore_graphs_with_generators`] also hands back the generators
+//! the graphs draw from, as [`Rng`]s), and [`Context::add_module_image`] names a module cgc did
+//! not load by a key.
 //! [`save_graphs_with`] and [`SaveOptions::with_verify`] verify a save: each graph rebuilt from
 //! the bytes in this process and replayed beside the graph itself must write the same bytes.
 //! [`module_record`] records the images of every module the driver loads (cuBLAS's, Triton's,
@@ -47,6 +49,10 @@ pub struct SavedInfo {
     /// [`RestoreOptions::with_families`]: one executable for each structure. 0 when the bytes
     /// were saved without verifying.
     pub family_restore_bytes: usize,
+    /// The generators ([`Rng`]) the graphs draw from. A restore creates each again with the
+    /// seed and offset it had when the bytes were saved;
+    /// [`Context::restore_graphs_with_generators`] hands them back in this number.
+    pub n_generators: usize,
 }
 
 impl SavedInfo {
@@ -81,6 +87,7 @@ impl SavedInfo {
             image_bytes: i.image_bytes,
             restore_bytes: i.restore_bytes,
             family_restore_bytes: i.family_restore_bytes,
+            n_generators: i.n_generators,
         }
     }
 }
@@ -93,13 +100,16 @@ impl SavedInfo {
 /// inputs their kernels read): base, capacity, how far it is backed, and its blocks allocated now;
 /// the device's architecture and the driver's version. Nothing is relocated: every address a
 /// graph uses must lie in one of those pools, each a pool at fixed addresses
-/// ([`Pool::create_at`]). The memory's contents are not saved.
+/// ([`Pool::create_at`]). The memory's contents are not saved. Draws from a generator
+/// ([`Rng::uniform`], [`Rng::normal`] in the capture) are saved with the generator's seed and
+/// offset as they are at the save ([`SavedInfo::n_generators`] counts the generators), so that a
+/// restored graph draws on where the saved one would have.
 ///
 /// Errors: [`Status::NotSavable`] when a graph holds what a saved buffer cannot rebuild (a pool
 /// not at fixed addresses, an argument or operand in memory outside the pools, host or event
 /// nodes, memory allocation or free nodes, child graphs, conditional nodes, memory operations,
-/// generator draws, NCCL collectives, a kernel of a module cgc cannot name, an executable
-/// changed by per-node updates): the message names the graph, the node, its kind, the kernel and
+/// NCCL collectives, a kernel of a module cgc cannot name, an executable changed by per-node
+/// updates): the message names the graph, the node, its kind, the kernel and
 /// the argument; [`Status::InvalidArgument`] for no graphs or an extra pool not at fixed
 /// addresses; [`Status::InvalidState`] for a reset graph; [`Status::NotSupported`] before a CUDA
 /// 12.4 driver. A pool named twice is saved once. Not while another thread
@@ -227,12 +237,15 @@ impl RestoreOptions {
         self
     }
 
-    /// The C struct.
+    /// The C struct, without room for the generators ([`Context::restore_graphs_with_generators`]
+    /// sets `generators` and `n_generators`).
     pub fn to_raw(&self) -> sys::cgc_restore_options_t {
         sys::cgc_restore_options_t {
             struct_size: std::mem::size_of::<sys::cgc_restore_options_t>(),
             flags: if self.families { sys::CGC_RESTORE_FAMILIES } else { 0 },
             threads: self.threads,
+            generators: ptr::null_mut(),
+            n_generators: 0,
         }
     }
 }
@@ -253,6 +266,10 @@ impl Context {
     /// drop, a pool holds one reference, whose last release (refused while its blocks are
     /// allocated or its graphs live, as for [`Pool::create_at`]'s: see [`Pool::try_release`])
     /// gives its range back. The memory's contents are not restored: write the inputs again.
+    /// The generators the graphs draw from are created again with their seed and offset at the
+    /// save, so the first replay draws what the saving process's next replay would have drawn;
+    /// the graphs alone hold them (each replay advances them as the saved graph's did).
+    /// [`Context::restore_graphs_with_generators`] hands them back too.
     ///
     /// Errors: [`Status::SavedMismatch`], naming what differs, for damaged bytes, another format
     /// version, another architecture or driver version, a module key not added, or a kernel
@@ -271,28 +288,65 @@ impl Context {
     /// host threads build and instantiate the graphs (at most 64, else
     /// [`Status::InvalidArgument`]; 0, the default, lets cgc choose).
     pub fn restore_graphs_with(&self, data: &[u8], options: &RestoreOptions) -> Result<(Vec<Graph>, Vec<Pool>)> {
+        let (graphs, pools, _) = self.restore(data, options, false)?;
+        Ok((graphs, pools))
+    }
+
+    /// 1.6: [`Context::restore_graphs_with`] that also hands back the generators the graphs draw
+    /// from ([`SavedInfo::n_generators`] of them, in the saved order; `cgc_restore_options_t`'s
+    /// `generators`): each created again with the seed and offset it had at the save (see
+    /// [`Rng::state`]), so the restored graphs' first replay draws what the saving process's next
+    /// replay would have drawn, and each replay advances it as the saved graph's did. Each
+    /// [`Rng`] owns a reference of its own, dropped (or [`Rng::destroy`]ed) as a created
+    /// generator's; the graphs hold theirs, so dropping it early changes nothing for them. With
+    /// it the application can read or set the state the next replay starts from, or draw eagerly.
+    pub fn restore_graphs_with_generators(
+        &self,
+        data: &[u8],
+        options: &RestoreOptions,
+    ) -> Result<(Vec<Graph>, Vec<Pool>, Vec<Rng>)> {
+        self.restore(data, options, true)
+    }
+
+    /// `cgc_graphs_restore` with room for the counts of [`SavedInfo::read`], and for the
+    /// generators when `with_generators`; what it hands back wrapped and owned.
+    fn restore(
+        &self,
+        data: &[u8],
+        options: &RestoreOptions,
+        with_generators: bool,
+    ) -> Result<(Vec<Graph>, Vec<Pool>, Vec<Rng>)> {
         let info = SavedInfo::read(data)?;
         let mut graphs: Vec<sys::cgc_graph_t> = vec![ptr::null_mut(); info.n_graphs];
         let mut pools: Vec<sys::cgc_pool_t> = vec![ptr::null_mut(); info.n_pools];
-        let options = options.to_raw();
+        let mut generators: Vec<sys::cgc_rng_t> =
+            vec![ptr::null_mut(); if with_generators { info.n_generators } else { 0 }];
+        let mut options = options.to_raw();
+        if !generators.is_empty() {
+            options.generators = generators.as_mut_ptr();
+            options.n_generators = generators.len();
+        }
         // SAFETY: live context; `data` is data.len() readable bytes; the out arrays hold the
-        // counts given.
+        // counts given (the generators' NULL with a count of 0 when none are asked for).
         check(self.api, unsafe {
             (self.api.cgc_graphs_restore)(self.raw, data.as_ptr() as *const c_void, data.len(), &options,
                                           graphs.as_mut_ptr(), graphs.len(), pools.as_mut_ptr(), pools.len())
         })?;
-        // Each pool with the one reference the restore gave the caller.
+        // Each pool and generator with the one reference the restore gave the caller.
         let pools: Vec<Pool> = pools.into_iter().map(|raw| Pool { raw, api: self.api }).collect();
+        let generators: Vec<Rng> = generators.into_iter().map(|raw| Rng { raw, api: self.api }).collect();
         // New handles, registered as a capture's end registers them (Graph::adopt).
         let owned: Vec<Graph> = graphs.iter().filter_map(|&raw| Graph::adopt(raw, self.api)).collect();
-        if owned.len() != graphs.len() || pools.iter().any(|p| p.raw.is_null()) {
-            // Dropping what was wrapped destroys and releases it.
+        if owned.len() != graphs.len() || pools.iter().any(|p| p.raw.is_null())
+            || generators.iter().any(|g| g.raw.is_null())
+        {
+            // Dropping what was wrapped destroys and releases it (a NULL generator is skipped).
             return Err(Error::new(
                 Status::Internal,
                 "cgc_graphs_restore (Rust binding): the restore handed back a NULL or already owned handle",
             ));
         }
-        Ok((owned, pools))
+        Ok((owned, pools, generators))
     }
 
     /// 1.6: adds a module image under `key` (`cgc_module_add_image`; up to 255 bytes, no NUL;

@@ -316,11 +316,15 @@ pub struct cgc_saved_info_t {
     /// The same with `CGC_RESTORE_FAMILIES`: one executable for each structure. 0 when saved
     /// without verifying.
     pub family_restore_bytes: usize,
+    /// The generators the graphs draw from, which the restore creates again (each with its seed
+    /// and offset at the save).
+    pub n_generators: usize,
 }
 
-/// `cgc_restore_options_t` (1.6): options of `cgc_graphs_restore`.
+/// `cgc_restore_options_t` (1.6): options of `cgc_graphs_restore`. A NULL pointer, or a zeroed
+/// struct with `struct_size` set ([`Default`]), means the defaults.
 #[repr(C)]
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Copy, Debug)]
 pub struct cgc_restore_options_t {
     pub struct_size: usize,
     /// [`CGC_RESTORE_FAMILIES`], or 0.
@@ -329,6 +333,26 @@ pub struct cgc_restore_options_t {
     /// most 64, more is INVALID_ARGUMENT): 0 lets cgc choose (up to 4, as many as there are
     /// CPUs), 1 restores on the calling thread alone.
     pub threads: c_uint,
+    /// Out, when not NULL: room for `n_generators` handles, which must equal the saved
+    /// `cgc_saved_info_t.n_generators` (INVALID_ARGUMENT otherwise). A successful restore writes
+    /// there the generators the graphs draw from, created again with their seed and offset at
+    /// the save, each with one reference the caller drops with `cgc_rng_destroy`. NULL (with
+    /// `n_generators` 0) leaves the generators to the graphs alone.
+    pub generators: *mut cgc_rng_t,
+    pub n_generators: usize,
+}
+
+impl Default for cgc_restore_options_t {
+    /// Zeroed, `struct_size` included (set it before passing the struct).
+    fn default() -> Self {
+        cgc_restore_options_t {
+            struct_size: 0,
+            flags: 0,
+            threads: 0,
+            generators: ptr::null_mut(),
+            n_generators: 0,
+        }
+    }
 }
 
 /// 1.6, a flag of `cgc_restore_options_t.flags`: restored graphs of one structure (the same

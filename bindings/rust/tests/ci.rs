@@ -797,6 +797,8 @@ fn saved_info_restore_and_add_image_refuse_bad_arguments_by_name() {
         struct_size: std::mem::size_of::<sys::cgc_restore_options_t>(),
         flags: 0,
         threads: 0,
+        generators: ptr::null_mut(),
+        n_generators: 0,
     };
     // SAFETY: NULL and the foreign pointer are documented inputs (refused by a check of the
     // handle, which only reads the foreign memory); the data, key and image are readable and the
@@ -847,6 +849,7 @@ fn share_executable_and_families_refuse_null_and_foreign_handles_by_name() {
         struct_size: std::mem::size_of::<sys::cgc_restore_options_t>(),
         flags: sys::CGC_RESTORE_FAMILIES,
         threads: 1,
+        ..Default::default()
     };
     let foreign_ctx = not_an_object.as_mut_ptr() as sys::cgc_context_t;
     // SAFETY: as above; the data is readable and the out arrays hold one handle each.
@@ -1185,8 +1188,8 @@ fn struct_layouts_match_the_header() {
         layout!(cgc_saved_info_t { struct_size, format_version, compute_major, compute_minor,
                                    driver_version, n_graphs, n_pools, n_modules, n_nodes,
                                    pool_bytes, image_bytes, restore_bytes,
-                                   family_restore_bytes }),
-        layout!(cgc_restore_options_t { struct_size, flags, threads }),
+                                   family_restore_bytes, n_generators }),
+        layout!(cgc_restore_options_t { struct_size, flags, threads, generators, n_generators }),
     ];
     let c_structs: Vec<&Vec<String>> = lines.iter().filter(|l| l[0] == "struct").collect();
     assert_eq!(c_structs.len(), rust.len(), "number of structs");

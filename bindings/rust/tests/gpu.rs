@@ -2090,3 +2090,105 @@ fn a_restore_with_families_shares_one_executable() {
     stream.destroy().unwrap();
     ctx.destroy().unwrap();
 }
+
+/// 1.6: a graph that draws uniform numbers from a generator (seed 1234) into its pool at fixed
+/// addresses is saved with the generator's state after one replay (SavedInfo::n_generators 1),
+/// then replayed twice more, its outputs recorded. Once the graph, its output, its pool and the
+/// generator are all gone, restore_graphs_with_generators hands back the generator created again
+/// at that state (seed 1234, offset one replay's draws: DRAWS rounded up to a multiple of 4), and
+/// the restored graph's two launches write, word for word, what the saving process's two replays
+/// wrote, each advancing the generator by one replay's draws. Dropping the Rng leaves the graph
+/// drawing; a plain restore_graphs (no generators asked for) draws from the saved state too. The
+/// base is the Rust binding's own.
+#[test]
+fn a_graph_that_draws_is_restored_with_its_generator() {
+    const TEST: &str = "a_graph_that_draws_is_restored_with_its_generator";
+    const BASE: usize = 0x6E00_0000_0000;
+    const CAPACITY: usize = 64 << 20;
+    const SEED: u64 = 1234;
+    const DRAWS: usize = 1001; // one replay advances the offset by 1004
+    const PER_REPLAY: u64 = (DRAWS as u64 + 3) / 4 * 4;
+    let _serial = serial();
+    let ctx = match gpu(TEST) {
+        Some(c) => c,
+        None => return,
+    };
+    let stream = Stream::new(&ctx).unwrap();
+    let rng = Rng::new(&ctx, SEED).unwrap();
+    let pool = Pool::create_at(&ctx, BASE as *mut std::ffi::c_void, CAPACITY)
+        .unwrap_or_else(|e| panic!("cgc_pool_create_at({:#x}, {}): {}", BASE, CAPACITY, e));
+    let mut out = None;
+    let graph = stream
+        .capture(&CaptureOptions::new().with_pool(&pool), |s| {
+            let o = DeviceBuffer::alloc(&ctx, DRAWS * 4, s)?;
+            rng.uniform(&o, DRAWS, s)?;
+            out = Some(o);
+            Ok(())
+        })
+        .expect("capture of a draw into the pool at fixed addresses");
+    let out = out.expect("the capture's output");
+    let at = out.as_ptr();
+    assert!((BASE..BASE + CAPACITY).contains(&(at as usize)), "the output at {:p} is outside the pool", at);
+    graph.launch(&stream).unwrap();
+    stream.synchronize().unwrap();
+    assert_eq!(rng.state().unwrap(), (SEED, PER_REPLAY), "one replay draws {} numbers", DRAWS);
+
+    let data = cgc::save_graphs(&[&graph], &[]).expect("cgc_graphs_save of a graph that draws");
+    let info = cgc::SavedInfo::read(&data).expect("cgc_saved_info");
+    assert_eq!((info.n_graphs, info.n_pools, info.n_generators), (1, 1, 1), "{:?}", info);
+    // What the saving process's next two replays write.
+    let mut want: Vec<Vec<u32>> = Vec::new();
+    for _ in 0..2 {
+        graph.launch(&stream).unwrap();
+        want.push(read_back::<u32>(&stream, &out, DRAWS));
+    }
+    assert!(want[0] != want[1], "two replays drew the same numbers");
+    assert!(want.iter().flatten().all(|&w| (0.0..1.0).contains(&f32::from_bits(w))), "a draw outside [0, 1)");
+
+    // Everything goes: the graph, the output, the pool (its range given back), the generator.
+    graph.destroy().unwrap();
+    out.free().unwrap();
+    stream.synchronize().unwrap();
+    pool.try_release().map_err(|(e, _)| e).expect("cgc_pool_release of the saved pool");
+    rng.destroy().unwrap();
+
+    let (mut graphs, mut pools, mut generators) = ctx
+        .restore_graphs_with_generators(&data, &cgc::RestoreOptions::new())
+        .expect("cgc_graphs_restore with room for the generators");
+    assert_eq!((graphs.len(), pools.len(), generators.len()), (1, 1, 1));
+    let (graph, pool, rng) = (graphs.pop().unwrap(), pools.pop().unwrap(), generators.pop().unwrap());
+    assert_eq!(rng.state().unwrap(), (SEED, PER_REPLAY), "the generator as it was at the save");
+    // SAFETY: the restore claimed the block at `at` for the application, and nothing else frees it.
+    let out = unsafe { DeviceBuffer::from_raw(at, DRAWS * 4) }.unwrap();
+    for (i, words) in want.iter().enumerate() {
+        graph.launch(&stream).expect("launch of the restored graph");
+        let got = read_back::<u32>(&stream, &out, DRAWS);
+        if let Some(k) = (0..DRAWS).find(|&k| got[k] != words[k]) {
+            panic!("restored replay {}: word {} is {:#010x}, the saving process drew {:#010x}", i, k, got[k],
+                   words[k]);
+        }
+    }
+    assert_eq!(rng.state().unwrap(), (SEED, 3 * PER_REPLAY), "each replay advances the generator");
+    // The caller's reference goes; the graph keeps its own and draws on.
+    rng.destroy().unwrap();
+    graph.launch(&stream).expect("a launch after the generator's handle went");
+    stream.synchronize().unwrap();
+    graph.destroy().unwrap();
+    out.free().unwrap();
+    stream.synchronize().unwrap();
+    pool.try_release().map_err(|(e, _)| e).expect("cgc_pool_release of the restored pool");
+
+    // A plain restore leaves the generator to the graph alone, at the same saved state.
+    let (mut graphs, mut pools) = ctx.restore_graphs(&data).expect("cgc_graphs_restore without the generators");
+    let (graph, pool) = (graphs.pop().unwrap(), pools.pop().unwrap());
+    // SAFETY: as above, for this restore's block.
+    let out = unsafe { DeviceBuffer::from_raw(at, DRAWS * 4) }.unwrap();
+    graph.launch(&stream).unwrap();
+    assert!(read_back::<u32>(&stream, &out, DRAWS) == want[0], "a plain restore's first replay");
+    graph.destroy().unwrap();
+    out.free().unwrap();
+    stream.synchronize().unwrap();
+    pool.try_release().map_err(|(e, _)| e).expect("cgc_pool_release of the restored pool");
+    stream.destroy().unwrap();
+    ctx.destroy().unwrap();
+}
