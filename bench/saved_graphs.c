@@ -11,8 +11,8 @@
  *       in a fresh process: times mapping the file + cgc_graphs_restore + the first launch's completion,
  *       then replays every graph and compares its output with FILE.ref (byte-equal, by checksum),
  *       and compares the device memory the restore and every graph's first launch took
- *       (cuMemGetInfo, after the process's first module load, reported apart) with what
- *       cgc_saved_info predicted (pools, and with a verified file the modules and executables).
+ *       (cuMemGetInfo) with what cgc_saved_info predicted (pools, and with a verified file the
+ *       modules and executables).
  *       With --families the restore makes families (CGC_RESTORE_FAMILIES): it says how many
  *       executables it made, and times the host side of launching every graph once (each launch
  *       of a member its family's executable does not hold switches it) and of launching one
@@ -194,13 +194,7 @@ static int restore(const char* path, bool families, unsigned threads) {
   CGC(cgc_stream_create(ctx, CGC_STREAM_NON_BLOCKING, 0, &stream));
   CGC(cgc_module_add_image(ctx, kKey, cgc_bench_kernels_fatbin, cgc_bench_kernels_fatbin_size));
   double setup_ms = ms_since(t_start);
-  /* The process's first module load takes device memory of the driver's own, once, whatever the
-   * module (SEMANTICS 42): made here, with the benchmark's fatbin, so that what is measured after
-   * it is the restore's. */
-  size_t free_fresh = 0, free_before = 0, free_after = 0, device_total = 0;
-  CU(cuMemGetInfo(&free_fresh, &device_total));
-  CUmodule first_module;
-  CU(cuModuleLoadData(&first_module, cgc_bench_kernels_fatbin));
+  size_t free_before = 0, free_after = 0, device_total = 0;
   CU(cuMemGetInfo(&free_before, &device_total));
   int64_t t0 = now_ns();
   size_t size = 0;
@@ -274,12 +268,11 @@ static int restore(const char* path, bool families, unsigned threads) {
   size_t predicted = info.pool_bytes + (families ? info.family_restore_bytes : info.restore_bytes);
   double took_mib = ((double)free_before - (double)free_after) / MIB;
   printf("  device memory: saved_info predicted %.1f MiB (pools %.1f%s), the restore and every graph's first launch "
-         "took %.1f MiB (cuMemGetInfo): %+.1f MiB; before them, the process's first module load took %.1f MiB\n",
+         "took %.1f MiB (cuMemGetInfo): %+.1f MiB\n",
          (double)predicted / MIB, (double)info.pool_bytes / MIB,
          info.restore_bytes ? (families ? " + modules and executables as families" : " + modules and executables")
                             : "; unverified: pools only",
-         took_mib, took_mib - (double)predicted / MIB, ((double)free_fresh - (double)free_before) / MIB);
-  CU(cuModuleUnload(first_module));
+         took_mib, took_mib - (double)predicted / MIB);
   for (size_t g = 0; g < info.n_graphs; g++) CGC(cgc_graph_destroy(graphs[g]));
   for (size_t g = 0; g < info.n_graphs; g++) CGC(cgc_free((void*)(uintptr_t)ref[g].out));
   for (size_t p = 0; p < info.n_pools; p++) CGC(cgc_pool_release(pools[p]));

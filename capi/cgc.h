@@ -1077,8 +1077,8 @@ typedef struct cgc_saved_info {
   /* Device memory a restore takes besides pool_bytes: the modules it loads and the graphs'
    * executables, as a verifying save (CGC_SAVE_VERIFY) measured them in the saving process
    * (cuMemGetInfo around its rebuild; other work on the device meanwhile shows in it). Not in
-   * them: what the driver takes once per process at its first module load (SEMANTICS 42). 0 when
-   * the buffer was saved without verifying. */
+   * them: memory the driver takes once per process, which the saving process had paid
+   * (SEMANTICS 42). 0 when the buffer was saved without verifying. */
   size_t restore_bytes;        /* every graph with an executable of its own */
   size_t family_restore_bytes; /* with CGC_RESTORE_FAMILIES: one executable for each structure */
   size_t n_generators;         /* generators the graphs draw from, created again by the restore */

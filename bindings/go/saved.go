@@ -29,8 +29,8 @@ type SavedInfo struct {
 	// RestoreBytes is the device memory a restore needs beyond PoolBytes (the modules it loads
 	// and an executable for every graph), as a verifying save (SaveOptions.Verify) measured it
 	// with cuMemGetInfo around its rebuild in the saving process, so whatever else allocated on
-	// the device meanwhile is included. Not included: what the driver takes once at a process's
-	// first module load, which a restoring process that has loaded none pays as well. 0 when the
+	// the device meanwhile is included. Not included: memory the driver takes once per process,
+	// which the saving process had paid and a fresh restoring process may pay too. 0 when the
 	// bytes were saved without verifying.
 	RestoreBytes uint64
 	// FamilyRestoreBytes is RestoreBytes for a restore with RestoreOptions.Families, which

@@ -458,8 +458,8 @@ Block = namedtuple("Block", "address size requested state")
 # family_restore_bytes, the same for a restore with families=True (one executable for each
 # structure): a verifying save (save_graphs(verify=True)) measures both in the saving process
 # with cuMemGetInfo around its rebuild, so other allocations on the device meanwhile count too
-# (not what the driver takes once at a process's first module load, which a restoring process
-# that has loaded none pays as well); both are 0 in bytes saved without verifying; n_generators,
+# (not memory the driver takes once per process, which the saving process had paid and a fresh
+# restoring process may pay too); both are 0 in bytes saved without verifying; n_generators,
 # the generators (Rng) the graphs draw from, which a restore creates again at the seed and offset
 # they had at the save (restore_graphs(generators=True) returns them).
 SavedInfo = namedtuple("SavedInfo", "format_version compute_major compute_minor driver_version n_graphs n_pools "

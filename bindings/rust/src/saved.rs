@@ -41,8 +41,8 @@ pub struct SavedInfo {
     /// it loads and one executable per graph ([`Context::restore_graphs`]). Measured by a
     /// verifying save ([`SaveOptions::with_verify`]) in the saving process, with `cuMemGetInfo`
     /// around its rebuild, so anything else allocating on the device meanwhile is counted too.
-    /// Not counted: what the driver takes once at a process's first module load, which a
-    /// restoring process that has loaded none pays as well. 0 when the bytes were saved without
+    /// Not counted: memory the driver takes once per process, which the saving process had paid
+    /// and a fresh restoring process may pay too. 0 when the bytes were saved without
     /// verifying.
     pub restore_bytes: usize,
     /// As [`restore_bytes`](Self::restore_bytes), for a restore with
