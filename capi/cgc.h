@@ -1035,7 +1035,9 @@ typedef struct cgc_save_options {
  * for that every rebuilt executable is alive at once, so the device needs that much room too
  * (without it nothing is measured and they are made one at a time). Only with a buffer, and only
  * while nothing else runs on the saved pools' memory; graphs whose replays are not deterministic
- * fail it. */
+ * fail it. A graph that draws is replayed with its generator's state as its last launch left it
+ * (launch it once first; no graph of that generator may replay meanwhile), and the generator does
+ * not move on. */
 #define CGC_SAVE_VERIFY 1u
 
 /* Since 1.6. Writes `graphs` (n_graphs of them, captured by cgc, none reset) with what rebuilding
@@ -1128,7 +1130,9 @@ typedef struct cgc_restore_options {
  * CGC_ERROR_SAVED_MISMATCH, naming what differs, for a damaged buffer, another format
  * version, another architecture or driver version, a module key not added, or a kernel missing
  * or with other attributes; CGC_ERROR_INVALID_STATE when a pool's range cannot be reserved here
- * (cgc_pool_create_at's message). On failure nothing is left: no graph, pool or module. */
+ * (cgc_pool_create_at's message). On failure nothing is left: no graph, pool, generator or module
+ * (options->generators' entries are NULL). Graphs that share a generator share it after a restore
+ * only when they were saved in one call: each call's file creates its own. */
 CGC_API cgc_status_t cgc_graphs_restore(cgc_context_t ctx, const void* data, size_t size,
                                         const cgc_restore_options_t* options, cgc_graph_t* graphs, size_t n_graphs,
                                         cgc_pool_t* pools, size_t n_pools);

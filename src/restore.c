@@ -4,11 +4,14 @@
  * and bounds-checked before anything is made; then the pools are reserved at their bases with
  * their saved blocks claimed at their addresses and the rest of their backed ranges kept for the
  * graphs; the modules are loaded and each kernel checked against its saved identity; last each
- * graph is built node by node and instantiated as a capture's graph is (graph.c). A failure at
- * any step undoes every earlier one: graphs, claimed blocks, pools and modules go again.
+ * graph is built node by node and instantiated as a capture's graph is (graph.c). The generators
+ * the graphs draw from are created again (cgc_rng_create) after the modules, and each draw's
+ * arguments get their slots. A failure at any step undoes every earlier one: graphs, claimed
+ * blocks, pools, generators and modules go again.
  *
  * Locks: none of restore's own. It calls cgc_pool_create_at, cgc__pool_claim and cgc_free (the
- * allocator's lock, never held across a waiting driver call) and cgc__graph_create. */
+ * allocator's lock, never held across a waiting driver call), cgc_rng_create (rng.c's locks) and
+ * cgc__graph_create. */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -57,6 +60,10 @@ typedef struct restorer {
   struct restored_module* modules;
   struct restored_kernel* kernels;
   struct restored_generator* generators;
+  /* The index's checks of draws: the generators the graph being indexed lists, and those any
+   * graph lists (NULL outside the index). */
+  bool* listed;
+  bool* used;
   cgc_pool_t* pools;         /* the caller's array */
   void** claimed;            /* saved blocks claimed again, freed if the restore fails */
   size_t n_claimed;
@@ -262,7 +269,8 @@ static const unsigned char* read_relocations(restorer_t* s, uint32_t param_bytes
   for (uint32_t i = 0; pairs != NULL && i < *n; i++) {
     uint32_t at_generator[2];
     memcpy(at_generator, pairs + 8 * i, sizeof at_generator);
-    if (at_generator[0] % 8 != 0 || at_generator[0] > param_bytes - 8 || at_generator[1] >= s->h.n_generators)
+    if (at_generator[0] % 8 != 0 || at_generator[0] > param_bytes - 8 || at_generator[1] >= s->h.n_generators ||
+        (s->listed != NULL && !s->listed[at_generator[1]])) /* a draw from a generator its graph holds */
       pairs = NULL;
   }
   if (pairs == NULL) s->r.bad = true;
@@ -438,7 +446,24 @@ typedef struct graph_record {
 
 /* The first pass, on the calling thread: where each graph's record lies, its structure, and which
  * graphs share one (bounds checked here; the edges' order again where they are read). */
+static cgc_status_t index_records(restorer_t* s, graph_record_t* records, const char* func);
+
 static cgc_status_t index_graphs(restorer_t* s, graph_record_t* records, const char* func) {
+  s->listed = calloc(s->h.n_generators + 1, sizeof *s->listed);
+  s->used = calloc(s->h.n_generators + 1, sizeof *s->used);
+  cgc_status_t st = s->listed == NULL || s->used == NULL
+                        ? cgc__fail(CGC_ERROR_OUT_OF_MEMORY, func, "out of host memory")
+                        : index_records(s, records, func);
+  /* A generator no graph draws from is no saved file's. */
+  for (uint64_t i = 0; st == CGC_SUCCESS && i < s->h.n_generators; i++)
+    if (!s->used[i]) st = damaged(func, "a generator no graph draws from");
+  free(s->listed);
+  free(s->used);
+  s->listed = s->used = NULL;
+  return st;
+}
+
+static cgc_status_t index_records(restorer_t* s, graph_record_t* records, const char* func) {
   for (uint64_t gi = 0; gi < s->h.n_graphs; gi++) {
     graph_record_t* g = &records[gi];
     g->pool_index = cgc__get_u32(&s->r);
@@ -450,12 +475,18 @@ static cgc_status_t index_graphs(restorer_t* s, graph_record_t* records, const c
         g->n_generators > s->h.n_generators)
       return damaged(func, "a graph");
     g->generators_at = s->r.at;
-    for (uint32_t i = 0; i < g->n_generators; i++) {
-      uint32_t generator = cgc__get_u32(&s->r);
-      cgc__get_u32(&s->r);
-      cgc__get_u64(&s->r);
-      if (generator >= s->h.n_generators) s->r.bad = true;
+    /* Its generators: each of the file's at most once, each replay's draws a multiple of 4. */
+    memset(s->listed, 0, (s->h.n_generators + 1) * sizeof *s->listed);
+    for (uint32_t i = 0; i < g->n_generators && !s->r.bad; i++) {
+      uint32_t generator = cgc__get_u32(&s->r), pad = cgc__get_u32(&s->r);
+      uint64_t amount = cgc__get_u64(&s->r);
+      if (generator >= s->h.n_generators || s->listed[generator] || pad != 0 || amount % 4 != 0) {
+        s->r.bad = true;
+        break;
+      }
+      s->listed[generator] = s->used[generator] = true;
     }
+    if (s->r.bad) return damaged(func, "a graph's generators");
     g->nodes_at = s->r.at;
     g->modules = calloc(s->h.n_modules + 1, sizeof *g->modules);
     if (g->modules == NULL) return cgc__fail(CGC_ERROR_OUT_OF_MEMORY, func, "out of host memory");
@@ -979,20 +1010,20 @@ cgc_status_t cgc_graphs_restore(cgc_context_t ctx, const void* data, size_t size
                       options->generators != NULL || options->n_generators == 0,
                   "options->generators is NULL with n_generators %zu", options->n_generators);
   }
+#define HAS_OPTION(field) \
+  (options != NULL && options->struct_size >= offsetof(cgc_restore_options_t, field) + sizeof options->field)
+  /* The caller's room for the generators, or NULL: the graphs alone hold them. */
+  cgc_rng_t* generators_out = HAS_OPTION(n_generators) ? options->generators : NULL;
+  size_t n_generators_out = generators_out != NULL ? options->n_generators : 0;
+  for (size_t i = 0; i < n_generators_out; i++) generators_out[i] = NULL;
   if (cgc__drv.cuFuncGetParamInfo == NULL)
     return cgc__fail(CGC_ERROR_NOT_SUPPORTED, __func__,
                      "the driver (CUDA %d) cannot describe kernels' parameters: restoring graphs needs CUDA 12.4 or "
                      "newer", cgc__drv.version);
   restorer_t s = {.dev = ctx->dev, .pools = pools, .graphs = graphs};
-#define HAS_OPTION(field) \
-  (options != NULL && options->struct_size >= offsetof(cgc_restore_options_t, field) + sizeof options->field)
   s.families = HAS_OPTION(flags) && (options->flags & CGC_RESTORE_FAMILIES) != 0;
   s.threads = HAS_OPTION(threads) ? options->threads : 0;
-  /* The caller's room for the generators, or NULL: the graphs alone hold them. */
-  cgc_rng_t* generators_out = HAS_OPTION(n_generators) ? options->generators : NULL;
-  size_t n_generators_out = generators_out != NULL ? options->n_generators : 0;
 #undef HAS_OPTION
-  for (size_t i = 0; i < n_generators_out; i++) generators_out[i] = NULL;
   if (s.threads == 0) { /* cgc's choice: up to kDefaultRestoreThreads, as many as there are CPUs */
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
     s.threads = cpus > 0 && cpus < kDefaultRestoreThreads ? (size_t)cpus : kDefaultRestoreThreads;

@@ -1,7 +1,8 @@
 /* cgc_graphs_save (1.6): a set of graphs, and what rebuilding them needs, as bytes.
  *
- * Nothing is relocated at a restore: a saved graph must use memory that comes back at the same
- * addresses, so every operand is checked here before anything is written (SEMANTICS 38). An
+ * Nothing but generators' slots is relocated at a restore: a saved graph must use memory that
+ * comes back at the same addresses, so every operand is checked here before anything is written
+ * (SEMANTICS 38). An
  * operand of a copy or a set must lie in one of the saved pools (pools at fixed addresses); a
  * kernel argument's every 8-byte word must lie in one, or be no address the driver knows (a
  * number), or be the state slots of a generator the graph draws from (a draw's: the file keeps
@@ -42,7 +43,8 @@ struct saved_kernel {
 /* A generator the graphs draw from: its state when first seen (under the graph's inspect_lock,
  * while the graph holds it) and where its slots are. */
 struct saved_generator {
-  cgc_rng_t rng; /* for identity only: never read after the graph's lock is let go */
+  cgc_rng_t rng; /* the saver's reference, until saver_free: a pointer no other generator takes */
+  const cgc__use_ops_t* ops;
   uint64_t seed, offset, slots;
 };
 
@@ -240,6 +242,8 @@ static cgc_status_t graph_generators(saver_t* s, cgc_graph_t g, const char* func
         return out_of_memory(func);
       struct saved_generator* fresh = &s->generators[s->n_generators++];
       fresh->rng = rng;
+      fresh->ops = g->uses[i].ops;
+      fresh->ops->retain(rng);
       cgc__rng_state(rng, &fresh->seed, &fresh->offset, &fresh->slots);
     }
     s->graph_generators[s->n_graph_generators++] =
@@ -469,8 +473,8 @@ static const char* graph_refusal(cgc_graph_t g, char* why, size_t why_size) {
            "not show";
   for (size_t i = 0; i < g->n_uses; i++)
     if (strcmp(g->uses[i].ops->kind, "module") != 0 && cgc__rng_of_use(&g->uses[i]) == NULL) {
-      snprintf(why, why_size, "it holds a %s (graphs calling NCCL collectives or host functions cannot be saved "
-               "yet)", g->uses[i].ops->kind);
+      snprintf(why, why_size, "it holds a %s (of what a graph holds, only modules and generators can be saved "
+               "with it yet)", g->uses[i].ops->kind);
       return why;
     }
   if (!cgc__pool_is_fixed(g->pool))
@@ -690,6 +694,7 @@ static void saver_free(saver_t* s) {
   free(s->modules);
   for (size_t i = 0; i < s->n_kernels; i++) free(s->kernels[i].params);
   free(s->kernels);
+  for (size_t i = 0; i < s->n_generators; i++) s->generators[i].ops->release(s->generators[i].rng);
   free(s->generators);
   free(s->graph_generators);
   free(s->graphs.data);

@@ -3,8 +3,17 @@
  * kept and refused; this header says how it is laid out.
  *
  * A fixed header, then the sections in this order: pools, modules, kernels, generators (each:
- * seed, offset, the address of its state slots when saved), graphs (each: its pool, its uses of
- * generators with what one replay consumes, its nodes, its edges). Everything is
+ * seed, offset, the address of its state slots when saved), graphs. A graph: its pool (u32), how
+ * many generators it draws from (u32), its node and edge counts (u64 each), then for each
+ * generator its index (u32), 0 (u32) and what one replay draws from it (u64, a multiple of 4),
+ * then its nodes, then its edges (pairs of u32 positions). A kernel node: its kernel's index and
+ * launch dimensions and shared memory (u32s), how many launch attributes it keeps (u32), then its
+ * argument bytes, then the attributes (id u32, 0 u32, the value). A DRAW node has, after the
+ * attribute count, how many argument words hold a generator's slots (u32), 0 (u32), and for each
+ * its byte offset and the generator's index (u32 each), then the rest as a kernel node's. The
+ * slots are the library's: [seed, offset, laps, unused] as rng.c's prologue writes them and
+ * kernels/philox.cu's draws read them (a file carries the draw kernels it was saved with, so that
+ * layout is part of the format). Everything is
  * written as 32- and 64-bit little-endian fields (the byte order is checked), and byte strings are
  * padded to 8 bytes. A checksum of everything after the header (saved_file.c says how it is made)
  * catches a damaged or truncated file before anything is read from it; every read is bounded all
@@ -18,9 +27,10 @@
 
 #include "src/internal.h"
 
-/* Format 3: the device memory a verifying save measured, in the header. Format 2 (without it) and
- * format 1 (a checksum byte by byte) were never in a release. */
-enum { CGC__SAVED_FORMAT = 3, CGC__SAVED_BYTE_ORDER = 0x01020304 };
+/* Format 4: generators (a section, each graph's uses of them, DRAW nodes). Formats 3 (the device
+ * memory a verifying save measured, in the header), 2 (a checksum of 8-byte words) and 1 were
+ * never in a release. */
+enum { CGC__SAVED_FORMAT = 4, CGC__SAVED_BYTE_ORDER = 0x01020304 };
 #define CGC__SAVED_MAGIC "CGCGRAPH"
 
 /* The header's fields, X(type, name), in file order; all are 32- or 64-bit. */
