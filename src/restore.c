@@ -444,25 +444,7 @@ typedef struct graph_record {
   size_t n_uses;
 } graph_record_t;
 
-/* The first pass, on the calling thread: where each graph's record lies, its structure, and which
- * graphs share one (bounds checked here; the edges' order again where they are read). */
-static cgc_status_t index_records(restorer_t* s, graph_record_t* records, const char* func);
-
-static cgc_status_t index_graphs(restorer_t* s, graph_record_t* records, const char* func) {
-  s->listed = calloc(s->h.n_generators + 1, sizeof *s->listed);
-  s->used = calloc(s->h.n_generators + 1, sizeof *s->used);
-  cgc_status_t st = s->listed == NULL || s->used == NULL
-                        ? cgc__fail(CGC_ERROR_OUT_OF_MEMORY, func, "out of host memory")
-                        : index_records(s, records, func);
-  /* A generator no graph draws from is no saved file's. */
-  for (uint64_t i = 0; st == CGC_SUCCESS && i < s->h.n_generators; i++)
-    if (!s->used[i]) st = damaged(func, "a generator no graph draws from");
-  free(s->listed);
-  free(s->used);
-  s->listed = s->used = NULL;
-  return st;
-}
-
+/* The first pass's walk over the graphs' records (see index_graphs). */
 static cgc_status_t index_records(restorer_t* s, graph_record_t* records, const char* func) {
   for (uint64_t gi = 0; gi < s->h.n_graphs; gi++) {
     graph_record_t* g = &records[gi];
@@ -513,6 +495,24 @@ static cgc_status_t index_records(restorer_t* s, graph_record_t* records, const 
       }
   }
   return CGC_SUCCESS;
+}
+
+/* The first pass, on the calling thread: where each graph's record lies, its structure, and which
+ * graphs share one (bounds checked here; the edges' order again where they are read), with the
+ * generators each graph lists checked against its draws and against each other. */
+static cgc_status_t index_graphs(restorer_t* s, graph_record_t* records, const char* func) {
+  s->listed = calloc(s->h.n_generators + 1, sizeof *s->listed);
+  s->used = calloc(s->h.n_generators + 1, sizeof *s->used);
+  cgc_status_t st = s->listed == NULL || s->used == NULL
+                        ? cgc__fail(CGC_ERROR_OUT_OF_MEMORY, func, "out of host memory")
+                        : index_records(s, records, func);
+  /* A generator no graph draws from is no saved file's. */
+  for (uint64_t i = 0; st == CGC_SUCCESS && i < s->h.n_generators; i++)
+    if (!s->used[i]) st = damaged(func, "a generator no graph draws from");
+  free(s->listed);
+  free(s->used);
+  s->listed = s->used = NULL;
+  return st;
 }
 
 /* Builds graph `gi`'s CUgraph from the file: its nodes, each after its dependencies, its edges,
