@@ -114,38 +114,6 @@ void cgc__put_measured(void* data, uint64_t restore_bytes, uint64_t family_resto
 
 /* ---- reading ---- */
 
-static const unsigned char* take(cgc__reader_t* r, uint64_t n) {
-  if (r->bad || n > r->size - r->at) {
-    r->bad = true;
-    return NULL;
-  }
-  const unsigned char* at = r->data + r->at;
-  r->at += n;
-  return at;
-}
-
-uint32_t cgc__get_u32(cgc__reader_t* r) {
-  uint32_t v = 0;
-  const unsigned char* at = take(r, sizeof v);
-  if (at != NULL) memcpy(&v, at, sizeof v);
-  return v;
-}
-
-uint64_t cgc__get_u64(cgc__reader_t* r) {
-  uint64_t v = 0;
-  const unsigned char* at = take(r, sizeof v);
-  if (at != NULL) memcpy(&v, at, sizeof v);
-  return v;
-}
-
-const void* cgc__get_bytes(cgc__reader_t* r, uint64_t n) {
-  if (n > UINT64_MAX - 7) {
-    r->bad = true;
-    return NULL;
-  }
-  return take(r, (n + 7) / 8 * 8);
-}
-
 cgc_status_t cgc__read_header(const void* data, size_t size, cgc__saved_header_t* h, cgc__reader_t* r,
                               const char* func) {
   memset(h, 0, sizeof *h);

@@ -24,6 +24,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "src/internal.h"
 
@@ -125,10 +126,36 @@ typedef struct cgc__reader {
   size_t size, at;
   bool bad;
 } cgc__reader_t;
-uint32_t cgc__get_u32(cgc__reader_t* r);
-uint64_t cgc__get_u64(cgc__reader_t* r);
+/* Inline: a restore reads a few fields of each of hundreds of thousands of nodes. */
+static inline const unsigned char* cgc__take(cgc__reader_t* r, uint64_t n) {
+  if (r->bad || n > r->size - r->at) {
+    r->bad = true;
+    return NULL;
+  }
+  const unsigned char* at = r->data + r->at;
+  r->at += n;
+  return at;
+}
+static inline uint32_t cgc__get_u32(cgc__reader_t* r) {
+  uint32_t v = 0;
+  const unsigned char* at = cgc__take(r, sizeof v);
+  if (at != NULL) memcpy(&v, at, sizeof v);
+  return v;
+}
+static inline uint64_t cgc__get_u64(cgc__reader_t* r) {
+  uint64_t v = 0;
+  const unsigned char* at = cgc__take(r, sizeof v);
+  if (at != NULL) memcpy(&v, at, sizeof v);
+  return v;
+}
 /* A pointer to the next `n` bytes (skipping their padding), or NULL past the end. */
-const void* cgc__get_bytes(cgc__reader_t* r, uint64_t n);
+static inline const void* cgc__get_bytes(cgc__reader_t* r, uint64_t n) {
+  if (n > UINT64_MAX - 7) {
+    r->bad = true;
+    return NULL;
+  }
+  return cgc__take(r, (n + 7) / 8 * 8);
+}
 /* Checks and reads the header of `data`; on success `r` is positioned at the body.
  * SAVED_MISMATCH naming what is wrong (not a saved file, another format or byte order, damaged or
  * truncated). */
