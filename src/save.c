@@ -585,6 +585,8 @@ static cgc_status_t save_graph(saver_t* s, cgc_graph_t g, const char* func) {
   cgc__put_u32(&s->graphs, (uint32_t)s->n_graph_generators);
   cgc__put_u64(&s->graphs, kept);
   cgc__put_u64(&s->graphs, n_kept_edges);
+  size_t length_at = s->graphs.size; /* the rest's length, set once it is written */
+  cgc__put_u64(&s->graphs, 0);
   for (size_t i = 0; i < s->n_graph_generators; i++) {
     cgc__put_u32(&s->graphs, s->graph_generators[i].index);
     cgc__put_u32(&s->graphs, 0);
@@ -613,6 +615,7 @@ static cgc_status_t save_graph(saver_t* s, cgc_graph_t g, const char* func) {
     cgc__put_u32(&s->graphs, (uint32_t)indegree[edge_from[e]]);
     cgc__put_u32(&s->graphs, (uint32_t)indegree[edge_to[e]]);
   }
+  cgc__patch_u64(&s->graphs, length_at, s->graphs.size - length_at - 8);
   s->n_nodes += kept;
 out:
   free(nodes);

@@ -4,7 +4,8 @@
  *
  * A fixed header, then the sections in this order: pools, modules, kernels, generators (each:
  * seed, offset, the address of its state slots when saved), graphs. A graph: its pool (u32), how
- * many generators it draws from (u32), its node and edge counts (u64 each), then for each
+ * many generators it draws from (u32), its node and edge counts (u64 each), the length in bytes
+ * of the rest of its record (u64: what follows, up to the next graph's record), then for each
  * generator its index (u32), 0 (u32) and what one replay draws from it (u64, a multiple of 4),
  * then its nodes, then its edges (pairs of u32 positions). A kernel node: its kernel's index and
  * launch dimensions and shared memory (u32s), how many launch attributes it keeps (u32), then its
@@ -28,10 +29,11 @@
 
 #include "src/internal.h"
 
-/* Format 4: generators (a section, each graph's uses of them, DRAW nodes). Formats 3 (the device
- * memory a verifying save measured, in the header), 2 (a checksum of 8-byte words) and 1 were
- * never in a release. */
-enum { CGC__SAVED_FORMAT = 4, CGC__SAVED_BYTE_ORDER = 0x01020304 };
+/* Format 5: each graph's record says its length, and the checksum is of 4 MiB chunks (both let a
+ * restore read on threads). Formats 4 (generators: a section, each graph's uses of them, DRAW
+ * nodes), 3 (the device memory a verifying save measured, in the header), 2 (a checksum of 8-byte
+ * words) and 1 were never in a release. */
+enum { CGC__SAVED_FORMAT = 5, CGC__SAVED_BYTE_ORDER = 0x01020304 };
 #define CGC__SAVED_MAGIC "CGCGRAPH"
 
 /* The header's fields, X(type, name), in file order; all are 32- or 64-bit. */
@@ -110,6 +112,8 @@ typedef struct cgc__writer {
 } cgc__writer_t;
 void cgc__put_u32(cgc__writer_t* w, uint32_t v);
 void cgc__put_u64(cgc__writer_t* w, uint64_t v);
+/* A 64-bit field written earlier at byte `at`, set now (a length known once what follows is). */
+void cgc__patch_u64(cgc__writer_t* w, size_t at, uint64_t v);
 /* `n` bytes, then zeros up to a multiple of 8. */
 void cgc__put_bytes(cgc__writer_t* w, const void* p, size_t n);
 /* Writes the header (computing the checksum of what follows it) in front of the body `w` holds;
@@ -156,11 +160,12 @@ static inline const void* cgc__get_bytes(cgc__reader_t* r, uint64_t n) {
   }
   return cgc__take(r, (n + 7) / 8 * 8);
 }
-/* Checks and reads the header of `data`; on success `r` is positioned at the body.
+/* Checks and reads the header of `data`; on success `r` is positioned at the body. The checksum
+ * is read on up to `threads` threads, the calling one among them (0: cgc's choice, up to 4).
  * SAVED_MISMATCH naming what is wrong (not a saved file, another format or byte order, damaged or
  * truncated). */
 cgc_status_t cgc__read_header(const void* data, size_t size, cgc__saved_header_t* h, cgc__reader_t* r,
-                              const char* func);
+                              size_t threads, const char* func);
 
 /* A saved file's graphs rebuilt in the saving process (restore.c, for a verifying save,
  * verify.c): each graph's CUgraph and completion event, and the file's modules loaded again for

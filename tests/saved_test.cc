@@ -32,24 +32,34 @@ constexpr size_t kHeaderBytes = 8 + 2 * 4 + 2 * 8 + 4 * 4 + 10 * 8, kChecksumAt 
 // Bases far from other tests' pools (pool_test's 0x6000-0x6300, the bindings' 0x6400-0x6a00).
 constexpr uintptr_t kBase = 0x6b0000000000ull;
 
-// The file's checksum as src/saved_file.c describes it (since format 2), written here again: four
-// lanes of 8-byte words, each (lane ^ word) * the FNV prime then folded by lane >> 29, the lanes
-// and the bytes after the last whole 32 then folded in as FNV-1a.
+// The file's checksum as src/saved_file.c describes it (format 5), written here again: the body
+// in 4 MiB chunks, each hashed alone (four lanes of 8-byte words starting from the FNV basis xor
+// the lane's and the chunk's numbers, each (lane ^ word) * the FNV prime then folded by lane >> 29,
+// the lanes and the bytes after the last whole 32 then folded in as FNV-1a), then the chunks'
+// hashes and the body's length folded in as FNV-1a.
 uint64_t Checksum(const uint8_t* p, size_t n) {
   const uint64_t basis = 0xcbf29ce484222325ull, prime = 0x100000001b3ull;
-  uint64_t lane[4] = {basis, basis ^ 1, basis ^ 2, basis ^ 3};
-  size_t i = 0;
-  for (; n - i >= 32; i += 32)
-    for (int l = 0; l < 4; l++) {
-      uint64_t word;
-      std::memcpy(&word, p + i + 8 * l, sizeof word);
-      lane[l] = (lane[l] ^ word) * prime;
-      lane[l] ^= lane[l] >> 29;
-    }
+  const size_t chunk = size_t{4} << 20;
   uint64_t h = basis;
-  for (uint64_t l : lane) h = (h ^ l) * prime;
-  for (; i < n; i++) h = (h ^ p[i]) * prime;
-  return h;
+  for (size_t c = 0; c * chunk < n; c++) {
+    const uint8_t* q = p + c * chunk;
+    size_t m = std::min(chunk, n - c * chunk);
+    uint64_t lane[4];
+    for (uint64_t l = 0; l < 4; l++) lane[l] = basis ^ (uint64_t(c) << 2 | l);
+    size_t i = 0;
+    for (; m - i >= 32; i += 32)
+      for (int l = 0; l < 4; l++) {
+        uint64_t word;
+        std::memcpy(&word, q + i + 8 * l, sizeof word);
+        lane[l] = (lane[l] ^ word) * prime;
+        lane[l] ^= lane[l] >> 29;
+      }
+    uint64_t ch = basis;
+    for (uint64_t l : lane) ch = (ch ^ l) * prime;
+    for (; i < m; i++) ch = (ch ^ q[i]) * prime;
+    h = (h ^ ch) * prime;
+  }
+  return (h ^ uint64_t(n)) * prime;
 }
 
 // A kernel as PTX text that the driver loads itself: out[i] = value (as 32-bit words).
@@ -461,8 +471,8 @@ TEST_F(SavedTest, RestoringFlippedBitsEitherWorksOrLeavesNothingAndNeverCrashes)
 
 // Twelve graphs of two structures, restored on one thread and on several, with and without
 // families, each replay writing what its original wrote; and a failure inside a pass (the last
-// graph's edge made to point backwards, found only while that graph is built, after the others)
-// is the call's failure, with its message, and leaves nothing.
+// graph's edge made to point backwards, or its record's length made wrong, found while the index's
+// threads walk the records) is the call's failure, with its message, and leaves nothing.
 TEST_F(SavedTest, GraphsRestoredOnSeveralThreadsRunAsOnOneAndAFailureInAPassLeavesNothing) {
   constexpr int kGraphs = 12;
   cgc_pool_t pool = FixedPool();
@@ -515,27 +525,46 @@ TEST_F(SavedTest, GraphsRestoredOnSeveralThreadsRunAsOnOneAndAFailureInAPassLeav
     }
   }
 
-  // The graphs' section is the file's last: its last 8 bytes are the last graph's last edge.
-  std::vector<uint8_t> b = bytes;
+  // The graphs' section is the file's last: its last 8 bytes are the last graph's last edge. And
+  // the last graph's record says its length: the one 64-bit field, 4-aligned, that counts the
+  // bytes from its end to the file's end. A length too short, or past the file's end, is damage.
+  std::vector<std::vector<uint8_t>> damaged;
+  damaged.push_back(bytes);
   uint32_t backwards[2] = {1, 0};
-  std::memcpy(&b[b.size() - 8], backwards, 8);
-  uint64_t h = Checksum(&b[kHeaderBytes], b.size() - kHeaderBytes);
-  std::memcpy(&b[kChecksumAt], &h, sizeof h);
-  for (bool families : {false, true}) {
-    cgc_restore_options_t options{};
-    options.struct_size = sizeof options;
-    options.flags = families ? CGC_RESTORE_FAMILIES : 0;
-    options.threads = 4;
-    std::vector<cgc_graph_t> restored(kGraphs);
-    cgc_pool_t p = nullptr;
-    EXPECT_EQ(cgc_graphs_restore(ctx, b.data(), b.size(), &options, restored.data(), kGraphs, &p, 1),
-              CGC_ERROR_SAVED_MISMATCH);
-    EXPECT_TRUE(Contains(cgc_last_error(), "cgc_graphs_restore: the file is damaged")) << cgc_last_error();
-    EXPECT_FALSE(Contains(cgc_last_error(), "checksum")) << "the edge, not the checksum: " << cgc_last_error();
-    EXPECT_EQ(cgc_last_status(), CGC_ERROR_SAVED_MISMATCH);
-    for (cgc_graph_t g : restored) EXPECT_EQ(g, nullptr);
-    EXPECT_EQ(p, nullptr);
-    EXPECT_EQ(Stats().bytes_reserved, reserved_before);
+  std::memcpy(&damaged.back()[bytes.size() - 8], backwards, 8);
+  size_t length_at = 0;
+  for (size_t at = kHeaderBytes; at + 8 <= bytes.size(); at += 4) {
+    uint64_t v;
+    std::memcpy(&v, &bytes[at], sizeof v);
+    if (v == bytes.size() - at - 8) length_at = at;
+  }
+  ASSERT_NE(length_at, 0u) << "no record length found for the last graph";
+  for (int64_t delta : {-8, 8}) {
+    damaged.push_back(bytes);
+    uint64_t v = bytes.size() - length_at - 8 + uint64_t(delta);
+    std::memcpy(&damaged.back()[length_at], &v, sizeof v);
+  }
+  for (std::vector<uint8_t>& b : damaged) {
+    uint64_t h = Checksum(&b[kHeaderBytes], b.size() - kHeaderBytes);
+    std::memcpy(&b[kChecksumAt], &h, sizeof h);
+  }
+  for (const std::vector<uint8_t>& b : damaged) {
+    for (bool families : {false, true}) {
+      cgc_restore_options_t options{};
+      options.struct_size = sizeof options;
+      options.flags = families ? CGC_RESTORE_FAMILIES : 0;
+      options.threads = 4;
+      std::vector<cgc_graph_t> restored(kGraphs);
+      cgc_pool_t p = nullptr;
+      EXPECT_EQ(cgc_graphs_restore(ctx, b.data(), b.size(), &options, restored.data(), kGraphs, &p, 1),
+                CGC_ERROR_SAVED_MISMATCH);
+      EXPECT_TRUE(Contains(cgc_last_error(), "cgc_graphs_restore: the file is damaged")) << cgc_last_error();
+      EXPECT_FALSE(Contains(cgc_last_error(), "checksum")) << "the record, not the checksum: " << cgc_last_error();
+      EXPECT_EQ(cgc_last_status(), CGC_ERROR_SAVED_MISMATCH);
+      for (cgc_graph_t g : restored) EXPECT_EQ(g, nullptr);
+      EXPECT_EQ(p, nullptr);
+      EXPECT_EQ(Stats().bytes_reserved, reserved_before);
+    }
   }
   cgc_restore_options_t too_many{};
   too_many.struct_size = sizeof too_many;
@@ -786,7 +815,8 @@ TEST_F(SavedTest, AKernelOfAModuleLoadedWhileRecordingIsSavedWithItsImage) {
 
 // A header written by hand, field by field as src/saved_file.h lays it out, and an 8-byte body:
 // cgc_saved_info reads it without the driver, and names each thing it refuses.
-std::vector<uint8_t> HandMadeFile(uint32_t format, uint32_t byte_order, int64_t size_delta, bool good_checksum) {
+std::vector<uint8_t> HandMadeFile(uint32_t format, uint32_t byte_order, int64_t size_delta, bool good_checksum,
+                                  size_t body_bytes = 8) {
   std::vector<uint8_t> b;
   auto put = [&b](uint64_t v, size_t n) {
     for (size_t i = 0; i < n; i++) b.push_back(uint8_t(v >> (8 * i)));
@@ -802,7 +832,8 @@ std::vector<uint8_t> HandMadeFile(uint32_t format, uint32_t byte_order, int64_t 
   const uint64_t counts[] = {3, 2, 1, 4, 3000, 2, 6 << 20, 12345, 5 << 20, 3 << 20};
   for (uint64_t c : counts) put(c, 8);
   put(0x0123456789abcdefull, 8);  // the body
-  uint64_t h = Checksum(&b[b.size() - 8], 8);
+  for (size_t i = 8; i < body_bytes; i++) b.push_back(uint8_t(i * 131 + (i >> 12)));
+  uint64_t h = Checksum(&b[b.size() - body_bytes], body_bytes);
   if (!good_checksum) h ^= 1;
   uint64_t total = uint64_t(int64_t(b.size()) + size_delta);
   for (size_t i = 0; i < 8; i++) b[16 + i] = uint8_t(total >> (8 * i)), b[24 + i] = uint8_t(h >> (8 * i));
@@ -812,9 +843,9 @@ std::vector<uint8_t> HandMadeFile(uint32_t format, uint32_t byte_order, int64_t 
 TEST(SavedNoGpu, TheHeaderIsReadWithoutTheDriverAndEachRefusalSaysWhy) {
   cgc_saved_info_t info{};
   info.struct_size = sizeof info;
-  std::vector<uint8_t> good = HandMadeFile(4, 0x01020304, 0, true);
+  std::vector<uint8_t> good = HandMadeFile(5, 0x01020304, 0, true);
   ASSERT_EQ(cgc_saved_info(good.data(), good.size(), &info), CGC_SUCCESS) << cgc_last_error();
-  EXPECT_EQ(info.format_version, 4u);
+  EXPECT_EQ(info.format_version, 5u);
   EXPECT_EQ(info.compute_major, 9);
   EXPECT_EQ(info.compute_minor, 0);
   EXPECT_EQ(info.driver_version, 13000);
@@ -841,10 +872,11 @@ TEST(SavedNoGpu, TheHeaderIsReadWithoutTheDriverAndEachRefusalSaysWhy) {
       {HandMadeFile(1, 0x01020304, 0, true), "format version 1"},
       {HandMadeFile(2, 0x01020304, 0, true), "format version 2"},
       {HandMadeFile(3, 0x01020304, 0, true), "format version 3"},
-      {HandMadeFile(5, 0x01020304, 0, true), "format version 5"},
-      {HandMadeFile(4, 0x04030201, 0, true), "byte order"},
-      {HandMadeFile(4, 0x01020304, 8, true), "truncated"},
-      {HandMadeFile(4, 0x01020304, 0, false), "damaged"},
+      {HandMadeFile(4, 0x01020304, 0, true), "format version 4"},
+      {HandMadeFile(6, 0x01020304, 0, true), "format version 6"},
+      {HandMadeFile(5, 0x04030201, 0, true), "byte order"},
+      {HandMadeFile(5, 0x01020304, 8, true), "truncated"},
+      {HandMadeFile(5, 0x01020304, 0, false), "damaged"},
   };
   for (const Case& c : cases) {
     EXPECT_EQ(cgc_saved_info(c.bytes.data(), c.bytes.size(), &info), CGC_ERROR_SAVED_MISMATCH) << c.says;
@@ -853,6 +885,23 @@ TEST(SavedNoGpu, TheHeaderIsReadWithoutTheDriverAndEachRefusalSaysWhy) {
   }
   for (size_t cut = 0; cut < good.size(); cut += 7)  // every truncation is refused, none read past
     EXPECT_EQ(cgc_saved_info(good.data(), cut, &info), CGC_ERROR_SAVED_MISMATCH) << cut;
+}
+
+// A body of several 4 MiB chunks (hashed on threads) checks as the one-thread reference above
+// says, and a byte changed in any chunk, or in the short last one, is refused as damage.
+TEST(SavedNoGpu, TheChecksumOfABodyOfManyChunksCatchesAChangeInEach) {
+  const size_t body = (size_t{9} << 20) + 13;
+  std::vector<uint8_t> good = HandMadeFile(5, 0x01020304, 0, true, body);
+  cgc_saved_info_t info{};
+  info.struct_size = sizeof info;
+  ASSERT_EQ(cgc_saved_info(good.data(), good.size(), &info), CGC_SUCCESS) << cgc_last_error();
+  const size_t header = good.size() - body;
+  for (size_t at : {size_t{0}, (size_t{4} << 20) - 1, size_t{5} << 20, size_t{8} << 20, body - 1}) {
+    std::vector<uint8_t> b = good;
+    b[header + at] ^= 0x10;
+    EXPECT_EQ(cgc_saved_info(b.data(), b.size(), &info), CGC_ERROR_SAVED_MISMATCH) << "byte " << at;
+    EXPECT_TRUE(Contains(cgc_last_error(), "damaged")) << cgc_last_error();
+  }
 }
 
 TEST(SavedNoGpu, BytesThatAreNoSavedFileAreRefusedWithoutTheDriver) {
