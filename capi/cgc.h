@@ -1058,8 +1058,9 @@ typedef struct cgc_save_options {
  * argument. CGC_ERROR_INVALID_ARGUMENT when capacity is too small (*size says how much is
  * needed). With CGC_SAVE_VERIFY in options->flags each graph is then replayed beside its rebuild
  * from the bytes (CGC_ERROR_NOT_SAVABLE when they write different bytes). Needs a CUDA 12.4 driver
- * (CGC_ERROR_NOT_SUPPORTED before). Not while another thread updates, resets or destroys one of
- * the graphs. */
+ * (CGC_ERROR_NOT_SUPPORTED before). The checksum of bytes over 4 MiB is made on up to 4 threads,
+ * joined before it returns. Not while another thread updates, resets or destroys one of the
+ * graphs. */
 CGC_API cgc_status_t cgc_graphs_save(const cgc_graph_t* graphs, size_t n_graphs, const cgc_save_options_t* options,
                                      void* buffer, size_t capacity, size_t* size);
 
@@ -1088,7 +1089,8 @@ typedef struct cgc_saved_info {
 
 /* Since 1.6. Fills as much of *info as its struct_size has room for, from `data` (size bytes of
  * cgc_graphs_save's output). Needs no driver and allocates nothing on the device, so a server can
- * size the rest of its memory first. CGC_ERROR_SAVED_MISMATCH for a buffer that is not one, is
+ * size the rest of its memory first; the checksum of a buffer over 4 MiB is read on up to 4
+ * threads, joined before it returns. CGC_ERROR_SAVED_MISMATCH for a buffer that is not one, is
  * damaged or truncated, or of another format version. */
 CGC_API cgc_status_t cgc_saved_info(const void* data, size_t size, cgc_saved_info_t* info);
 
@@ -1104,10 +1106,11 @@ CGC_API cgc_status_t cgc_saved_info(const void* data, size_t size, cgc_saved_inf
 typedef struct cgc_restore_options {
   size_t struct_size;
   unsigned flags;   /* CGC_RESTORE_FAMILIES, or 0 */
-  unsigned threads; /* host threads that instantiate the graphs and make family members, the
-                     * calling thread one of them (at most 64; the graphs are built on the calling
-                     * thread): 0 lets cgc choose (up to 4, as many as there are CPUs), 1 restores
-                     * on the calling thread alone */
+  unsigned threads; /* host threads that read the checksum (at most 4 of them), check the graphs'
+                     * records, instantiate the graphs and make family members, the calling thread
+                     * one of them (at most 64; the graphs are built on the calling thread): 0 lets
+                     * cgc choose (up to 4, as many as there are CPUs), 1 restores on the calling
+                     * thread alone */
   /* Out: the generators the graphs draw from (cgc_saved_info's n_generators), created again with
    * the seed and offset they had at the save, each with a reference of the caller's
    * (cgc_rng_destroy); NULL (n_generators 0) leaves them to the graphs alone. */

@@ -69,7 +69,8 @@ typedef struct restorer {
   cgc_graph_t* graphs;       /* the caller's array */
   bool families;             /* CGC_RESTORE_FAMILIES */
   struct unbuilt_set* unbuilt; /* families: what the members built at their first use share */
-  size_t threads;            /* that build and make the graphs, the calling thread one of them */
+  size_t threads;            /* that read the checksum (at most 4), index, instantiate and join the
+                              * graphs, the calling thread one of them (it alone builds them) */
 } restorer_t;
 
 static cgc_status_t damaged(const char* func, const char* where) {
@@ -576,7 +577,7 @@ static cgc_status_t index_graphs(restorer_t* s, graph_record_t* records, const c
     for (uint32_t i = 0; i < g->n_generators; i++) { /* read and checked by the walk */
       uint32_t generator;
       memcpy(&generator, s->r.data + g->generators_at + 16 * (size_t)i, sizeof generator);
-      used[generator] = true;
+      if (generator < s->h.n_generators) used[generator] = true; /* (the bytes may be shared) */
     }
     g->next_alike = s->h.n_graphs;
     g->first_alike = true;
@@ -763,8 +764,9 @@ static void* copy_file(void* arg) {
 }
 
 /* The set a restore's unbuilt members share: the kernels of `s`, and the file copied on a thread
- * of its own while the restore goes on (a 33 MiB file took about 10 ms: its pages are new);
- * *copy is joined before the restore returns. */
+ * of its own while the restore goes on (a 33 MiB file took about 10 ms: its pages are new), or on
+ * the calling thread when the restore is to use no other; *copy is joined before the restore
+ * returns. */
 static cgc_status_t make_unbuilt_set(restorer_t* s, unbuilt_set_t** out, file_copy_t* copy, const char* func) {
   unbuilt_set_t* set = calloc(1, sizeof *set);
   unsigned char* bytes = malloc(s->r.size + 1);
@@ -777,7 +779,7 @@ static cgc_status_t make_unbuilt_set(restorer_t* s, unbuilt_set_t** out, file_co
   }
   memcpy(generators, s->generators, s->h.n_generators * sizeof *generators);
   *copy = (file_copy_t){bytes, s->r.data, s->r.size};
-  copy->on_thread = pthread_create(&copy->thread, NULL, copy_file, copy) == 0;
+  copy->on_thread = s->threads > 1 && pthread_create(&copy->thread, NULL, copy_file, copy) == 0;
   if (!copy->on_thread) copy_file(copy);
   atomic_init(&set->refs, 1); /* the restore's own, until its end */
   set->dev = s->dev;
@@ -947,7 +949,7 @@ static cgc_status_t open_saved(restorer_t* s, const void* data, size_t size, siz
                      s->h.driver_version, cgc__drv.version);
   size_t left = s->r.size - s->r.at;
   if (s->h.n_pools > left / 32 || s->h.n_modules > left / 16 || s->h.n_kernels > left / 64 ||
-      s->h.n_graphs > left / 24 || s->h.n_generators > left / 24)
+      s->h.n_graphs > left / 32 || s->h.n_generators > left / 24)
     return damaged(func, "the header's counts");
   s->layouts = calloc(s->h.n_pools + 1, sizeof *s->layouts);
   s->modules = calloc(s->h.n_modules + 1, sizeof *s->modules);
@@ -1120,6 +1122,8 @@ out:
 cgc_status_t cgc__graphs_rebuild(struct cgc__device* dev, const void* data, size_t size, cgc__rebuilt_t* out,
                                  const char* func) {
   memset(out, 0, sizeof *out);
+  /* threads 0: the index on the calling thread, the checksum on cgc's choice of threads (a
+   * verifying save's rebuild is a check, not a start to hurry). */
   restorer_t s = {.dev = dev};
   graph_record_t* records = NULL;
   cgc_status_t st = open_saved(&s, data, size, SIZE_MAX, SIZE_MAX, func);

@@ -470,9 +470,10 @@ TEST_F(SavedTest, RestoringFlippedBitsEitherWorksOrLeavesNothingAndNeverCrashes)
 }
 
 // Twelve graphs of two structures, restored on one thread and on several, with and without
-// families, each replay writing what its original wrote; and a failure inside a pass (the last
-// graph's edge made to point backwards, or its record's length made wrong, found while the index's
-// threads walk the records) is the call's failure, with its message, and leaves nothing.
+// families, each replay writing what its original wrote; and damage found while the records are
+// indexed (the last graph's edge made to point backwards, found by the threads that walk the
+// records; a record's length made wrong, found by them or by the hop over the lengths before) is
+// the call's failure, with its message, and leaves nothing.
 TEST_F(SavedTest, GraphsRestoredOnSeveralThreadsRunAsOnOneAndAFailureInAPassLeavesNothing) {
   constexpr int kGraphs = 12;
   cgc_pool_t pool = FixedPool();
@@ -526,24 +527,36 @@ TEST_F(SavedTest, GraphsRestoredOnSeveralThreadsRunAsOnOneAndAFailureInAPassLeav
   }
 
   // The graphs' section is the file's last: its last 8 bytes are the last graph's last edge. And
-  // the last graph's record says its length: the one 64-bit field, 4-aligned, that counts the
-  // bytes from its end to the file's end. A length too short, or past the file's end, is damage.
+  // each graph's record says its length, after 24 bytes of counts: the last graph's is the one
+  // 64-bit field, 4-aligned, that counts the bytes from its end to the file's end, and the one
+  // before it counts those up to the last graph's counts. A length too short, reaching into the
+  // next record, or past the file's end, is damage.
   std::vector<std::vector<uint8_t>> damaged;
   damaged.push_back(bytes);
   uint32_t backwards[2] = {1, 0};
   std::memcpy(&damaged.back()[bytes.size() - 8], backwards, 8);
-  size_t length_at = 0;
-  for (size_t at = kHeaderBytes; at + 8 <= bytes.size(); at += 4) {
-    uint64_t v;
-    std::memcpy(&v, &bytes[at], sizeof v);
-    if (v == bytes.size() - at - 8) length_at = at;
-  }
-  ASSERT_NE(length_at, 0u) << "no record length found for the last graph";
-  for (int64_t delta : {-8, 8}) {
-    damaged.push_back(bytes);
-    uint64_t v = bytes.size() - length_at - 8 + uint64_t(delta);
-    std::memcpy(&damaged.back()[length_at], &v, sizeof v);
-  }
+  auto length_field_ending_at = [&bytes](size_t end) {
+    std::vector<size_t> found;
+    for (size_t at = kHeaderBytes; at + 8 <= end; at += 4) {
+      uint64_t v;
+      std::memcpy(&v, &bytes[at], sizeof v);
+      if (v == end - at - 8) found.push_back(at);
+    }
+    return found;
+  };
+  std::vector<size_t> last = length_field_ending_at(bytes.size());
+  ASSERT_EQ(last.size(), 1u) << "the last graph's record length is not one field";
+  std::vector<size_t> before_last = length_field_ending_at(last[0] - 24);
+  ASSERT_EQ(before_last.size(), 1u) << "the next-to-last graph's record length is not one field";
+  const uint64_t kPastAnyEnd = uint64_t{1} << 60;
+  for (size_t at : {last[0], before_last[0]})
+    for (uint64_t delta : {uint64_t(-8), uint64_t{8}, kPastAnyEnd}) {
+      damaged.push_back(bytes);
+      uint64_t v;
+      std::memcpy(&v, &bytes[at], sizeof v);
+      v += delta;
+      std::memcpy(&damaged.back()[at], &v, sizeof v);
+    }
   for (std::vector<uint8_t>& b : damaged) {
     uint64_t h = Checksum(&b[kHeaderBytes], b.size() - kHeaderBytes);
     std::memcpy(&b[kChecksumAt], &h, sizeof h);

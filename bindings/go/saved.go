@@ -206,8 +206,9 @@ type RestoreOptions struct {
 	// one instantiation for each structure, an update for each other graph. A graph the driver
 	// refuses to share instantiates its own (GraphInfo.FamilyResult says why).
 	Families bool
-	// Threads (cgc_restore_options_t.threads): the host threads that build and instantiate the
-	// graphs, the calling thread one of them. 0, the default, lets cgc choose (up to 4, as many
+	// Threads (cgc_restore_options_t.threads): the host threads that read the checksum (at most
+	// 4), check and instantiate the graphs (which the calling thread builds), the calling thread
+	// one of them. 0, the default, lets cgc choose (up to 4, as many
 	// as there are CPUs); 1 restores on the calling thread alone. More than 64 is the library's
 	// ErrInvalidArgument, a negative count the binding's.
 	Threads int

@@ -416,7 +416,8 @@ class saved_info_t(_Sized):
 
 class restore_options_t(_Sized):
     """cgc_restore_options_t (1.6): flags RESTORE_FAMILIES, or 0; threads, the host threads that
-    build and instantiate the graphs (the calling thread one of them, at most 64): 0 lets cgc
+    read the checksum (at most 4), check and instantiate the graphs, which the calling thread
+    builds (the calling thread one of them, at most 64): 0 lets cgc
     choose (up to 4, as many as there are CPUs), 1 restores on the calling thread alone;
     generators, an out array of n_generators handles (exactly saved_info_t.n_generators of them)
     that a successful restore fills with the generators the graphs draw from, each created again
@@ -1197,8 +1198,9 @@ class Context(_Handle):
         one instantiation for each structure, an update for each other graph; a graph the driver
         refuses to share instantiates its own (info().family_result says why).
 
-        threads (restore_options_t.threads): the host threads that build and instantiate the
-        graphs, the calling thread one of them: 0, the default, lets cgc choose (up to 4, as many
+        threads (restore_options_t.threads): the host threads that read the checksum (at most 4),
+        check and instantiate the graphs (which the calling thread builds), the calling thread one
+        of them: 0, the default, lets cgc choose (up to 4, as many
         as there are CPUs), 1 restores on the calling thread alone. More than 64 is the library's
         InvalidArgumentError; a negative count or one that is no integer is the binding's.
 

@@ -2,7 +2,7 @@
 //! [`SavedInfo::read`] says what such bytes hold, [`Context::restore_graphs`] rebuilds them (in
 //! another process too, on the same GPU architecture and driver version; with
 //! [`Context::restore_graphs_with`] and [`RestoreOptions::with_families`], graphs of one structure
-//! share one executable; [`RestoreOptions::with_threads`] sets how many host threads build and
+//! share one executable; [`RestoreOptions::with_threads`] sets how many host threads check and
 //! instantiate them; [`Context::restore_graphs_with_generators`] also hands back the generators
 //! the graphs draw from, as [`Rng`]s), and [`Context::add_module_image`] names a module cgc did
 //! not load by a key.
@@ -211,7 +211,8 @@ pub struct RestoreOptions {
     /// structure, an update for each other graph; a graph the driver refuses to share
     /// instantiates its own ([`GraphInfo::family_result`] says why). `CGC_RESTORE_FAMILIES`.
     pub families: bool,
-    /// Host threads that build and instantiate the graphs, the calling thread one of them (at
+    /// Host threads that read the checksum (at most 4), check and instantiate the graphs (which
+    /// the calling thread builds), the calling thread one of them (at
     /// most 64: more is refused with [`Status::InvalidArgument`]): 0, the default, lets cgc
     /// choose (up to 4, as many as there are CPUs), 1 restores on the calling thread alone.
     /// `cgc_restore_options_t.threads`.
