@@ -37,6 +37,12 @@ static uint64_t chunk_hash(const unsigned char* p, size_t n, uint64_t number) {
   return h;
 }
 
+/* Chunk c of the n bytes at p, hashed. */
+static uint64_t hash_of_chunk(const unsigned char* p, size_t n, size_t c) {
+  size_t at = c * (size_t)kChecksumChunk, left = n - at;
+  return chunk_hash(p + at, left < kChecksumChunk ? left : kChecksumChunk, c);
+}
+
 /* Chunks hashed by several threads: each takes the next until none is left. */
 typedef struct checksum_work {
   const unsigned char* p;
@@ -47,10 +53,7 @@ typedef struct checksum_work {
 
 static void* hash_chunks(void* arg) {
   checksum_work_t* w = arg;
-  for (size_t c; (c = atomic_fetch_add(&w->next, 1)) < w->n_chunks;) {
-    size_t at = c * (size_t)kChecksumChunk, left = w->n - at;
-    w->hashes[c] = chunk_hash(w->p + at, left < kChecksumChunk ? left : kChecksumChunk, c);
-  }
+  for (size_t c; (c = atomic_fetch_add(&w->next, 1)) < w->n_chunks;) w->hashes[c] = hash_of_chunk(w->p, w->n, c);
   return NULL;
 }
 
@@ -60,10 +63,7 @@ static uint64_t checksum(const unsigned char* p, size_t n, size_t max_threads) {
   uint64_t* hashes = malloc((n_chunks + 1) * sizeof *hashes);
   uint64_t h = kFnvBasis;
   if (hashes == NULL) { /* out of host memory: the same value, on this thread alone */
-    for (size_t c = 0; c < n_chunks; c++) {
-      size_t at = c * (size_t)kChecksumChunk, left = n - at;
-      h = (h ^ chunk_hash(p + at, left < kChecksumChunk ? left : kChecksumChunk, c)) * kFnvPrime;
-    }
+    for (size_t c = 0; c < n_chunks; c++) h = (h ^ hash_of_chunk(p, n, c)) * kFnvPrime;
     return (h ^ (uint64_t)n) * kFnvPrime;
   }
   checksum_work_t w = {.p = p, .n = n, .n_chunks = n_chunks, .hashes = hashes};
